@@ -1,0 +1,33 @@
+"""fusegen: describe a fused tensor op once in Python; get Numba kernels, shippable
+MindSpore-AOT C++ sources and XLA FFI handlers, all run through one runtime."""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+# The public API, registered once and visibly (names here are stable).
+from .dtypes import DType, DTYPES, as_dtype  # noqa: E402
+from .errors import (  # noqa: E402
+    ArgumentError, AttrError, CompileError, DTypeError, FusegenError, KernelError, LibraryError,
+    ShapeError, TraceError,
+)
+from .ir import OpDef, Tensor, cast, infer, op, where  # noqa: E402
+from .ops import (  # noqa: E402
+    abs, add, ceil, cos, divide, equal, erf, exp, floor, greater, greater_equal, less, less_equal,
+    log, logical_and, logical_not, logical_or, max, maximum, mean, min, minimum, multiply, neg,
+    not_equal, pow, power, prod, relu, rsqrt, sigmoid, sin, sqrt, subtract, sum, tanh,
+)
+from .runtime import Kernel, compile  # noqa: E402
+
+
+def __getattr__(name):
+    # The native parts load lazily: importing fusegen must not need a compiler.
+    if name == "AotKernel":
+        from .aot_kernel import AotKernel
+        return AotKernel
+    if name == "emit":
+        from .abi_emit import emit
+        return emit
+    if name == "examples":
+        from . import examples
+        return examples
+    raise AttributeError(f"module 'fusegen' has no attribute {name!r}")

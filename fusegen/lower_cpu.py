@@ -1,0 +1,386 @@
+"""Plan -> Python source -> one Numba function per fused group (CPU).
+
+Each group runs the canonical nest of ``plan.Layout``::
+
+    for t in prange(tasks):          # t -> (outer index o, tile of the inner kept dim)
+        for stage in group:          # fused stages reuse the tile while it is in cache
+            for ro in range(RO):     # outer reduced dims (usually none)
+                for ri in range(RI): # innermost reduced dim: scalar accumulators ("row" mode)
+                    for i in tile:   # innermost kept dim: vector accumulators ("col" mode)
+
+Extents and strides arrive at run time in one int64 ``meta`` array, so one compiled
+function serves every shape; what is baked in is what changes the machine code:
+dtypes, the group's stages, row or col mode, and which operands have unit or zero
+stride on the hot loop (so LLVM sees ``x[i]`` and vectorizes). Float reductions use
+``fastmath={'reassoc', 'contract'}``: the reassociation is what lets LLVM keep
+several vector accumulators (NaN and Inf semantics are untouched).
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import threading
+from dataclasses import dataclass
+
+from . import dtypes as dt
+from .exprs import PYTHON, ExprWriter, reg_dtype
+from .ir import Node, Op, Spec
+from .plan import GroupRun, Plan
+
+HEADER = 9  # meta: nO, nRO, RI, I, ntiles, TILE, O_total, RO_total, count; then extents, strides
+
+
+def meta_array(run: GroupRun, tile: int):
+    """The int64 ``meta`` block a group function reads its layout from."""
+    import numpy as np
+    L = run.layout
+    ntiles = -(-L.inner // tile) if L.inner > 1 else 1
+    head = [len(L.o_ext), len(L.ro_ext), L.ri, L.inner, ntiles, tile, L.o_total, L.ro_total,
+            L.ro_total * L.ri]
+    body = list(L.o_ext) + list(L.ro_ext)
+    for k in range(len(run.operands)):
+        body += L.o_str[k] + L.ro_str[k] + [L.ri_str[k], L.i_str[k]]
+    return np.array(head + body, dtype=np.int64)
+
+
+def stride_pattern(run: GroupRun) -> tuple:
+    """Per operand: (RI stride class, I stride class, invariant over reduced dims).
+    A class is 0, 1 or 'n' (any other stride, read from meta)."""
+    L = run.layout
+
+    def cls(s):
+        return s if s in (0, 1) else "n"
+
+    return tuple((cls(L.ri_str[k]) if L.ri > 1 else 0, cls(L.i_str[k]) if L.inner > 1 else 0,
+                  all(s == 0 for s in L.ro_str[k]) and (L.ri_str[k] == 0 or L.ri == 1))
+                 for k in range(len(run.operands)))
+
+
+@dataclass
+class _Op:
+    name: str        # flat array variable
+    key: tuple
+    ri: object       # stride class on RI
+    i: object        # stride class on I
+    k: int           # operand index in meta
+
+
+class GroupSource:
+    """Builds the source of one group function."""
+
+    def __init__(self, plan: Plan, spec: Spec, run: GroupRun, pattern: tuple, mode: str, parallel: bool):
+        self.plan, self.spec, self.run, self.mode, self.parallel = plan, spec, run, mode, parallel
+        self.ops = {key: _Op(_opname(key), key, p[0], p[1], k)
+                    for k, (key, p) in enumerate(zip(run.operands, pattern))}
+        self.lines: list[str] = []
+        self.attrs: list[str] = sorted({n.arg for st in self._stages() for n in _nodes_of(st) if n.op is Op.ATTR})
+
+    def _stages(self):
+        return [self.plan.stages[i] for i in self.run.stages]
+
+    def emit(self, fname: str) -> str:
+        args = [o.name for o in self.ops.values()] + ["meta"] + [f"a_{a}" for a in self.attrs]
+        w = self.lines.append
+        w(f"def {fname}({', '.join(args)}):")
+        w(f"    # stages {', '.join(str(s) for s in self.run.stages)} of op {self.plan.opdef.name}, "
+          f"{self.mode} mode")
+        for o in self.ops.values():
+            w(f"    {o.name}_ = {o.name}.ravel()")
+        w("    nO = meta[0]; nRO = meta[1]; RI = meta[2]; I = meta[3]")
+        w("    ntiles = meta[4]; TILE = meta[5]; ntasks = meta[6] * ntiles; ROT = meta[7]")
+        w("    count = meta[8]; W = nO + nRO + 2; SB = 9 + nO + nRO")
+        for o in self.ops.values():
+            if o.ri == "n":
+                w(f"    {o.name}_sri = meta[SB + {o.k} * W + nO + nRO]")
+            if o.i == "n":
+                w(f"    {o.name}_si = meta[SB + {o.k} * W + nO + nRO + 1]")
+        loop = "prange" if self.parallel else "range"
+        w(f"    for t in {loop}(ntasks):")
+        w("        o = t // ntiles")
+        w("        i0 = (t - o * ntiles) * TILE")
+        w("        n = min(TILE, I - i0)")
+        w("        rem = o")
+        for o in self.ops.values():
+            w(f"        b_{o.name} = i0 * meta[SB + {o.k} * W + nO + nRO + 1]")
+        w("        for d in range(nO - 1, -1, -1):")
+        w("            e = meta[9 + d]")
+        w("            q = rem // e")
+        w("            ix = rem - q * e")
+        w("            rem = q")
+        for o in self.ops.values():
+            w(f"            b_{o.name} += ix * meta[SB + {o.k} * W + d]")
+        for st in self._stages():
+            self._stage(st)
+        w("    return 0")
+        return "\n".join(self.lines) + "\n"
+
+    # --- one stage ----------------------------------------------------------------------------
+    def _stage(self, st):
+        w = self.lines.append
+        pad = "        "
+        w(f"{pad}# stage {st.index}: " + ", ".join(
+            [f"{r.arg.kind} reduction" for r in st.reductions] + [f"output {k}" for k, _ in st.writes]))
+        reads = [self.ops[key] for key in self._read_keys(st)]
+        accs = []
+        for j, r in enumerate(st.reductions):
+            info = self.spec.of(r)
+            acc = reg_dtype(info.acc)
+            init = PYTHON.literal(_identity(r.arg.kind, acc), acc)
+            if self.mode == "row":
+                w(f"{pad}acc{j} = {init}")
+            else:
+                w(f"{pad}acc{j} = np.full(n, {init}, dtype=np.{acc.name})")
+            accs.append((r, acc))
+        needs_r = bool(st.reductions) or self.run.layout.ri > 1 or self.run.layout.ro_total > 1
+        w(f"{pad}for ro in range(ROT):")
+        p2 = pad + "    "
+        for o in reads:
+            w(f"{p2}c_{o.name} = b_{o.name}")
+        for o in [o for o in self.ops.values() if o.key[0] == "out" and self._writes_elem(st, o.key)]:
+            w(f"{p2}c_{o.name} = b_{o.name}")
+        written = [self.ops[("out", k)] for k, _ in st.writes]
+        moving = reads + written
+        if needs_r:
+            w(f"{p2}rem = ro")
+            w(f"{p2}for d in range(nRO - 1, -1, -1):")
+            w(f"{p2}    e = meta[9 + nO + d]")
+            w(f"{p2}    q = rem // e")
+            w(f"{p2}    ix = rem - q * e")
+            w(f"{p2}    rem = q")
+            for o in moving:
+                w(f"{p2}    c_{o.name} += ix * meta[SB + {o.k} * W + nO + d]")
+        if self.mode == "row":
+            # Slice views per row: indexing a view with the loop counter lets LLVM drop
+            # the negative-index check and vectorize (a computed base does not).
+            for o in moving:
+                w(f"{p2}{_view(o, o.ri, f'c_{o.name}', o.name + '_sri')}")
+            w(f"{p2}for ri in range(RI):")
+            p3 = p2 + "    "
+            ew = ExprWriter(self.spec, PYTHON, lambda n: self._load(n, "row"), prefix=f"s{st.index}_")
+            vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
+            outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.writes]
+            for name, expr in ew.lines:
+                w(f"{p3}{name} = {expr}")
+            for j, ((r, acc), v) in enumerate(zip(accs, vals)):
+                w(f"{p3}{_combine(r.arg.kind, f'acc{j}', v)}")
+            for o, n, v in outs:
+                w(f"{p3}v_{o.name}[ri] = {v}")
+            self._finalize_row(st, accs, pad)
+        else:
+            w(f"{p2}for ri in range(RI):")
+            p3 = p2 + "    "
+            for o in moving:
+                at = f"c_{o.name} + {_idx(o.ri, 'ri', o.name + '_sri')}"
+                w(f"{p3}{_view(o, o.i, at, o.name + '_si')}")
+            w(f"{p3}for i in range(n):")
+            p4 = p3 + "    "
+            ew = ExprWriter(self.spec, PYTHON, lambda n: self._load(n, "col"), prefix=f"s{st.index}_")
+            vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
+            outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.writes]
+            for name, expr in ew.lines:
+                w(f"{p4}{name} = {expr}")
+            for j, ((r, acc), v) in enumerate(zip(accs, vals)):
+                w(f"{p4}{_combine(r.arg.kind, f'acc{j}[i]', v)}")
+            for o, n, v in outs:
+                w(f"{p4}v_{o.name}[i] = {v}")
+            self._finalize_col(st, accs, pad)
+
+    def _finalize_row(self, st, accs, pad):
+        w = self.lines.append
+        results = {}
+        for j, (r, acc) in enumerate(accs):
+            val = f"acc{j}"
+            if r.arg.kind == "mean":
+                val = f"acc{j} / {PYTHON.cast('count', acc)}"
+            w(f"{pad}r{j} = {val}")
+            results[id(r)] = f"r{j}"
+            for dst in self._result_targets(r):
+                w(f"{pad}{dst.name}_[b_{dst.name}] = {self._store_result(r, dst, f'r{j}')}")
+        ew = ExprWriter(self.spec, PYTHON, lambda n: results[id(n)] if n.op is Op.REDUCE else self._attr(n),
+                        prefix=f"f{st.index}_")
+        outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.finals]
+        for name, expr in ew.lines:
+            w(f"{pad}{name} = {expr}")
+        for o, n, v in outs:
+            w(f"{pad}{o.name}_[b_{o.name}] = {v}")
+
+    def _finalize_col(self, st, accs, pad):
+        if not accs:
+            return
+        w = self.lines.append
+        targets = {o.key: o for r, _ in accs for o in self._result_targets(r)}
+        targets.update({("out", k): self.ops[("out", k)] for k, _ in st.finals})
+        for o in targets.values():
+            w(f"{pad}{_view(o, o.i, f'b_{o.name}', o.name + '_si', prefix='f')}")
+        w(f"{pad}for i in range(n):")
+        p = pad + "    "
+        results = {}
+        for j, (r, acc) in enumerate(accs):
+            val = f"acc{j}[i]"
+            if r.arg.kind == "mean":
+                val = PYTHON.cast(f"acc{j}[i] / {PYTHON.cast('count', acc)}", acc)
+            w(f"{p}r{j} = {val}")
+            results[id(r)] = f"r{j}"
+            for dst in self._result_targets(r):
+                w(f"{p}f_{dst.name}[i] = {self._store_result(r, dst, f'r{j}')}")
+        ew = ExprWriter(self.spec, PYTHON, lambda n: results[id(n)] if n.op is Op.REDUCE else self._attr(n),
+                        prefix=f"f{st.index}_")
+        outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.finals]
+        for name, expr in ew.lines:
+            w(f"{p}{name} = {expr}")
+        for o, n, v in outs:
+            w(f"{p}f_{o.name}[i] = {v}")
+
+    # --- helpers -----------------------------------------------------------------------------
+    def _read_keys(self, st) -> list[tuple]:
+        from .plan import _reads
+        keys = []
+        for l in _reads(st):
+            keys.append(("in", l.arg) if l.op is Op.INPUT else ("buf", self.plan.buffer_index(l)))
+        return keys
+
+    def _writes_elem(self, st, key) -> bool:
+        return any(("out", k) == key for k, _ in st.writes)
+
+    def _result_targets(self, r: Node) -> list[_Op]:
+        keys = [("out", k) for k in self.plan.reduce_outputs.get(id(r), ())]
+        if any(r is b for b in self.plan.buffers):
+            keys.append(("buf", self.plan.buffer_index(r)))
+        return [self.ops[k] for k in keys]
+
+    def _load(self, n: Node, mode: str) -> str:
+        if n.op is Op.ATTR:
+            return self._attr(n)
+        key = ("in", n.arg) if n.op is Op.INPUT else ("buf", self.plan.buffer_index(n))
+        o = self.ops[key]
+        cls = o.ri if mode == "row" else o.i
+        return f"s_{o.name}" if cls == 0 else f"v_{o.name}[{'ri' if mode == 'row' else 'i'}]"
+
+    def _attr(self, n: Node) -> str:
+        return f"a_{n.arg}"
+
+    def _store_result(self, r: Node, dst: _Op, v: str) -> str:
+        if dst.key[0] == "buf":
+            return v
+        out = reg_dtype(self.spec.of(r).dtype)
+        acc = reg_dtype(self.spec.of(r).acc)
+        return v if out is acc else PYTHON.cast(v, out)
+
+
+def _view(o: _Op, cls, at: str, stride: str, prefix: str = "") -> str:
+    """The per-loop view of operand ``o`` whose hot-loop stride class is ``cls``."""
+    if cls == 0 and o.key[0] != "out" and not prefix:
+        return f"s_{o.name} = {o.name}_[{at}]"
+    if cls == "n":
+        return f"{prefix or 'v'}_{o.name} = {o.name}_[{at}::{stride}]"
+    if cls == 0:
+        return f"{prefix or 'v'}_{o.name} = {o.name}_[{at}:{at} + 1]"
+    return f"{prefix or 'v'}_{o.name} = {o.name}_[{at}:]"
+
+
+def _idx(cls, var: str, stride: str) -> str:
+    return "0" if cls == 0 else (var if cls == 1 else f"{var} * {stride}")
+
+
+def _opname(key: tuple) -> str:
+    return {"in": "x", "out": "out", "buf": "ws"}[key[0]] + str(key[1])
+
+
+def _nodes_of(st) -> list[Node]:
+    from .ir import Graph
+    roots = [r for r in st.reductions] + [n for _, n in st.writes] + [n for _, n in st.finals]
+    return list(Graph(tuple(roots)).nodes) if roots else []
+
+
+def _identity(kind: str, acc) -> object:
+    import numpy as np
+    if kind in ("sum", "mean"):
+        return 0
+    if kind == "prod":
+        return 1
+    if acc.kind == "f":
+        return float("-inf") if kind == "max" else float("inf")
+    if acc.kind == "b":
+        return kind == "min"
+    info = np.iinfo(acc.np)
+    return info.min if kind == "max" else info.max
+
+
+def _combine(kind: str, acc: str, v: str) -> str:
+    if kind in ("sum", "mean"):
+        return f"{acc} += {v}"
+    if kind == "prod":
+        return f"{acc} *= {v}"
+    return f"{acc} = _fmax({acc}, {v})" if kind == "max" else f"{acc} = _fmin({acc}, {v})"
+
+
+PRELUDE = '''\
+# Generated by fusegen from op {op!r} ({dtypes}). Do not edit: regenerate instead.
+import math
+import numpy as np
+from numba import prange
+
+
+def _fmax(a, b):  # NumPy's maximum: NaN wins
+    return a if (a > b or a != a) else b
+
+
+def _fmin(a, b):
+    return a if (a < b or a != a) else b
+
+'''
+
+
+# ---------------------------------------------------------------------------------------------
+# Compilation: write the source to a content-addressed file so Numba's cache works
+# ---------------------------------------------------------------------------------------------
+_lock = threading.Lock()
+_modules: dict[str, object] = {}
+
+
+def source_dir() -> str:
+    from .build import cache_dir
+    d = os.path.join(cache_dir(), "numba")
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+@dataclass
+class GroupKernel:
+    source: str
+    path: str
+    func: object           # the numba dispatcher
+    attrs: tuple           # attribute names, in the order the function takes them
+
+
+def compile_group(plan: Plan, spec: Spec, run: GroupRun, parallel: bool) -> GroupKernel:
+    """Generate, write, import and JIT the function for one fused group."""
+    import numba
+    mode = "row" if run.layout.inner == 1 else "col"
+    pattern = stride_pattern(run)
+    gs = GroupSource(plan, spec, run, pattern, mode, parallel)
+    body = gs.emit("kernel")
+    src = PRELUDE.format(op=plan.opdef.name, dtypes=", ".join(map(str, spec.dtypes))) + body
+    digest = hashlib.sha256(src.encode()).hexdigest()[:20]
+    modname = f"fusegen_k_{digest}"
+    with _lock:
+        mod = _modules.get(modname)
+        if mod is None:
+            path = os.path.join(source_dir(), modname + ".py")
+            if not os.path.exists(path):
+                tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+                with open(tmp, "w") as f:
+                    f.write(src)
+                os.replace(tmp, path)  # atomic: concurrent processes write identical bytes
+            spec_ = importlib.util.spec_from_file_location(modname, path)
+            mod = importlib.util.module_from_spec(spec_)
+            sys.modules[modname] = mod
+            spec_.loader.exec_module(mod)
+            jit = dict(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})
+            mod._fmax = numba.njit(inline="always")(mod._fmax)
+            mod._fmin = numba.njit(inline="always")(mod._fmin)
+            mod.kernel = numba.njit(parallel=parallel, **jit)(mod.kernel)
+            _modules[modname] = mod
+    return GroupKernel(src, mod.__file__, mod.kernel, tuple(gs.attrs))

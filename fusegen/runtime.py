@@ -1,0 +1,230 @@
+"""The runtime: one ``Kernel`` object per (op, backend, device).
+
+A call goes: normalize arrays -> look the *input signature* (dtypes, shapes,
+attribute values and their types) up in a per-kernel dict -> run. Everything that
+depends only on the signature (validation, shape inference, grouping, layouts,
+compiled functions, workspace sizes) is computed once, on the first call with that
+signature, so a repeated call pays a dict lookup, output allocation and the native
+call. Non-contiguous inputs are *copied* to C order before the call (one extra pass;
+say ``np.ascontiguousarray`` yourself to pay it once).
+"""
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import dtypes as dt
+from .errors import ArgumentError, DTypeError, ShapeError
+from .exprs import reg_dtype
+from .ir import OpDef, infer
+from .plan import Plan, build_plan, schedule
+
+#: Below this many domain elements a group runs on the calling thread: waking a
+#: thread pool costs more than it saves on small inputs.
+PARALLEL_THRESHOLD = int(os.environ.get("FUSEGEN_PARALLEL_THRESHOLD", 1 << 17))
+
+
+def _num_threads() -> int:
+    import numba
+    return numba.get_num_threads()
+
+
+def choose_tile(layout, nthreads: int) -> int:
+    """Width of the inner-dim tile a task handles: small enough to give every thread
+    work and to keep col-mode accumulators in L1, large enough to amortize the task."""
+    inner = layout.inner
+    if inner <= 1:
+        return 1
+    want_tasks = 4 * nthreads
+    if layout.o_total >= want_tasks:
+        return inner if layout.ri * layout.ro_total > 1 and inner <= 2048 else min(inner, 16384)
+    per = -(-inner // max(1, want_tasks // max(1, layout.o_total)))
+    per = -(-per // 64) * 64
+    cap = 2048 if layout.ri * layout.ro_total > 1 else 16384
+    return max(64, min(per, cap, inner))
+
+
+@dataclass
+class _Group:
+    func: object
+    meta: np.ndarray
+    sources: tuple      # per operand: (kind, index)
+    attrs: tuple        # attribute names passed as scalars
+    source: str
+
+
+@dataclass
+class _Call:
+    """Everything a call with one input signature needs."""
+
+    out_shapes: tuple
+    out_dtypes: tuple          # what the caller gets
+    reg_out_dtypes: tuple      # what the kernel writes (float16 -> float32)
+    in_reg: tuple              # per input: the dtype to convert to (None: as is)
+    ws: list                   # workspace (shape, dtype)
+    groups: list
+    attr_values: dict
+    pool: list = field(default_factory=list)
+
+
+class Kernel:
+    """A compiled fused op: ``kernel(*arrays, out=None, **attrs)``."""
+
+    def __init__(self, op: OpDef, backend: str = "numba", device: str = "cpu"):
+        if not isinstance(op, OpDef):
+            raise TypeError(f"fusegen.compile expects an @fusegen.op, got {type(op).__name__}")
+        self.op = op
+        self.backend = backend
+        self.device = device
+        self.plan: Plan = build_plan(op)
+        self._calls: dict = {}
+        self._lock = threading.Lock()
+        self._last: _Call | None = None
+
+    def __repr__(self) -> str:
+        return f"<fusegen.Kernel {self.op.name} backend={self.backend} device={self.device}>"
+
+    @property
+    def source(self) -> str:
+        """Generated source of the most recently prepared signature."""
+        if self._last is None:
+            return "# no call yet: the source is generated per input signature on the first call\n"
+        return "\n\n".join(g.source for g in self._last.groups)
+
+    def sources(self) -> dict:
+        return {k: "\n\n".join(g.source for g in c.groups) for k, c in self._calls.items()}
+
+    # --- the call path ------------------------------------------------------------------------
+    def __call__(self, *arrays, out=None, **attrs):
+        op = self.op
+        if len(arrays) != len(op.inputs):
+            raise ArgumentError(f"op {op.name} takes {len(op.inputs)} inputs ({', '.join(op.inputs)}), "
+                                f"got {len(arrays)}")
+        arrs = [a if type(a) is np.ndarray else np.asarray(a) for a in arrays]
+        try:
+            key = (tuple([a.dtype for a in arrs]), tuple([a.shape for a in arrs]),
+                   tuple(attrs.items()), tuple(map(type, attrs.values())))
+            call = self._calls.get(key)
+        except TypeError:  # an unhashable attribute value (a list): canonicalize first
+            key, call = None, None
+        if call is None:
+            call = self._prepare(arrs, attrs, key)
+        return self._run(call, arrs, out)
+
+    def _prepare(self, arrs, attrs, key) -> _Call:
+        op = self.op
+        for i, a in enumerate(arrs):
+            try:
+                dt.as_dtype(a.dtype)
+            except DTypeError:
+                raise DTypeError(f"op {op.name}: input {op.inputs[i]!r} has dtype {a.dtype}, which fusegen "
+                                 f"does not support ({', '.join(dt.DTYPES)})") from None
+        bound = op.bind_attrs(attrs)
+        spec = infer(op, [a.dtype for a in arrs], [a.shape for a in arrs], bound)
+        runs = schedule(self.plan, spec)
+        from .lower_cpu import compile_group, meta_array
+        nthreads = _num_threads()
+        groups = []
+        for run in runs:
+            numel = int(np.prod(run.dom)) if run.dom else 1
+            tile = choose_tile(run.layout, nthreads)
+            meta = meta_array(run, tile)
+            ntasks = int(meta[6] * meta[4])
+            parallel = numel >= PARALLEL_THRESHOLD and ntasks > 1 and nthreads > 1
+            gk = compile_group(self.plan, spec, run, parallel)
+            groups.append(_Group(gk.func, meta, tuple(run.operands), gk.attrs, gk.source))
+        ws = []
+        for b in self.plan.buffers:
+            info = spec.of(b)
+            ws.append((info.shape, reg_dtype(info.acc).np))
+        out_dtypes = tuple(d.np for d in spec.out_dtypes)
+        call = _Call(spec.out_shapes, out_dtypes, tuple(reg_dtype(d).np for d in spec.out_dtypes),
+                     tuple(np.dtype(np.float32) if a.dtype == np.float16 else None for a in arrs),
+                     ws, groups, bound)
+        if key is not None:
+            with self._lock:
+                self._calls[key] = call
+        self._last = call
+        return call
+
+    def _run(self, call: _Call, arrs, out):
+        ins = []
+        for a, conv in zip(arrs, call.in_reg):
+            if conv is not None:
+                a = a.astype(conv)
+            elif not a.flags.c_contiguous:
+                a = np.ascontiguousarray(a)
+            ins.append(a)
+        outs = self._outputs(call, out)
+        ws = call.pool.pop() if call.pool else [np.empty(s, d) for s, d in call.ws]
+        try:
+            pools = {"in": ins, "out": outs, "buf": ws}
+            av = call.attr_values
+            for g in call.groups:
+                g.func(*[pools[k][i] for k, i in g.sources], g.meta, *[av[a] for a in g.attrs])
+        finally:
+            call.pool.append(ws)
+        results = outs
+        if call.reg_out_dtypes != call.out_dtypes or out is not None:
+            results = self._finish(call, outs, out)
+        return results[0] if not self.op.multi_output else tuple(results)
+
+    def _outputs(self, call: _Call, out):
+        if out is None:
+            return [np.empty(s, d) for s, d in zip(call.out_shapes, call.reg_out_dtypes)]
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        if len(outs) != len(call.out_shapes):
+            raise ArgumentError(f"op {self.op.name}: out= needs {len(call.out_shapes)} arrays, got {len(outs)}")
+        res = []
+        for k, (o, s, d, r) in enumerate(zip(outs, call.out_shapes, call.out_dtypes, call.reg_out_dtypes)):
+            if not isinstance(o, np.ndarray):
+                raise ArgumentError(f"op {self.op.name}: out[{k}] must be a numpy array, got {type(o).__name__}")
+            if o.shape != tuple(s) or o.dtype != d:
+                raise ShapeError(f"op {self.op.name}: out[{k}] must have shape {tuple(s)} and dtype {d}, "
+                                 f"got {o.shape} {o.dtype}")
+            if not o.flags.writeable:
+                raise ArgumentError(f"op {self.op.name}: out[{k}] is read-only")
+            direct = o.flags.c_contiguous and r == d
+            res.append(o if direct else np.empty(s, r))
+        return res
+
+    def _finish(self, call: _Call, outs, out):
+        given = (list(out) if isinstance(out, (tuple, list)) else [out]) if out is not None else None
+        results = []
+        for k, (o, d) in enumerate(zip(outs, call.out_dtypes)):
+            if given is not None:
+                if given[k] is not o:
+                    np.copyto(given[k], o, casting="unsafe")
+                results.append(given[k])
+            else:
+                results.append(o if o.dtype == d else o.astype(d))
+        return results
+
+
+_DEFAULT: dict[int, Kernel] = {}
+
+
+def default_kernel(op: OpDef) -> Kernel:
+    """The kernel an op uses when called directly on arrays (Numba, CPU)."""
+    k = _DEFAULT.get(id(op))
+    if k is None:
+        k = _DEFAULT[id(op)] = Kernel(op)
+    return k
+
+
+def compile(op: OpDef, backend: str = "numba", device: str = "cpu", **options):
+    """Compile ``op`` for a backend and device; returns a callable kernel."""
+    if backend not in ("numba", "aot"):
+        raise ValueError(f"unknown backend {backend!r}: use 'numba' or 'aot'")
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"unknown device {device!r}: use 'cpu' or 'cuda'")
+    if backend == "numba" and device == "cpu":
+        return Kernel(op, backend, device)
+    if backend == "aot" and device == "cpu":
+        from .aot_compile import compile_aot
+        return compile_aot(op, device=device, **options)
+    raise NotImplementedError(f"backend={backend!r} device={device!r} is not available yet "
+                              "(CUDA backends are tracked in the CUDA issue)")
