@@ -24,11 +24,10 @@ class DTypeError(FusegenError, TypeError):
     """An input or attribute has a dtype the op or the kernel does not accept."""
 
 
-class AttributeError_(FusegenError, TypeError):
-    """An attribute is missing, unknown, or of the wrong type.
+class AttrError(FusegenError, TypeError):
+    """An op attribute is missing, unknown, or of the wrong type.
 
-    Named with a trailing underscore so it never shadows the builtin
-    ``AttributeError``; exported publicly as ``fusegen.AttrError``.
+    (Not named AttributeError: that builtin means something else in Python.)
     """
 
 
@@ -66,5 +65,3 @@ class KernelError(FusegenError, RuntimeError):
         self.meaning = meaning
         super().__init__(message)
 
-
-AttrError = AttributeError_

@@ -207,7 +207,8 @@ class Tensor:
         what = "attribute" if self.node.op is Op.ATTR else "tensor"
         extra = (f" (attribute {self.node.arg!r} is read by the kernel at run time)"
                  if self.node.op is Op.ATTR else "")
-        raise TraceError(_CONTROL_FLOW.format(what=what, how=how, extra=extra) + f" [at {_user_loc()}]")
+        raise TraceError(_op_prefix() + _CONTROL_FLOW.format(what=what, how=how, extra=extra)
+                         + f" [at {_user_loc()}]")
 
     def __bool__(self): self._no("if/while/and/or/not")
     def __index__(self): self._no("indexing or int()")
@@ -230,9 +231,14 @@ class Attr(Tensor):
         self.spec = spec
 
 
+def _op_prefix() -> str:
+    name = getattr(_tls, "op_name", None)
+    return f"op {name}: " if name else ""
+
+
 def _operand(x) -> Node:
     if isinstance(x, Attr) and not x.spec.type.is_scalar:
-        raise TraceError(f"attribute {x.spec.name!r} of type {x.spec.type.value} cannot be an operand; "
+        raise TraceError(f"{_op_prefix()}attribute {x.spec.name!r} of type {x.spec.type.value} cannot be an operand; "
                          f"only bool, int and float attributes can [at {_user_loc()}]")
     if isinstance(x, Tensor):
         return x.node
@@ -243,7 +249,7 @@ def _operand(x) -> Node:
         return _make(Op.CONST, (), ("int", int(x)))
     if isinstance(x, (float, np.floating)):
         return _make(Op.CONST, (), ("float", float(x)))
-    raise TraceError(f"cannot use {type(x).__name__} {x!r} in a fused op: operands are traced tensors, "
+    raise TraceError(f"{_op_prefix()}cannot use {type(x).__name__} {x!r} in a fused op: operands are traced tensors, "
                      f"attributes or Python scalars [at {_user_loc()}]")
 
 
@@ -378,14 +384,14 @@ class OpDef:
         return AttrSpec(p.name, t, default, False)
 
     def _trace(self) -> Graph:
-        prev = getattr(_tls, "intern", None)
-        _tls.intern = {}
+        prev = getattr(_tls, "intern", None), getattr(_tls, "op_name", None)
+        _tls.intern, _tls.op_name = {}, self.name
         try:
             args = [Tensor(_make(Op.INPUT, (), i)) for i in range(len(self.inputs))]
             kwargs = {n: Attr(_make(Op.ATTR, (), n), s) for n, s in self.attrs.items()}
             out = self.fn(*args, **kwargs)
         finally:
-            _tls.intern = prev
+            _tls.intern, _tls.op_name = prev
         self._multi = isinstance(out, (tuple, list))
         outs = tuple(out) if self._multi else (out,)
         if not outs:
