@@ -32,7 +32,8 @@ C_TABLE: dict[Op, str] = {
 # C++ on the CPU: overloads from <cmath> pick the float/double version by argument type.
 CPP_TABLE = {**C_TABLE, **{op: "std::" + C_TABLE[op] for op in (
     Op.EXP, Op.LOG, Op.SQRT, Op.SIN, Op.COS, Op.TANH, Op.ERF, Op.FLOOR, Op.CEIL)},
-    Op.RSQRT: "({one} / std::sqrt({0}))", Op.SIGMOID: "({one} / ({one} + std::exp(-{0})))"}
+    Op.RSQRT: "({one} / std::sqrt({0}))", Op.SIGMOID: "({one} / ({one} + std::exp(-{0})))",
+    **{op: "fg::" + C_TABLE[op] for op in (Op.ABS, Op.POW, Op.MAX, Op.MIN)}}
 
 # Python for Numba: NumPy's ufuncs keep float32 in float32 (math.* would widen to float64).
 PY_TABLE = {**C_TABLE,

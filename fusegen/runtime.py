@@ -10,6 +10,7 @@ say ``np.ascontiguousarray`` yourself to pay it once).
 """
 from __future__ import annotations
 
+import builtins
 import os
 import threading
 from dataclasses import dataclass, field
@@ -68,6 +69,7 @@ class _Call:
     groups: list
     attr_values: dict
     pool: list = field(default_factory=list)
+    run: object = None         # the runner _make_runner generated for this signature
 
 
 class Kernel:
@@ -99,20 +101,34 @@ class Kernel:
 
     # --- the call path ------------------------------------------------------------------------
     def __call__(self, *arrays, out=None, **attrs):
+        try:
+            # The signature key: dtypes and shapes, then attribute values *and types*
+            # (1, 1.0 and True are equal as dict keys but must not share an entry).
+            key = tuple([(a.dtype, a.shape) for a in arrays])
+            if attrs:
+                key = (key, *attrs.items(), *map(type, attrs.values()))
+            run = self._calls[key].run
+        except (KeyError, AttributeError, TypeError):
+            # first call with this signature, a non-array input, or an unhashable attribute
+            return self._slow_call(arrays, out, attrs)
+        return run(arrays, out)
+
+    def _slow_call(self, arrays, out, attrs):
         op = self.op
         if len(arrays) != len(op.inputs):
             raise ArgumentError(f"op {op.name} takes {len(op.inputs)} inputs ({', '.join(op.inputs)}), "
                                 f"got {len(arrays)}")
         arrs = [a if type(a) is np.ndarray else np.asarray(a) for a in arrays]
+        key = tuple([(a.dtype, a.shape) for a in arrs])
+        if attrs:
+            key = (key, *attrs.items(), *map(type, attrs.values()))
         try:
-            key = (tuple([a.dtype for a in arrs]), tuple([a.shape for a in arrs]),
-                   tuple(attrs.items()), tuple(map(type, attrs.values())))
             call = self._calls.get(key)
-        except TypeError:  # an unhashable attribute value (a list): canonicalize first
+        except TypeError:  # an unhashable attribute value (a list): prepared, not cached
             key, call = None, None
         if call is None:
             call = self._prepare(arrs, attrs, key)
-        return self._run(call, arrs, out)
+        return call.run(arrs, out)
 
     def _prepare(self, arrs, attrs, key) -> _Call:
         op = self.op
@@ -144,33 +160,12 @@ class Kernel:
         call = _Call(spec.out_shapes, out_dtypes, tuple(reg_dtype(d).np for d in spec.out_dtypes),
                      tuple(np.dtype(np.float32) if a.dtype == np.float16 else None for a in arrs),
                      ws, groups, bound)
+        call.run = _make_runner(self, call)
         if key is not None:
             with self._lock:
                 self._calls[key] = call
         self._last = call
         return call
-
-    def _run(self, call: _Call, arrs, out):
-        ins = []
-        for a, conv in zip(arrs, call.in_reg):
-            if conv is not None:
-                a = a.astype(conv)
-            elif not a.flags.c_contiguous:
-                a = np.ascontiguousarray(a)
-            ins.append(a)
-        outs = self._outputs(call, out)
-        ws = call.pool.pop() if call.pool else [np.empty(s, d) for s, d in call.ws]
-        try:
-            pools = {"in": ins, "out": outs, "buf": ws}
-            av = call.attr_values
-            for g in call.groups:
-                g.func(*[pools[k][i] for k, i in g.sources], g.meta, *[av[a] for a in g.attrs])
-        finally:
-            call.pool.append(ws)
-        results = outs
-        if call.reg_out_dtypes != call.out_dtypes or out is not None:
-            results = self._finish(call, outs, out)
-        return results[0] if not self.op.multi_output else tuple(results)
 
     def _outputs(self, call: _Call, out):
         if out is None:
@@ -201,7 +196,60 @@ class Kernel:
                 results.append(given[k])
             else:
                 results.append(o if o.dtype == d else o.astype(d))
-        return results
+        return tuple(results) if self.op.multi_output else results[0]
+
+
+def _make_runner(kernel: Kernel, call: _Call):
+    """A small function specialized to one signature: no loops or lookups on the hot path.
+
+    Generated because a generic loop over inputs, outputs and groups costs more than the
+    native call itself at small sizes (the per-call target is a few microseconds).
+    """
+    nin, nout = len(kernel.op.inputs), len(call.out_shapes)
+    g = {"np": np, "_ascontig": np.ascontiguousarray, "_nd": np.ndarray, "_pool": call.pool,
+         "_outputs": kernel._outputs, "_finish": kernel._finish, "_call": call}
+    ins = ", ".join(f"a{i}" for i in range(nin)) + ("," if nin == 1 else "")
+    lines = ["def run(arrays, out):", f"    {ins} = arrays"]
+    for i, conv in enumerate(call.in_reg):
+        lines.append(f"    if type(a{i}) is not _nd:")
+        lines.append(f"        a{i} = np.asarray(a{i})")
+        if conv is not None:  # float16: Numba has no CPU float16, the kernel reads float32
+            g[f"_c{i}"] = conv
+            lines.append(f"    a{i} = a{i}.astype(_c{i})")
+        else:
+            lines.append(f"    if not a{i}.flags.c_contiguous:")
+            lines.append(f"        a{i} = _ascontig(a{i})")
+    outs = ", ".join(f"o{k}" for k in range(nout)) + ("," if nout == 1 else "")
+    lines.append("    if out is None:")
+    for k, (shp, d) in enumerate(zip(call.out_shapes, call.reg_out_dtypes)):
+        g[f"_S{k}"], g[f"_D{k}"] = tuple(shp), d
+        lines.append(f"        o{k} = np.empty(_S{k}, _D{k})")
+    lines.append("    else:")
+    lines.append(f"        {outs} = _outputs(_call, out)")
+    if call.ws:
+        lines.append("    ws = _pool.pop() if _pool else [np.empty(s, d) for s, d in _call.ws]")
+    names = {"in": "a", "out": "o"}
+    for j, grp in enumerate(call.groups):
+        g[f"_f{j}"], g[f"_m{j}"] = grp.func, grp.meta
+        args = [f"ws[{i}]" if k == "buf" else f"{names[k]}{i}" for k, i in grp.sources]
+        args.append(f"_m{j}")
+        for a in grp.attrs:
+            g[f"_A{j}_{a}"] = call.attr_values[a]
+            args.append(f"_A{j}_{a}")
+        lines.append(f"    _f{j}({', '.join(args)})")
+    if call.ws:
+        lines.append("    _pool.append(ws)")
+    if call.reg_out_dtypes != call.out_dtypes:
+        lines.append(f"    return _finish(_call, [{outs}], out)")
+    else:
+        lines.append("    if out is not None:")
+        lines.append(f"        return _finish(_call, [{outs}], out)")
+        lines.append(f"    return {'(' + outs + ')' if nout > 1 else 'o0'}")
+    src = "\n".join(lines) + "\n"
+    exec(builtins.compile(src, f"<fusegen runner {kernel.op.name}>", "exec"), g)
+    run = g["run"]
+    run.source = src
+    return run
 
 
 _DEFAULT: dict[int, Kernel] = {}

@@ -1,0 +1,118 @@
+"""``fg.compile(op, backend="aot")``: emit the MindSpore-AOT C++ source, build it, and run
+it through ``AotKernel``, behind the same call interface as the Numba backend.
+
+The emitted library reads attributes at Init time (as MindSpore's do), so one
+``AotKernel`` (one ``AotExtra``) exists per distinct attribute value set; all of them
+share the one compiled library.
+"""
+from __future__ import annotations
+
+import hashlib
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from . import dtypes as dt
+from .abi_emit import emit
+from .build import MINDSPORE_CPU_FLAGS, cache_dir
+from .errors import ArgumentError, DTypeError
+from .ir import OpDef, infer
+
+
+class AotCompiled:
+    """A fused op compiled to a native AOT library: ``kernel(*arrays, out=None, **attrs)``."""
+
+    backend = "aot"
+
+    def __init__(self, op: OpDef, device: str = "cpu", dtypes=None, flags=None):
+        if flags == "mindspore":
+            flags = list(MINDSPORE_CPU_FLAGS)
+        self.op, self.device, self.flags = op, device, flags
+        self.emitted = emit(op, abi="mindspore-aot", device=device, dtypes=dtypes)
+        digest = hashlib.sha256(self.emitted.source.encode()).hexdigest()[:16]
+        self.directory = Path(cache_dir()) / "aot-src" / f"{op.name}-{digest}"
+        self.emitted.write(self.directory)
+        self.func = self.emitted.func(self.directory)
+        self._combos = {tuple(c) for c in self.emitted.dtypes}
+        self._by_attrs: dict[tuple, object] = {}
+        self._calls: dict[tuple, object] = {}
+        self._lock = threading.Lock()
+        self._first = self._kernel(tuple(op.bind_attrs({}).items()) if not any(
+            s.required for s in op.attrs.values()) else None)
+
+    @property
+    def source(self) -> str:
+        return self.emitted.source
+
+    @property
+    def lib_path(self):
+        k = next(iter(self._by_attrs.values()), None)
+        return k.lib_path if k is not None else None
+
+    def __repr__(self) -> str:
+        return f"<fusegen.AotCompiled {self.op.name} device={self.device} func={self.func}>"
+
+    def _kernel(self, attrs: tuple | None):
+        if attrs is None:
+            return None
+        k = self._by_attrs.get(attrs)
+        if k is None:
+            from .aot_kernel import AotKernel
+            with self._lock:
+                k = self._by_attrs.get(attrs)
+                if k is None:
+                    k = AotKernel(self.func, attrs={n: (list(v) if isinstance(v, tuple) else v) for n, v in attrs},
+                                  out_shape=None, out_dtype=None, flags=self.flags,
+                                  n_outputs=len(self.op.graph.outputs), n_inputs=len(self.op.inputs),
+                                  name=self.op.name)
+                    self._by_attrs[attrs] = k
+        return k
+
+    def __call__(self, *arrays, out=None, **attrs):
+        op = self.op
+        if len(arrays) != len(op.inputs):
+            raise ArgumentError(f"op {op.name} takes {len(op.inputs)} inputs ({', '.join(op.inputs)}), "
+                                f"got {len(arrays)}")
+        arrs = [a if type(a) is np.ndarray else np.asarray(a) for a in arrays]
+        try:
+            key = (tuple([a.dtype for a in arrs]), tuple([a.shape for a in arrs]),
+                   tuple(attrs.items()), tuple(map(type, attrs.values())))
+            kernel = self._calls.get(key)
+        except TypeError:
+            key, kernel = None, None
+        if kernel is None:
+            kernel = self._prepare(arrs, attrs, key)
+        res = kernel(*arrs, out=out)
+        return res if op.multi_output else (res[0] if isinstance(res, tuple) else res)
+
+    def _prepare(self, arrs, attrs, key):
+        """Validate with the IR's rules first, so errors name the op and the node."""
+        op = self.op
+        names = []
+        for i, a in enumerate(arrs):
+            try:
+                names.append(dt.as_dtype(a.dtype).name)
+            except DTypeError:
+                raise DTypeError(f"op {op.name}: input {op.inputs[i]!r} has dtype {a.dtype}, which fusegen "
+                                 f"does not support") from None
+        if tuple(names) not in self._combos:
+            raise DTypeError(f"op {op.name}: the AOT kernel was generated for dtype combinations "
+                             f"{sorted(self._combos)}; got {tuple(names)}. Pass dtypes=... to fg.compile.")
+        bound = op.bind_attrs(attrs)
+        infer(op, names, [a.shape for a in arrs], bound)  # raises with the op, node and source line
+        kernel = self._kernel(tuple(bound.items()))
+        if key is not None:
+            self._calls[key] = kernel
+        return kernel
+
+    def close(self) -> None:
+        for k in self._by_attrs.values():
+            k.close()
+        self._by_attrs.clear()
+        self._calls.clear()
+
+
+def compile_aot(op: OpDef, device: str = "cpu", dtypes=None, flags=None) -> AotCompiled:
+    """emit -> build -> AotKernel. ``flags="mindspore"`` builds with MindSpore's own command."""
+    return AotCompiled(op, device=device, dtypes=dtypes, flags=flags)
