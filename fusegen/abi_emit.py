@@ -205,6 +205,7 @@ def _stage_data(op: OpDef, plan: Plan) -> list[dict]:
         stages.append(dict(index=st.index, leaves=[g.idx(l) for l in st.leaves],
                            axes_node=g.idx(st.reductions[0]) if st.reductions else -1,
                            reads=reads, rwrites=rwrites, finals=finals, writes=writes,
+                           n_reductions=len(st.reductions),
                            text=_stage_text(op, st)))
     return stages
 

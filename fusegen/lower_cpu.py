@@ -29,16 +29,17 @@ from .exprs import PYTHON, ExprWriter, reg_dtype
 from .ir import Node, Op, Spec
 from .plan import GroupRun, Plan
 
-HEADER = 9  # meta: nO, nRO, RI, I, ntiles, TILE, O_total, RO_total, count; then extents, strides
+# meta: nO, nRO, RI, I, ntiles, TILE, O_total, RO_total, count, nsplit, chunk; then extents, strides
+HEADER = 11
 
 
-def meta_array(run: GroupRun, tile: int):
+def meta_array(run: GroupRun, tile: int, nsplit: int = 1):
     """The int64 ``meta`` block a group function reads its layout from."""
     import numpy as np
     L = run.layout
     ntiles = -(-L.inner // tile) if L.inner > 1 else 1
     head = [len(L.o_ext), len(L.ro_ext), L.ri, L.inner, ntiles, tile, L.o_total, L.ro_total,
-            L.ro_total * L.ri]
+            L.ro_total * L.ri, nsplit, -(-L.ri // nsplit)]
     body = list(L.o_ext) + list(L.ro_ext)
     for k in range(len(run.operands)):
         body += L.o_str[k] + L.ro_str[k] + [L.ri_str[k], L.i_str[k]]
@@ -70,8 +71,13 @@ class _Op:
 class GroupSource:
     """Builds the source of one group function."""
 
-    def __init__(self, plan: Plan, spec: Spec, run: GroupRun, pattern: tuple, mode: str, parallel: bool):
+    def __init__(self, plan: Plan, spec: Spec, run: GroupRun, pattern: tuple, mode: str, parallel: bool,
+                 split: bool = False):
         self.plan, self.spec, self.run, self.mode, self.parallel = plan, spec, run, mode, parallel
+        # split: one reduction stage whose reduced dim is cut into chunks, one per task, each
+        # into its own partial accumulator row, combined at the end. Used when there are too
+        # few outputs to give every thread a contiguous share (e.g. a column sum).
+        self.split = split
         self.ops = {key: _Op(_opname(key), key, p[0], p[1], k)
                     for k, (key, p) in enumerate(zip(run.operands, pattern))}
         self.lines: list[str] = []
@@ -85,27 +91,35 @@ class GroupSource:
         w = self.lines.append
         w(f"def {fname}({', '.join(args)}):")
         w(f"    # stages {', '.join(str(s) for s in self.run.stages)} of op {self.plan.opdef.name}, "
-          f"{self.mode} mode")
+          f"{self.mode} mode{', reduced dim split across tasks' if self.split else ''}")
         for o in self.ops.values():
             w(f"    {o.name}_ = {o.name}.ravel()")
         w("    nO = meta[0]; nRO = meta[1]; RI = meta[2]; I = meta[3]")
-        w("    ntiles = meta[4]; TILE = meta[5]; ntasks = meta[6] * ntiles; ROT = meta[7]")
-        w("    count = meta[8]; W = nO + nRO + 2; SB = 9 + nO + nRO")
+        w("    ntiles = meta[4]; TILE = meta[5]; ROT = meta[7]; count = meta[8]")
+        w(f"    nsplit = meta[9]; chunk = meta[10]; W = nO + nRO + 2; SB = {HEADER} + nO + nRO")
+        w("    ntasks = meta[6] * ntiles * nsplit")
         for o in self.ops.values():
             if o.ri == "n":
                 w(f"    {o.name}_sri = meta[SB + {o.k} * W + nO + nRO]")
             if o.i == "n":
                 w(f"    {o.name}_si = meta[SB + {o.k} * W + nO + nRO + 1]")
+        if self.split:
+            for j, r in enumerate(self._stages()[0].reductions):
+                acc = reg_dtype(self.spec.of(r).acc)
+                w(f"    part{j} = np.empty((ntasks, max(I, 1)), dtype=np.{acc.name})")
         loop = "prange" if self.parallel else "range"
         w(f"    for t in {loop}(ntasks):")
-        w("        o = t // ntiles")
-        w("        i0 = (t - o * ntiles) * TILE")
+        w("        o = t // (ntiles * nsplit)")
+        w("        u = t - o * (ntiles * nsplit)")
+        w("        i0 = (u // nsplit) * TILE")
+        w("        r_lo = (u - (u // nsplit) * nsplit) * chunk")
+        w("        r_hi = min(RI, r_lo + chunk)")
         w("        n = min(TILE, I - i0)")
         w("        rem = o")
         for o in self.ops.values():
             w(f"        b_{o.name} = i0 * meta[SB + {o.k} * W + nO + nRO + 1]")
         w("        for d in range(nO - 1, -1, -1):")
-        w("            e = meta[9 + d]")
+        w(f"            e = meta[{HEADER} + d]")
         w("            q = rem // e")
         w("            ix = rem - q * e")
         w("            rem = q")
@@ -113,6 +127,8 @@ class GroupSource:
             w(f"            b_{o.name} += ix * meta[SB + {o.k} * W + d]")
         for st in self._stages():
             self._stage(st)
+        if self.split:
+            self._combine_partials(self._stages()[0])
         w("    return 0")
         return "\n".join(self.lines) + "\n"
 
@@ -130,6 +146,9 @@ class GroupSource:
             init = PYTHON.literal(_identity(r.arg.kind, acc), acc)
             if self.mode == "row":
                 w(f"{pad}acc{j} = {init}")
+            elif self.split:
+                w(f"{pad}acc{j} = part{j}[t]")
+                w(f"{pad}acc{j}[:n] = {init}")
             else:
                 w(f"{pad}acc{j} = np.full(n, {init}, dtype=np.{acc.name})")
             accs.append((r, acc))
@@ -145,7 +164,7 @@ class GroupSource:
         if needs_r:
             w(f"{p2}rem = ro")
             w(f"{p2}for d in range(nRO - 1, -1, -1):")
-            w(f"{p2}    e = meta[9 + nO + d]")
+            w(f"{p2}    e = meta[{HEADER} + nO + d]")
             w(f"{p2}    q = rem // e")
             w(f"{p2}    ix = rem - q * e")
             w(f"{p2}    rem = q")
@@ -155,8 +174,9 @@ class GroupSource:
             # Slice views per row: indexing a view with the loop counter lets LLVM drop
             # the negative-index check and vectorize (a computed base does not).
             for o in moving:
-                w(f"{p2}{_view(o, o.ri, f'c_{o.name}', o.name + '_sri')}")
-            w(f"{p2}for ri in range(RI):")
+                at = f"c_{o.name} + {_idx(o.ri, 'r_lo', o.name + '_sri')}"
+                w(f"{p2}{_view(o, o.ri, at, o.name + '_sri')}")
+            w(f"{p2}for ri in range(r_hi - r_lo):")
             p3 = p2 + "    "
             ew = ExprWriter(self.spec, PYTHON, lambda n: self._load(n, "row"), prefix=f"s{st.index}_")
             vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
@@ -167,9 +187,13 @@ class GroupSource:
                 w(f"{p3}{_combine(r.arg.kind, f'acc{j}', v)}")
             for o, n, v in outs:
                 w(f"{p3}v_{o.name}[ri] = {v}")
-            self._finalize_row(st, accs, pad)
+            if self.split:
+                for j in range(len(accs)):
+                    w(f"{pad}part{j}[t, 0] = acc{j}")
+            else:
+                self._finalize_row(st, accs, pad)
         else:
-            w(f"{p2}for ri in range(RI):")
+            w(f"{p2}for ri in range(r_lo, r_hi):")
             p3 = p2 + "    "
             for o in moving:
                 at = f"c_{o.name} + {_idx(o.ri, 'ri', o.name + '_sri')}"
@@ -185,7 +209,35 @@ class GroupSource:
                 w(f"{p4}{_combine(r.arg.kind, f'acc{j}[i]', v)}")
             for o, n, v in outs:
                 w(f"{p4}v_{o.name}[i] = {v}")
-            self._finalize_col(st, accs, pad)
+            if not self.split:
+                self._finalize_col(st, accs, pad)
+
+    def _combine_partials(self, st):
+        """After the split tasks: fold each output's partial accumulators, then finish as
+        col mode does (mean, casts, finals)."""
+        w = self.lines.append
+        w("    # combine the partial accumulators of the split reduced dim")
+        w("    n = max(I, 1)")
+        w("    for o in range(meta[6]):")
+        w("        rem = o")
+        for o in self.ops.values():
+            w(f"        b_{o.name} = 0")
+        w("        for d in range(nO - 1, -1, -1):")
+        w(f"            e = meta[{HEADER} + d]")
+        w("            q = rem // e")
+        w("            ix = rem - q * e")
+        w("            rem = q")
+        for o in self.ops.values():
+            w(f"            b_{o.name} += ix * meta[SB + {o.k} * W + d]")
+        accs = []
+        for j, r in enumerate(st.reductions):
+            accs.append((r, reg_dtype(self.spec.of(r).acc)))
+            w(f"        acc{j} = part{j}[o * nsplit]")
+            w("        for s in range(1, nsplit):")
+            w(f"            q{j} = part{j}[o * nsplit + s]")
+            w("            for i in range(n):")
+            w(f"                {_combine(r.arg.kind, f'acc{j}[i]', f'q{j}[i]')}")
+        self._finalize_col(st, accs, "        ")
 
     def _finalize_row(self, st, accs, pad):
         w = self.lines.append
@@ -355,12 +407,12 @@ class GroupKernel:
     attrs: tuple           # attribute names, in the order the function takes them
 
 
-def compile_group(plan: Plan, spec: Spec, run: GroupRun, parallel: bool) -> GroupKernel:
+def compile_group(plan: Plan, spec: Spec, run: GroupRun, parallel: bool, split: bool = False) -> GroupKernel:
     """Generate, write, import and JIT the function for one fused group."""
     import numba
     mode = "row" if run.layout.inner == 1 else "col"
     pattern = stride_pattern(run)
-    gs = GroupSource(plan, spec, run, pattern, mode, parallel)
+    gs = GroupSource(plan, spec, run, pattern, mode, parallel, split)
     body = gs.emit("kernel")
     src = PRELUDE.format(op=plan.opdef.name, dtypes=", ".join(map(str, spec.dtypes))) + body
     digest = hashlib.sha256(src.encode()).hexdigest()[:20]

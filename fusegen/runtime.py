@@ -48,6 +48,23 @@ def choose_tile(layout, nthreads: int) -> int:
     return max(64, min(per, cap, inner))
 
 
+def split_count(plan: Plan, run, nthreads: int) -> int:
+    """How many chunks to cut a group's reduced dim into (1: don't).
+
+    Splitting pays when a lone reduction has too few outputs to keep every thread on
+    contiguous memory (a column sum of a tall matrix, a full reduction): each task then
+    streams whole rows into a private partial row, and the partials are folded at the end.
+    """
+    L = run.layout
+    stages = [plan.stages[i] for i in run.stages]
+    if len(stages) != 1 or not stages[0].reductions or stages[0].writes:
+        return 1
+    if L.o_total >= 2 * nthreads or L.ri < 64 * nthreads:
+        return 1
+    per_outer = -(-4 * nthreads // L.o_total)
+    return max(1, min(per_outer, L.ri // 32))
+
+
 @dataclass
 class _Group:
     func: object
@@ -146,11 +163,13 @@ class Kernel:
         groups = []
         for run in runs:
             numel = int(np.prod(run.dom)) if run.dom else 1
-            tile = choose_tile(run.layout, nthreads)
-            meta = meta_array(run, tile)
-            ntasks = int(meta[6] * meta[4])
-            parallel = numel >= PARALLEL_THRESHOLD and ntasks > 1 and nthreads > 1
-            gk = compile_group(self.plan, spec, run, parallel)
+            big = numel >= PARALLEL_THRESHOLD and nthreads > 1
+            nsplit = split_count(self.plan, run, nthreads) if big else 1
+            tile = run.layout.inner if nsplit > 1 else choose_tile(run.layout, nthreads)
+            meta = meta_array(run, tile, nsplit)
+            ntasks = int(meta[6] * meta[4] * nsplit)
+            parallel = big and ntasks > 1
+            gk = compile_group(self.plan, spec, run, parallel, nsplit > 1)
             groups.append(_Group(gk.func, meta, tuple(run.operands), gk.attrs, gk.source))
         ws = []
         for b in self.plan.buffers:

@@ -1,0 +1,380 @@
+"""The ``fusegen`` command line.
+
+    fusegen demo   add_reduce_sum through every backend present, checked against NumPy
+    fusegen bench  the interleaved benchmark; writes bench-results/bench.json
+    fusegen emit   MODULE:OP -> MindSpore-AOT (or other ABI) sources in a directory
+    fusegen build  FILE.cc -> a cached shared library
+
+Exit codes: 0 success; 1 a result is wrong or a tool failed; 2 bad usage or a
+feature missing from this installation (no backend, no ``fusegen.emit``).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Any, Sequence, TextIO
+
+KNOWN_BACKENDS = ("numba", "aot")
+DEVICES = ("cpu", "cuda")
+FLOAT_DTYPES = ("float16", "float32", "float64")
+
+
+# --- formatting -----------------------------------------------------------------------------------
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str | None = None) -> str:
+    """A compact aligned text table. ``align`` has one letter per column, ``l`` or ``r``
+    (default: the first column left, the rest right); cells are ``str()``-ed."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    ncol = max(len(r) for r in cells)
+    cells = [r + [""] * (ncol - len(r)) for r in cells]
+    align = (align or "l" + "r" * (ncol - 1)).ljust(ncol, "r")
+    widths = [max(len(r[i]) for r in cells) for i in range(ncol)]
+    lines = []
+    for r in cells:
+        parts = [c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(r, widths, align)]
+        lines.append("  ".join(parts).rstrip())
+    return "\n".join(lines)
+
+
+def fmt_time(seconds: float | None) -> str:
+    """Seconds in the unit that keeps three significant digits readable (ASCII only)."""
+    if seconds is None:
+        return "-"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if seconds >= scale:
+            value = seconds / scale
+            return f"{value:.0f} {unit}" if value >= 100 else f"{value:.2f} {unit}"
+    return f"{seconds * 1e9:.0f} ns"
+
+
+def fmt_check(entry: dict) -> tuple[str, str]:
+    """(error text, PASS/FAIL) for one method's result."""
+    if "error" in entry:
+        return "error", "FAIL"
+    return f"{entry['max_abs_err']:.1e}", "PASS" if entry["ok"] else "FAIL"
+
+
+def fmt_ratio(value: float | None) -> str:
+    """``1.23x``, or ``-`` where there is no value (a failed method)."""
+    return "-" if value is None else f"{value:.2f}x"
+
+
+class Progress:
+    """``[step/total] label ...`` on one rewritten stderr line; silent when stderr is
+    not a terminal, so logs and captured output stay clean."""
+
+    def __init__(self, stream: TextIO | None = None):
+        self.stream = stream or sys.stderr
+        self.enabled = bool(getattr(self.stream, "isatty", lambda: False)())
+
+    def __call__(self, step: int, total: int, label: str) -> None:
+        if self.enabled:
+            self.stream.write(f"\r\x1b[K[{step}/{total}] {label} ...")
+            self.stream.flush()
+
+    def done(self) -> None:
+        if self.enabled:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+
+
+def print_skipped(skipped: dict[str, str]) -> None:
+    """One line for all skipped backends, grouped by reason (the CUDA ones share theirs)."""
+    by_reason: dict[str, list[str]] = {}
+    for name, why in skipped.items():
+        by_reason.setdefault(why, []).append(name)
+    if by_reason:
+        print("skipped: " + "; ".join(f"{', '.join(names)} ({why})" for why, names in by_reason.items()))
+
+
+def machine_line(machine: dict) -> str:
+    """The machine in a few words, for the line under a table."""
+    return f"{machine['cpu_model']}, {machine['usable_cpus']} CPUs, {machine['numba_threads']} numba threads"
+
+
+# --- argument parsing helpers ---------------------------------------------------------------------
+def parse_shape(text: str) -> tuple[int, ...]:
+    """``4096,4096`` (or ``4096x4096``) -> ``(4096, 4096)``."""
+    try:
+        shape = tuple(int(p) for p in text.replace("x", ",").split(",") if p.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad shape {text!r}: use e.g. 4096,4096") from None
+    if not shape or any(d <= 0 for d in shape):
+        raise argparse.ArgumentTypeError(f"bad shape {text!r}: dimensions must be positive")
+    return shape
+
+
+def parse_backends(text: str) -> list[str]:
+    """``numba,aot`` -> ``["numba", "aot"]``; unknown names are a usage error."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in KNOWN_BACKENDS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown backend(s) {', '.join(unknown) or text!r}: "
+                                         f"choose from {', '.join(KNOWN_BACKENDS)}")
+    return names
+
+
+def devices_for(choice: str) -> list[str]:
+    """``--device all`` means every device kind; absent ones are skipped, not errors."""
+    return list(DEVICES) if choice == "all" else [choice]
+
+
+def _flags(text: str | None) -> list[str] | str | None:
+    """Compiler flags from one string; the word ``mindspore`` (MindSpore's own build
+    command) is passed through as a name for the aot backend to expand."""
+    if text is None or text.strip() == "mindspore":
+        return text.strip() if text else None
+    return shlex.split(text)
+
+
+def _fail(command: str, message: str, code: int) -> int:
+    print(f"fusegen {command}: error: {message}", file=sys.stderr)
+    return code
+
+
+# --- demo -----------------------------------------------------------------------------------------
+def cmd_demo(args: argparse.Namespace) -> int:
+    """``fusegen demo``: one checked, timed run per backend; 1 if any is wrong."""
+    from . import bench
+    if not -len(args.shape) <= args.axis < len(args.shape):
+        return _fail("demo", f"axis {args.axis} is out of range for shape {args.shape}", 2)
+    progress = Progress()
+    try:
+        res = bench.run_demo(args.shape, args.axis, args.dtype, args.rounds, args.backends,
+                             devices_for(args.device), _flags(args.aot_flags), progress)
+    finally:
+        progress.done()
+    case = res["case"]
+    if case is None:
+        print_skipped(res["skipped"])
+        return _fail("demo", "no fusegen backend is available on this machine", 2)
+    shape = ", ".join(map(str, case["shape"]))
+    print(f"fusegen demo: add_reduce_sum = sum(x + y, axis={args.axis}), x and y ({shape}) {args.dtype}, "
+          f"median of {args.rounds} interleaved rounds")
+    rows = []
+    for name, e in case["results"].items():
+        err, check = ("(reference)", "") if name == "numpy" else fmt_check(e)
+        rows.append([name, err, check, fmt_time(e.get("median_s")), fmt_ratio(e.get("ratio_to_bound"))])
+    print(format_table(["backend", "max abs err", f"check (tol {case['tol']:.1e})", "median", "vs bound"],
+                       rows, "lrlrr"))
+    bw = res["bandwidth"]
+    print(f"vs bound: median / {fmt_time(case['bound_s'])}, the time to read 2*N*itemsize bytes at "
+          f"{bw['gbps']:.1f} GB/s (best of {bw['reps']} parallel reads of {bw['array_bytes'] >> 20} MiB, "
+          f"measured now); {machine_line(res['machine'])}")
+    print_skipped(res["skipped"])
+    for name, e in case["results"].items():
+        if "error" in e:
+            print(f"{name} failed: {e['error']}")
+    return 0 if case["ok"] else 1
+
+
+# --- bench ----------------------------------------------------------------------------------------
+def bench_table(doc: dict) -> str:
+    """The steady-state table: one row per (case, method)."""
+    rows = []
+    for case in doc["cases"]:
+        label = f"({','.join(map(str, case['shape']))}) axis {case['axis']}"
+        for i, (name, e) in enumerate(case["results"].items()):
+            err, check = ("ref", "") if name == "numpy" else fmt_check(e)
+            rows.append([label if i == 0 else "", name, fmt_time(e.get("median_s")),
+                         f"{e['gbps']:.1f}" if "gbps" in e else "-", fmt_ratio(e.get("ratio_to_bound")),
+                         fmt_ratio(e.get("speedup_vs_numpy")), fmt_time(e.get("first_call_s")),
+                         f"{err} {check}".strip()])
+    return format_table(["case", "method", "median", "GB/s", "vs bound", "vs numpy", "first call", "max err"],
+                        rows, "llrrrrrl")
+
+
+def per_call_table(per_call: dict) -> str:
+    rows = [[name, fmt_time(r["median_s"]), fmt_time(r["min_s"])] for name, r in per_call["results"].items()]
+    return format_table(["method", "per call", "min"], rows)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """``fusegen bench``: print the tables, write the JSON; 1 if any result is wrong."""
+    from . import bench
+    kw = dict(backends=tuple(args.backends), devices=tuple(devices_for(args.device)),
+              aot_flags=_flags(args.aot_flags))
+    cfg = bench.BenchConfig.quick(**kw) if args.quick else bench.BenchConfig(**kw)
+    if args.rounds is not None:
+        cfg.rounds = args.rounds
+    progress = Progress()
+    try:
+        doc = bench.run_bench(cfg, progress)
+    finally:
+        progress.done()
+    if not doc["methods"]:
+        print_skipped(doc["skipped"])
+        return _fail("bench", "no fusegen backend is available on this machine", 2)
+    bw = doc["bandwidth"]
+    print(f"fusegen bench: add_reduce_sum vs np.sum(x + y, axis), {cfg.dtype}, median of {cfg.rounds} "
+          f"interleaved rounds; {machine_line(doc['machine'])}")
+    print(bench_table(doc))
+    pc = doc["per_call"]
+    print(f"\nper-call time, ({','.join(map(str, pc['shape']))}) axis {pc['axis']}: median (and min) of "
+          f"{pc['rounds']} round means, {pc['calls_per_round']} calls each; harness loop "
+          f"{fmt_time(pc['loop_overhead_s'])}/call included")
+    print(per_call_table(pc))
+    print(f"\nvs bound = median / (2*N*itemsize / {bw['read']['gbps']:.1f} GB/s read bandwidth; copy "
+          f"{bw['copy']['gbps']:.1f} GB/s); vs numpy = numpy median / median (>1 is faster); "
+          "first call includes compiling that signature")
+    print_skipped(doc["skipped"])
+    if args.json:
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"wrote {path}")
+    return 0 if doc["ok"] else 1
+
+
+# --- emit / build ---------------------------------------------------------------------------------
+def resolve_op(spec: str) -> Any:
+    """``MODULE:OP`` -> the OpDef. MODULE is a dotted module name (found from the current
+    directory too, as ``python -m`` would) or a path to a ``.py`` file."""
+    from .ir import OpDef
+    module_name, sep, attr = spec.rpartition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"{spec!r}: expected MODULE:OP, e.g. fusegen.examples:add_reduce_sum")
+    if module_name.endswith(".py") or os.sep in module_name or os.path.isfile(module_name):
+        path = Path(module_name).resolve()
+        if not path.is_file():
+            raise ValueError(f"{module_name}: no such file")
+        name = f"_fusegen_cli_{path.stem}_{abs(hash(str(path)))}"
+        loader_spec = importlib.util.spec_from_file_location(name, path)
+        if loader_spec is None or loader_spec.loader is None:
+            raise ValueError(f"{module_name}: cannot be imported as a Python module")
+        module = importlib.util.module_from_spec(loader_spec)
+        sys.modules[name] = module  # dataclasses and pickling look the module up by name
+        loader_spec.loader.exec_module(module)
+    else:
+        if os.getcwd() not in sys.path:  # a console script's sys.path lacks the cwd
+            sys.path.insert(0, os.getcwd())
+        module = importlib.import_module(module_name)
+    try:
+        op = getattr(module, attr)
+    except AttributeError:
+        raise ValueError(f"module {module_name!r} has no attribute {attr!r}") from None
+    if not isinstance(op, OpDef):
+        raise ValueError(f"{spec} is a {type(op).__name__}, not an @fusegen.op")
+    return op
+
+
+def _written_paths(result: Any, out_dir: str) -> list[str]:
+    """Whatever ``.write`` returned (paths, a mapping of paths, or nothing) as strings."""
+    if result is None:
+        return [out_dir]
+    if isinstance(result, (str, os.PathLike)):
+        return [os.fspath(result)]
+    if isinstance(result, dict):
+        return [os.fspath(p) for p in result.values()]
+    return [os.fspath(p) for p in result]
+
+
+def cmd_emit(args: argparse.Namespace) -> int:
+    """``fusegen emit``: write an op's sources for an ABI and print the paths written."""
+    from .errors import FusegenError
+    try:
+        import fusegen
+        emit = fusegen.emit
+    except (ImportError, AttributeError) as e:
+        return _fail("emit", f"fusegen.emit is not available in this installation ({e})", 2)
+    try:
+        op = resolve_op(args.op)
+    except Exception as e:  # noqa: BLE001 - any import failure is the user's module, report it
+        return _fail("emit", f"cannot load {args.op}: {type(e).__name__}: {e}", 2)
+    dtypes = [d.strip() for d in args.dtypes.split(",")] if args.dtypes else None
+    try:
+        emitted = emit(op, abi=args.abi, device=args.device, dtypes=dtypes)
+        written = emitted.write(args.out_dir)
+    except (FusegenError, ValueError, TypeError, OSError) as e:
+        return _fail("emit", f"{type(e).__name__}: {e}", 1)
+    for path in _written_paths(written, args.out_dir):
+        print(path)
+    return 0
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    """``fusegen build``: compile a source through the build cache and print the library."""
+    from .errors import FusegenError
+    try:
+        from .build import MINDSPORE_CPU_FLAGS, build_library
+    except ImportError as e:
+        return _fail("build", f"fusegen.build.build_library is not available in this installation ({e})", 2)
+    flags = _flags(args.flags)
+    if flags == "mindspore":
+        flags = list(MINDSPORE_CPU_FLAGS)
+    try:
+        lib = build_library(args.source, flags=flags, compiler=args.compiler)
+    except FusegenError as e:
+        return _fail("build", str(e), 1)
+    print(lib)
+    return 0
+
+
+# --- the parser -----------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand (each sets ``func``, its handler)."""
+    from . import __version__
+    p = argparse.ArgumentParser(prog="fusegen", description="JIT code generation for fused tensor kernels.")
+    p.add_argument("--version", action="version", version=f"fusegen {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def timing_options(sp: argparse.ArgumentParser, device_default: str) -> None:
+        sp.add_argument("--backends", type=parse_backends, default=list(KNOWN_BACKENDS),
+                        help="comma-separated fusegen backends to try (default: numba,aot; absent ones are skipped)")
+        sp.add_argument("--device", choices=DEVICES + ("all",), default=device_default,
+                        help=f"device(s) to run on (default: {device_default})")
+        sp.add_argument("--aot-flags", metavar="FLAGS",
+                        help="compiler flags for the aot backend, one string ('mindspore': MindSpore's own)")
+
+    d = sub.add_parser("demo", help="run add_reduce_sum through every backend and check it against NumPy",
+                       description="Run add_reduce_sum through every available backend, check each against "
+                                   "np.sum(x + y, axis) and compare its time with the memory-bandwidth bound.")
+    d.add_argument("--shape", type=parse_shape, default=(4096, 4096), help="input shape (default: 4096,4096)")
+    d.add_argument("--axis", type=int, default=1, help="reduction axis (default: 1)")
+    d.add_argument("--dtype", choices=FLOAT_DTYPES, default="float32", help="input dtype (default: float32)")
+    d.add_argument("--rounds", type=int, default=5, help="timed rounds per method (default: 5)")
+    timing_options(d, "all")
+    d.set_defaults(func=cmd_demo)
+
+    b = sub.add_parser("bench", help="interleaved benchmark vs NumPy and the bandwidth bound; writes JSON",
+                       description="Benchmark add_reduce_sum on three float32 shapes, axis 0 and 1, against "
+                                   "NumPy and the read-bandwidth bound, all methods interleaved in one process.")
+    b.add_argument("--rounds", type=int, default=None, help="timed rounds per case (default: 15; --quick: 3)")
+    b.add_argument("--quick", action="store_true", help="small shapes and few rounds (for tests and smoke checks)")
+    b.add_argument("--json", default="bench-results/bench.json", metavar="PATH",
+                   help="where to write the results (default: bench-results/bench.json; '' to skip)")
+    timing_options(b, "cpu")
+    b.set_defaults(func=cmd_bench)
+
+    e = sub.add_parser("emit", help="write an op's sources for an ABI (e.g. MindSpore AOT)")
+    e.add_argument("op", metavar="MODULE:OP", help="dotted module or path to a .py file, and the op's name")
+    e.add_argument("--abi", default="mindspore-aot", help="target ABI (default: mindspore-aot)")
+    e.add_argument("--device", choices=DEVICES, default="cpu", help="target device (default: cpu)")
+    e.add_argument("--dtypes", help="comma-separated input dtypes, e.g. float32,float32")
+    e.add_argument("-o", "--out-dir", required=True, metavar="DIR", help="directory to write into")
+    e.set_defaults(func=cmd_emit)
+
+    bl = sub.add_parser("build", help="compile a kernel source (.cc/.cpp/.cu) into a cached shared library")
+    bl.add_argument("source", metavar="FILE", help="a .cc/.cpp/.cu source, or a library to check")
+    bl.add_argument("--flags", help="compiler flags, one string (default: fusegen's fast flags; "
+                                    "'mindspore': MindSpore's own)")
+    bl.add_argument("--compiler", help="compiler to use (default: $FUSEGEN_CXX / $FUSEGEN_NVCC, else g++ / nvcc)")
+    bl.set_defaults(func=cmd_build)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``fusegen`` console script; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    if getattr(args, "rounds", None) is not None and args.rounds < 1:
+        return _fail(args.command, "--rounds must be at least 1", 2)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
