@@ -70,21 +70,34 @@ class AotCompiled:
         return k
 
     def __call__(self, *arrays, out=None, **attrs):
+        try:
+            # Same signature key as the Numba kernel (see runtime.Kernel.__call__).
+            key = tuple([(a.dtype, a.shape) for a in arrays])
+            if attrs:
+                key = (key, *attrs.items(), *map(type, attrs.values()))
+            kernel, signature = self._calls[key]
+        except (KeyError, AttributeError, TypeError):
+            return self._slow_call(arrays, out, attrs)
+        for a in arrays:
+            if not a.flags.c_contiguous:  # copied, as AotKernel does
+                return kernel(*arrays, out=out)
+        return kernel.run_prepared(signature, arrays, out)
+
+    def _slow_call(self, arrays, out, attrs):
         op = self.op
         if len(arrays) != len(op.inputs):
             raise ArgumentError(f"op {op.name} takes {len(op.inputs)} inputs ({', '.join(op.inputs)}), "
                                 f"got {len(arrays)}")
         arrs = [a if type(a) is np.ndarray else np.asarray(a) for a in arrays]
+        key = tuple([(a.dtype, a.shape) for a in arrs])
+        if attrs:
+            key = (key, *attrs.items(), *map(type, attrs.values()))
         try:
-            key = (tuple([a.dtype for a in arrs]), tuple([a.shape for a in arrs]),
-                   tuple(attrs.items()), tuple(map(type, attrs.values())))
-            kernel = self._calls.get(key)
-        except TypeError:
-            key, kernel = None, None
-        if kernel is None:
-            kernel = self._prepare(arrs, attrs, key)
-        res = kernel(*arrs, out=out)
-        return res if op.multi_output else (res[0] if isinstance(res, tuple) else res)
+            hit = self._calls.get(key)
+        except TypeError:  # an unhashable attribute value (a list): prepared, not cached
+            key, hit = None, None
+        kernel = hit[0] if hit is not None else self._prepare(arrs, attrs, key)
+        return kernel(*arrs, out=out)
 
     def _prepare(self, arrs, attrs, key):
         """Validate with the IR's rules first, so errors name the op and the node."""
@@ -103,7 +116,8 @@ class AotCompiled:
         infer(op, names, [a.shape for a in arrs], bound)  # raises with the op, node and source line
         kernel = self._kernel(tuple(bound.items()))
         if key is not None:
-            self._calls[key] = kernel
+            signature, _ = kernel.prepare(*arrs)
+            self._calls[key] = (kernel, signature)
         return kernel
 
     def close(self) -> None:

@@ -624,6 +624,23 @@ class AotKernel:
         arrays, key = self._arrays(inputs)
         with self._lock:
             signature = self._signature(key, arrays)
+        return self.run_prepared(signature, arrays, out)
+
+    def prepare(self, *inputs: Any) -> tuple[Any, list[np.ndarray]]:
+        """The prepared signature (Init done, argument block cached) for these inputs.
+
+        With ``run_prepared`` this lets a caller that already keys its own calls (the
+        ``backend="aot"`` kernel) skip computing the key a second time.
+        """
+        arrays, key = self._arrays(inputs)
+        with self._lock:
+            return self._signature(key, arrays), arrays
+
+    def run_prepared(self, signature: _Signature, arrays: Sequence[np.ndarray], out: Any = None):
+        """Call the kernel on C-contiguous ``arrays`` whose signature ``prepare`` returned."""
+        with self._lock:
+            if not self._open:
+                raise LibraryError(f"{self.name}: the kernel has been closed")
             if out is None:
                 outs = [np.empty(shape, dtype) for shape, dtype in signature.outputs]
             else:
