@@ -27,6 +27,9 @@ def __getattr__(name):
     if name == "emit":
         from .abi_emit import emit
         return emit
+    if name == "jax":  # optional: needs `pip install "fusegen[jax]"`
+        import importlib
+        return importlib.import_module(".jax", __name__)
     if name == "examples":
         from . import examples
         return examples
