@@ -17,7 +17,7 @@ import jinja2
 from . import __version__
 from . import dtypes as dt
 from .dtypes import AttrType, DType
-from .exprs import CPP, ExprWriter, reg_dtype
+from .exprs import CPP, ExprWriter, reduce_identity, reg_dtype
 from .ir import AttrRef, Node, Op, OpDef, infer
 from .plan import Plan, build_plan, leaves_of
 
@@ -241,7 +241,7 @@ def _combo_data(op: OpDef, plan: Plan, combo: tuple[DType, ...]) -> dict:
             info = spec.of(r)
             acc = reg_dtype(info.acc)
             values.append(dict(kind="reduce", fn=f"s{st.index}_r{j}", reduce=r.arg.kind, node=g.idx(r),
-                               acc=CPP.type_name(acc), init=CPP.literal(_identity(r.arg.kind, acc), acc),
+                               acc=CPP.type_name(acc), init=CPP.literal(reduce_identity(r.arg.kind, acc), acc),
                                body=_expr_fn(spec, r.srcs[0], acc, names),
                                out_type=CPP.type_name(reg_dtype(dt.materialize(info.dtype))),
                                targets=[of(("out", k)) for k in plan.reduce_outputs.get(id(r), ())] +
@@ -276,11 +276,6 @@ def _expr_fn(spec, node: Node, want: DType, names: dict) -> list[str]:
     v = w.value(node, want)
     lines = [f"const auto {name} = {expr};" for name, expr in w.lines]
     return lines + [f"return {v};"]
-
-
-def _identity(kind: str, acc: DType):
-    from .lower_cpu import _identity as ident
-    return ident(kind, acc)
 
 
 # MindSpore TypeId values (established against MindSpore 2.10; see the notes).

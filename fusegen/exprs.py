@@ -46,6 +46,21 @@ PY_TABLE = {**C_TABLE,
             Op.AND: "({0} & {1})", Op.OR: "({0} | {1})", Op.WHERE: "({1} if {0} else {2})"}
 
 
+def reduce_identity(kind: str, acc: DType):
+    """The value a reduction's accumulator starts from, in accumulation dtype ``acc``."""
+    import numpy as np
+    if kind in ("sum", "mean"):
+        return 0
+    if kind == "prod":
+        return 1
+    if acc.kind == "f":
+        return float("-inf") if kind == "max" else float("inf")
+    if acc.kind == "b":
+        return kind == "min"
+    info = np.iinfo(acc.np)
+    return info.min if kind == "max" else info.max
+
+
 def reg_dtype(d: DType) -> DType:
     """The dtype a value of dtype ``d`` is computed in (float16 -> float32)."""
     return dt.float32 if d is dt.float16 else d

@@ -25,7 +25,7 @@ import threading
 from dataclasses import dataclass
 
 from . import dtypes as dt
-from .exprs import PYTHON, ExprWriter, reg_dtype
+from .exprs import PYTHON, ExprWriter, reduce_identity, reg_dtype
 from .ir import Node, Op, Spec
 from .plan import GroupRun, Plan
 
@@ -143,7 +143,7 @@ class GroupSource:
         for j, r in enumerate(st.reductions):
             info = self.spec.of(r)
             acc = reg_dtype(info.acc)
-            init = PYTHON.literal(_identity(r.arg.kind, acc), acc)
+            init = PYTHON.literal(reduce_identity(r.arg.kind, acc), acc)
             if self.mode == "row":
                 w(f"{pad}acc{j} = {init}")
             elif self.split:
@@ -344,20 +344,6 @@ def _nodes_of(st) -> list[Node]:
     from .ir import Graph
     roots = [r for r in st.reductions] + [n for _, n in st.writes] + [n for _, n in st.finals]
     return list(Graph(tuple(roots)).nodes) if roots else []
-
-
-def _identity(kind: str, acc) -> object:
-    import numpy as np
-    if kind in ("sum", "mean"):
-        return 0
-    if kind == "prod":
-        return 1
-    if acc.kind == "f":
-        return float("-inf") if kind == "max" else float("inf")
-    if acc.kind == "b":
-        return kind == "min"
-    info = np.iinfo(acc.np)
-    return info.min if kind == "max" else info.max
 
 
 def _combine(kind: str, acc: str, v: str) -> str:
