@@ -285,6 +285,49 @@ def _shape_block(shapes: Sequence[tuple[int, ...]]) -> tuple[Any, Any, list]:
     return ndims, ptrs, rows
 
 
+# --------------------------------------------------------------------------- guard mode
+# With guard=True (or FUSEGEN_GUARD=1) every output and workspace sits between two zones of a
+# known byte pattern, checked after each call: a kernel that writes out of bounds is named in a
+# KernelError instead of silently corrupting the heap (or crashing much later).
+GUARD_BYTES = 256
+_GUARD_BYTE = 0xA5
+
+
+class _Guarded:
+    """A buffer of ``nbytes`` bytes, 64-byte aligned, fenced by guard zones."""
+
+    __slots__ = ("raw", "start", "nbytes", "what")
+
+    def __init__(self, nbytes: int, what: str):
+        self.raw = np.empty(nbytes + 2 * GUARD_BYTES + 64, np.uint8)
+        address = self.raw.ctypes.data
+        self.start = GUARD_BYTES + (-(address + GUARD_BYTES)) % 64
+        self.nbytes, self.what = nbytes, what
+        self.raw[:self.start] = _GUARD_BYTE
+        self.raw[self.start + nbytes:] = _GUARD_BYTE
+
+    @property
+    def address(self) -> int:
+        return self.raw.ctypes.data + self.start
+
+    def array(self, shape, dtype) -> np.ndarray:
+        return self.raw[self.start:self.start + self.nbytes].view(dtype).reshape(shape)
+
+    def damage(self) -> str | None:
+        """How the guard zones were overwritten, or None if they are intact."""
+        before = np.flatnonzero(self.raw[:self.start] != _GUARD_BYTE)
+        after = np.flatnonzero(self.raw[self.start + self.nbytes:] != _GUARD_BYTE)
+        if after.size:
+            return f"{self.what}: wrote {int(after[-1]) + 1} byte(s) past its end ({self.nbytes} bytes)"
+        if before.size:
+            return f"{self.what}: wrote {self.start - int(before[0])} byte(s) before its start"
+        return None
+
+
+def _guard_default() -> bool:
+    return os.environ.get("FUSEGEN_GUARD", "") not in ("", "0")
+
+
 def _aligned_workspace(size: int) -> tuple[np.ndarray, int]:
     """A 64-byte aligned buffer of ``size`` bytes (never a NULL pointer, even for 0)."""
     raw = np.empty(size + 64, np.uint8)
@@ -366,12 +409,13 @@ class AotKernel:
 
     def __init__(self, func: str, attrs: dict | None = None, out_shape: Any = None, out_dtype: Any = None, *,
                  flags: list[str] | None = None, n_outputs: int | None = None, n_inputs: int | None = None,
-                 name: str | None = None):
+                 name: str | None = None, guard: bool | None = None):
         path, sep, symbol = str(func).rpartition(":")
         if not sep or not path or not symbol.isidentifier():
             raise ArgumentError(f"func must look like 'path/to/file.cc:FunctionName', got {func!r}")
         self.function = symbol
         self.name = name or symbol
+        self.guard = _guard_default() if guard is None else bool(guard)
         self.attrs = _canonical_attrs(attrs)
         counts = {"n_outputs": n_outputs}
         self._out_shape, self._out_dtype = out_shape, out_dtype
@@ -500,7 +544,11 @@ class AotKernel:
             count = shim.fg_extra_workspace(extra, None, 0)
             sizes = (_c_size_t * max(count, 1))()
             shim.fg_extra_workspace(extra, sizes, count)
-            workspaces = [_aligned_workspace(sizes[i]) for i in range(count)]
+            if self.guard:
+                fenced = [_Guarded(sizes[i], f"workspace {i}") for i in range(count)]
+                workspaces = [(g, g.address) for g in fenced]
+            else:
+                workspaces = [_aligned_workspace(sizes[i]) for i in range(count)]
             n_in, n_out = len(arrays), len(out_shapes)
             params = (_c_void_p * (n_in + n_out + count))()
             for i, (_, address) in enumerate(workspaces):
@@ -638,6 +686,8 @@ class AotKernel:
 
     def run_prepared(self, signature: _Signature, arrays: Sequence[np.ndarray], out: Any = None):
         """Call the kernel on C-contiguous ``arrays`` whose signature ``prepare`` returned."""
+        if self.guard:
+            return self._run_guarded(signature, arrays, out)
         with self._lock:
             if not self._open:
                 raise LibraryError(f"{self.name}: the kernel has been closed")
@@ -659,4 +709,37 @@ class AotKernel:
             block = signature.block
             if status or block.result:
                 raise self._kernel_error(self.function, status, block.result, block.error)
+        return outs[0] if self.n_outputs == 1 else tuple(outs)
+
+    def _run_guarded(self, signature: _Signature, arrays: Sequence[np.ndarray], out: Any):
+        """run_prepared in guard mode: outputs in fenced buffers, every fence checked after the call;
+        a caller's out= arrays are only written once the kernel is known to have stayed in bounds."""
+        given = self._check_out(out, signature) if out is not None else None
+        fences = [_Guarded(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize, f"output {k}")
+                  for k, (shape, dtype) in enumerate(signature.outputs)]
+        outs = [f.array(shape, dtype) for f, (shape, dtype) in zip(fences, signature.outputs)]
+        with self._lock:
+            if not self._open:
+                raise LibraryError(f"{self.name}: the kernel has been closed")
+            params = signature.params
+            for i, array in enumerate(arrays):
+                params[i] = array.ctypes.data
+            for k, f in enumerate(fences):  # a 0-byte output still gets a valid, fenced pointer
+                params[len(arrays) + k] = f.address
+            status = self._call_main(signature.block_address)
+            block = signature.block
+            workspaces = [w for w, _ in signature.keep[4] if isinstance(w, _Guarded)]
+            damage = [d for d in (f.damage() for f in fences + workspaces) if d]
+            if damage:
+                raise KernelError(f"{self.name}: {self.function} in {self.lib_path} wrote out of bounds "
+                                  f"(guard mode): " + "; ".join(damage), library=str(self.lib_path),
+                                  function=self.function, code=None, meaning="out-of-bounds write")
+            if status or block.result:
+                raise self._kernel_error(self.function, status, block.result, block.error)
+        if given is not None:
+            for g, o in zip(given, outs):
+                np.copyto(g, o)
+            outs = given
+        else:
+            outs = [o.copy() for o in outs]  # release the fenced buffers' slack
         return outs[0] if self.n_outputs == 1 else tuple(outs)
