@@ -31,6 +31,6 @@ def __getattr__(name):
         import importlib
         return importlib.import_module(".jax", __name__)
     if name == "examples":
-        from . import examples
-        return examples
+        import importlib
+        return importlib.import_module(".examples", __name__)
     raise AttributeError(f"module 'fusegen' has no attribute {name!r}")

@@ -288,21 +288,32 @@ def _env() -> jinja2.Environment:
                               trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
 
 
-def emit(op: OpDef, abi: str = "mindspore-aot", device: str = "cpu", dtypes=None) -> Emitted:
+def emit(op: OpDef, abi: str = "mindspore-aot", device: str = "cpu", dtypes=None,
+         dynamic_workspace: str = "kernel") -> Emitted:
     """Generate the files a user ships for ``op``.
 
     ``dtypes``: the dtype combinations to support — a dtype name (all inputs), a list of
     names (one combination per name, all inputs alike), or a list of per-input tuples.
     Default: every float dtype.
+    ``dynamic_workspace``: what ``NameInit`` does when a workspace size depends on a dim it
+    sees as unknown (-1): ``"kernel"`` (default) asks for no workspace and lets the kernel
+    own and grow its scratch, so the op runs under MindSpore's dynamic shapes;
+    ``"error"`` returns ``FG_ERR_DYNAMIC_WORKSPACE`` instead.
     """
+    if dynamic_workspace not in ("kernel", "error"):
+        raise ValueError(f"dynamic_workspace must be 'kernel' or 'error', got {dynamic_workspace!r}")
     if not isinstance(op, OpDef):
         raise TypeError(f"fusegen.emit expects an @fusegen.op, got {type(op).__name__}")
+    if abi == "xla-ffi":  # XLA typed-FFI handlers around the same loops (fusegen/xla_emit.py)
+        from .xla_emit import emit_xla
+        return emit_xla(op, device=device, dtypes=dtypes)
     if abi != "mindspore-aot":
-        raise NotImplementedError(f"abi={abi!r} is not available yet (the XLA FFI emitter is tracked "
-                                  "in its own issue)")
+        raise NotImplementedError(f"abi={abi!r} is not available: use 'mindspore-aot' or 'xla-ffi'")
+    if device == "cuda":  # the .cu: same tables and entry points, CUDA kernels (fusegen/lower_cuda.py)
+        from .lower_cuda import emit_cuda
+        return emit_cuda(op, dtypes=dtypes)
     if device != "cpu":
-        raise NotImplementedError(f"device={device!r} is not available yet (emitted CUDA is tracked in "
-                                  "the CUDA issue)")
+        raise NotImplementedError(f"device={device!r} is not available: use 'cpu' or 'cuda'")
     plan = build_plan(op)
     combos = _parse_dtypes(op, dtypes)
     name = c_name(op.name)
@@ -313,7 +324,7 @@ def emit(op: OpDef, abi: str = "mindspore-aot", device: str = "cpu", dtypes=None
         outputs=[op.graph.idx(o) for o in op.graph.outputs], stages=_stage_data(op, plan),
         combos=[_combo_data(op, plan, c) for c in combos], errors=[(n, m.replace("<Name>", name))
                                                                    for n, m in ERRORS],
-        multi=op.multi_output or len(op.graph.outputs) > 1,
+        multi=op.multi_output or len(op.graph.outputs) > 1, dynamic_workspace=dynamic_workspace,
     )
     src = _env().get_template("mindspore_aot_cpu.cc.j2").render(**data)
     header = (TEMPLATES / HEADER_NAME).read_text()

@@ -25,11 +25,12 @@ class AotCompiled:
 
     backend = "aot"
 
-    def __init__(self, op: OpDef, device: str = "cpu", dtypes=None, flags=None):
+    def __init__(self, op: OpDef, device: str = "cpu", dtypes=None, flags=None, dynamic_workspace="kernel"):
         if flags == "mindspore":
             flags = list(MINDSPORE_CPU_FLAGS)
         self.op, self.device, self.flags = op, device, flags
-        self.emitted = emit(op, abi="mindspore-aot", device=device, dtypes=dtypes)
+        self.emitted = emit(op, abi="mindspore-aot", device=device, dtypes=dtypes,
+                            dynamic_workspace=dynamic_workspace)
         digest = hashlib.sha256(self.emitted.source.encode()).hexdigest()[:16]
         self.directory = Path(cache_dir()) / "aot-src" / f"{op.name}-{digest}"
         self.emitted.write(self.directory)
@@ -127,6 +128,7 @@ class AotCompiled:
         self._calls.clear()
 
 
-def compile_aot(op: OpDef, device: str = "cpu", dtypes=None, flags=None) -> AotCompiled:
-    """emit -> build -> AotKernel. ``flags="mindspore"`` builds with MindSpore's own command."""
-    return AotCompiled(op, device=device, dtypes=dtypes, flags=flags)
+def compile_aot(op: OpDef, device: str = "cpu", dtypes=None, flags=None, dynamic_workspace="kernel") -> AotCompiled:
+    """emit -> build -> AotKernel. ``flags="mindspore"`` builds with MindSpore's own command;
+    ``dynamic_workspace`` is passed to ``fg.emit``."""
+    return AotCompiled(op, device=device, dtypes=dtypes, flags=flags, dynamic_workspace=dynamic_workspace)

@@ -190,3 +190,29 @@ class ExprWriter:
 _BOOL_OPS = {Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE, Op.AND, Op.OR, Op.NOT}
 # Ops whose result type a backend may widen even for exact types (numba: erf, pow -> float64).
 _INEXACT = {Op.ERF, Op.POW, Op.ABS}
+
+
+# --- CUDA -------------------------------------------------------------------------------------
+# numba-cuda: math.* on a float32 stays float32 (libdevice's expf, floorf, ...), where NumPy's
+# ufuncs are not available inside kernels. Everything else is the CPU Python table.
+CUDA_PY_TABLE = {**PY_TABLE,
+                 Op.EXP: "math.exp({0})", Op.LOG: "math.log({0})", Op.SQRT: "math.sqrt({0})",
+                 Op.RSQRT: "({one} / math.sqrt({0}))", Op.SIN: "math.sin({0})", Op.COS: "math.cos({0})",
+                 Op.TANH: "math.tanh({0})", Op.SIGMOID: "({one} / ({one} + math.exp(-{0})))",
+                 Op.FLOOR: "math.floor({0})", Op.CEIL: "math.ceil({0})"}
+
+CUDA_PY = Dialect(CUDA_PY_TABLE, PYTHON.type_name, _py_cast, _py_literal, PYTHON.exact_types)
+
+# CUDA C++ device code: CUDA's math API overloads exp/log/... for float and double in the global
+# namespace (std:: versions are host functions), and fusegen's NumPy-compatible helpers live in
+# namespace fgd as __host__ __device__ functions (see templates/_cuda_stages.inc.j2).
+CUDA_CPP_TABLE = {**CPP_TABLE, **{op: C_TABLE[op] for op in (
+    Op.EXP, Op.LOG, Op.SQRT, Op.SIN, Op.COS, Op.TANH, Op.ERF, Op.FLOOR, Op.CEIL)},
+    Op.RSQRT: "({one} / sqrt({0}))", Op.SIGMOID: "({one} / ({one} + exp(-{0})))",
+    **{op: "fgd::" + C_TABLE[op] for op in (Op.ABS, Op.POW, Op.MAX, Op.MIN)}}
+
+_CUDA_TYPES = {**_CPP_TYPES, "float16": "__half"}
+
+CUDA_CPP = Dialect(CUDA_CPP_TABLE, lambda d: _CUDA_TYPES[d.name],
+                   lambda t, d: f"({t} != 0)" if d.kind == "b" else f"({_CUDA_TYPES[d.name]})({t})",
+                   _cpp_literal, CPP.exact_types)

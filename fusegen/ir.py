@@ -635,7 +635,7 @@ def infer(opdef: OpDef, in_dtypes, in_shapes, attrs: dict) -> Spec:
             else:
                 shp = tuple(d for k, d in enumerate(x.shape) if k not in ax)
             if a.kind in ("max", "min") and any(x.shape[k] == 0 for k in ax):
-                fail(f"{a.kind} over an axis of size 0 has no identity", ValueError)
+                fail(f"{a.kind} over an axis of size 0 has no identity", exc=ShapeError)
             info.append(NodeInfo(out_dt, shp, xd, acc, ax, keep))
         else:
             if n.op in UNARY_UFUNC:
@@ -651,12 +651,12 @@ def infer(opdef: OpDef, in_dtypes, in_shapes, attrs: dict) -> Spec:
                 try:
                     comp, out = dt.resolve_ufunc(uf, operands)
                 except DTypeError as e:
-                    fail(str(e), DTypeError)
+                    fail(str(e), exc=DTypeError)
                 if n.op is Op.WHERE:
                     comp = out
             if n.op is Op.RELU and comp == "bool" or (isinstance(comp, DType) and comp.kind == "b"
                                                        and n.op is Op.RELU):
-                fail("relu is not defined for bool", DTypeError)
+                fail("relu is not defined for bool", exc=DTypeError)
             info.append(NodeInfo(out, broadcast_shapes([s.shape for s in srcs], fail), comp))
     spec = Spec(opdef, in_dtypes, tuple(sorted(attrs.items())), tuple(info))
     return spec

@@ -293,5 +293,10 @@ def compile(op: OpDef, backend: str = "numba", device: str = "cpu", **options):
     if backend == "aot" and device == "cpu":
         from .aot_compile import compile_aot
         return compile_aot(op, device=device, **options)
-    raise NotImplementedError(f"backend={backend!r} device={device!r} is not available yet "
-                              "(CUDA backends are tracked in the CUDA issue)")
+    if backend == "numba" and device == "cuda":
+        from .runtime_cuda import CudaKernel
+        return CudaKernel(op, **options)
+    if backend == "aot" and device == "cuda":
+        from .runtime_cuda import compile_aot_cuda
+        return compile_aot_cuda(op, **options)
+    raise NotImplementedError(f"backend={backend!r} device={device!r} is not available yet")
