@@ -1,0 +1,166 @@
+"""Shared fixtures and helpers of fusegen's core tests (IR, plan, Numba CPU lowering, runtime).
+
+Every test compares against NumPy: the *dtype* of a result must equal NumPy's exactly, the
+*values* must agree within the tolerance of that dtype (table ``TOL`` below).
+
+Tolerances, and why:
+
+* bool and integer results: exact.
+* float64: ``rtol=1e-10, atol=1e-12``. Numba calls libm, NumPy its own SIMD routines (both within a
+  few ulp); float reductions are compiled with ``fastmath reassoc`` (a different summation order
+  than NumPy's pairwise sums), which costs ~n ulp on an n-term sum.
+* float32: ``rtol=2e-5, atol=1e-6``: the same reasons at float32's precision (eps 1.2e-7).
+* float16: ``rtol=2e-3, atol=2e-3``. fusegen computes float16 in float32 registers and rounds once,
+  at the store (1 ulp of half is 2**-10 ~ 1e-3 relative); a one-ulp disagreement at a rounding
+  boundary is allowed.
+
+The reference *values* are NumPy's computed from float inputs widened to float64 and rounded to the
+dtype NumPy gives for the original inputs (``np_ref``): the correctly rounded answer. Comparing
+with NumPy's own float16 arithmetic instead would measure NumPy's per-operation rounding.
+
+Compilation is the cost of these tests (each distinct (dtypes, op structure, row/col mode, stride
+pattern, ranks) compiles a Numba function, ~0.5-2 s), so tests share ops defined at module level
+and use small shapes below ``runtime.PARALLEL_THRESHOLD`` unless they test the parallel path.
+"""
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from pathlib import Path
+
+# Numba's on-disk cache must keep working across runs (the generated sources are written to
+# $FUSEGEN_CACHE_DIR/numba with their .nbi/.nbc beside them). Never touch a user's own cache:
+# use a fixed directory under the temp dir, only where the caller set none.
+if not os.environ.get("FUSEGEN_CACHE_DIR"):
+    os.environ["FUSEGEN_CACHE_DIR"] = os.path.join(
+        tempfile.gettempdir(), f"fusegen-test-cache-{os.getuid() if hasattr(os, 'getuid') else 'user'}")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+TESTS_DIR = Path(__file__).resolve().parent
+
+#: Tolerances by result dtype (see the module docstring).
+TOL = {
+    np.dtype(np.float16): dict(rtol=2e-3, atol=2e-3),
+    np.dtype(np.float32): dict(rtol=2e-5, atol=1e-6),
+    np.dtype(np.float64): dict(rtol=1e-10, atol=1e-12),
+}
+
+FLOATS = ("float16", "float32", "float64")
+SIGNED = ("int8", "int16", "int32", "int64")
+UNSIGNED = ("uint8", "uint16", "uint32", "uint64")
+ALL_DTYPES = ("bool",) + SIGNED + UNSIGNED + FLOATS
+
+#: True: long property-based runs (a few hundred random graphs instead of a few dozen).
+LONG_TESTS = os.environ.get("FUSEGEN_LONG_TESTS", "") not in ("", "0")
+
+
+def assert_close(got, want, *, rtol: float | None = None, atol: float | None = None, what: str = "") -> None:
+    """``got`` (fusegen) equals ``want`` (NumPy): same type, shape and dtype; values exactly for
+    bool/int, within ``TOL[dtype]`` (or the given overrides) for floats; NaN matches NaN."""
+    want = np.asarray(want)
+    label = f"{what}: " if what else ""
+    assert isinstance(got, np.ndarray), f"{label}expected an ndarray, got {type(got).__name__}"
+    assert got.dtype == want.dtype, f"{label}dtype {got.dtype} differs from NumPy's {want.dtype}"
+    assert got.shape == want.shape, f"{label}shape {got.shape} differs from NumPy's {want.shape}"
+    if want.dtype.kind in "biu":
+        np.testing.assert_array_equal(got, want, err_msg=label)
+        return
+    tol = dict(TOL[want.dtype])
+    if rtol is not None:
+        tol["rtol"] = rtol
+    if atol is not None:
+        tol["atol"] = atol
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), equal_nan=True,
+                               err_msg=label, **tol)
+
+
+def assert_all_close(got, want, *, what: str = "", **kw) -> None:
+    """``assert_close`` on each of several outputs (tuples of the same length)."""
+    if not isinstance(want, (tuple, list)):
+        got, want = (got,), (want,)
+    assert isinstance(got, tuple), f"expected a tuple of {len(want)} outputs, got {type(got).__name__}"
+    assert len(got) == len(want)
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert_close(g, w, what=f"{what} output {k}".strip(), **kw)
+
+
+def _wide(a):
+    if isinstance(a, np.ndarray) and a.dtype.kind == "f":
+        return a.astype(np.float64)
+    return a
+
+
+def np_ref(fn, *args, **kwargs):
+    """NumPy's result of ``fn(*args, **kwargs)`` as the reference for fusegen's.
+
+    The dtype(s) are the ones NumPy gives for the arguments exactly as they are (so a dtype
+    mismatch is a fusegen bug); the values are computed with float arguments widened to float64
+    and rounded to that dtype, i.e. the correctly rounded result, which fusegen's float32 register
+    arithmetic must match within ``TOL``. Integer and bool arguments are kept (wrap-around is part
+    of their semantics). Floating-point warnings (log(0), 0/0, overflow) are silenced."""
+    with np.errstate(all="ignore"):
+        typed = fn(*args, **kwargs)
+        if any(isinstance(a, np.ndarray) and a.dtype.kind == "f" for a in args):
+            vals = fn(*[_wide(a) for a in args], **kwargs)
+        else:
+            vals = typed
+    if isinstance(typed, tuple):
+        return tuple(np.asarray(v).astype(np.asarray(t).dtype) for t, v in zip(typed, vals))
+    return np.asarray(vals).astype(np.asarray(typed).dtype)
+
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def np_erf(x):
+    """erf with NumPy's dtype rule for a transcendental (the dtype of ``np.exp(x)``); SciPy is not
+    a dependency, so the values come from ``math.erf``."""
+    x = np.asarray(x)
+    out_dtype = np.exp(np.zeros((), x.dtype)).dtype
+    return _erf(x.astype(np.float64)).astype(out_dtype) if x.size else np.zeros(x.shape, out_dtype)
+
+
+def sample(rng: np.random.Generator, shape, dtype, *, lo: float = -3.0, hi: float = 3.0) -> np.ndarray:
+    """Random values of ``dtype`` in [lo, hi) (non-negative for unsigned ints; 0/1 for bool)."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "b":
+        return rng.integers(0, 2, size=shape).astype(bool)
+    if dtype.kind == "u":
+        return rng.integers(0, max(int(hi), 1) + 1, size=shape).astype(dtype)
+    if dtype.kind == "i":
+        return rng.integers(int(lo), int(hi) + 1, size=shape).astype(dtype)
+    return rng.uniform(lo, hi, size=shape).astype(dtype)
+
+
+def line_of(path, marker: str) -> int:
+    """1-based line number of the (unique) line of ``path`` that ends with the comment ``# marker``:
+    lets a test assert that an error names the user's source line without hard-coding numbers."""
+    lines = [i + 1 for i, text in enumerate(Path(path).read_text().splitlines())
+             if text.rstrip().endswith(f"# {marker}")]
+    assert len(lines) == 1, f"marker {marker!r} found on lines {lines} of {path}"
+    return lines[0]
+
+
+def loc_of(path, marker: str) -> str:
+    """``'file.py:NN'``, as fusegen names a user's source line in its messages."""
+    return f"{Path(path).name}:{line_of(path, marker)}"
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    """A fixed-seed generator: every run sees the same data."""
+    return np.random.default_rng(20240607)
+
+
+# --- reporting how many random graphs the property tests tried -------------------------------
+PROPERTY_STATS: dict[str, int] = {}
+
+
+def pytest_terminal_summary(terminalreporter):
+    if PROPERTY_STATS:
+        terminalreporter.write_sep("-", "fusegen property tests")
+        for name, count in sorted(PROPERTY_STATS.items()):
+            terminalreporter.write_line(f"{name}: {count} examples tried")
