@@ -36,6 +36,8 @@ class AotCompiled:
         self.emitted.write(self.directory)
         self.func = self.emitted.func(self.directory)
         self._combos = {tuple(c) for c in self.emitted.dtypes}
+        # An op that returns a 1-tuple gets a 1-tuple back (AotKernel returns a bare array).
+        self._one_tuple = op.multi_output and len(op.graph.outputs) == 1
         self._by_attrs: dict[tuple, object] = {}
         self._calls: dict[tuple, object] = {}
         self._lock = threading.Lock()
@@ -81,8 +83,11 @@ class AotCompiled:
             return self._slow_call(arrays, out, attrs)
         for a in arrays:
             if not a.flags.c_contiguous:  # copied, as AotKernel does
-                return kernel(*arrays, out=out)
-        return kernel.run_prepared(signature, arrays, out)
+                res = kernel(*arrays, out=out)
+                break
+        else:
+            res = kernel.run_prepared(signature, arrays, out)
+        return (res,) if self._one_tuple else res
 
     def _slow_call(self, arrays, out, attrs):
         op = self.op
@@ -98,7 +103,8 @@ class AotCompiled:
         except TypeError:  # an unhashable attribute value (a list): prepared, not cached
             key, hit = None, None
         kernel = hit[0] if hit is not None else self._prepare(arrs, attrs, key)
-        return kernel(*arrs, out=out)
+        res = kernel(*arrs, out=out)
+        return (res,) if self._one_tuple else res
 
     def _prepare(self, arrs, attrs, key):
         """Validate with the IR's rules first, so errors name the op and the node."""

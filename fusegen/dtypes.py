@@ -79,6 +79,10 @@ WeakOrDType = typing.Union[DType, str]  # a DType, or "bool"/"int"/"float" for a
 
 
 def _np_operand(t: WeakOrDType):
+    # NumPy's resolve_dtypes takes Python int/float as weak scalars but not bool; a strong
+    # bool promotes exactly like a weak one (it is the lowest kind), so it stands in.
+    if t == "bool":
+        return np.dtype(bool)
     return WEAK_TYPES[t] if isinstance(t, str) else t.np
 
 

@@ -172,6 +172,9 @@ class ExprWriter:
             comp = reg_dtype(dt.materialize(info.compute))
             if node.op is Op.WHERE:
                 args = [self.value(node.srcs[0], dt.bool_)] + [self.value(s, comp) for s in node.srcs[1:]]
+            elif node.op in (Op.AND, Op.OR, Op.NOT):  # truth values, whatever the operands' dtype
+                comp = dt.bool_
+                args = [self.value(s, dt.bool_) for s in node.srcs]
             else:
                 args = [self.value(s, comp) for s in node.srcs]
             expr = self.d.table[node.op].format(*args, one=self.d.literal(1, comp), zero=self.d.literal(0, comp))

@@ -404,8 +404,9 @@ class OpDef:
         g = Graph(tuple(nodes))
         for i, o in enumerate(g.outputs):
             if not any(n.op is Op.INPUT for n in Graph((o,)).nodes):
+                at = f" [at {o.loc}]" if o.loc else ""
                 raise TraceError(f"op {self.name}: output {i} does not depend on any input; "
-                                 "its shape would be undefined")
+                                 f"its shape would be undefined{at}")
         return g
 
     # --- calling ------------------------------------------------------------------------------

@@ -12,8 +12,10 @@ Extents and strides arrive at run time in one int64 ``meta`` array, so one compi
 function serves every shape; what is baked in is what changes the machine code:
 dtypes, the group's stages, row or col mode, and which operands have unit or zero
 stride on the hot loop (so LLVM sees ``x[i]`` and vectorizes). Float reductions use
-``fastmath={'reassoc', 'contract'}``: the reassociation is what lets LLVM keep
-several vector accumulators (NaN and Inf semantics are untouched).
+``fastmath={'reassoc'}``: the reassociation is what lets LLVM keep several vector
+accumulators (NaN and Inf semantics are untouched). Not 'contract': an expression that
+two fused stages recompute must give bit-identical values in both (``x >= max(x)``),
+and FMA contraction can differ between a vector loop and its scalar remainder.
 """
 from __future__ import annotations
 
@@ -416,7 +418,7 @@ def compile_group(plan: Plan, spec: Spec, run: GroupRun, parallel: bool, split: 
             mod = importlib.util.module_from_spec(spec_)
             sys.modules[modname] = mod
             spec_.loader.exec_module(mod)
-            jit = dict(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})
+            jit = dict(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc"})
             mod._fmax = numba.njit(inline="always")(mod._fmax)
             mod._fmin = numba.njit(inline="always")(mod._fmin)
             mod.kernel = numba.njit(parallel=parallel, **jit)(mod.kernel)

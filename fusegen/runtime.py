@@ -263,7 +263,7 @@ def _make_runner(kernel: Kernel, call: _Call):
     else:
         lines.append("    if out is not None:")
         lines.append(f"        return _finish(_call, [{outs}], out)")
-        lines.append(f"    return {'(' + outs + ')' if nout > 1 else 'o0'}")
+        lines.append(f"    return {'(' + outs + ')' if kernel.op.multi_output else 'o0'}")
     src = "\n".join(lines) + "\n"
     exec(builtins.compile(src, f"<fusegen runner {kernel.op.name}>", "exec"), g)
     run = g["run"]
