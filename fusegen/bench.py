@@ -250,6 +250,64 @@ def discover(op: Any, backends: list[str], devices: list[str],
     return methods, skipped
 
 
+def jax_available() -> bool:
+    """Whether jax imports (the optional ``fusegen[jax]`` extra)."""
+    if "jax" not in _probes:
+        try:
+            import jax  # noqa: F401
+            _probes["jax"] = True
+        except Exception:  # noqa: BLE001 - a broken jax install is an absent one here
+            _probes["jax"] = False
+    return _probes["jax"]
+
+
+_JAX_NAMES = ("jax-cpu", "fg-jax-cpu")
+
+
+def jax_methods(op: Any, dtype: str) -> tuple[list[Method], dict[str, str]]:
+    """JAX's own ``jax.jit(lambda x, y: jnp.sum(x + y, axis))`` ("jax-cpu") and ``op`` called
+    through ``fusegen.jax.function`` ("fg-jax-cpu": the XLA FFI handler), in this process.
+
+    Inputs are put on the device once per case, and every call waits for its result
+    (``block_until_ready``): JAX dispatches asynchronously, and an unwaited call would time the
+    dispatch only. Skipped, with the reason, without jax or a C++ compiler."""
+    if not jax_available():
+        return [], dict.fromkeys(_JAX_NAMES, "jax is not installed (pip install 'fusegen[jax]')")
+    import jax
+    import jax.numpy as jnp
+    if jax.dtypes.canonicalize_dtype(np.dtype(dtype)) != np.dtype(dtype):
+        return [], dict.fromkeys(_JAX_NAMES, f"{dtype} needs jax_enable_x64")
+    placed: dict[str, Any] = {}
+
+    def on_device(x: np.ndarray, y: np.ndarray) -> tuple:
+        # Both JAX methods of a case share one device copy (the largest inputs are 2 x 64 MiB).
+        if placed.get("key") != (id(x), id(y)):
+            placed.update(key=(id(x), id(y)), arrays=(jax.device_put(x), jax.device_put(y)))
+        return placed["arrays"]
+
+    def bind_ref(x: np.ndarray, y: np.ndarray, axis: int) -> Thunk:
+        f = jax.jit(lambda a, b: jnp.sum(a + b, axis=axis))
+        xj, yj = on_device(x, y)
+        return lambda: f(xj, yj).block_until_ready()
+
+    methods = [Method("jax-cpu", bind_ref)]
+    if not gxx_works():
+        return methods, {"fg-jax-cpu": "no working C++ compiler (g++ or $FUSEGEN_CXX)"}
+    from . import jax as fg_jax
+    t0 = time.perf_counter()
+    try:
+        fn = fg_jax.function(op, dtypes=dtype)
+    except Exception as e:  # noqa: BLE001 - reported as skipped, as discover() does
+        return methods, {"fg-jax-cpu": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+    setup = time.perf_counter() - t0
+
+    def bind_fg(x: np.ndarray, y: np.ndarray, axis: int) -> Thunk:
+        xj, yj = on_device(x, y)
+        return lambda: fn(xj, yj, axis=axis).block_until_ready()
+
+    return methods + [Method("fg-jax-cpu", bind_fg, setup)], {}
+
+
 # --- timing ---------------------------------------------------------------------------------------
 def time_interleaved(calls: dict[str, Thunk], rounds: int, calls_per_round: int = 1) -> dict[str, list[float]]:
     """Per round, time each call in turn (A B C A B C ...); returns seconds per call,
@@ -381,6 +439,7 @@ class BenchConfig:
     backends: tuple[str, ...] = ("numba", "aot")
     devices: tuple[str, ...] = ("cpu",)
     aot_flags: list[str] | None = None
+    jax: bool = True  # also JAX's jit and fusegen.jax.function, when jax is installed (CPU)
 
     @classmethod
     def quick(cls, **kw: Any) -> BenchConfig:
@@ -396,7 +455,10 @@ def run_bench(cfg: BenchConfig, progress: Progress | None = None) -> dict:
     total = 2 + len(cfg.shapes) * len(cfg.axes)
     say(1, total, "compiling, read bandwidth")
     methods, skipped = discover(add_reduce_sum, list(cfg.backends), list(cfg.devices), cfg.aot_flags)
-    if not methods:  # nothing of fusegen's to measure: say so now, not after minutes of NumPy
+    if cfg.jax and "cpu" in cfg.devices:
+        more, why = jax_methods(add_reduce_sum, cfg.dtype)
+        methods, skipped = methods + more, {**skipped, **why}
+    if all(m.name == "jax-cpu" for m in methods):  # nothing of fusegen's: say so now, not after minutes of NumPy
         return {"schema": SCHEMA, "methods": [], "skipped": skipped, "cases": [], "ok": False}
     methods = [numpy_method()] + methods
     bw = read_bandwidth(reps=cfg.bandwidth_reps)
@@ -420,7 +482,7 @@ def run_bench(cfg: BenchConfig, progress: Progress | None = None) -> dict:
             "bound": "2 * N * itemsize bytes / read bandwidth",
             "settings": {"rounds": cfg.rounds, "shapes": [list(s) for s in cfg.shapes], "axes": list(cfg.axes),
                          "dtype": cfg.dtype, "backends": list(cfg.backends), "devices": list(cfg.devices),
-                         "aot_flags": cfg.aot_flags, "interleaved": True, "warmup_calls": 2},
+                         "aot_flags": cfg.aot_flags, "jax": cfg.jax, "interleaved": True, "warmup_calls": 2},
             "methods": [m.name for m in methods], "skipped": skipped,
             "cases": cases, "per_call": per_call, "ok": all(c["ok"] for c in cases)}
 

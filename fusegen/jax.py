@@ -1,0 +1,235 @@
+"""The JAX bridge: call a fused op from JAX through an XLA typed-FFI handler.
+
+``fg.jax.function(op)`` emits the op's XLA FFI source (``fg.emit(op, abi="xla-ffi")``), builds it
+through fusegen's content-addressed build cache, registers one handler per dtype combination, and
+returns ``f(*arrays, **attrs)``, which calls ``jax.ffi.ffi_call`` with result shapes and dtypes
+from fusegen's own shape inference. It works eagerly, under ``jax.jit`` and under ``jax.vmap``.
+
+* **Target names** carry a hash of the built library's bytes: a name is registered once per
+  process (XLA refuses a second registration and keeps the first handler), and a changed source,
+  compiler or flag set always gets a new name.
+* **vmap**: ``vmap_method="broadcast_all"`` (one handler call on the whole batch) where adding a
+  leading batch dim keeps the op's meaning: all inputs of equal rank, and every reduction over
+  explicit axes that can be written from the end (attribute axes are passed to the handler
+  normalized to negative values for that reason). Otherwise, e.g. ``rms_norm``'s ``(N, D)``
+  input with a ``(D,)`` weight, or a reduction over all axes: ``"sequential"`` (one call per
+  batch element). ``vmap_method=...`` overrides the choice.
+* **Errors**: arguments are validated with the IR's rules before XLA sees them (the same
+  ``ShapeError``/``DTypeError``/``AttrError`` as every other backend). A handler's own error
+  (it re-checks every buffer: XLA does not check what a handler writes) is an ``ffi::Error``
+  carrying fusegen's message. When it surfaces inside an eager call it is re-raised as
+  ``fusegen.KernelError``; under an outer ``jax.jit``, or when JAX's asynchronous dispatch
+  reports it only where the result is used, it is JAX's ``JaxRuntimeError`` with the same text.
+* **Legacy** ``api="legacy"``: the old ``custom_call_api_version=3`` entry points of the same
+  library, for hosts without typed FFI (caveats in ``function``'s docstring).
+* **64-bit types** follow JAX: without ``jax_enable_x64`` a float64 NumPy input is a float32 JAX
+  array, and an op whose result would be 64-bit (``sum`` of int32 is int64) raises ``DTypeError``.
+
+Needs ``pip install "fusegen[jax]"`` (jax and jaxlib) and a C++ compiler.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import threading
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+import fusegen as fg
+from .build import build_library, cache_dir, default_cpp_flags
+from .dtypes import AttrType
+from .xla_emit import XlaEmitted, legacy_opaque, workspace_bytes
+
+__all__ = ["function", "JaxFunction", "build_flags", "VMAP_METHODS"]
+
+VMAP_METHODS = ("sequential", "sequential_unrolled", "expand_dims", "broadcast_all")
+
+# Target name -> the loaded library behind it (kept alive: XLA holds raw function pointers).
+_registered: dict[str, ctypes.CDLL] = {}
+_register_lock = threading.Lock()
+
+
+def build_flags() -> list[str]:
+    """fusegen's C++ flags plus the FFI headers. No MindSpore string-ABI define (nothing here
+    crosses a std::string boundary) and no ``-fvisibility=hidden`` (the handler macro adds no
+    visibility attribute, so the symbols would vanish)."""
+    flags = [f for f in default_cpp_flags() if not f.startswith("-D_GLIBCXX_USE_CXX11_ABI")]
+    return flags + ["-I" + jax.ffi.include_dir()]
+
+
+def _register(name: str, lib: ctypes.CDLL, symbol: str, api_version: int) -> None:
+    with _register_lock:
+        if name in _registered:
+            return
+        jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, symbol)), platform="cpu",
+                                    api_version=api_version)
+        _registered[name] = lib
+
+
+def _ffi_attr(t: AttrType, value: Any) -> Any:
+    """A bound attribute value as the FFI decodes it (see fusegen.xla_emit.FFI_ATTRS)."""
+    if t is AttrType.INTS:
+        return np.asarray(value, np.int64)
+    if t is AttrType.FLOATS:
+        return np.asarray(value, np.float64)
+    if t is AttrType.INT:
+        return np.int64(value)
+    if t is AttrType.FLOAT:
+        return np.float64(value)
+    return value
+
+
+class _BatchRule:
+    """Whether a leading batch dim keeps the op's meaning (see the module docstring)."""
+
+    def __init__(self, op: fg.OpDef):
+        from .ir import AttrRef, Op
+        g = op.graph
+        self.ok = True
+        self.axis_attrs: dict[str, list[int]] = {}   # attribute -> reduce-source nodes it sizes
+        used_as_value = {n.arg for n in g.nodes if n.op is Op.ATTR}
+        for n in g.nodes:
+            if n.op is not Op.REDUCE:
+                continue
+            axes = n.arg.axes
+            if axes is None:
+                self.ok = False                      # over all axes: a batch dim would be summed too
+            elif isinstance(axes, AttrRef):
+                if axes.name in used_as_value:
+                    self.ok = False                  # the value is also arithmetic: cannot rewrite it
+                self.axis_attrs.setdefault(axes.name, []).append(g.idx(n.srcs[0]))
+            elif any(a >= 0 for a in ((axes,) if isinstance(axes, int) else axes)):
+                self.ok = False                      # a constant axis counted from the front
+
+    def normalize(self, spec, bound: dict) -> dict | None:
+        """``bound`` with axis attributes counted from the end, or None if no such form exists."""
+        out = dict(bound)
+        for name, srcs in self.axis_attrs.items():
+            ranks = {len(spec.info[s].shape) for s in srcs}
+            if len(ranks) != 1:
+                return None
+            rank = ranks.pop()
+            v = bound[name]
+            out[name] = tuple(a % rank - rank for a in v) if isinstance(v, tuple) else v % rank - rank
+        return out
+
+
+class JaxFunction:
+    """A fused op callable from JAX: ``f(*arrays, **attrs)``; see ``fusegen.jax.function``."""
+
+    def __init__(self, op: fg.OpDef, dtypes=None, vmap_method: str | None = None,
+                 flags: list[str] | None = None, api: str = "ffi"):
+        if vmap_method is not None and vmap_method not in VMAP_METHODS:
+            raise ValueError(f"vmap_method={vmap_method!r}: use None (fusegen chooses) or one of {VMAP_METHODS}")
+        if api not in ("ffi", "legacy"):
+            raise ValueError(f"api={api!r}: use 'ffi' (typed XLA FFI) or 'legacy' (custom_call_api_version=3)")
+        self.op, self.vmap_method, self.api = op, vmap_method, api
+        self.emitted: XlaEmitted = fg.emit(op, abi="xla-ffi", device="cpu", dtypes=dtypes)
+        self.flags = list(flags) if flags is not None else build_flags()
+        directory = Path(cache_dir()) / "xla-src" / f"{op.name}-{self.emitted.digest}"
+        self.emitted.write(directory)
+        self.lib_path = build_library(directory / self.emitted.main, flags=self.flags)
+        self.library = ctypes.CDLL(str(self.lib_path))
+        tag = hashlib.sha256(self.lib_path.read_bytes()).hexdigest()[:16]
+        self.targets: dict[tuple[str, ...], str] = {}
+        for combo, symbol in self.emitted.handlers.items():
+            if api == "legacy":  # a distinct name: the same name under both APIs would clash
+                symbol = symbol + "_legacy"
+            self.targets[combo] = f"fusegen_{symbol}_{tag}"
+            _register(self.targets[combo], self.library, symbol, 1 if api == "ffi" else 0)
+        self._batch = _BatchRule(op)
+
+        def traced(*arrays, **attrs):
+            return self._trace(*arrays, **attrs)
+        traced.__name__ = f"fusegen_{op.name}"  # how the call reads in a jaxpr
+        # One jit: JAX's C++ dispatch caches the traced call per input shapes, dtypes and (static)
+        # attribute values, so a repeated eager call costs what a jitted JAX function does; inside
+        # an outer jit it is inlined.
+        self._jit = jax.jit(traced, static_argnames=tuple(op.attrs))
+
+    @property
+    def source(self) -> str:
+        return self.emitted.source
+
+    def __repr__(self) -> str:
+        return f"<fusegen.jax.JaxFunction {self.op.name} combos={list(self.targets)}>"
+
+    def __call__(self, *arrays, **attrs):
+        if attrs:  # jit's static arguments must be hashable: list attributes become tuples
+            attrs = {n: tuple(v) if isinstance(v, list) else v for n, v in attrs.items()}
+        try:
+            return self._jit(*arrays, **attrs)
+        except jax.errors.JaxRuntimeError as e:
+            text = str(e)
+            if "fusegen op " not in text:
+                raise
+            raise fg.KernelError(text[text.index("fusegen op "):], library=str(self.lib_path),
+                                 function=self.op.name) from e
+
+    def _trace(self, *arrays, **attrs):
+        """Runs once per signature, while JAX traces: validate with the IR's rules, pick the
+        handler and the vmap method, and emit the ffi_call."""
+        op = self.op
+        if len(arrays) != len(op.inputs):
+            raise fg.ArgumentError(f"op {op.name} takes {len(op.inputs)} inputs ({', '.join(op.inputs)}), "
+                                   f"got {len(arrays)}")
+        names = []
+        for i, a in enumerate(arrays):
+            try:
+                names.append(fg.as_dtype(a.dtype).name)
+            except fg.DTypeError:
+                raise fg.DTypeError(f"op {op.name}: input {op.inputs[i]!r} has dtype {a.dtype}, which "
+                                    "fusegen does not support") from None
+        combo = tuple(names)
+        if combo not in self.targets:
+            raise fg.DTypeError(f"op {op.name}: the XLA handlers were generated for dtype combinations "
+                                f"{sorted(self.targets)}; got {combo}. Pass dtypes=... to fusegen.jax.function.")
+        bound = op.bind_attrs(attrs)
+        spec = fg.infer(op, names, [tuple(a.shape) for a in arrays], bound)  # names the op and node
+        out_dtypes = self.emitted.out_dtypes[combo]
+        for d in out_dtypes:
+            if jax.dtypes.canonicalize_dtype(np.dtype(d)) != np.dtype(d):
+                raise fg.DTypeError(f"op {op.name}: an output is {d}, which JAX represents only with "
+                                    "jax.config.update('jax_enable_x64', True)")
+        results = [jax.ShapeDtypeStruct(s, np.dtype(d)) for s, d in zip(spec.out_shapes, out_dtypes)]
+        results += [jax.ShapeDtypeStruct((n,), np.uint8) for n in workspace_bytes(self.emitted, combo, spec)]
+        if self.api == "legacy":
+            # Shapes and attributes travel in the opaque string, fixed per signature, so a batch
+            # can only be run one element at a time.
+            opaque = legacy_opaque(op, [a.shape for a in arrays] + [r.shape for r in results], bound)
+            call = jax.ffi.ffi_call(self.targets[combo], results, vmap_method="sequential",
+                                    custom_call_api_version=3, legacy_backend_config=opaque)
+            ffi_attrs: dict = {}
+        else:
+            normalized = self._batch.normalize(spec, bound)
+            batchable = self._batch.ok and normalized is not None and len({len(a.shape) for a in arrays}) <= 1
+            method = self.vmap_method or ("broadcast_all" if batchable else "sequential")
+            values = normalized if normalized is not None else bound
+            ffi_attrs = {n: _ffi_attr(op.attrs[n].type, v) for n, v in values.items()}
+            call = jax.ffi.ffi_call(self.targets[combo], results, vmap_method=method)
+        outs = call(*arrays, **ffi_attrs)
+        outs = outs[:len(spec.out_shapes)] if isinstance(outs, (list, tuple)) else [outs]  # scratch dropped
+        return tuple(outs) if op.multi_output or len(outs) > 1 else outs[0]
+
+
+def function(op: fg.OpDef, *, dtypes=None, vmap_method: str | None = None,
+             flags: list[str] | None = None, api: str = "ffi") -> JaxFunction:
+    """A JAX-callable ``f(*arrays, **attrs)`` running ``op`` through XLA FFI handlers.
+
+    ``dtypes``: the dtype combinations to build (as ``fusegen.emit``; default every float dtype).
+    ``vmap_method``: None lets fusegen choose per call (see the module docstring).
+    ``flags``: C++ flags replacing ``build_flags()``. Building happens here, once per content
+    (the build cache); registration once per process.
+    ``api="legacy"``: the old status-returning custom call (``custom_call_api_version=3``, the
+    shapes and attributes in the opaque string) for hosts without typed FFI. Its caveats: vmap
+    is sequential, and jaxlib exports no ``XlaCustomCallStatusSetFailure``, so a handler error
+    cannot reach Python (it is printed to stderr and the results are zeroed); the arguments
+    are still validated here first.
+    """
+    if not isinstance(op, fg.OpDef):
+        raise TypeError(f"fusegen.jax.function expects an @fusegen.op, got {type(op).__name__}")
+    return JaxFunction(op, dtypes=dtypes, vmap_method=vmap_method, flags=flags, api=api)
+
