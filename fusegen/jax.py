@@ -117,6 +117,24 @@ class _BatchRule:
         return out
 
 
+class _Static:
+    """A static jit argument that compares equal only to the same value *of the same type*:
+    1, 1.0 and True are equal in Python, but an int attribute given True must fail
+    validation, not reuse the trace made for 1."""
+
+    __slots__ = ("value", "_key")
+
+    def __init__(self, value):
+        self.value = value
+        self._key = (type(value), value)
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _Static) and self._key == other._key
+
+
 class JaxFunction:
     """A fused op callable from JAX: ``f(*arrays, **attrs)``; see ``fusegen.jax.function``."""
 
@@ -143,7 +161,7 @@ class JaxFunction:
         self._batch = _BatchRule(op)
 
         def traced(*arrays, **attrs):
-            return self._trace(*arrays, **attrs)
+            return self._trace(*arrays, **{n: v.value for n, v in attrs.items()})
         traced.__name__ = f"fusegen_{op.name}"  # how the call reads in a jaxpr
         # One jit: JAX's C++ dispatch caches the traced call per input shapes, dtypes and (static)
         # attribute values, so a repeated eager call costs what a jitted JAX function does; inside
@@ -158,8 +176,8 @@ class JaxFunction:
         return f"<fusegen.jax.JaxFunction {self.op.name} combos={list(self.targets)}>"
 
     def __call__(self, *arrays, **attrs):
-        if attrs:  # jit's static arguments must be hashable: list attributes become tuples
-            attrs = {n: tuple(v) if isinstance(v, list) else v for n, v in attrs.items()}
+        if attrs:  # static jit arguments: hashable, and keyed by type too (see _Static)
+            attrs = {n: _Static(tuple(v) if isinstance(v, list) else v) for n, v in attrs.items()}
         try:
             return self._jit(*arrays, **attrs)
         except jax.errors.JaxRuntimeError as e:

@@ -103,17 +103,6 @@ def _handler_data(name: str, combo: dict, n_ws: int) -> dict:
                 out_itemsize=[DTYPES[d].itemsize for d in combo["outputs"]])
 
 
-def cuda_device_helpers() -> str:
-    """The ``fgd`` device helpers of the MindSpore-AOT ``.cu`` template, taken from it verbatim so
-    the two CUDA files cannot drift (they are not in a partial of their own yet)."""
-    text = (TEMPLATES / "mindspore_aot_cuda.cu.j2").read_text()
-    start, end = text.find("// Device-side twins"), text.find("}  // namespace fgd")
-    if start < 0 or end < 0:
-        raise RuntimeError("fusegen.xla_emit: the fgd device helpers were not found in "
-                           "mindspore_aot_cuda.cu.j2; move them to a shared partial and include it")
-    return text[start:end] + "}  // namespace fgd"
-
-
 def nvcc_command(op_name: str) -> str:
     """How to build an emitted ``.cu`` handler by hand (``$JAX_FFI``: ``jax.ffi.include_dir()``)."""
     from .build import CUDA_DEFAULT_ARCHS
@@ -139,7 +128,7 @@ def emit_xla(op: OpDef, device: str = "cpu", dtypes=None) -> XlaEmitted:
     if device == "cuda":
         from .lower_cuda import _cuda_combo_data
         combo_data = [_cuda_combo_data(op, plan, c) for c in combos]
-        extra = dict(cuda_device_helpers=cuda_device_helpers(), nvcc_command=nvcc_command(op.name))
+        extra = dict(nvcc_command=nvcc_command(op.name))
     else:
         combo_data = [_combo_data(op, plan, c) for c in combos]
     # The keys the shared partials read are exactly abi_emit.emit's; the rest is XLA's.
