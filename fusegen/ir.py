@@ -372,9 +372,9 @@ class OpDef:
             t = {bool: AttrType.BOOL, int: AttrType.INT, float: AttrType.FLOAT, str: AttrType.STR}.get(
                 type(p.default))
         if t is None:
+            got = "no annotation" if ann is inspect.Parameter.empty else f"got {ann!r}"
             raise TraceError(f"op {self.name}: attribute {p.name!r} needs a type annotation among bool, int, "
-                             f"float, str, list[int], list[float], list[list[int]], list[list[float]]; "
-                             f"got {ann!r}")
+                             f"float, str, list[int], list[float], list[list[int]], list[list[float]]; {got}")
         if p.default is p.empty:
             return AttrSpec(p.name, t, None, True)
         try:

@@ -177,6 +177,8 @@ class JaxFunction:
 
     def __call__(self, *arrays, **attrs):
         if attrs:  # static jit arguments: hashable, and keyed by type too (see _Static)
+            if not attrs.keys() <= self.op.attrs.keys():
+                self.op.bind_attrs(attrs)  # raises AttrError naming the unknown attribute
             attrs = {n: _Static(tuple(v) if isinstance(v, list) else v) for n, v in attrs.items()}
         try:
             return self._jit(*arrays, **attrs)

@@ -196,9 +196,10 @@ class Kernel:
         for k, (o, s, d, r) in enumerate(zip(outs, call.out_shapes, call.out_dtypes, call.reg_out_dtypes)):
             if not isinstance(o, np.ndarray):
                 raise ArgumentError(f"op {self.op.name}: out[{k}] must be a numpy array, got {type(o).__name__}")
-            if o.shape != tuple(s) or o.dtype != d:
-                raise ShapeError(f"op {self.op.name}: out[{k}] must have shape {tuple(s)} and dtype {d}, "
-                                 f"got {o.shape} {o.dtype}")
+            if o.shape != tuple(s):
+                raise ShapeError(f"op {self.op.name}: out[{k}] must have shape {tuple(s)}, got {o.shape}")
+            if o.dtype != d:
+                raise DTypeError(f"op {self.op.name}: out[{k}] must have dtype {d}, got {o.dtype}")
             if not o.flags.writeable:
                 raise ArgumentError(f"op {self.op.name}: out[{k}] is read-only")
             direct = o.flags.c_contiguous and r == d
@@ -246,7 +247,10 @@ def _make_runner(kernel: Kernel, call: _Call):
     lines.append("    else:")
     lines.append(f"        {outs} = _outputs(_call, out)")
     if call.ws:
-        lines.append("    ws = _pool.pop() if _pool else [np.empty(s, d) for s, d in _call.ws]")
+        lines.append("    try:")  # pop, not check-then-pop: another thread may empty the pool between
+        lines.append("        ws = _pool.pop()")
+        lines.append("    except IndexError:")
+        lines.append("        ws = [np.empty(s, d) for s, d in _call.ws]")
     names = {"in": "a", "out": "o"}
     for j, grp in enumerate(call.groups):
         g[f"_f{j}"], g[f"_m{j}"] = grp.func, grp.meta

@@ -24,17 +24,34 @@ and use small shapes below ``runtime.PARALLEL_THRESHOLD`` unless they test the p
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import tempfile
 from pathlib import Path
 
-# Numba's on-disk cache must keep working across runs (the generated sources are written to
-# $FUSEGEN_CACHE_DIR/numba with their .nbi/.nbc beside them). Never touch a user's own cache:
-# use a fixed directory under the temp dir, only where the caller set none.
+
+
+def _default_cache_dir() -> str:
+    """A cache directory under the temp dir, named by a digest of fusegen's own sources.
+
+    Numba's on-disk cache keeps working across test runs of the same code (the generated
+    sources are written to $FUSEGEN_CACHE_DIR/numba with their .nbi/.nbc beside them), while
+    an edit anywhere in fusegen starts a fresh directory: Numba's index is keyed by the
+    generated source and the signature, not by the JIT options a lowering passes, so machine
+    code cached by an older fusegen could otherwise be loaded by a newer one."""
+    pkg = Path(__file__).resolve().parents[1] / "fusegen"
+    h = hashlib.sha256()
+    for f in sorted(pkg.rglob("*")):
+        if f.is_file() and f.suffix in (".py", ".j2", ".h", ".cc"):
+            h.update(f.relative_to(pkg).as_posix().encode() + b"\0" + f.read_bytes())
+    user = os.getuid() if hasattr(os, "getuid") else "user"
+    return os.path.join(tempfile.gettempdir(), f"fusegen-test-cache-{user}-{h.hexdigest()[:12]}")
+
+
+# Never touch a user's own cache; only where the caller set none.
 if not os.environ.get("FUSEGEN_CACHE_DIR"):
-    os.environ["FUSEGEN_CACHE_DIR"] = os.path.join(
-        tempfile.gettempdir(), f"fusegen-test-cache-{os.getuid() if hasattr(os, 'getuid') else 'user'}")
+    os.environ["FUSEGEN_CACHE_DIR"] = _default_cache_dir()
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
