@@ -309,7 +309,7 @@ def test_dtype_tables(emitted, name):
         assert "{" + ids_in + ", 0}," in src and "{" + ids_out + "}," in src, "InferType's TypeId tables"
         assert f"namespace k_{'_'.join(combo)} {{" in src
     assert "_Float16" in src  # float16 storage, computed in float registers
-    assert re.search(r"inline float s\d+_\w+\(float v0", src)
+    assert re.search(r"(?:FG_INLINE|inline) float s\d+_\w+\(float v0", src)
 
 
 def test_integer_combination_code():

@@ -307,7 +307,10 @@ def test_mindspore_flags_match_numpy(kernels, name, case, rng):
     arrays = make_inputs(name, shapes, "float32", rng)
     got = k(*arrays, **attrs)
     check(got, reference(name, arrays, attrs), f"{name} mindspore flags", **summation_tol(name, arrays, attrs))
-    check(got, kernels(name)(*arrays, **attrs), f"{name}: MindSpore's build against fusegen's", rtol=1e-5, atol=1e-6)
+    # Both builds run the same loops; a threaded build splits long reductions differently, so they
+    # agree to rounding of the summation order, not bit for bit.
+    check(got, kernels(name)(*arrays, **attrs), f"{name}: MindSpore's build against fusegen's",
+          **summation_tol(name, arrays, attrs))
 
 
 @pytest.mark.parametrize("name", list(OPS))
