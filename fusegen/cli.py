@@ -198,7 +198,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     """``fusegen bench``: print the tables, write the JSON; 1 if any result is wrong."""
     from . import bench
     kw = dict(backends=tuple(args.backends), devices=tuple(devices_for(args.device)),
-              aot_flags=_flags(args.aot_flags))
+              aot_flags=_flags(args.aot_flags), jax=not args.no_jax)
     cfg = bench.BenchConfig.quick(**kw) if args.quick else bench.BenchConfig(**kw)
     if args.rounds is not None:
         cfg.rounds = args.rounds
@@ -346,6 +346,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "NumPy and the read-bandwidth bound, all methods interleaved in one process.")
     b.add_argument("--rounds", type=int, default=None, help="timed rounds per case (default: 15; --quick: 3)")
     b.add_argument("--quick", action="store_true", help="small shapes and few rounds (for tests and smoke checks)")
+    b.add_argument("--no-jax", action="store_true",
+                   help="leave out jax.jit and fusegen.jax (their thread pools can linger between methods)")
     b.add_argument("--json", default="bench-results/bench.json", metavar="PATH",
                    help="where to write the results (default: bench-results/bench.json; '' to skip)")
     timing_options(b, "cpu")

@@ -196,7 +196,11 @@ class GroupSource:
             else:
                 self._finalize_row(st, accs, pad)
         else:
-            w(f"{p2}for ri in range(r_lo, r_hi):")
+            r_start = "r_lo"
+            if accs and not st.writes and all(o.i == 1 for o in moving):
+                self._fold4(st, accs, moving, p2)
+                r_start = "ri"
+            w(f"{p2}for ri in range({r_start}, r_hi):")
             p3 = p2 + "    "
             for o in moving:
                 at = f"c_{o.name} + {_idx(o.ri, 'ri', o.name + '_sri')}"
@@ -214,6 +218,46 @@ class GroupSource:
                 w(f"{p4}v_{o.name}[i] = {v}")
             if not self.split:
                 self._finalize_col(st, accs, pad)
+
+    def _fold4(self, st, accs, moving, pad):
+        """Col mode, four rows per pass over the accumulators: a quarter of the accumulator
+        loads and stores, which matter once a split task's accumulator row outgrows L1."""
+        w = self.lines.append
+        w(f"{pad}ri = r_lo")
+        w(f"{pad}while ri + 4 <= r_hi:")
+        p3 = pad + "    "
+        rows = []
+        for k in range(4):
+            for o in moving:
+                row = f"ri + {k}" if k else "ri"
+                at = f"c_{o.name} + {_idx(o.ri, f'({row})', o.name + '_sri')}"
+                w(f"{p3}{o.name}_r{k} = {o.name}_[{at}:]")
+            rows.append({o.key: f"{o.name}_r{k}" for o in moving})
+        w(f"{p3}for i in range(n):")
+        p4 = p3 + "    "
+        per_row = []
+        for k, views in enumerate(rows):
+            def leaf(n, views=views):
+                if n.op is Op.ATTR:
+                    return self._attr(n)
+                key = ("in", n.arg) if n.op is Op.INPUT else ("buf", self.plan.buffer_index(n))
+                return f"{views[key]}[i]"
+            ew = ExprWriter(self.spec, PYTHON, leaf, prefix=f"s{st.index}_k{k}_")
+            vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
+            for name, expr in ew.lines:
+                w(f"{p4}{name} = {expr}")
+            per_row.append(vals)
+        for j, (r, acc) in enumerate(accs):
+            v = [per_row[k][j] for k in range(4)]
+            kind = r.arg.kind
+            if kind in ("sum", "mean"):
+                w(f"{p4}acc{j}[i] += ({v[0]} + {v[1]}) + ({v[2]} + {v[3]})")
+            elif kind == "prod":
+                w(f"{p4}acc{j}[i] *= ({v[0]} * {v[1]}) * ({v[2]} * {v[3]})")
+            else:
+                f = "_fmax" if kind == "max" else "_fmin"
+                w(f"{p4}acc{j}[i] = {f}(acc{j}[i], {f}({f}({v[0]}, {v[1]}), {f}({v[2]}, {v[3]})))")
+        w(f"{p3}ri += 4")
 
     def _combine_partials(self, st):
         """After the split tasks: fold each output's partial accumulators, then finish as
