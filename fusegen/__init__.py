@@ -18,6 +18,21 @@ from .ops import (  # noqa: E402
 )
 from .runtime import Kernel, compile  # noqa: E402
 
+__all__ = [
+    # describing ops
+    "op", "OpDef", "Tensor", "where", "cast", "infer",
+    "abs", "add", "ceil", "cos", "divide", "equal", "erf", "exp", "floor", "greater", "greater_equal",
+    "less", "less_equal", "log", "logical_and", "logical_not", "logical_or", "max", "maximum", "mean",
+    "min", "minimum", "multiply", "neg", "not_equal", "pow", "power", "prod", "relu", "rsqrt",
+    "sigmoid", "sin", "sqrt", "subtract", "sum", "tanh",
+    "DType", "DTYPES", "as_dtype",
+    # running and emitting (emit, AotKernel, jax and examples load lazily, see __getattr__)
+    "compile", "Kernel", "emit", "AotKernel",
+    # errors
+    "FusegenError", "TraceError", "ShapeError", "DTypeError", "AttrError", "ArgumentError",
+    "CompileError", "LibraryError", "KernelError",
+]
+
 
 def __getattr__(name):
     # The native parts load lazily: importing fusegen must not need a compiler.

@@ -7,7 +7,6 @@ and the dtype combinations, each of which gets its own concretely-typed code.
 """
 from __future__ import annotations
 
-import itertools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -223,7 +222,6 @@ def _combo_data(op: OpDef, plan: Plan, combo: tuple[DType, ...]) -> dict:
     g = op.graph
     spec = infer(op, combo, [None] * len(combo), {n: s.default for n, s in op.attrs.items()})
     of = _operand_ids(op, plan)
-    nin, nout = len(op.inputs), len(g.outputs)
     out_dtypes = list(spec.out_dtypes)
     op_types = [d for d in combo] + out_dtypes + [reg_dtype(spec.of(b).acc) for b in plan.buffers]
     stages = []

@@ -11,13 +11,13 @@ import hashlib
 import threading
 from pathlib import Path
 
-import numpy as np
 
 from . import dtypes as dt
 from .abi_emit import emit
 from .build import MINDSPORE_CPU_FLAGS, cache_dir
-from .errors import ArgumentError, DTypeError
+from .errors import DTypeError
 from .ir import OpDef, infer
+from .runtime import call_signature
 
 
 class AotCompiled:
@@ -90,18 +90,8 @@ class AotCompiled:
         return (res,) if self._one_tuple else res
 
     def _slow_call(self, arrays, out, attrs):
-        op = self.op
-        if len(arrays) != len(op.inputs):
-            raise ArgumentError(f"op {op.name} takes {len(op.inputs)} inputs ({', '.join(op.inputs)}), "
-                                f"got {len(arrays)}")
-        arrs = [a if type(a) is np.ndarray else np.asarray(a) for a in arrays]
-        key = tuple([(a.dtype, a.shape) for a in arrs])
-        if attrs:
-            key = (key, *attrs.items(), *map(type, attrs.values()))
-        try:
-            hit = self._calls.get(key)
-        except TypeError:  # an unhashable attribute value (a list): prepared, not cached
-            key, hit = None, None
+        arrs, key = call_signature(self.op, arrays, attrs)
+        hit = self._calls.get(key) if key is not None else None
         kernel = hit[0] if hit is not None else self._prepare(arrs, attrs, key)
         res = kernel(*arrs, out=out)
         return (res,) if self._one_tuple else res

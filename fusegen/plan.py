@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .ir import AttrRef, Node, Op, OpDef, Spec, normalize_axes, UNKNOWN_DIM
+from .ir import AttrRef, Node, Op, OpDef, Spec, UNKNOWN_DIM
 from .errors import ShapeError
 
 

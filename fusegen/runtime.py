@@ -130,18 +130,8 @@ class Kernel:
         return run(arrays, out)
 
     def _slow_call(self, arrays, out, attrs):
-        op = self.op
-        if len(arrays) != len(op.inputs):
-            raise ArgumentError(f"op {op.name} takes {len(op.inputs)} inputs ({', '.join(op.inputs)}), "
-                                f"got {len(arrays)}")
-        arrs = [a if type(a) is np.ndarray else np.asarray(a) for a in arrays]
-        key = tuple([(a.dtype, a.shape) for a in arrs])
-        if attrs:
-            key = (key, *attrs.items(), *map(type, attrs.values()))
-        try:
-            call = self._calls.get(key)
-        except TypeError:  # an unhashable attribute value (a list): prepared, not cached
-            key, call = None, None
+        arrs, key = call_signature(self.op, arrays, attrs)
+        call = self._calls.get(key) if key is not None else None
         if call is None:
             call = self._prepare(arrs, attrs, key)
         return call.run(arrs, out)
@@ -216,6 +206,24 @@ class Kernel:
             else:
                 results.append(o if o.dtype == d else o.astype(d))
         return tuple(results) if self.op.multi_output else results[0]
+
+
+def call_signature(op: OpDef, arrays, attrs: dict):
+    """The slow path's view of a call: inputs as arrays (count checked) and the signature key
+    the fast path looks up; the key is None when an attribute value is unhashable (a list:
+    such calls are prepared every time, not cached)."""
+    if len(arrays) != len(op.inputs):
+        raise ArgumentError(f"op {op.name} takes {len(op.inputs)} inputs ({', '.join(op.inputs)}), "
+                            f"got {len(arrays)}")
+    arrs = [a if type(a) is np.ndarray else np.asarray(a) for a in arrays]
+    key = tuple([(a.dtype, a.shape) for a in arrs])
+    if attrs:
+        key = (key, *attrs.items(), *map(type, attrs.values()))
+    try:
+        hash(key)
+    except TypeError:
+        key = None
+    return arrs, key
 
 
 def _make_runner(kernel: Kernel, call: _Call):

@@ -21,7 +21,7 @@ import hashlib
 from dataclasses import dataclass, field
 
 from . import __version__
-from .abi_emit import (ERRORS, TEMPLATES, Emitted, _attr_data, _combo_data, _env, _parse_dtypes,
+from .abi_emit import (ERRORS, Emitted, _attr_data, _combo_data, _env, _parse_dtypes,
                        _shape_rules, _stage_data, c_name)
 from .dtypes import DTYPES, AttrType
 from .ir import OpDef
