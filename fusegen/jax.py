@@ -29,6 +29,8 @@ Needs ``pip install "fusegen[jax]"`` (jax and jaxlib) and a C++ compiler.
 """
 from __future__ import annotations
 
+import functools
+
 import ctypes
 import hashlib
 import threading
@@ -167,6 +169,8 @@ class JaxFunction:
         # attribute values, so a repeated eager call costs what a jitted JAX function does; inside
         # an outer jit it is inlined.
         self._jit = jax.jit(traced, static_argnames=tuple(op.attrs))
+        self._traced = traced
+        self._by_attrs: dict = {}   # attribute values and types -> a jitted fn of the arrays only
 
     @property
     def source(self) -> str:
@@ -176,18 +180,31 @@ class JaxFunction:
         return f"<fusegen.jax.JaxFunction {self.op.name} combos={list(self.targets)}>"
 
     def __call__(self, *arrays, **attrs):
-        if attrs:  # static jit arguments: hashable, and keyed by type too (see _Static)
-            if not attrs.keys() <= self.op.attrs.keys():
-                self.op.bind_attrs(attrs)  # raises AttrError naming the unknown attribute
-            attrs = {n: _Static(tuple(v) if isinstance(v, list) else v) for n, v in attrs.items()}
+        # One jitted function of the arrays per attribute set (values *and* types, see _Static),
+        # so a repeated call goes straight to JAX's C++ dispatch.
         try:
-            return self._jit(*arrays, **attrs)
+            fn = self._by_attrs[(*attrs.items(), *map(type, attrs.values()))]
+        except (KeyError, TypeError):  # first call with these attributes, or a list value
+            fn = self._for_attrs(attrs)
+        try:
+            return fn(*arrays)
         except jax.errors.JaxRuntimeError as e:
             text = str(e)
             if "fusegen op " not in text:
                 raise
             raise fg.KernelError(text[text.index("fusegen op "):], library=str(self.lib_path),
                                  function=self.op.name) from e
+
+    def _for_attrs(self, attrs: dict):
+        if not attrs.keys() <= self.op.attrs.keys():
+            self.op.bind_attrs(attrs)  # raises AttrError naming the unknown attribute
+        static = {n: _Static(tuple(v) if isinstance(v, list) else v) for n, v in attrs.items()}
+        fn = jax.jit(functools.partial(self._jit, **static))
+        try:
+            self._by_attrs[(*attrs.items(), *map(type, attrs.values()))] = fn
+        except TypeError:  # a list value: not cacheable by value, rebuilt per call
+            pass
+        return fn
 
     def _trace(self, *arrays, **attrs):
         """Runs once per signature, while JAX traces: validate with the IR's rules, pick the

@@ -393,11 +393,12 @@ def test_repeated_calls_reuse_the_prepared_call_and_registration(fns, jax):
     f = fns["bias_gelu"]
     x, b = np.ones((2, 3), np.float32), np.ones((3,), np.float32)
     f(x, b)
-    n = f._jit._cache_size()  # one trace per signature: shapes, dtypes, attribute values
+    fn = f._by_attrs[()]      # one jitted function per attribute set (here: none given)
+    n = fn._cache_size()      # and one trace per input signature: shapes and dtypes
     f(x, b)
-    assert f._jit._cache_size() == n
+    assert f._by_attrs[()] is fn and fn._cache_size() == n
     f(x[:1], b)
-    assert f._jit._cache_size() == n + 1
+    assert fn._cache_size() == n + 1
     for name in f.targets.values():
         assert re.fullmatch(r"fusegen_BiasGelu_float32_float32_[0-9a-f]{16}", name)
         assert name in fgj._registered
