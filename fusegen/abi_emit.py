@@ -94,6 +94,10 @@ def _parse_dtypes(op: OpDef, dtypes) -> list[tuple[DType, ...]]:
     a string "float32,int32" (one dtype per input); or a list of any of these."""
     if dtypes is None:
         return default_dtypes(op)
+    if not isinstance(dtypes, (str, DType, list, tuple)):
+        from .errors import DTypeError
+        raise DTypeError(f"op {op.name}: dtypes= must be a dtype name, a 'float32,int32' string or a list "
+                         f"of these, got {type(dtypes).__name__} {dtypes!r}")
     items = [dtypes] if isinstance(dtypes, (str, DType)) else list(dtypes)
     out = []
     for it in items:
@@ -270,7 +274,11 @@ def _combo_data(op: OpDef, plan: Plan, combo: tuple[DType, ...]) -> dict:
 
 def _expr_fn(spec, node: Node, want: DType, names: dict) -> list[str]:
     """Body lines of an inline function computing ``node`` from its leaves."""
-    w = ExprWriter(spec, CPP, lambda n: names[id(n)] if n.op is not Op.ATTR else f"a.{n.arg}", prefix="t")
+    # An attribute is stored as the ABI gives it (float, int64_t, bool); the expression table
+    # expects the weak scalar's materialized dtype (double, int64_t, bool), so convert once.
+    attr_text = {"float": "double({})", "int": "int64_t({})", "bool": "{}"}
+    w = ExprWriter(spec, CPP, lambda n: names[id(n)] if n.op is not Op.ATTR else
+                   attr_text[spec.of(n).dtype].format(f"a.{n.arg}"), prefix="t")
     v = w.value(node, want)
     lines = [f"const auto {name} = {expr};" for name, expr in w.lines]
     return lines + [f"return {v};"]

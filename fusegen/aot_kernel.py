@@ -527,6 +527,10 @@ class AotKernel:
         try:
             _set_attrs(shim, extra, self.attrs)
             out_shapes = self._output_shapes(in_shapes, extra)
+            for k, shape in enumerate(out_shapes):
+                if int(np.prod(shape, dtype=object)) >= 2 ** 62:
+                    raise ShapeError(f"{self.name}: output {k} would have shape {tuple(shape)}, which is too "
+                                     "large: its element count overflows int64 indexing")
             out_dtypes = self._output_dtypes(in_dtypes, in_names, extra)
             if len(out_dtypes) == 1 and self.n_outputs > 1:
                 out_dtypes = out_dtypes * self.n_outputs
@@ -708,7 +712,11 @@ class AotKernel:
             status = self._call_main(signature.block_address)
             block = signature.block
             if status or block.result:
-                raise self._kernel_error(self.function, status, block.result, block.error)
+                error = self._kernel_error(self.function, status, block.result, block.error)
+                if out is not None:  # the kernel wrote into the caller's arrays directly
+                    error.args = (error.args[0] + " (the out= arrays may hold partial results; "
+                                  "guard=True keeps them untouched on failure)",)
+                raise error
         return outs[0] if self.n_outputs == 1 else tuple(outs)
 
     def _run_guarded(self, signature: _Signature, arrays: Sequence[np.ndarray], out: Any):

@@ -659,5 +659,13 @@ def infer(opdef: OpDef, in_dtypes, in_shapes, attrs: dict) -> Spec:
                                                        and n.op is Op.RELU):
                 fail("relu is not defined for bool", exc=DTypeError)
             info.append(NodeInfo(out, broadcast_shapes([s.shape for s in srcs], fail), comp))
+    for n, i in zip(g.nodes, info):  # kernels index with int64: refuse before anything is allocated
+        if i.shape is not None and UNKNOWN_DIM not in i.shape:
+            count = 1
+            for d in i.shape:
+                count *= d
+            if count >= 2 ** 62:
+                raise ShapeError(f"{_where(opdef, n)}: shape {i.shape} is too large: {count} elements "
+                                 "overflow a kernel's int64 indexing")
     spec = Spec(opdef, in_dtypes, tuple(sorted(attrs.items())), tuple(info))
     return spec

@@ -295,6 +295,8 @@ def default_kernel(op: OpDef) -> Kernel:
 
 def compile(op: OpDef, backend: str = "numba", device: str = "cpu", **options):
     """Compile ``op`` for a backend and device; returns a callable kernel."""
+    if not isinstance(op, OpDef):
+        raise TypeError(f"fusegen.compile expects an @fusegen.op, got {type(op).__name__}")
     if backend not in ("numba", "aot"):
         raise ValueError(f"unknown backend {backend!r}: use 'numba' or 'aot'")
     if device not in ("cpu", "cuda"):
