@@ -289,6 +289,20 @@ _TYPE_IDS = {"bool": 30, "int8": 32, "int16": 33, "int32": 34, "int64": 35, "uin
              "uint32": 39, "uint64": 40, "float16": 42, "float32": 43, "float64": 44}
 
 
+def template_data(op: OpDef, plan: Plan, combos: list[dict], errors=None, **extra) -> dict:
+    """What every C++/CUDA template and the shared partials read: the op's tables, its
+    plan's stages and one entry per dtype combination (``combos``: already rendered by the
+    caller, as their stage code differs between CPU and CUDA). ``extra``: template-specific."""
+    name = c_name(op.name)
+    return dict(
+        version=__version__, op=op.name, name=name, text=op.text(), inputs=op.inputs,
+        n_in=len(op.inputs), n_out=len(op.graph.outputs), n_ws=len(plan.buffers),
+        n_nodes=len(op.graph.nodes), attrs=_attr_data(op), rules=_shape_rules(op),
+        outputs=[op.graph.idx(o) for o in op.graph.outputs], stages=_stage_data(op, plan),
+        combos=combos, errors=[(n, m.replace("<Name>", name)) for n, m in (errors or ERRORS)],
+        multi=op.multi_output or len(op.graph.outputs) > 1, **extra)
+
+
 def _env() -> jinja2.Environment:
     return jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
                               trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
@@ -323,15 +337,7 @@ def emit(op: OpDef, abi: str = "mindspore-aot", device: str = "cpu", dtypes=None
     plan = build_plan(op)
     combos = _parse_dtypes(op, dtypes)
     name = c_name(op.name)
-    data = dict(
-        version=__version__, op=op.name, name=name, text=op.text(), inputs=op.inputs,
-        n_in=len(op.inputs), n_out=len(op.graph.outputs), n_ws=len(plan.buffers),
-        n_nodes=len(op.graph.nodes), attrs=_attr_data(op), rules=_shape_rules(op),
-        outputs=[op.graph.idx(o) for o in op.graph.outputs], stages=_stage_data(op, plan),
-        combos=[_combo_data(op, plan, c) for c in combos], errors=[(n, m.replace("<Name>", name))
-                                                                   for n, m in ERRORS],
-        multi=op.multi_output or len(op.graph.outputs) > 1, dynamic_workspace=dynamic_workspace,
-    )
+    data = template_data(op, plan, [_combo_data(op, plan, c) for c in combos], dynamic_workspace=dynamic_workspace)
     src = _env().get_template("mindspore_aot_cpu.cc.j2").render(**data)
     header = (TEMPLATES / HEADER_NAME).read_text()
     main = f"{op.name}.cc"

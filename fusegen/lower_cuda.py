@@ -581,22 +581,13 @@ def nvcc_command(op_name: str) -> str:
 
 def emit_cuda(op, dtypes=None):
     """``fg.emit(op, abi="mindspore-aot", device="cuda")``: the ``.cu`` and its header."""
-    from . import __version__
-    from .abi_emit import (ERRORS, HEADER_NAME, TEMPLATES, Emitted, _attr_data, _env, _parse_dtypes,
-                           _shape_rules, _stage_data, c_name, error_table)
+    from .abi_emit import HEADER_NAME, TEMPLATES, Emitted, _env, _parse_dtypes, c_name, error_table, template_data
     from .plan import build_plan
     plan = build_plan(op)
     combos = _parse_dtypes(op, dtypes)
     name = c_name(op.name)
-    data = dict(
-        version=__version__, op=op.name, name=name, text=op.text(), inputs=op.inputs,
-        n_in=len(op.inputs), n_out=len(op.graph.outputs), n_ws=len(plan.buffers),
-        n_nodes=len(op.graph.nodes), attrs=_attr_data(op), rules=_shape_rules(op),
-        outputs=[op.graph.idx(o) for o in op.graph.outputs], stages=_stage_data(op, plan),
-        combos=[_cuda_combo_data(op, plan, c) for c in combos],
-        errors=[(n, m.replace("<Name>", name)) for n, m in ERRORS],
-        multi=op.multi_output or len(op.graph.outputs) > 1, nvcc_command=nvcc_command(op.name),
-    )
+    data = template_data(op, plan, [_cuda_combo_data(op, plan, c) for c in combos],
+                         nvcc_command=nvcc_command(op.name))
     src = _env().get_template("mindspore_aot_cuda.cu.j2").render(**data)
     main = f"{op.name}.cu"
     return Emitted({main: src, HEADER_NAME: (TEMPLATES / HEADER_NAME).read_text()}, main, name, error_table(name),

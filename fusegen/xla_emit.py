@@ -20,9 +20,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from . import __version__
-from .abi_emit import (ERRORS, Emitted, _attr_data, _combo_data, _env, _parse_dtypes,
-                       _shape_rules, _stage_data, c_name)
+from .abi_emit import ERRORS, Emitted, _combo_data, _env, _parse_dtypes, c_name, template_data
 from .dtypes import DTYPES, AttrType
 from .ir import OpDef
 from .plan import build_plan
@@ -132,15 +130,8 @@ def emit_xla(op: OpDef, device: str = "cpu", dtypes=None) -> XlaEmitted:
     else:
         combo_data = [_combo_data(op, plan, c) for c in combos]
     # The keys the shared partials read are exactly abi_emit.emit's; the rest is XLA's.
-    data = dict(
-        version=__version__, op=op.name, name=name, text=op.text(), inputs=op.inputs,
-        n_in=len(op.inputs), n_out=len(op.graph.outputs), n_ws=n_ws,
-        n_nodes=len(op.graph.nodes), attrs=_attr_data(op), rules=_shape_rules(op),
-        outputs=[op.graph.idx(o) for o in op.graph.outputs], stages=_stage_data(op, plan),
-        combos=combo_data, errors=[(n, m.replace("<Name>", name)) for n, m in ERRORS_XLA],
-        multi=op.multi_output or len(op.graph.outputs) > 1,
-        ffi_attrs=_ffi_attr_data(op), handlers=[_handler_data(name, c, n_ws) for c in combo_data], **extra,
-    )
+    data = template_data(op, plan, combo_data, errors=ERRORS_XLA, ffi_attrs=_ffi_attr_data(op),
+                         handlers=[_handler_data(name, c, n_ws) for c in combo_data], **extra)
     template, suffix = _TEMPLATES[device]
     src = _env().get_template(template).render(**data)
     keys = [tuple(d.name for d in c) for c in combos]
