@@ -113,16 +113,9 @@ class GroupSource:
         w("        r_lo = (u - (u // nsplit) * nsplit) * chunk")
         w("        r_hi = min(RI, r_lo + chunk)")
         w("        n = min(TILE, I - i0)")
-        w("        rem = o")
         for o in self.ops.values():
             w(f"        b_{o.name} = i0 * meta[SB + {o.k} * W + nO + nRO + 1]")
-        w("        for d in range(nO - 1, -1, -1):")
-        w(f"            e = meta[{HEADER} + d]")
-        w("            q = rem // e")
-        w("            ix = rem - q * e")
-        w("            rem = q")
-        for o in self.ops.values():
-            w(f"            b_{o.name} += ix * meta[SB + {o.k} * W + d]")
+        self._unravel("        ", "o", "nO", "", "b", self.ops.values())
         for st in self._stages():
             self._stage(st)
         if self.split:
@@ -160,14 +153,7 @@ class GroupSource:
         written = [self.ops[("out", k)] for k, _ in st.writes]
         moving = reads + written
         if needs_r:
-            w(f"{p2}rem = ro")
-            w(f"{p2}for d in range(nRO - 1, -1, -1):")
-            w(f"{p2}    e = meta[{HEADER} + nO + d]")
-            w(f"{p2}    q = rem // e")
-            w(f"{p2}    ix = rem - q * e")
-            w(f"{p2}    rem = q")
-            for o in moving:
-                w(f"{p2}    c_{o.name} += ix * meta[SB + {o.k} * W + nO + d]")
+            self._unravel(p2, "ro", "nRO", "nO + ", "c", moving)
         if self.mode == "row":
             # Slice views per row: indexing a view with the loop counter lets LLVM drop
             # the negative-index check and vectorize (a computed base does not).
@@ -254,6 +240,19 @@ class GroupSource:
                 w(f"{p4}acc{j}[i] = {f}(acc{j}[i], {f}({f}({v[0]}, {v[1]}), {f}({v[2]}, {v[3]})))")
         w(f"{p3}ri += 4")
 
+    def _unravel(self, pad: str, index: str, ndims: str, offset: str, target: str, ops) -> None:
+        """Add the offsets of flat ``index`` over ``ndims`` dims (extents and strides at
+        ``offset`` in meta) to each operand's ``<target>_<name>`` base."""
+        w = self.lines.append
+        w(f"{pad}rem = {index}")
+        w(f"{pad}for d in range({ndims} - 1, -1, -1):")
+        w(f"{pad}    e = meta[{HEADER} + {offset}d]")
+        w(f"{pad}    q = rem // e")
+        w(f"{pad}    ix = rem - q * e")
+        w(f"{pad}    rem = q")
+        for o in ops:
+            w(f"{pad}    {target}_{o.name} += ix * meta[SB + {o.k} * W + {offset}d]")
+
     def _combine_partials(self, st):
         """After the split tasks: fold each output's partial accumulators, then finish as
         col mode does (mean, casts, finals)."""
@@ -261,16 +260,9 @@ class GroupSource:
         w("    # combine the partial accumulators of the split reduced dim")
         w("    n = max(I, 1)")
         w("    for o in range(meta[6]):")
-        w("        rem = o")
         for o in self.ops.values():
             w(f"        b_{o.name} = 0")
-        w("        for d in range(nO - 1, -1, -1):")
-        w(f"            e = meta[{HEADER} + d]")
-        w("            q = rem // e")
-        w("            ix = rem - q * e")
-        w("            rem = q")
-        for o in self.ops.values():
-            w(f"            b_{o.name} += ix * meta[SB + {o.k} * W + d]")
+        self._unravel("        ", "o", "nO", "", "b", self.ops.values())
         accs = []
         for j, r in enumerate(st.reductions):
             accs.append((r, reg_dtype(self.spec.of(r).acc)))
