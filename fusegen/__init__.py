@@ -10,24 +10,26 @@ from .errors import (  # noqa: E402
     ArgumentError, AttrError, CompileError, DTypeError, FusegenError, KernelError, LibraryError,
     ShapeError, TraceError,
 )
-from .ir import OpDef, Tensor, cast, infer, op, where  # noqa: E402
+from .ir import OpDef, Tensor, cast, cast_like, infer, op, sum_to, where  # noqa: E402
 from .ops import (  # noqa: E402
     abs, add, ceil, cos, divide, equal, erf, exp, floor, greater, greater_equal, less, less_equal,
     log, logical_and, logical_not, logical_or, max, maximum, mean, min, minimum, multiply, neg,
     not_equal, pow, power, prod, relu, rsqrt, sigmoid, sin, sqrt, subtract, sum, tanh,
 )
 from .runtime import Kernel, compile  # noqa: E402
+from .engine import Engine, EngineError  # noqa: E402
+from .grad import grad  # noqa: E402
 
 __all__ = [
     # describing ops
-    "op", "OpDef", "Tensor", "where", "cast", "infer",
+    "op", "OpDef", "Tensor", "where", "cast", "cast_like", "sum_to", "infer", "grad",
     "abs", "add", "ceil", "cos", "divide", "equal", "erf", "exp", "floor", "greater", "greater_equal",
     "less", "less_equal", "log", "logical_and", "logical_not", "logical_or", "max", "maximum", "mean",
     "min", "minimum", "multiply", "neg", "not_equal", "pow", "power", "prod", "relu", "rsqrt",
     "sigmoid", "sin", "sqrt", "subtract", "sum", "tanh",
     "DType", "DTYPES", "as_dtype",
     # running and emitting (emit, AotKernel, jax and examples load lazily, see __getattr__)
-    "compile", "Kernel", "emit", "AotKernel",
+    "compile", "Kernel", "emit", "AotKernel", "Engine", "EngineError",
     # errors
     "FusegenError", "TraceError", "ShapeError", "DTypeError", "AttrError", "ArgumentError",
     "CompileError", "LibraryError", "KernelError",

@@ -17,7 +17,7 @@ from . import __version__
 from . import dtypes as dt
 from .dtypes import AttrType, DType
 from .exprs import CPP, ExprWriter, reduce_identity, reg_dtype
-from .ir import AttrRef, Node, Op, OpDef, infer
+from .ir import AttrRef, Node, Op, OpDef, ShapeOf, infer
 from .plan import Plan, build_plan, leaves_of
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -155,6 +155,10 @@ def _shape_rules(op: OpDef) -> list[dict]:
             rules.append(dict(kind="scalar", text=text))
         elif n.op is Op.CAST:
             rules.append(dict(kind="same", src=srcs[0], text=text))
+        elif n.op is Op.REDUCE and isinstance(n.arg.axes, ShapeOf):
+            rule = "sum_to" if n.arg.axes.rule == "broadcast" else "unreduce"
+            rules.append(dict(kind=rule, srcs=srcs, src=srcs[0], like=srcs[1], like_src=g.idx(n.srcs[1].srcs[0])
+                              if rule == "unreduce" else None, text=text))
         elif n.op is Op.REDUCE:
             a = n.arg
             if a.axes is None:
@@ -298,9 +302,11 @@ def template_data(op: OpDef, plan: Plan, combos: list[dict], errors=None, **extr
         version=__version__, op=op.name, name=name, text=op.text(), inputs=op.inputs,
         n_in=len(op.inputs), n_out=len(op.graph.outputs), n_ws=len(plan.buffers),
         n_nodes=len(op.graph.nodes), attrs=_attr_data(op), rules=_shape_rules(op),
+        checks=[dict(a=op.graph.idx(a), b=op.graph.idx(b), text=what) for a, b, what in op.graph.checks],
         outputs=[op.graph.idx(o) for o in op.graph.outputs], stages=_stage_data(op, plan),
         combos=combos, errors=[(n, m.replace("<Name>", name)) for n, m in (errors or ERRORS)],
-        multi=op.multi_output or len(op.graph.outputs) > 1, **extra)
+        # the ABI picks the infer signature by output count (a 1-tuple is one output)
+        multi=len(op.graph.outputs) > 1, **extra)
 
 
 def _env() -> jinja2.Environment:

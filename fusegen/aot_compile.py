@@ -13,6 +13,7 @@ from pathlib import Path
 
 
 from . import dtypes as dt
+from . import requests
 from .abi_emit import emit
 from .build import MINDSPORE_CPU_FLAGS, cache_dir
 from .errors import DTypeError
@@ -28,7 +29,8 @@ class AotCompiled:
     def __init__(self, op: OpDef, device: str = "cpu", dtypes=None, flags=None, dynamic_workspace="kernel"):
         if flags == "mindspore":
             flags = list(MINDSPORE_CPU_FLAGS)
-        self.op, self.device, self.flags = op, device, flags
+        self.op, self.device, self.flags, self._dynamic_workspace = op, device, flags, dynamic_workspace
+        self._variants: dict = {}   # write-request variants of the op -> their compiled kernels
         self.emitted = emit(op, abi="mindspore-aot", device=device, dtypes=dtypes,
                             dynamic_workspace=dynamic_workspace)
         digest = hashlib.sha256(self.emitted.source.encode()).hexdigest()[:16]
@@ -72,7 +74,9 @@ class AotCompiled:
                     self._by_attrs[attrs] = k
         return k
 
-    def __call__(self, *arrays, out=None, **attrs):
+    def __call__(self, *arrays, out=None, accumulate=False, skip=None, inplace=False, **attrs):
+        if accumulate is not False or skip is not None or inplace:
+            return requests.call(self, self._derived, arrays, out, accumulate, skip, inplace, attrs)
         try:
             # Same signature key as the Numba kernel (see runtime.Kernel.__call__).
             key = tuple([(a.dtype, a.shape) for a in arrays])
@@ -88,6 +92,23 @@ class AotCompiled:
         else:
             res = kernel.run_prepared(signature, arrays, out)
         return (res,) if self._one_tuple else res
+
+    def _derived(self, op: OpDef) -> AotCompiled:
+        """The compiled write-request variant of this op: its dtype combinations are this op's,
+        each with the accumulated outputs' dtypes appended (their ``prev`` inputs)."""
+        with self._lock:
+            k = self._variants.get(op)
+        if k is None:
+            combos = []
+            for combo in sorted(self._combos):
+                spec = infer(self.op, combo, [None] * len(combo),
+                             {n: s.default for n, s in self.op.attrs.items()})
+                combos.append(combo + tuple(spec.out_dtypes[j].name for j in sorted(op.accumulate)))
+            k = AotCompiled(op, device=self.device, dtypes=combos, flags=self.flags,
+                            dynamic_workspace=self._dynamic_workspace)
+            with self._lock:
+                k = self._variants.setdefault(op, k)
+        return k
 
     def _slow_call(self, arrays, out, attrs):
         arrs, key = call_signature(self.op, arrays, attrs)

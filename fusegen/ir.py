@@ -13,6 +13,7 @@ import enum
 import hashlib
 import inspect
 import os
+import re
 import sys
 import threading
 import typing
@@ -95,9 +96,37 @@ class AttrRef:
 
 
 @dataclass(frozen=True, slots=True)
+class ShapeOf:
+    """Reduction axes read off a *shape-only* second source (``srcs[1]``), which the
+    kernel never loads: gradients need them, and only the shapes known at run time say
+    which axes they are.
+
+    * ``"broadcast"`` (``fg.sum_to(x, like)``): the axes along which ``like`` was
+      broadcast to ``x``'s shape; the result has ``like``'s shape. The adjoint of
+      broadcasting.
+    * ``"unreduce"``: none; the result is ``x`` (shaped like the reduction ``srcs[1]``)
+      with that reduction's axes put back as size-1 dims, so it broadcasts against the
+      reduction's source. The adjoint of dropping dims (``keep_dims=False``).
+    """
+
+    rule: str
+
+    def __repr__(self) -> str:
+        return f"{self.rule}(%like)"
+
+
+@dataclass(frozen=True, slots=True)
+class DTypeOf:
+    """A cast's target: the dtype of the shape-only second source (``fg.cast_like``)."""
+
+    def __repr__(self) -> str:
+        return "dtype(%like)"
+
+
+@dataclass(frozen=True, slots=True)
 class ReduceArg:
     kind: str                                  # one of REDUCE_KINDS
-    axes: tuple[int, ...] | AttrRef | None     # None: every axis
+    axes: tuple[int, ...] | AttrRef | ShapeOf | None   # None: every axis
     keep_dims: bool | AttrRef = False
 
 
@@ -116,6 +145,14 @@ class Node:
 
     def __hash__(self) -> int:
         return self._hash
+
+
+def value_srcs(n: Node) -> tuple[Node, ...]:
+    """The sources whose *values* ``n`` reads. A ``sum_to``/``unreduce``/``cast_like``
+    node's second source is shape- or dtype-only: shape inference visits it, kernels don't."""
+    if (n.op is Op.REDUCE and isinstance(n.arg.axes, ShapeOf)) or (n.op is Op.CAST and isinstance(n.arg, DTypeOf)):
+        return n.srcs[:1]
+    return n.srcs
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,17 +343,62 @@ def cast(x, dtype) -> Tensor:
     return Tensor(_make(Op.CAST, (_operand(x),), dt.as_dtype(dtype)))
 
 
+def _tensor_operand(x, fn: str) -> Node:
+    if not isinstance(x, Tensor) or isinstance(x, Attr):
+        raise TraceError(f"{_op_prefix()}{fn} takes traced tensors, got {type(x).__name__} [at {_user_loc()}]")
+    return x.node
+
+
+def sum_to(x, like, span=()) -> Tensor:
+    """``x`` broadcast with ``like``, then summed down to ``like``'s shape: over the axes
+    along which ``like`` broadcasts (leading axes it lacks, and its size-1 dims). The
+    adjoint of broadcasting; which axes those are is decided by the shapes at run time.
+    ``like`` is only measured, never read; so are the tensors in ``span``, whose shapes
+    the loop also spans (``x`` is taken broadcast to them first: how fg.grad sums an
+    adjoint that stayed smaller than the value it belongs to)."""
+    shape_only = (_tensor_operand(like, "sum_to"),) + tuple(_tensor_operand(t, "sum_to") for t in span)
+    return Tensor(_make(Op.REDUCE, (_tensor_operand(x, "sum_to"),) + shape_only,
+                        ReduceArg("sum", ShapeOf("broadcast"), True)))
+
+
+def cast_like(x, like) -> Tensor:
+    """``x`` converted to ``like``'s dtype (whatever it turns out to be at run time)."""
+    return Tensor(_make(Op.CAST, (_operand(x), _tensor_operand(like, "cast_like")), DTypeOf()))
+
+
+def unreduce(x, reduction: Tensor) -> Tensor:
+    """``x``, shaped like ``reduction``'s result, with the reduced axes put back as size-1
+    dims (so it broadcasts against the reduction's source). Materialized, not a view: a
+    reduction's result is small."""
+    r = _tensor_operand(reduction, "unreduce")
+    if r.op is not Op.REDUCE:
+        raise TraceError(f"{_op_prefix()}unreduce needs a reduction's result [at {_user_loc()}]")
+    return Tensor(_make(Op.REDUCE, (_tensor_operand(x, "unreduce"), r), ReduceArg("sum", ShapeOf("unreduce"), True)))
+
+
+def expect_same_shape(a: Tensor, b: Tensor, what: str) -> None:
+    """Inside a trace: require ``a`` and ``b`` to have one shape at run time (checked by
+    ``infer`` and by the emitted InferShape), ``what`` naming the failure."""
+    checks = getattr(_tls, "checks", None)
+    if checks is None:
+        raise TraceError("expect_same_shape is only meaningful while an op is traced")
+    checks.append((_tensor_operand(a, "expect_same_shape"), _tensor_operand(b, "expect_same_shape"), what))
+
+
 # ---------------------------------------------------------------------------------------------
 # The traced op
 # ---------------------------------------------------------------------------------------------
 class Graph:
     """An op's nodes in topological order, with its outputs."""
 
-    def __init__(self, outputs: tuple[Node, ...]):
+    def __init__(self, outputs: tuple[Node, ...], checks: tuple = ()):
         self.outputs = outputs
+        # (a, b, message): nodes whose shapes must agree at run time (fg.grad's cotangents)
+        self.checks = checks
         order: list[Node] = []
         seen: set[int] = set()
-        stack: list[tuple[Node, bool]] = [(o, False) for o in reversed(outputs)]
+        roots = tuple(outputs) + tuple(n for c in checks for n in c[:2])
+        stack: list[tuple[Node, bool]] = [(o, False) for o in reversed(roots)]
         while stack:  # iterative DFS: deep chains must not hit the recursion limit
             n, done = stack.pop()
             if done:
@@ -341,9 +423,12 @@ class OpDef:
     traced tensors inside another ``@fg.op`` to inline it.
     """
 
-    def __init__(self, fn, name: str | None = None):
+    def __init__(self, fn, name: str | None = None, inplace=None):
         self.fn = fn
-        self.name = name or fn.__name__
+        # The name becomes C symbols and file names: "<lambda>" -> "lambda"
+        self.name = re.sub(r"\W", "", name or fn.__name__) or "fused_op"
+        if self.name[0].isdigit():
+            self.name = "op_" + self.name
         self.doc = fn.__doc__
         sig = inspect.signature(fn)
         try:
@@ -359,11 +444,16 @@ class OpDef:
                                      "make attributes keyword-only (after *)")
                 self.inputs.append(p.name)
             elif p.kind is p.KEYWORD_ONLY:
+                if p.name in ("out", "accumulate", "skip", "inplace", "stream"):
+                    raise TraceError(f"op {self.name}: an attribute cannot be named {p.name!r}: kernel calls "
+                                     "take that keyword for themselves")
                 self.attrs[p.name] = self._attr_spec(p, hints.get(p.name, p.annotation))
             else:
                 raise TraceError(f"op {self.name}: *args/**kwargs are not supported ({p})")
         self.graph = self._trace()
         self.multi_output = self._multi
+        from .requests import declared_inplace
+        self.inplace: dict[int, int] = declared_inplace(self, inplace)  # output -> input it may overwrite
         self.key = hashlib.sha256(self.text(locations=False).encode()).hexdigest()[:16]
 
     def _attr_spec(self, p, ann) -> AttrSpec:
@@ -384,14 +474,15 @@ class OpDef:
         return AttrSpec(p.name, t, default, False)
 
     def _trace(self) -> Graph:
-        prev = getattr(_tls, "intern", None), getattr(_tls, "op_name", None)
-        _tls.intern, _tls.op_name = {}, self.name
+        prev = getattr(_tls, "intern", None), getattr(_tls, "op_name", None), getattr(_tls, "checks", None)
+        _tls.intern, _tls.op_name, _tls.checks = {}, self.name, []
         try:
             args = [Tensor(_make(Op.INPUT, (), i)) for i in range(len(self.inputs))]
             kwargs = {n: Attr(_make(Op.ATTR, (), n), s) for n, s in self.attrs.items()}
             out = self.fn(*args, **kwargs)
+            checks = tuple(_tls.checks)
         finally:
-            _tls.intern, _tls.op_name = prev
+            _tls.intern, _tls.op_name, _tls.checks = prev
         self._multi = isinstance(out, (tuple, list))
         outs = tuple(out) if self._multi else (out,)
         if not outs:
@@ -401,7 +492,7 @@ class OpDef:
             if not isinstance(o, Tensor):
                 raise TraceError(f"op {self.name}: output {i} is a {type(o).__name__}, not a traced tensor")
             nodes.append(o.node)
-        g = Graph(tuple(nodes))
+        g = Graph(tuple(nodes), checks)
         for i, o in enumerate(g.outputs):
             if not any(n.op is Op.INPUT for n in Graph((o,)).nodes):
                 at = f" [at {o.loc}]" if o.loc else ""
@@ -421,6 +512,23 @@ class OpDef:
             raise ArgumentError(f"op {self.name} takes {len(self.inputs)} inputs, got {len(args)}")
         # Re-tracing the body on the caller's tensors inlines it (attributes pass through).
         return self.fn(*args, **kwargs)
+
+    def signature_for(self, tensors: list[str]) -> inspect.Signature:
+        """A signature with ``tensors`` as tensor parameters and this op's attributes: how
+        ops derived from this one (gradients, write requests) are declared for tracing."""
+        P = inspect.Parameter
+        return inspect.Signature(
+            [P(t, P.POSITIONAL_OR_KEYWORD) for t in tensors]
+            + [P(s.name, P.KEYWORD_ONLY, annotation=s.type.value, default=P.empty if s.required else s.default)
+               for s in self.attrs.values()])
+
+    def with_requests(self, accumulate=(), skip=()) -> OpDef:
+        """This op with the outputs in ``accumulate`` added to new inputs ``prev<k>`` and those
+        in ``skip`` dropped (see ``fusegen.requests``): what ``kernel(..., accumulate=...,
+        skip=...)`` runs, and what ``fg.emit`` can ship as an add-to kernel."""
+        from . import requests
+        return requests.derive(self, requests.output_indices(self, accumulate, "accumulate"),
+                               requests.output_indices(self, skip, "skip"))
 
     # --- attributes ---------------------------------------------------------------------------
     def bind_attrs(self, given: dict) -> dict:
@@ -456,6 +564,8 @@ class OpDef:
             if locations and n.loc and n.op not in (Op.INPUT, Op.ATTR):
                 line = f"{line:<48} # {n.loc}"
             lines.append(line)
+        for a, b, what in g.checks:
+            lines.append(f"  check shape {names[id(a)]} == {names[id(b)]}  # {what}")
         lines.append("  return " + ", ".join(names[id(o)] for o in g.outputs))
         lines.append("}")
         return "\n".join(lines)
@@ -475,7 +585,13 @@ def node_text(n: Node, src_names: list[str], opdef: OpDef | None = None) -> str:
     if n.op is Op.CONST:
         return f"const {n.arg[1]!r}"
     if n.op is Op.CAST:
+        if isinstance(n.arg, DTypeOf):
+            return f"cast {src_names[0]} to dtype of {src_names[1]}"
         return f"cast {src_names[0]} to {n.arg}"
+    if n.op is Op.REDUCE and isinstance(n.arg.axes, ShapeOf):
+        if n.arg.axes.rule == "broadcast":
+            return f"sum_to {src_names[0]}, shape of {src_names[1]}"
+        return f"unreduce {src_names[0]}, axes of {src_names[1]}"
     if n.op is Op.REDUCE:
         a = n.arg
         axes = "all" if a.axes is None else (repr(a.axes) if isinstance(a.axes, AttrRef) else
@@ -484,15 +600,17 @@ def node_text(n: Node, src_names: list[str], opdef: OpDef | None = None) -> str:
     return f"{n.op.value} {', '.join(src_names)}"
 
 
-def op(fn=None, *, name: str | None = None):
+def op(fn=None, *, name: str | None = None, inplace=None):
     """Decorator: trace a Python function into a fused op (an ``OpDef``).
 
     Positional parameters are tensor inputs; keyword-only parameters are attributes,
     typed by their annotation, with their default as default (none: required).
+    ``inplace={output index: "input name"}`` (or just ``"input name"`` for output 0)
+    declares outputs that may be written over an input's memory (``kernel(..., inplace=True)``).
     """
     if fn is None:
-        return lambda f: OpDef(f, name)
-    return OpDef(fn, name)
+        return lambda f: OpDef(f, name, inplace)
+    return OpDef(fn, name, inplace)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -618,7 +736,10 @@ def infer(opdef: OpDef, in_dtypes, in_shapes, attrs: dict) -> Spec:
         elif n.op is Op.CONST:
             info.append(NodeInfo(n.arg[0], ()))
         elif n.op is Op.CAST:
-            info.append(NodeInfo(n.arg, srcs[0].shape))
+            to = dt.materialize(srcs[1].dtype) if isinstance(n.arg, DTypeOf) else n.arg
+            info.append(NodeInfo(to, srcs[0].shape))
+        elif n.op is Op.REDUCE and isinstance(n.arg.axes, ShapeOf):
+            info.append(_infer_shape_of(n, srcs, info, g, fail))
         elif n.op is Op.REDUCE:
             a, x = n.arg, srcs[0]
             axes = attrs[a.axes.name] if isinstance(a.axes, AttrRef) else a.axes
@@ -667,5 +788,39 @@ def infer(opdef: OpDef, in_dtypes, in_shapes, attrs: dict) -> Spec:
             if count >= 2 ** 62:
                 raise ShapeError(f"{_where(opdef, n)}: shape {i.shape} is too large: {count} elements "
                                  "overflow a kernel's int64 indexing")
+    for a, b, what in g.checks:
+        sa, sb = info[g.idx(a)].shape, info[g.idx(b)].shape
+        if not _same_shape(sa, sb):
+            raise ShapeError(f"op {opdef.name}: {what}: {sa} != {sb}")
     spec = Spec(opdef, in_dtypes, tuple(sorted(attrs.items())), tuple(info))
     return spec
+
+
+def _same_shape(a: Shape, b: Shape) -> bool:
+    """Equal shapes, where an unknown rank or dim (known only at run time) matches anything."""
+    if a is None or b is None:
+        return True
+    return len(a) == len(b) and all(x == y or UNKNOWN_DIM in (x, y) for x, y in zip(a, b))
+
+
+def _infer_shape_of(n: Node, srcs: list[NodeInfo], info: list[NodeInfo], g: Graph, fail) -> NodeInfo:
+    """sum_to and unreduce: a sum whose axes (and result shape) come from ``srcs[1]``'s shape."""
+    x, like = srcs[:2]
+    out_dt, acc = reduce_dtypes("sum", dt.materialize(x.dtype))
+    if n.arg.axes.rule == "broadcast":
+        if any(s.shape is None for s in srcs):
+            return NodeInfo(out_dt, like.shape, dt.materialize(x.dtype), acc, None, True)
+        # The loop runs over all the shapes broadcast (the value may be smaller than ``like``
+        # or the span); ``like``'s size-1 and missing leading dims are summed.
+        dom = broadcast_shapes([s.shape for s in srcs], fail)
+        off = len(dom) - len(like.shape)
+        axes = tuple(k for k in range(len(dom)) if k < off or like.shape[k - off] == 1)
+        return NodeInfo(out_dt, like.shape, dt.materialize(x.dtype), acc, axes, True)
+    r = n.srcs[1]
+    rinfo, src = info[g.idx(r)], info[g.idx(r.srcs[0])]
+    if not _same_shape(x.shape, rinfo.shape):
+        fail(f"the value has shape {x.shape}, but the reduction it undoes gives {rinfo.shape}")
+    if src.shape is None or rinfo.axes is None:
+        return NodeInfo(out_dt, None, dt.materialize(x.dtype), acc, None, True)
+    shape = tuple(1 if k in rinfo.axes else d for k, d in enumerate(src.shape))
+    return NodeInfo(out_dt, shape, dt.materialize(x.dtype), acc, (), True)

@@ -52,6 +52,7 @@ VMAP_METHODS = ("sequential", "sequential_unrolled", "expand_dims", "broadcast_a
 # Target name -> the loaded library behind it (kept alive: XLA holds raw function pointers).
 _registered: dict[str, ctypes.CDLL] = {}
 _register_lock = threading.Lock()
+_backward_lock = threading.Lock()  # builds of fg.grad(op)'s handlers
 
 
 def build_flags() -> list[str]:
@@ -88,7 +89,7 @@ class _BatchRule:
     """Whether a leading batch dim keeps the op's meaning (see the module docstring)."""
 
     def __init__(self, op: fg.OpDef):
-        from .ir import AttrRef, Op
+        from .ir import AttrRef, Op, ShapeOf
         g = op.graph
         self.ok = True
         self.axis_attrs: dict[str, list[int]] = {}   # attribute -> reduce-source nodes it sizes
@@ -97,8 +98,8 @@ class _BatchRule:
             if n.op is not Op.REDUCE:
                 continue
             axes = n.arg.axes
-            if axes is None:
-                self.ok = False                      # over all axes: a batch dim would be summed too
+            if axes is None or isinstance(axes, ShapeOf):
+                self.ok = False                      # all axes, or axes set by shapes: a batch dim would be summed too
             elif isinstance(axes, AttrRef):
                 if axes.name in used_as_value:
                     self.ok = False                  # the value is also arithmetic: cannot rewrite it
@@ -171,6 +172,7 @@ class JaxFunction:
         self._jit = jax.jit(traced, static_argnames=tuple(op.attrs))
         self._traced = traced
         self._by_attrs: dict = {}   # attribute values and types -> a jitted fn of the arrays only
+        self._backward: JaxFunction | None = None
 
     @property
     def source(self) -> str:
@@ -199,12 +201,38 @@ class JaxFunction:
         if not attrs.keys() <= self.op.attrs.keys():
             self.op.bind_attrs(attrs)  # raises AttrError naming the unknown attribute
         static = {n: _Static(tuple(v) if isinstance(v, list) else v) for n, v in attrs.items()}
-        fn = jax.jit(functools.partial(self._jit, **static))
+        fn = jax.jit(self._with_vjp(functools.partial(self._jit, **static), attrs))
         try:
             self._by_attrs[(*attrs.items(), *map(type, attrs.values()))] = fn
         except TypeError:  # a list value: not cacheable by value, rebuilt per call
             pass
         return fn
+
+    def _with_vjp(self, primal, attrs: dict):
+        """``primal`` made differentiable by ``jax.grad``/``jax.vjp``: its backward pass is the
+        fused op ``fg.grad(op)``, built (through the same cache) on the first differentiation.
+        Residuals are the inputs the backward op declares it needs; the forward values it uses
+        are recomputed inside the backward kernel."""
+        f = jax.custom_vjp(primal)
+
+        def fwd(*arrays):
+            return primal(*arrays), arrays
+
+        def bwd(arrays, cot):
+            back = self.backward()
+            needed = [a for n, a in zip(self.op.inputs, arrays) if n in back.op.needs]
+            grads = back(*needed, *(cot if isinstance(cot, (tuple, list)) else (cot,)), **attrs)
+            return tuple(grads) if isinstance(grads, (tuple, list)) else (grads,)
+
+        f.defvjp(fwd, bwd)
+        return f
+
+    def backward(self) -> JaxFunction:
+        """The JAX function of ``fg.grad(op)`` (built once, on first use)."""
+        with _backward_lock:
+            if self._backward is None:
+                self._backward = JaxFunction(fg.grad(self.op), flags=self.flags, api=self.api)
+            return self._backward
 
     def _trace(self, *arrays, **attrs):
         """Runs once per signature, while JAX traces: validate with the IR's rules, pick the

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .ir import AttrRef, Node, Op, OpDef, Spec, UNKNOWN_DIM
+from .ir import AttrRef, Node, Op, OpDef, ShapeOf, Spec, UNKNOWN_DIM, value_srcs
 from .errors import ShapeError
 
 
@@ -69,7 +69,7 @@ def leaves_of(node: Node) -> tuple[Node, ...]:
         if n.op in (Op.INPUT, Op.REDUCE):
             out[id(n)] = n
         else:
-            stack.extend(n.srcs)
+            stack.extend(value_srcs(n))
     return tuple(sorted(out.values(), key=_leaf_key))
 
 
@@ -77,10 +77,30 @@ def _leaf_key(n: Node):
     return (0, n.arg) if n.op is Op.INPUT else (1, hash(n))
 
 
+def computed_nodes(g) -> set[int]:
+    """ids of the nodes whose values the outputs need: shape-only sources (``value_srcs``)
+    and shape checks are measured, never computed."""
+    seen: set[int] = set()
+    stack = list(g.outputs)
+    while stack:
+        n = stack.pop()
+        if id(n) not in seen:
+            seen.add(id(n))
+            stack.extend(value_srcs(n))
+    return seen
+
+
+def _stage_key(r: Node):
+    """What reductions must share to share a loop: the axes spec, and for a ``ShapeOf``
+    spec also the node whose shape decides the axes."""
+    return (r.arg.axes, tuple(map(id, r.srcs[1:]))) if isinstance(r.arg.axes, ShapeOf) else r.arg.axes
+
+
 def build_plan(opdef: OpDef) -> Plan:
     g = opdef.graph
     level: dict[int, int] = {}
-    reductions = [n for n in g.nodes if n.op is Op.REDUCE]
+    computed = computed_nodes(g)
+    reductions = [n for n in g.nodes if n.op is Op.REDUCE and id(n) in computed]
     for r in reductions:  # topological order: a reduction's sources are levelled first
         deps = [level[id(l)] for l in leaves_of(r.srcs[0]) if l.op is Op.REDUCE]
         level[id(r)] = 1 + max(deps, default=0)
@@ -88,11 +108,16 @@ def build_plan(opdef: OpDef) -> Plan:
     # Reductions that share (level, leaves, axes spec) share a stage, hence one loop.
     groups: dict[tuple, list[Node]] = {}
     for r in reductions:
-        key = (level[id(r)], tuple(id(l) for l in leaves_of(r.srcs[0])), r.arg.axes)
+        key = (level[id(r)], tuple(id(l) for l in leaves_of(r.srcs[0])), _stage_key(r))
         groups.setdefault(key, []).append(r)
     stages: list[dict] = []
-    for (lvl, _, axes), rs in groups.items():
-        stages.append(dict(level=lvl, leaves=leaves_of(rs[0].srcs[0]), axes=axes, reductions=tuple(rs),
+    for (lvl, _, _), rs in groups.items():
+        leaves = leaves_of(rs[0].srcs[0])
+        if isinstance(rs[0].arg.axes, ShapeOf) and rs[0].arg.axes.rule == "broadcast":
+            # sum_to's loop spans like's (and the span's) shapes: measured, not read
+            leaves += tuple(n for i, n in enumerate(rs[0].srcs[1:], 1)
+                            if all(n is not m for m in leaves + rs[0].srcs[1:i]))
+        stages.append(dict(level=lvl, leaves=leaves, axes=rs[0].arg.axes, reductions=tuple(rs),
                            writes=[], finals=[]))
 
     reduce_outputs: dict[int, list[int]] = {}
@@ -153,18 +178,17 @@ def read_strides(shape: tuple[int, ...], dom: tuple[int, ...]) -> list[int]:
     return [0 if k < off or shape[k - off] == 1 else st[k - off] for k in range(len(dom))]
 
 
-def write_strides(result_shape: tuple[int, ...], dom: tuple[int, ...], axes: tuple[int, ...],
-                  keep_dims: bool) -> list[int]:
-    """Strides, over ``dom``, of a reduction result stored C-contiguous in ``result_shape``."""
+def write_strides(result_shape: tuple[int, ...], dom: tuple[int, ...], axes: tuple[int, ...]) -> list[int]:
+    """Strides, over ``dom``, of a reduction result stored C-contiguous in ``result_shape``.
+
+    The result's dims other than 1 are ``dom``'s unreduced dims other than 1, in order,
+    however the size-1 dims sit (kept, dropped, missing in front as for ``sum_to``, or put
+    back as for ``unreduce``), so pairing those two lists is the whole rule."""
     st = c_strides(result_shape)
-    out, j = [], 0
+    big = [st[j] for j, d in enumerate(result_shape) if d != 1]
+    out = []
     for k in range(len(dom)):
-        if k in axes:
-            out.append(0)
-            j += 1 if keep_dims else 0
-        else:
-            out.append(st[j] if result_shape[j] != 1 else 0)
-            j += 1
+        out.append(0 if k in axes or dom[k] == 1 else big.pop(0))
     return out
 
 
@@ -274,7 +298,7 @@ def _aligned(plan: Plan, spec: Spec, st: Stage, g: dict, dom) -> bool:
     for l in _reads(st):
         if l.op is Op.REDUCE and id(l) in written:
             info = spec.of(l)
-            if read_strides(info.shape, dom) != write_strides(info.shape, dom, g["axes"], info.keep_dims):
+            if read_strides(info.shape, dom) != write_strides(info.shape, dom, g["axes"]):
                 return False
     return True
 
@@ -297,15 +321,13 @@ def _group_run(plan: Plan, spec: Spec, g: dict) -> GroupRun:
                 add(("buf", plan.buffer_index(l)), read_strides(spec.of(l).shape, dom))
         for r in st.reductions:
             info = spec.of(r)
-            w = write_strides(info.shape, dom, axes, info.keep_dims)
+            w = write_strides(info.shape, dom, axes)
             for k in plan.reduce_outputs.get(id(r), ()):
                 add(("out", k), w)
             if any(r is b for b in plan.buffers):
                 add(("buf", plan.buffer_index(r)), w)
         for k, n in st.finals:
-            info = spec.of(n)
-            keep = spec.of(leaves_of(n)[0]).keep_dims
-            add(("out", k), write_strides(info.shape, dom, axes, keep))
+            add(("out", k), write_strides(spec.of(n).shape, dom, axes))
         for k, n in st.writes:
             add(("out", k), c_strides(dom))
     lay = collapse(dom, axes, strides)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import dtypes as dt
+from . import requests
 from .errors import ArgumentError, DTypeError, ShapeError
 from .exprs import reg_dtype
 from .ir import OpDef, infer
@@ -99,6 +100,7 @@ class Kernel:
         self.device = device
         self.plan: Plan = build_plan(op)
         self._calls: dict = {}
+        self._variants: dict = {}   # write-request variants of the op -> their kernels
         self._lock = threading.Lock()
         self._last: _Call | None = None
 
@@ -116,7 +118,9 @@ class Kernel:
         return {k: "\n\n".join(g.source for g in c.groups) for k, c in self._calls.items()}
 
     # --- the call path ------------------------------------------------------------------------
-    def __call__(self, *arrays, out=None, **attrs):
+    def __call__(self, *arrays, out=None, accumulate=False, skip=None, inplace=False, **attrs):
+        if accumulate is not False or skip is not None or inplace:
+            return requests.call(self, self._derived, arrays, out, accumulate, skip, inplace, attrs)
         try:
             # The signature key: dtypes and shapes, then attribute values *and types*
             # (1, 1.0 and True are equal as dict keys but must not share an entry).
@@ -128,6 +132,14 @@ class Kernel:
             # first call with this signature, a non-array input, or an unhashable attribute
             return self._slow_call(arrays, out, attrs)
         return run(arrays, out)
+
+    def _derived(self, op: OpDef) -> Kernel:
+        """The kernel of a write-request variant of this op (``fusegen.requests``), cached."""
+        with self._lock:
+            k = self._variants.get(op)
+            if k is None:
+                k = self._variants[op] = Kernel(op, self.backend, self.device)
+        return k
 
     def _slow_call(self, arrays, out, attrs):
         arrs, key = call_signature(self.op, arrays, attrs)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import dtypes as dt
+from . import requests
 from .errors import ArgumentError, DTypeError, FusegenError, ShapeError
 from .exprs import reg_dtype
 from .ir import OpDef, infer
@@ -46,8 +47,8 @@ def is_device_array(a) -> bool:
 
 
 def _c_contiguous(shape, strides, itemsize: int) -> bool:
-    if strides is None:
-        return True
+    if strides is None or 0 in tuple(shape):
+        return True  # an empty array has no layout to get wrong (NumPy calls it contiguous too)
     expect = itemsize
     for n, s in zip(reversed(shape), reversed(strides)):
         if n > 1 and s != expect:
@@ -130,9 +131,13 @@ class CudaKernel:
             raise TypeError(f"fusegen.compile expects an @fusegen.op, got {type(op).__name__}")
         if threads is not None and (threads < 1 or threads & (threads - 1) or threads > 1024):
             raise ValueError(f"threads must be a power of two in 1..1024, got {threads}")
+        for name, v in (("max_blocks", max_blocks), ("split", split)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"{name} must be a positive int, got {v!r}")
         self.op, self.backend, self.device = op, "numba", "cuda"
         self.plan: Plan = build_plan(op)
         self.threads, self.max_blocks, self.split = threads, max_blocks, split
+        self._variants: dict = {}   # write-request variants of the op -> their kernels
         self._calls: dict = {}
         self._lock = threading.Lock()
         self._last: _Call | None = None
@@ -147,8 +152,18 @@ class CudaKernel:
             return "# no call yet: the source is generated per input signature on the first call\n"
         return "\n\n".join(g.source for g in self._last.groups)
 
+    def _derived(self, op: OpDef) -> CudaKernel:
+        """The kernel of a write-request variant of this op (``fusegen.requests``), cached."""
+        k = self._variants.get(op)
+        if k is None:
+            k = self._variants.setdefault(op, CudaKernel(op, self.threads, self.max_blocks, self.split))
+        return k
+
     # --- the call -----------------------------------------------------------------------------
-    def __call__(self, *arrays, out=None, stream=None, **attrs):
+    def __call__(self, *arrays, out=None, stream=None, accumulate=False, skip=None, inplace=False, **attrs):
+        if accumulate is not False or skip is not None or inplace:
+            extra = {} if stream is None else {"stream": stream}
+            return requests.call(self, self._derived, arrays, out, accumulate, skip, inplace, {**attrs, **extra})
         require_gpu()
         op = self.op
         if len(arrays) != len(op.inputs):
@@ -213,9 +228,13 @@ class CudaKernel:
                 raise ArgumentError(f"op {self.op.name}: out[{k}] is on the wrong device: the inputs are "
                                     f"{'on the device' if on_device else 'NumPy arrays'}, so out= must hold "
                                     f"{where} arrays")
+            if not on_device and not isinstance(o, np.ndarray):
+                raise ArgumentError(f"op {self.op.name}: out[{k}] must be a numpy array, got {type(o).__name__}")
             if tuple(o.shape) != tuple(s) or np.dtype(o.dtype) != d:
                 raise ShapeError(f"op {self.op.name}: out[{k}] must have shape {tuple(s)} and dtype {d}, "
                                  f"got {tuple(o.shape)} {o.dtype}")
+            if not on_device and not o.flags.writeable:  # refused before launching, as the CPU backends do
+                raise ArgumentError(f"op {self.op.name}: out[{k}] is read-only")
             if on_device:
                 res.append(_as_device(o, f"op {self.op.name}: out[{k}]"))
             else:
@@ -282,7 +301,7 @@ class AotCudaCompiled:
         import hashlib
         from .abi_emit import emit
         from .build import build_library, cache_dir
-        self.op = op
+        self.op, self.flags = op, flags
         self.emitted = emit(op, abi="mindspore-aot", device="cuda", dtypes=dtypes)
         digest = hashlib.sha256(self.emitted.source.encode()).hexdigest()[:16]
         self.directory = cache_dir() / "aot-src" / f"{op.name}-cuda-{digest}"
@@ -297,7 +316,14 @@ class AotCudaCompiled:
     def __repr__(self) -> str:
         return f"<fusegen.AotCudaCompiled {self.op.name} lib={self.lib_path}>"
 
-    def __call__(self, *arrays, out=None, stream=None, **attrs):
+    def _derived(self, op: OpDef) -> AotCudaCompiled:
+        """A write-request variant (``fusegen.requests``), built the same way."""
+        return AotCudaCompiled(op, flags=self.flags)
+
+    def __call__(self, *arrays, out=None, stream=None, accumulate=False, skip=None, inplace=False, **attrs):
+        if accumulate is not False or skip is not None or inplace:
+            extra = {} if stream is None else {"stream": stream}
+            return requests.call(self, self._derived, arrays, out, accumulate, skip, inplace, {**attrs, **extra})
         require_gpu()
         raise NotImplementedError(
             f"op {self.op.name}: running an emitted CUDA AOT library from Python needs a device-memory "

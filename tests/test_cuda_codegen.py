@@ -160,11 +160,13 @@ def test_every_emitted_cu_compiles_with_nvcc(tmp_path):
         proc = subprocess.run(cmd, capture_output=True, text=True)
         return op.name, proc.returncode, proc.stdout + proc.stderr
 
+    # and two backward ops: sum_to, unreduce and shape checks in device code
+    ops = ex.REFERENCE_OPS + [fg.grad(ex.add_reduce_sum), fg.grad(ex.layer_norm)]
     with ThreadPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(build, ex.REFERENCE_OPS))
+        results = list(pool.map(build, ops))
     failed = [(n, out) for n, rc, out in results if rc != 0]
     assert not failed, "\n\n".join(f"{n}:\n{out[-3000:]}" for n, out in failed)
-    for op in ex.REFERENCE_OPS:
+    for op in ops:
         from fusegen.build import dynamic_symbols
         syms = dynamic_symbols(tmp_path / op.name / f"{op.name}.so")
         name = fg.abi_emit.c_name(op.name)

@@ -202,9 +202,11 @@ def test_c_read_write_strides():
     assert read_strides((3, 1), (2, 3, 4)) == [0, 1, 0]
     assert read_strides((4,), (2, 3, 4)) == [0, 0, 1]
     assert read_strides((2, 3, 4), (2, 3, 4)) == [12, 4, 1]
-    assert write_strides((2, 4), (2, 3, 4), (1,), False) == [4, 0, 1]
-    assert write_strides((2, 1, 4), (2, 3, 4), (1,), True) == [4, 0, 1]
-    assert write_strides((3,), (2, 3, 4), (0, 2), False) == [0, 1, 0]
+    assert write_strides((2, 4), (2, 3, 4), (1,)) == [4, 0, 1]
+    assert write_strides((2, 1, 4), (2, 3, 4), (1,)) == [4, 0, 1]
+    assert write_strides((3,), (2, 3, 4), (0, 2)) == [0, 1, 0]
+    assert write_strides((4,), (2, 3, 4), (0, 1)) == [0, 0, 1]             # sum_to: leading axes gone
+    assert write_strides((1, 3, 1), (3,), ()) == [1]                       # unreduce: 1s put back
 
 
 @pytest.mark.parametrize("dom, reduced, strides, want", [
