@@ -1,10 +1,10 @@
 """Property-based tests: random fused graphs against NumPy.
 
-A graph is a random expression tree over 1-3 inputs of broadcast-compatible shapes: elementwise
-unary/binary ops, ``fg.where``, Python scalar constants and scalar attributes, at most two
-reductions (chained or not, keep_dims or not, over an int, a tuple or all axes), and 1-3
-outputs. The same tree is evaluated by fusegen (traced into an ``@fg.op`` and run by the Numba
-backend) and by NumPy; dtypes must be equal and values close.
+A graph is a random expression tree over 1-3 inputs of broadcast-compatible shapes
+(``fuzz_graphs.graphs``: elementwise unary/binary ops, ``fg.where``, Python scalar constants and
+scalar attributes, at most two reductions, 1-3 outputs). The same tree is evaluated by fusegen
+(traced into an ``@fg.op`` and run by the Numba backend) and by NumPy; dtypes must be equal and
+values close.
 
 Every new graph compiles Numba kernels (~1-2 s each), so the default run is small, seeded and
 derandomized (the same graphs every run, which also lets Numba's disk cache serve a warm run);
@@ -14,7 +14,6 @@ the pytest run.
 from __future__ import annotations
 
 import inspect
-import itertools
 
 import numpy as np
 from hypothesis import HealthCheck, Phase, event, given, note, settings
@@ -23,6 +22,7 @@ from hypothesis import strategies as st
 import fusegen as fg
 
 from conftest import ALL_DTYPES, LONG_TESTS, PROPERTY_STATS
+from fuzz_graphs import count_reductions, evaluate, graphs, make_op, show
 
 GRAPH_SETTINGS = settings(
     max_examples=300 if LONG_TESTS else 15,
@@ -33,196 +33,6 @@ GRAPH_SETTINGS = settings(
     phases=[Phase.explicit, Phase.generate],
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-
-# name: (fusegen, NumPy). Values stay bounded and functions continuous: no exp/log/pow/plain
-# division/floor in random chains (the table tests cover them), so differences are rounding only.
-UNARY = {
-    "neg": (fg.neg, np.negative),
-    "abs": (fg.abs, np.abs),
-    "tanh": (fg.tanh, np.tanh),
-    "sin": (fg.sin, np.sin),
-    "cos": (fg.cos, np.cos),
-    "sigmoid": (fg.sigmoid, lambda x: 1 / (1 + np.exp(-x))),
-    "relu": (fg.relu, lambda x: np.maximum(x, 0)),
-    "sqrt_abs": (lambda x: fg.sqrt(fg.abs(x)), lambda x: np.sqrt(np.abs(x))),
-}
-BINARY = {
-    "add": (lambda a, b: a + b, np.add),
-    "sub": (lambda a, b: a - b, np.subtract),
-    "mul": (lambda a, b: a * b, np.multiply),
-    "max": (fg.maximum, np.maximum),
-    "min": (fg.minimum, np.minimum),
-    "safe_div": (lambda a, b: a / (1.0 + b * b), lambda a, b: a / (1.0 + b * b)),
-}
-REDUCE = {
-    "sum": (fg.sum, np.sum),
-    "mean": (fg.mean, np.mean),
-    "max": (fg.max, np.max),
-    "min": (fg.min, np.min),
-}
-SCALARS = [2, -1, 0.5, -1.5, 3.0]
-ATTR_VALUES = {"alpha": [0.75, -1.25, 2.0], "n": [2, -3, 1]}
-
-
-# --- the expression tree -------------------------------------------------------------------
-# ("in", i) | ("un", name, e) | ("bin", name, a, b) | ("scalar", name, e, value, left)
-# | ("attr", name, e, attr, left) | ("where", a, b, x, y) | ("red", kind, e, axis, keep)
-def evaluate(e, inputs, attrs, lib):
-    """Evaluate tree ``e``; ``lib`` is "fg" (traced tensors) or "np" (arrays)."""
-    k = 0 if lib == "fg" else 1
-    tag = e[0]
-    if tag == "in":
-        return inputs[e[1]]
-    if tag == "un":
-        return UNARY[e[1]][k](evaluate(e[2], inputs, attrs, lib))
-    if tag == "bin":
-        return BINARY[e[1]][k](evaluate(e[2], inputs, attrs, lib), evaluate(e[3], inputs, attrs, lib))
-    if tag in ("scalar", "attr"):
-        x = evaluate(e[2], inputs, attrs, lib)
-        s = e[3] if tag == "scalar" else attrs[e[3]]
-        fn = BINARY[e[1]][k]
-        return fn(s, x) if e[4] else fn(x, s)
-    if tag == "where":
-        a, b, x, y = (evaluate(s, inputs, attrs, lib) for s in e[1:])
-        return fg.where(a < b, x, y) if lib == "fg" else np.where(a < b, x, y)
-    if tag == "red":
-        x = evaluate(e[2], inputs, attrs, lib)
-        if lib == "fg":
-            return REDUCE[e[1]][0](x, axis=e[3], keep_dims=e[4])
-        return REDUCE[e[1]][1](x, axis=e[3], keepdims=e[4])
-    raise AssertionError(e)
-
-
-def show(e) -> str:
-    tag = e[0]
-    if tag == "in":
-        return f"x{e[1]}"
-    if tag == "un":
-        return f"{e[1]}({show(e[2])})"
-    if tag == "bin":
-        return f"{e[1]}({show(e[2])}, {show(e[3])})"
-    if tag in ("scalar", "attr"):
-        s = repr(e[3]) if tag == "scalar" else e[3]
-        return f"{e[1]}({s}, {show(e[2])})" if e[4] else f"{e[1]}({show(e[2])}, {s})"
-    if tag == "where":
-        return f"where({show(e[1])} < {show(e[2])}, {show(e[3])}, {show(e[4])})"
-    return f"{e[1]}({show(e[2])}, axis={e[3]}, keep_dims={e[4]})"
-
-
-def _broadcast(*shapes):
-    try:
-        return np.broadcast_shapes(*shapes)
-    except ValueError:
-        return None
-
-
-def _reduce_shape(shp, axis, keep):
-    r = len(shp)
-    axes = set(range(r)) if axis is None else {a % r for a in ((axis,) if isinstance(axis, int) else axis)}
-    if keep:
-        return tuple(1 if k in axes else d for k, d in enumerate(shp))
-    return tuple(d for k, d in enumerate(shp) if k not in axes)
-
-
-def count_reductions(e) -> int:
-    """Distinct reduction nodes in tree ``e`` (a shared subtree counts once, as in the traced DAG)."""
-    found = set()
-
-    def walk(n):
-        if n[0] == "red":
-            found.add(n)
-        for s in n[1:]:
-            if isinstance(s, tuple) and s and s[0] in ("in", "un", "bin", "scalar", "attr", "where", "red"):
-                walk(s)
-    walk(e)
-    return len(found)
-
-
-@st.composite
-def graphs(draw):
-    """(input shapes, input dtypes, output trees, attribute values)."""
-    rank = draw(st.integers(1, 3))
-    base = tuple(draw(st.integers(1, 4)) for _ in range(rank))
-    nin = draw(st.integers(1, 3))
-    shapes = []
-    for i in range(nin):
-        r = rank if i == 0 else draw(st.integers(0, rank))  # later inputs: lower rank, size-1 dims
-        shp = [1 if (i and draw(st.integers(0, 3)) == 0) else d for d in base[rank - r:]]
-        shapes.append(tuple(shp))
-    dtypes = [draw(st.sampled_from(["float32", "float64"])) for _ in range(nin)]
-    pool = [(("in", i), shapes[i]) for i in range(nin)]
-
-    def pick(prefer_last=False):
-        if prefer_last and draw(st.booleans()):
-            return pool[-1]
-        return pool[draw(st.integers(0, len(pool) - 1))]
-
-    def elementwise_step():
-        e, shp = pick(prefer_last=True)
-        kind = draw(st.sampled_from(["un", "bin", "bin", "scalar", "attr", "where"]))
-        if kind == "un":
-            pool.append((("un", draw(st.sampled_from(sorted(UNARY))), e), shp))
-        elif kind == "bin":
-            partners = [(f, s) for f, s in pool if _broadcast(shp, s) is not None]
-            f, s = partners[draw(st.integers(0, len(partners) - 1))]
-            pool.append((("bin", draw(st.sampled_from(sorted(BINARY))), e, f), _broadcast(shp, s)))
-        elif kind == "scalar":
-            name = draw(st.sampled_from(["add", "sub", "mul", "max", "min"]))
-            pool.append((("scalar", name, e, draw(st.sampled_from(SCALARS)), draw(st.booleans())), shp))
-        elif kind == "attr":
-            name = draw(st.sampled_from(["add", "sub", "mul", "max"]))
-            pool.append((("attr", name, e, draw(st.sampled_from(sorted(ATTR_VALUES))), draw(st.booleans())), shp))
-        else:
-            picks = [pick() for _ in range(3)]
-            out = _broadcast(shp, *[s for _, s in picks])
-            if out is not None:
-                pool.append((("where", e, picks[0][0], picks[1][0], picks[2][0]), out))
-
-    def reduction_step():
-        e, shp = pick(prefer_last=True)
-        r = len(shp)
-        axis = draw(st.sampled_from(
-            [None] + list(range(-r, r)) + [c for n in range(2, r + 1) for c in itertools.combinations(range(r), n)]))
-        keep = draw(st.booleans())
-        red = ("red", draw(st.sampled_from(sorted(REDUCE))), e, axis, keep)
-        rshp = _reduce_shape(shp, axis, keep)
-        pool.append((red, rshp))
-        if draw(st.booleans()):  # use the result elementwise with its operand: x - max(x), ...
-            out = _broadcast(shp, rshp)
-            if out is not None:
-                name = draw(st.sampled_from(sorted(BINARY)))
-                pool.append((("bin", name, e, red) if draw(st.booleans()) else ("bin", name, red, e), out))
-
-    # 0-2 reductions (chained when the second reads the first), elementwise steps around them
-    nred = draw(st.integers(0, 2))
-    for j in range(nred + 1):
-        for _ in range(draw(st.integers(0 if j else 1, 3))):
-            elementwise_step()
-        if j < nred:
-            reduction_step()
-    # outputs: the last expression built, plus up to two others (an input itself is allowed)
-    outs = [pool[-1][0]]
-    for _ in range(draw(st.integers(0, 2))):
-        cand = pick()[0]
-        if cand not in outs:
-            outs.append(cand)
-    attrs = {n: draw(st.sampled_from(v)) for n, v in ATTR_VALUES.items()}
-    return shapes, dtypes, outs, attrs
-
-
-def make_op(nin: int, outs: list):
-    """An ``@fg.op`` with inputs x0..x{nin-1} and attributes alpha (float) and n (int)."""
-    def body(*xs, alpha, n):
-        res = tuple(evaluate(o, xs, {"alpha": alpha, "n": n}, "fg") for o in outs)
-        return res if len(res) > 1 else res[0]
-
-    P = inspect.Parameter
-    params = [P(f"x{i}", P.POSITIONAL_OR_KEYWORD) for i in range(nin)]
-    params += [P("alpha", P.KEYWORD_ONLY, default=0.75, annotation=float),
-               P("n", P.KEYWORD_ONLY, default=2, annotation=int)]
-    body.__signature__ = inspect.Signature(params)
-    body.__annotations__ = {"alpha": float, "n": int}
-    return fg.op(body, name="random_graph")
 
 
 def tried(what: str) -> None:

@@ -23,6 +23,18 @@ _parent.loader.exec_module(_helpers)
 globals().update({k: v for k, v in vars(_helpers).items()
                   if not k.startswith(("__", "pytest_")) and k != "rng"})
 
+
+
+def pytest_configure(config):
+    """Count into the parent conftest's ``PROPERTY_STATS`` (the dict its terminal summary
+    prints), not into this module's copy of it. Called when this conftest is registered, before
+    any test module imports ``conftest``."""
+    parent = str(Path(__file__).parent.parent / "conftest.py")
+    for plugin in config.pluginmanager.get_plugins():
+        if getattr(plugin, "__file__", None) == parent and isinstance(getattr(plugin, "PROPERTY_STATS", None), dict):
+            globals()["PROPERTY_STATS"] = _helpers.PROPERTY_STATS = plugin.PROPERTY_STATS
+
+
 SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM", "") not in ("", "0")
 
 

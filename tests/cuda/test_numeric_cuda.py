@@ -206,6 +206,18 @@ def test_mixed_host_and_device_inputs_give_device_outputs(rng):
     assert_all_close(tuple(o.copy_to_host() for o in outs), np_ref(lambda a, b: (a + b, a * b, a / b), x, y))
 
 
+@pytest.mark.parametrize("shape", [(0,), (0, 1, 2), (3, 0)])
+def test_empty_device_arrays_are_contiguous(shape, rng):
+    """Regression (differential fuzzing): a size-0 device array was refused as non-contiguous
+    (the simulator gives it all-zero strides; CuPy's x[:0, ::2] has any strides)."""
+    from numba import cuda
+    x, y = np.zeros(shape, np.float32), sample(rng, shape[-1:], "float32", lo=1, hi=3)
+    outs = cuda_kernel(ex.add_mul_div)(cuda.to_device(x), y)
+    assert_all_close(tuple(o.copy_to_host() for o in outs), np_ref(lambda a, b: (a + b, a * b, a / b), x, y))
+    got = cuda_kernel(ex.add_reduce_sum)(cuda.to_device(x), cuda.to_device(x), axis=-1)
+    assert_close(got.copy_to_host(), np.sum(x + x, axis=-1))
+
+
 def test_out_arrays_host_and_device(rng):
     from numba import cuda
     x, y = sample(rng, (3, 4), "float32"), sample(rng, (3, 4), "float32")
