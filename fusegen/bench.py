@@ -3,36 +3,53 @@
 What it measures and why:
 
 * **Read bandwidth**, in this process, with a parallel Numba sum over a float32
-  array far larger than any cache. Memory-bound kernels such as add+reduce cannot
-  beat ``bytes read / read bandwidth``, so that *bound* is the yardstick every
-  result is compared with (ratio 1.00 = at the bound).
-* **Steady-state time**: every method is called once first (that first call, which
-  includes any JIT or native compile for the signature, is reported separately),
-  then all methods run **interleaved**, one call each per round (A B C A B C ...),
-  so a noisy neighbour slows every method alike instead of skewing one of them.
-  Medians of the rounds are reported; every raw sample goes to the JSON.
-* **Per-call overhead** on a tiny input: rounds of many calls, each round giving a
-  mean; the median of the round means is reported, the minimum beside it.
+  array far larger than any cache, at the start and again at the end (the best
+  sample is the machine's capability; slower ones measure the neighbours). A
+  memory-bound op cannot beat ``bytes it reads and writes once / read bandwidth``,
+  so that *bound* is the yardstick every result is compared with (1.00 = at it).
+* **Steady-state time**: every method is checked against NumPy first (that first
+  call, which includes any JIT or native compile for the signature, is reported
+  separately); then all methods run **interleaved**, one call each per round, the
+  starting method rotating (A B C, B C A, ...), so a noisy neighbour slows every
+  method alike instead of skewing one. Medians of the rounds are reported, with
+  ratios to the bound and to the best method; every raw sample goes to the JSON.
+* **Per-call time** at a tiny shape: rounds of many calls, each round giving a mean.
+* **Compile time** (``compile_times``): each (op, method) in a new process, first
+  with an empty cache directory (cold), then with the one it filled (warm).
+
+Outputs are allocated by every method on every call. By default the bench keeps
+freed memory in the process (``reused_pages``), as a long-running program's heap
+does, so that a 64 MiB output is not a fresh mmap whose page faults and zeroing
+(one extra write of every output byte, for every method alike) dwarf the kernels;
+``BenchConfig.fresh_pages`` measures with them.
 
 Nothing here prints: results are plain dicts (the JSON schema), and a ``progress``
-callback, when given, hears about each step. ``fusegen.cli`` does the formatting.
+callback, when given, hears about each step. ``fusegen.bench_report`` formats them.
 """
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import ctypes.util
 import gc
-import math
+import json
 import os
 import platform
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from statistics import median
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
+from numba import njit, prange
+
+from .bench_cases import (OPS, Method, OpBench, Thunk, check, competitor_methods, jax_available, jax_on_device,
+                          reference, tolerance)
 
 #: Size of the bandwidth probe: far beyond any L3, so it measures DRAM.
 BANDWIDTH_BYTES = 256 << 20
@@ -42,10 +59,13 @@ _ENV_RECORDED = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "NUMBA_
 #: Chunks the probe is split into: enough for load balance on many threads,
 #: large enough (1 MiB) that per-chunk overhead is noise.
 _BW_CHUNKS = 256
-SCHEMA = "fusegen-bench/1"
+SCHEMA = "fusegen-bench/2"
+#: The issue's targets: the best fusegen backend within this multiple of the bound (large
+#: shapes), and at most this many seconds per call (the small shape).
+TARGET_BOUND_RATIO = 1.2
+TARGET_PER_CALL_S = 3e-6
 
 Progress = Callable[[int, int, str], None]
-Thunk = Callable[[], Any]
 
 
 # --- bandwidth ------------------------------------------------------------------------------------
@@ -66,6 +86,10 @@ class Bandwidth:
     def gbps(self) -> float:
         return self.bytes_per_s / 1e9
 
+    def merged(self, other: Bandwidth) -> Bandwidth:
+        """Both probes' samples (the start's and the end's of a run)."""
+        return Bandwidth(self.kind, self.nbytes, self.samples + other.samples)
+
     def as_json(self) -> dict:
         return {"kind": self.kind, "bytes_per_s": self.bytes_per_s, "gbps": self.gbps,
                 "array_bytes": self.nbytes, "reps": len(self.samples),
@@ -74,47 +98,37 @@ class Bandwidth:
                           f"in {_BW_CHUNKS} slice-view chunks"}
 
 
-_kernels: dict[str, Callable] = {}
 _probes: dict[str, bool] = {}
-_bandwidth_cache: dict[tuple[str, int], Bandwidth] = {}
 
 
-def _bw_kernels() -> dict[str, Callable]:
-    """Compile (once) the probe kernels. Each prange chunk indexes a *slice view*
-    from 0: a computed base index (``a[i]``, ``i in range(start, stop)``) keeps
-    LLVM from vectorizing the loop and the probe then measures the core (~8 GB/s),
-    not memory."""
-    if _kernels:
-        return _kernels
-    from numba import njit, prange
+# The probe kernels. Each prange chunk indexes a *slice view* from 0: a computed base index
+# (``a[i]``, ``i in range(start, stop)``) keeps LLVM from vectorizing the loop and the probe then
+# measures the core (~8 GB/s), not memory. Module-level, so that Numba's disk cache keeps them.
+@njit(parallel=True, fastmath={"reassoc", "contract"}, cache=True)
+def chunked_sum(a, nchunks):  # pragma: no cover - compiled by Numba
+    step = (a.size + nchunks - 1) // nchunks
+    parts = np.zeros(nchunks, np.float32)
+    for c in prange(nchunks):
+        v = a[c * step:min(a.size, (c + 1) * step)]
+        s = np.float32(0)
+        for i in range(v.size):
+            s += v[i]
+        parts[c] = s
+    return parts.sum()
 
-    @njit(parallel=True, fastmath={"reassoc", "contract"}, cache=True)
-    def chunked_sum(a, nchunks):  # pragma: no cover - compiled by Numba
-        step = (a.size + nchunks - 1) // nchunks
-        parts = np.zeros(nchunks, np.float32)
-        for c in prange(nchunks):
-            v = a[c * step:min(a.size, (c + 1) * step)]
-            s = np.float32(0)
-            for i in range(v.size):
-                s += v[i]
-            parts[c] = s
-        return parts.sum()
 
-    @njit(parallel=True, cache=True)
-    def chunked_copy(dst, src, nchunks):  # pragma: no cover - compiled by Numba
-        step = (src.size + nchunks - 1) // nchunks
-        for c in prange(nchunks):
-            d = dst[c * step:min(src.size, (c + 1) * step)]
-            s = src[c * step:min(src.size, (c + 1) * step)]
-            for i in range(s.size):
-                d[i] = s[i]
-
-    _kernels.update(sum=chunked_sum, copy=chunked_copy)
-    return _kernels
+@njit(parallel=True, cache=True)
+def chunked_copy(dst, src, nchunks):  # pragma: no cover - compiled by Numba
+    step = (src.size + nchunks - 1) // nchunks
+    for c in prange(nchunks):
+        d = dst[c * step:min(src.size, (c + 1) * step)]
+        s = src[c * step:min(src.size, (c + 1) * step)]
+        for i in range(s.size):
+            d[i] = s[i]
 
 
 def read_bandwidth(nbytes: int = BANDWIDTH_BYTES, reps: int = 10) -> Bandwidth:
-    """Read bandwidth of this machine (bytes/s), measured once per process and size."""
+    """Read bandwidth of this machine (bytes/s): the best of ``reps`` passes."""
     return _bandwidth("read", nbytes, reps)
 
 
@@ -124,17 +138,13 @@ def copy_bandwidth(nbytes: int = BANDWIDTH_BYTES, reps: int = 10) -> Bandwidth:
 
 
 def _bandwidth(kind: str, nbytes: int, reps: int) -> Bandwidth:
-    key = (kind, nbytes)
-    if key not in _bandwidth_cache:
-        k = _bw_kernels()
-        src = np.ones(nbytes // 4, np.float32)  # ones, not empty: every page must be really mapped
-        dst = np.empty_like(src) if kind == "copy" else None
-        run = (lambda: k["sum"](src, _BW_CHUNKS)) if dst is None else (lambda: k["copy"](dst, src, _BW_CHUNKS))
-        moved = src.nbytes * (1 if dst is None else 2)
-        run()  # compile / load from Numba's cache, wake the thread pool
-        samples = [moved / t for t in time_interleaved({kind: run}, reps)[kind]]
-        _bandwidth_cache[key] = Bandwidth(kind, src.nbytes, tuple(samples))
-    return _bandwidth_cache[key]
+    src = np.ones(nbytes // 4, np.float32)  # ones, not empty: every page must be really mapped
+    dst = np.ones_like(src) if kind == "copy" else None
+    run = (lambda: chunked_sum(src, _BW_CHUNKS)) if dst is None else (lambda: chunked_copy(dst, src, _BW_CHUNKS))
+    moved = src.nbytes * (1 if dst is None else 2)
+    run()  # compile / load from Numba's cache, wake the thread pool
+    samples = [moved / t for t in time_interleaved({kind: run}, reps)[kind]]
+    return Bandwidth(kind, src.nbytes, tuple(samples))
 
 
 def gbps(nbytes: float, seconds: float) -> float:
@@ -176,21 +186,30 @@ def machine_info() -> dict:
             "env": {k: os.environ[k] for k in _ENV_RECORDED if k in os.environ}}
 
 
-# --- the methods being compared -------------------------------------------------------------------
-@dataclass
-class Method:
-    """One way of computing ``sum(x + y, axis)``; ``bind`` returns a zero-argument call."""
+@contextlib.contextmanager
+def reused_pages() -> Iterator[str | None]:
+    """Keep freed memory in this process for the duration (glibc: no mmap for large blocks, no
+    trimming), so a method's output comes from pages already mapped instead of fresh ones; the
+    defaults are restored and the heap trimmed afterwards. Yields what was done, None where it
+    cannot be done (not glibc)."""
+    libc_name = ctypes.util.find_library("c") if sys.platform.startswith("linux") else None
+    libc = ctypes.CDLL(libc_name) if libc_name else None
+    if libc is None or not hasattr(libc, "mallopt"):
+        yield None
+        return
+    m_trim_threshold, m_mmap_max = -1, -4          # mallopt's parameter numbers (malloc.h)
+    libc.mallopt(m_mmap_max, 0)
+    libc.mallopt(m_trim_threshold, 2 ** 31 - 1)
+    try:
+        yield "glibc mallopt(M_MMAP_MAX=0, M_TRIM_THRESHOLD=2 GiB): freed pages are reused"
+    finally:
+        libc.mallopt(m_mmap_max, 65536)             # glibc's defaults
+        libc.mallopt(m_trim_threshold, 128 * 1024)
+        if hasattr(libc, "malloc_trim"):
+            libc.malloc_trim(0)
 
-    name: str                                          # "numpy", "numba-cpu", "aot-cpu"
-    bind: Callable[[np.ndarray, np.ndarray, int], Thunk]
-    setup_s: float = 0.0                               # fusegen.compile(...) itself
 
-
-def numpy_method() -> Method:
-    """NumPy's unfused ``np.sum(x + y, axis)``: the reference and the baseline."""
-    return Method("numpy", lambda x, y, axis: (lambda: np.sum(x + y, axis=axis)))
-
-
+# --- fusegen's backends ---------------------------------------------------------------------------
 def gxx_works() -> bool:
     """Whether the C++ compiler the AOT backend uses ($FUSEGEN_CXX, else g++) builds a shared library."""
     if "gxx" not in _probes:
@@ -217,14 +236,23 @@ def cuda_available() -> bool:
         return False
 
 
-def discover(op: Any, backends: list[str], devices: list[str],
-             aot_flags: list[str] | None = None) -> tuple[list[Method], dict[str, str]]:
+def _why(e: Exception) -> str:
+    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")
+
+
+def _kernel_method(name: str, kernel: Any, setup_s: float) -> Method:
+    return Method(name, lambda arrays, attrs, k=kernel: (lambda: k(*arrays, **attrs)), setup_s, fusegen=True)
+
+
+def discover(op: Any, backends: list[str], devices: list[str], aot_flags: list[str] | None = None,
+             dtype: str | None = None) -> tuple[list[Method], dict[str, str]]:
     """Compile ``op`` for every (backend, device) that works here.
 
     Returns the working methods and, for the others, ``{name: why it was skipped}``.
     A backend counts as present when its prerequisites are met and
     ``fusegen.runtime.compile`` returns a kernel; failures of the kernel itself are
-    *not* skipped here: they surface as FAIL when the kernel is run.
+    *not* skipped here: they surface as FAIL when the kernel is run. ``dtype`` limits
+    the AOT build to that dtype (default: every float dtype).
     """
     from . import runtime
     methods: list[Method] = []
@@ -238,190 +266,291 @@ def discover(op: Any, backends: list[str], devices: list[str],
             if backend == "aot" and not gxx_works():
                 skipped[name] = "no working C++ compiler (g++ or $FUSEGEN_CXX)"
                 continue
-            options = {"flags": aot_flags} if backend == "aot" and aot_flags is not None else {}
+            options: dict[str, Any] = {}
+            if backend == "aot":
+                options = {"flags": aot_flags} if aot_flags is not None else {}
+                if dtype is not None:
+                    options["dtypes"] = dtype
             t0 = time.perf_counter()
             try:
                 kernel = runtime.compile(op, backend=backend, device=device, **options)
             except Exception as e:  # noqa: BLE001 - an unavailable backend may fail in any way
-                skipped[name] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")
+                skipped[name] = _why(e)
                 continue
-            setup = time.perf_counter() - t0
-            methods.append(Method(name, lambda x, y, axis, k=kernel: (lambda: k(x, y, axis=axis)), setup))
+            methods.append(_kernel_method(name, kernel, time.perf_counter() - t0))
     return methods, skipped
 
 
-def jax_available() -> bool:
-    """Whether jax imports (the optional ``fusegen[jax]`` extra)."""
-    if "jax" not in _probes:
-        try:
-            import jax  # noqa: F401
-            _probes["jax"] = True
-        except Exception:  # noqa: BLE001 - a broken jax install is an absent one here
-            _probes["jax"] = False
-    return _probes["jax"]
-
-
-_JAX_NAMES = ("jax-cpu", "fg-jax-cpu")
-
-
-def jax_methods(op: Any, dtype: str) -> tuple[list[Method], dict[str, str]]:
-    """JAX's own ``jax.jit(lambda x, y: jnp.sum(x + y, axis))`` ("jax-cpu") and ``op`` called
-    through ``fusegen.jax.function`` ("fg-jax-cpu": the XLA FFI handler), in this process.
-
-    Inputs are put on the device once per case, and every call waits for its result
-    (``block_until_ready``): JAX dispatches asynchronously, and an unwaited call would time the
-    dispatch only. Skipped, with the reason, without jax or a C++ compiler."""
+def fg_jax_method(op: Any, dtype: str) -> tuple[list[Method], dict[str, str]]:
+    """``op`` through ``fusegen.jax.function`` (the XLA FFI handler, "fg-jax-cpu"); skipped, with
+    the reason, without jax or a C++ compiler. Inputs go to the device once per case and every
+    call waits for its result (JAX dispatches asynchronously)."""
     if not jax_available():
-        return [], dict.fromkeys(_JAX_NAMES, "jax is not installed (pip install 'fusegen[jax]')")
-    import jax
-    import jax.numpy as jnp
-    if jax.dtypes.canonicalize_dtype(np.dtype(dtype)) != np.dtype(dtype):
-        return [], dict.fromkeys(_JAX_NAMES, f"{dtype} needs jax_enable_x64")
-    placed: dict[str, Any] = {}
-
-    def on_device(x: np.ndarray, y: np.ndarray) -> tuple:
-        # Both JAX methods of a case share one device copy (the largest inputs are 2 x 64 MiB).
-        if placed.get("key") != (id(x), id(y)):
-            placed.update(key=(id(x), id(y)), arrays=(jax.device_put(x), jax.device_put(y)))
-        return placed["arrays"]
-
-    def bind_ref(x: np.ndarray, y: np.ndarray, axis: int) -> Thunk:
-        f = jax.jit(lambda a, b: jnp.sum(a + b, axis=axis))
-        xj, yj = on_device(x, y)
-        return lambda: f(xj, yj).block_until_ready()
-
-    methods = [Method("jax-cpu", bind_ref)]
+        return [], {"fg-jax-cpu": "jax is not installed (pip install 'fusegen[jax]')"}
     if not gxx_works():
-        return methods, {"fg-jax-cpu": "no working C++ compiler (g++ or $FUSEGEN_CXX)"}
+        return [], {"fg-jax-cpu": "no working C++ compiler (g++ or $FUSEGEN_CXX)"}
+    import jax
+
     from . import jax as fg_jax
     t0 = time.perf_counter()
     try:
         fn = fg_jax.function(op, dtypes=dtype)
     except Exception as e:  # noqa: BLE001 - reported as skipped, as discover() does
-        return methods, {"fg-jax-cpu": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
-    setup = time.perf_counter() - t0
+        return [], {"fg-jax-cpu": _why(e)}
 
-    def bind_fg(x: np.ndarray, y: np.ndarray, axis: int) -> Thunk:
-        xj, yj = on_device(x, y)
-        return lambda: fn(xj, yj, axis=axis).block_until_ready()
+    def bind(arrays: tuple, attrs: dict) -> Thunk:
+        dev = jax_on_device(arrays)
+        return lambda: jax.block_until_ready(fn(*dev, **attrs))
 
-    return methods + [Method("fg-jax-cpu", bind_fg, setup)], {}
+    return [Method("fg-jax-cpu", bind, time.perf_counter() - t0, fusegen=True)], {}
 
 
 # --- timing ---------------------------------------------------------------------------------------
-def time_interleaved(calls: dict[str, Thunk], rounds: int, calls_per_round: int = 1) -> dict[str, list[float]]:
-    """Per round, time each call in turn (A B C A B C ...); returns seconds per call,
-    one sample per round (the round's mean when ``calls_per_round > 1``). The
-    collector is off meanwhile: a collection landing in one sample is not its cost."""
-    samples: dict[str, list[float]] = {name: [] for name in calls}
+def time_interleaved(calls: dict[str, Thunk], rounds: int,
+                     calls_per_round: int | dict[str, int] = 1) -> dict[str, list[float]]:
+    """Per round, time each call in turn, starting one method later each round (A B C, B C A,
+    ...: no method always follows the same one); returns seconds per call, one sample per round
+    (the round's mean when a method makes several calls per round: ``calls_per_round``, one
+    count for all or one per name). The collector is off meanwhile: a collection landing in one
+    sample is not its cost."""
+    names = list(calls)
+    counts = calls_per_round if isinstance(calls_per_round, dict) else dict.fromkeys(names, calls_per_round)
+    samples: dict[str, list[float]] = {name: [] for name in names}
     enabled = gc.isenabled()
     gc.disable()
     try:
-        for _ in range(rounds):
-            for name, fn in calls.items():
+        for r in range(rounds):
+            for k in range(len(names)):
+                name = names[(r + k) % len(names)]
+                fn, count = calls[name], counts[name]
                 t0 = time.perf_counter_ns()
-                for _ in range(calls_per_round):
+                for _ in range(count):
                     fn()
-                samples[name].append((time.perf_counter_ns() - t0) * 1e-9 / calls_per_round)
+                samples[name].append((time.perf_counter_ns() - t0) * 1e-9 / count)
     finally:
         if enabled:
             gc.enable()
     return samples
 
 
-# --- correctness ----------------------------------------------------------------------------------
-def tolerance(dtype: np.dtype, n_reduced: int, ref: np.ndarray) -> float:
-    """Allowed max abs error of a sum of ``n_reduced`` terms against NumPy's.
-
-    Two float sums in different orders differ by about ``eps * sqrt(n) * |sum|``
-    (random rounding); twice that still catches a dropped or doubled element.
-    Integer sums must agree exactly.
-    """
-    if not np.issubdtype(dtype, np.floating):
-        return 0.0
-    scale = float(np.max(np.abs(ref.astype(np.float64)))) if ref.size else 0.0
-    return 2.0 * float(np.finfo(dtype).eps) * math.sqrt(max(1, n_reduced)) * max(scale, 1.0)
-
-
-def max_abs_error(result: Any, ref: np.ndarray) -> float:
-    """Max abs difference in float64; inf when the shape is wrong or a value is NaN."""
-    got = np.asarray(result)
-    if got.shape != ref.shape:
-        return float("inf")
-    if got.size == 0:
-        return 0.0
-    err = float(np.max(np.abs(got.astype(np.float64) - ref.astype(np.float64))))
-    return float("inf") if math.isnan(err) else err
-
-
-def make_inputs(shape: tuple[int, ...], dtype: np.dtype, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Two inputs in [0, 1): positive, so |sum| is the scale the tolerance needs."""
-    rng = np.random.default_rng(seed)
-    return tuple(rng.random(shape, dtype=np.float32).astype(dtype, copy=False) for _ in range(2))  # type: ignore
-
-
 # --- one case -------------------------------------------------------------------------------------
-def measure_case(methods: list[Method], x: np.ndarray, y: np.ndarray, axis: int, rounds: int,
-                 bw: Bandwidth, warmup: int = 2) -> dict:
-    """Check and time every method on ``sum(x + y, axis)``: the JSON of one case."""
-    ax = axis % x.ndim
-    ref = np.sum(x + y, axis=ax)
-    tol = tolerance(x.dtype, x.shape[ax], ref)
-    nbytes = x.nbytes + y.nbytes
-    bound = nbytes / bw.bytes_per_s
+@dataclass(frozen=True)
+class Case:
+    """One measurement: an op, the shape of its ``x``, one attribute set; ``small`` cases
+    measure per-call time (many calls per round)."""
+
+    spec: OpBench
+    shape: tuple[int, ...]
+    attrs: dict = field(hash=False)
+    small: bool = False
+
+    @property
+    def label(self) -> str:
+        axis = f" axis {self.attrs['axis']}" if len(self.spec.variants) > 1 and "axis" in self.attrs else ""
+        return f"({','.join(map(str, self.shape))}){axis}"
+
+
+#: Per-call rounds aim at this long per method: enough calls to average out the clock, few
+#: enough that a method taking milliseconds per call (a thread pool waking for a tiny input)
+#: does not hold the run for minutes.
+ROUND_BUDGET_S = 2e-3
+
+
+def _calls_for(fn: Thunk, most: int) -> int:
+    """How many calls of ``fn`` fill ``ROUND_BUDGET_S`` (1 to ``most``), from ten timed calls."""
+    t0 = time.perf_counter()
+    for _ in range(10):
+        fn()
+    per_call = (time.perf_counter() - t0) / 10
+    return max(1, min(most, int(ROUND_BUDGET_S / max(per_call, 1e-9))))
+
+
+def measure_case(methods: list[Method], case: Case, arrays: tuple, rounds: int, calls_per_round: int = 1,
+                 warmup: int = 2, probe: np.ndarray | None = None) -> dict:
+    """Check every method against NumPy, then time the ones that passed, interleaved: the JSON
+    of one case (ratios to the bound are added by ``finish_case``). Small cases make up to
+    ``calls_per_round`` calls per method and round (``_calls_for``). With a ``probe`` array, a
+    large case also reads it once per round, interleaved with the methods: the read bandwidth
+    of that case's own rounds, for its bound (the host's bandwidth drifts by tens of percent
+    within minutes on shared machines, with other tenants' load)."""
+    ref = reference(case.spec, arrays, case.attrs)
+    rtol = tolerance(arrays[0].dtype, case.spec.reduced(case.shape, case.attrs))
     results: dict[str, dict] = {}
     calls: dict[str, Thunk] = {}
     for m in methods:
-        fn = m.bind(x, y, axis)
-        entry: dict[str, Any] = {"setup_s": m.setup_s}
-        t0 = time.perf_counter()
+        entry: dict[str, Any] = {"setup_s": m.setup_s, "fusegen": m.fusegen}
+        results[m.name] = entry
         try:
+            fn = m.bind(arrays, case.attrs)
+            t0 = time.perf_counter()
             out = fn()
             entry["first_call_s"] = time.perf_counter() - t0
-            for _ in range(warmup):
+            err, ok = check(out, ref, rtol)
+            del out
+            for _ in range(warmup if ok else 0):
                 fn()
-        except Exception as e:  # noqa: BLE001 - a failing kernel is a FAIL row, not a crash
-            entry.update(error=f"{type(e).__name__}: {e}", ok=False)
-            results[m.name] = entry
+        except Exception as e:  # noqa: BLE001 - a failing method is a FAIL row, not a crash
+            entry.update(error=_why(e), ok=False)
             continue
-        err = 0.0 if m.name == "numpy" else max_abs_error(out, ref)
-        entry.update(max_abs_err=err, tol=tol, ok=err <= tol)
-        results[m.name] = entry
-        calls[m.name] = fn
-    for name, times in time_interleaved(calls, rounds).items():
-        med = median(times)
-        results[name].update(median_s=med, min_s=min(times), times_s=times, gbps=gbps(nbytes, med),
-                             ratio_to_bound=med / bound)
-    base = results.get("numpy", {}).get("median_s")
-    for entry in results.values():
-        if base and "median_s" in entry:
-            entry["speedup_vs_numpy"] = base / entry["median_s"]
-    return {"shape": list(x.shape), "axis": axis, "dtype": str(x.dtype), "bytes": nbytes,
-            "bound_s": bound, "tol": tol, "results": results,
-            "ok": all(e.get("ok", False) for e in results.values())}
+        entry.update(max_rel_err=err, checked=True, ok=ok)
+        if ok:
+            calls[m.name] = fn
+    counts = {n: _calls_for(fn, calls_per_round) if case.small else 1 for n, fn in calls.items()}
+    if case.small:
+        calls["(empty loop)"] = lambda: None  # the harness's own cost per call, for scale
+        counts["(empty loop)"] = calls_per_round
+    elif probe is not None:
+        calls["(read probe)"] = lambda: chunked_sum(probe, _BW_CHUNKS)
+        counts["(read probe)"] = 1
+    samples = time_interleaved(calls, rounds, counts)
+    doc: dict[str, Any] = {"op": case.spec.name, "label": case.label, "size": "small" if case.small else "large",
+                           "shapes": [list(a.shape) for a in arrays], "attrs": dict(case.attrs),
+                           "dtype": str(arrays[0].dtype), "rounds": rounds, "calls_per_round": calls_per_round,
+                           "bytes": sum(a.nbytes for a in arrays) + sum(r.nbytes for r in ref),
+                           "rtol": rtol, "results": results}
+    if case.small:
+        doc["loop_overhead_s"] = median(samples.pop("(empty loop)"))
+    elif probe is not None:
+        rates = [probe.nbytes / t for t in samples.pop("(read probe)")]
+        doc["read_bandwidth"] = {"bytes_per_s": median(rates), "samples_gbps": [r / 1e9 for r in rates],
+                                 "method": "median of one probe pass per round, interleaved with the methods"}
+    for name, times in samples.items():
+        results[name].update(median_s=median(times), min_s=min(times), times_s=times, calls_per_round=counts[name])
+    doc["ok"] = all(e["ok"] for e in results.values())
+    return doc
 
 
-def measure_per_call(methods: list[Method], rounds: int, calls_per_round: int,
-                     shape: tuple[int, ...] = (4, 5), axis: int = 1) -> dict:
-    """Per-call time on a tiny input: dispatch and allocation, not arithmetic."""
-    x, y = make_inputs(shape, np.dtype(np.float32), seed=1)
-    calls = {}
-    for m in methods:
-        fn = m.bind(x, y, axis)
-        try:
-            for _ in range(10):
-                fn()
-        except Exception:  # noqa: BLE001 - reported by measure_case already
-            continue
-        calls[m.name] = fn
-    calls["(empty loop)"] = lambda: None  # the harness's own cost per call, for scale
-    samples = time_interleaved(calls, rounds, calls_per_round)
-    overhead = median(samples.pop("(empty loop)"))
-    return {"shape": list(shape), "axis": axis, "rounds": rounds, "calls_per_round": calls_per_round,
-            "statistic": "median (and min) over rounds of each round's mean per call",
-            "loop_overhead_s": overhead,
-            "results": {k: {"median_s": median(v), "min_s": min(v), "round_means_s": v}
-                        for k, v in samples.items()}}
+def finish_case(doc: dict, bw: Bandwidth) -> dict:
+    """Add the bound, the ratios, the best methods and the targets to a measured case. The bound
+    uses the bandwidth of the case's own rounds when it was probed, else ``bw``."""
+    per_s = doc.get("read_bandwidth", {}).get("bytes_per_s") or bw.bytes_per_s
+    doc["bound_s"] = bound = doc["bytes"] / per_s
+    timed = {n: e for n, e in doc["results"].items() if "median_s" in e}
+    for e in timed.values():
+        e.update(gbps=gbps(doc["bytes"], e["median_s"]), ratio_to_bound=e["median_s"] / bound)
+
+    def fastest(entries: dict) -> str | None:
+        return min(entries, key=lambda n: entries[n]["median_s"]) if entries else None
+
+    best = fastest(timed)
+    best_fg = fastest({n: e for n, e in timed.items() if e["fusegen"]})
+    best_other = fastest({n: e for n, e in timed.items() if not e["fusegen"]})
+    for e in timed.values():
+        e["ratio_to_best"] = e["median_s"] / timed[best]["median_s"]
+    doc.update(best=best, best_fusegen=best_fg, best_other=best_other, targets={})
+    if best_fg is None:
+        return doc
+    fg_s = timed[best_fg]["median_s"]
+    if doc["size"] == "large":
+        doc["targets"]["bound"] = {"limit": TARGET_BOUND_RATIO, "value": fg_s / bound,
+                                   "met": fg_s / bound <= TARGET_BOUND_RATIO}
+    else:
+        doc["targets"]["per_call"] = {"limit_s": TARGET_PER_CALL_S, "value_s": fg_s,
+                                      "met": fg_s <= TARGET_PER_CALL_S}
+    if best_other is not None:
+        # > 1: fusegen's best is that many times faster than the best other method
+        margin = timed[best_other]["median_s"] / fg_s
+        doc["targets"]["ahead"] = {"value": margin, "other": best_other, "met": margin > 1.0}
+    return doc
+
+
+# --- compile time, in new processes ---------------------------------------------------------------
+# The child times its own import of fusegen (with numpy and numba), the first thing it does.
+_CHILD = ("import time; t0 = time.perf_counter(); import json, sys; from fusegen.bench import compile_child; "
+          "print(json.dumps(compile_child(json.loads(sys.argv[1]), time.perf_counter() - t0)))")
+
+
+def compile_child(request: dict, import_s: float = 0.0) -> dict:
+    """Runs in a new process: set up ``request['method']`` for one op and make the first call of
+    each of its cases (the JIT or native compile of that signature). Seconds per step."""
+    from . import bench_cases
+    spec = bench_cases.OPS[request["op"]]
+    name, dtype = request["method"], request["dtype"]
+    t1 = time.perf_counter()
+    if name in ("numba-cpu", "aot-cpu"):
+        methods, skipped = discover(spec.op, [name.split("-")[0]], ["cpu"], request.get("aot_flags"), dtype)
+    elif name == "fg-jax-cpu":
+        methods, skipped = fg_jax_method(spec.op, dtype)
+    else:
+        methods, skipped = competitor_methods(spec, dtype, [name.split("-")[0]])
+    if not methods:
+        return {"error": skipped.get(name, "not available")}
+    t2 = time.perf_counter()
+    first = []
+    for shape, attrs in request["cases"]:
+        arrays = spec.make_inputs(tuple(shape), dtype)
+        fn = methods[0].bind(arrays, attrs)
+        t = time.perf_counter()
+        fn()
+        first.append(time.perf_counter() - t)
+    return {"import_s": import_s, "setup_s": t2 - t1, "first_calls_s": first, "total_s": t2 - t1 + sum(first)}
+
+
+def measure_compile_times(cases: list[Case], method_names: list[str], dtype: str, aot_flags: Any = None,
+                          progress: Callable[[str], None] | None = None, timeout: float = 900) -> dict:
+    """Cold and warm compile time of each (op, method): two new processes each, the first with an
+    empty ``FUSEGEN_CACHE_DIR`` and ``NUMBA_CACHE_DIR`` (cold), the second with what it left (warm).
+    Returns ``{op: {method: {"cold": child result, "warm": child result}}}``."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this fusegen, not another one
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    by_op: dict[str, list[Case]] = {}
+    for c in cases:
+        by_op.setdefault(c.spec.name, []).append(c)
+    result: dict[str, dict] = {}
+    for op_name, op_cases in by_op.items():
+        request = {"op": op_name, "dtype": dtype, "aot_flags": aot_flags,
+                   "cases": [[list(c.shape), dict(c.attrs)] for c in op_cases]}
+        for method in method_names:
+            if progress:
+                progress(f"compile time: {op_name} {method}")
+            runs: dict[str, Any] = {}
+            with tempfile.TemporaryDirectory(prefix="fusegen-compile-") as tmp:
+                child_env = {**env, "FUSEGEN_CACHE_DIR": tmp, "NUMBA_CACHE_DIR": os.path.join(tmp, "numba-user")}
+                for state in ("cold", "warm"):
+                    try:
+                        proc = subprocess.run([sys.executable, "-c", _CHILD, json.dumps({**request, "method": method})],
+                                              capture_output=True, text=True, env=child_env, timeout=timeout)
+                        lines = proc.stdout.strip().splitlines()
+                        runs[state] = (json.loads(lines[-1]) if proc.returncode == 0 and lines
+                                       else {"error": (proc.stderr.strip().splitlines() or ["failed"])[-1]})
+                    except subprocess.TimeoutExpired:
+                        runs[state] = {"error": f"timed out after {timeout:.0f} s"}
+            result.setdefault(op_name, {})[method] = runs
+    return result
+
+
+# --- was the machine quiet? -----------------------------------------------------------------------
+#: Rounds of a quiet run agree within a few percent (median interquartile range / median: ~0.07
+#: on this project's 2-core CI machines when nothing else runs, 0.15-0.2 while tests run beside).
+SPREAD_LIMIT = 0.1
+
+
+def round_spread(docs: list[dict]) -> float | None:
+    """The median, over every method of every large case, of its rounds' interquartile range
+    relative to their median: how much the rounds of a method disagree."""
+    spreads = []
+    for d in docs:
+        for e in d["results"].values():
+            t = sorted(e.get("times_s", ()))
+            if d["size"] == "large" and len(t) >= 4:
+                spreads.append((t[(3 * len(t)) // 4] - t[len(t) // 4]) / median(t))
+    return median(spreads) if spreads else None
+
+
+def noise_warnings(machine: dict, spread: float | None) -> list[str]:
+    """Why these numbers may not be the machine's own. A parallel kernel waits for its slowest
+    thread: with other runnable processes, one thread waits a scheduler time slice
+    (milliseconds) whatever the kernel. The load at the end includes this run's own threads."""
+    cpus = machine["usable_cpus"]
+    start, end = (machine.get("load_avg_start") or [0.0])[0], (machine["load_avg"] or [0.0])[0]
+    out = []
+    if start > 0.5 * cpus or end > 1.5 * cpus:
+        out.append(f"load average {start:.1f} at the start, {end:.1f} at the end, on {cpus} CPUs: other "
+                   "processes compete for the cores, so multi-threaded timings are unreliable")
+    if spread is not None and spread > SPREAD_LIMIT:
+        out.append(f"the rounds of a method disagree by {100 * spread:.0f}% (median interquartile range / "
+                   f"median; a quiet run: under {100 * SPREAD_LIMIT:.0f}%): something else ran meanwhile")
+    return [w + "; rerun on a quiet machine" for w in out]
 
 
 # --- the two commands -----------------------------------------------------------------------------
@@ -429,78 +558,138 @@ def measure_per_call(methods: list[Method], rounds: int, calls_per_round: int,
 class BenchConfig:
     """What ``fusegen bench`` runs; ``quick()`` is the small variant the tests use."""
 
-    shapes: tuple[tuple[int, int], ...] = ((4096, 4096), (16384, 1024), (1024, 16384))
-    axes: tuple[int, ...] = (0, 1)
+    ops: tuple[str, ...] = tuple(OPS)
+    shapes: tuple[tuple[int, int], ...] = ((4096, 4096), (16384, 1024))   # large: memory-bound
+    small_shape: tuple[int, int] = (4, 5)                                  # per-call cost
     dtype: str = "float32"
     rounds: int = 15
     per_call_rounds: int = 20
-    per_call_calls: int = 2000
+    per_call_calls: int = 1000
     bandwidth_reps: int = 10
+    bandwidth_bytes: int = BANDWIDTH_BYTES
     backends: tuple[str, ...] = ("numba", "aot")
     devices: tuple[str, ...] = ("cpu",)
     aot_flags: list[str] | None = None
-    jax: bool = True  # also JAX's jit and fusegen.jax.function, when jax is installed (CPU)
+    jax: bool = True     # jax.jit and fusegen.jax.function, when jax is installed (CPU)
+    torch: bool = True   # torch.compile (Inductor), when torch is installed
+    compile_times: bool = False
+    fresh_pages: bool = False
 
     @classmethod
     def quick(cls, **kw: Any) -> BenchConfig:
-        small = dict(shapes=((512, 256), (2048, 64), (64, 2048)), rounds=3, per_call_rounds=5,
-                     per_call_calls=200, bandwidth_reps=5)
+        # Below FUSEGEN_PARALLEL_THRESHOLD: fusegen's serial kernels, quick to compile.
+        small = dict(shapes=((256, 256),), rounds=3, per_call_rounds=3, per_call_calls=50, bandwidth_reps=3)
         return cls(**{**small, **kw})
+
+    def cases(self) -> list[Case]:
+        """Every case, op by op: each large shape with each attribute variant, then the small shape."""
+        out = []
+        for name in self.ops:
+            spec = OPS[name]
+            out += [Case(spec, s, a) for s in self.shapes for a in spec.variants]
+            out.append(Case(spec, self.small_shape, spec.variants[-1], small=True))
+        return out
+
+
+def _methods_for(spec: OpBench, cfg: BenchConfig) -> tuple[list[Method], dict[str, str]]:
+    """NumPy and the other methods, then fusegen's backends, for one op."""
+    kinds = ["numpy", "njit"] + (["jax"] if cfg.jax else []) + (["torch"] if cfg.torch else [])
+    methods, skipped = competitor_methods(spec, cfg.dtype, kinds)
+    fg, why = discover(spec.op, list(cfg.backends), list(cfg.devices), cfg.aot_flags, cfg.dtype)
+    methods, skipped = methods + fg, {**skipped, **why}
+    if cfg.jax and "cpu" in cfg.devices:
+        fg, why = fg_jax_method(spec.op, cfg.dtype)
+        methods, skipped = methods + fg, {**skipped, **why}
+    return methods, skipped
 
 
 def run_bench(cfg: BenchConfig, progress: Progress | None = None) -> dict:
-    """Run every case and the per-call test; returns the JSON document."""
-    from .examples import add_reduce_sum
+    """Run every case (and the compile-time runs when asked); returns the JSON document."""
     say = progress or (lambda step, total, label: None)
-    total = 2 + len(cfg.shapes) * len(cfg.axes)
-    say(1, total, "compiling, read bandwidth")
-    methods, skipped = discover(add_reduce_sum, list(cfg.backends), list(cfg.devices), cfg.aot_flags)
-    if cfg.jax and "cpu" in cfg.devices:
-        more, why = jax_methods(add_reduce_sum, cfg.dtype)
-        methods, skipped = methods + more, {**skipped, **why}
-    if all(m.name == "jax-cpu" for m in methods):  # nothing of fusegen's: say so now, not after minutes of NumPy
-        return {"schema": SCHEMA, "methods": [], "skipped": skipped, "cases": [], "ok": False}
-    methods = [numpy_method()] + methods
-    bw = read_bandwidth(reps=cfg.bandwidth_reps)
-    copy = copy_bandwidth(reps=cfg.bandwidth_reps)
-    cases = []
+    cases = cfg.cases()
+    ops = list(dict.fromkeys(c.spec.name for c in cases))
+    total = 2 + len(ops) + len(cases)
     step = 1
-    for shape in cfg.shapes:
-        x, y = make_inputs(shape, np.dtype(cfg.dtype))
-        for axis in cfg.axes:
+    say(step, total, "read bandwidth")
+    bw_start = read_bandwidth(cfg.bandwidth_bytes, cfg.bandwidth_reps)
+    copy = copy_bandwidth(cfg.bandwidth_bytes, cfg.bandwidth_reps)
+    load_start = os.getloadavg() if hasattr(os, "getloadavg") else None
+    docs: list[dict] = []
+    names: dict[str, bool] = {}      # every method seen -> is it fusegen's
+    skipped: dict[str, str] = {}
+    probe = np.ones(cfg.bandwidth_bytes // 4, np.float32)  # read in every round of the large cases
+    with contextlib.ExitStack() as stack:
+        allocator = None if cfg.fresh_pages else stack.enter_context(reused_pages())
+        for op_name in ops:
             step += 1
-            say(step, total, f"({shape[0]},{shape[1]}) axis {axis}")
-            cases.append(measure_case(methods, x, y, axis, cfg.rounds, bw))
-        del x, y  # the next shape's inputs should not have to share memory with these
-    say(total, total, "per-call time (4,5)")
-    per_call = measure_per_call(methods, cfg.per_call_rounds, cfg.per_call_calls)
-    machine = machine_info()
+            say(step, total, f"{op_name}: setting up methods")
+            spec = OPS[op_name]
+            methods, why = _methods_for(spec, cfg)
+            skipped.update(why)
+            if not any(m.fusegen for m in methods):
+                return {"schema": SCHEMA, "methods": [], "skipped": skipped, "cases": [], "ok": False}
+            names.update((m.name, m.fusegen) for m in methods)
+            arrays: tuple = ()
+            for case in (c for c in cases if c.spec.name == op_name):
+                step += 1
+                say(step, total, f"{op_name} {case.label}")
+                if not arrays or arrays[0].shape != case.shape:
+                    arrays = ()  # the next inputs should not have to share memory with these
+                    arrays = spec.make_inputs(case.shape, cfg.dtype)
+                rounds, per_round = (cfg.per_call_rounds, cfg.per_call_calls) if case.small else (cfg.rounds, 1)
+                docs.append(measure_case(methods, case, arrays, rounds, per_round, probe=probe))
+            del arrays, methods
+            gc.collect()
+    del probe
+    step += 1
+    say(step, total, "read bandwidth, again")
+    bw = bw_start.merged(read_bandwidth(cfg.bandwidth_bytes, cfg.bandwidth_reps))
+    for d in docs:
+        finish_case(d, bw)
+    machine = machine_info()  # before the compile-time processes: the load of the timed part
+    machine["load_avg_start"] = list(load_start) if load_start else None
+    spread = round_spread(docs)
+    warnings = noise_warnings(machine, spread)
+    compile_times = None
+    if cfg.compile_times:
+        chosen = [n for n in names if n != "numpy"]
+        count = iter(range(1, 1 + len(ops) * len(chosen)))
+        compile_times = measure_compile_times(
+            cases, chosen, cfg.dtype, cfg.aot_flags,
+            lambda label: say(next(count), len(ops) * len(chosen), label))
     return {"schema": SCHEMA, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "op": "add_reduce_sum", "reference": "np.sum(x + y, axis)",
-            "machine": machine, "numba_version": machine["numba"],
-            "bandwidth": {"read": bw.as_json(), "copy": copy.as_json()},
-            "bound": "2 * N * itemsize bytes / read bandwidth",
-            "settings": {"rounds": cfg.rounds, "shapes": [list(s) for s in cfg.shapes], "axes": list(cfg.axes),
-                         "dtype": cfg.dtype, "backends": list(cfg.backends), "devices": list(cfg.devices),
-                         "aot_flags": cfg.aot_flags, "jax": cfg.jax, "interleaved": True, "warmup_calls": 2},
-            "methods": [m.name for m in methods], "skipped": skipped,
-            "cases": cases, "per_call": per_call, "ok": all(c["ok"] for c in cases)}
+            "machine": machine, "bandwidth": {"read": bw.as_json(), "read_start": bw_start.as_json(),
+                                              "copy": copy.as_json()},
+            "bound": "(bytes of every input and output, once) / read bandwidth of the case's own rounds",
+            "allocator": allocator or "default (fresh pages for large outputs)",
+            "targets": {"bound_ratio": TARGET_BOUND_RATIO, "per_call_s": TARGET_PER_CALL_S},
+            "settings": {"ops": ops, "rounds": cfg.rounds, "shapes": [list(s) for s in cfg.shapes],
+                         "small_shape": list(cfg.small_shape), "per_call_rounds": cfg.per_call_rounds,
+                         "per_call_calls": cfg.per_call_calls, "dtype": cfg.dtype, "backends": list(cfg.backends),
+                         "devices": list(cfg.devices), "aot_flags": cfg.aot_flags, "jax": cfg.jax,
+                         "torch": cfg.torch, "interleaved": "rotating start", "warmup_calls": 2},
+            "methods": list(names), "fusegen_methods": [n for n, f in names.items() if f],
+            "skipped": {n: w for n, w in skipped.items() if n not in names},
+            "round_spread": spread, "warnings": warnings,
+            "cases": docs, "compile_times": compile_times, "ok": all(d["ok"] for d in docs)}
 
 
 def run_demo(shape: tuple[int, ...], axis: int, dtype: str, rounds: int, backends: list[str],
              devices: list[str], aot_flags: list[str] | None = None, progress: Progress | None = None) -> dict:
     """``add_reduce_sum`` once through every available backend, checked against NumPy."""
-    from .examples import add_reduce_sum
+    from .bench_cases import numpy_method
     say = progress or (lambda step, total, label: None)
+    spec = OPS["add_reduce_sum"]
     say(1, 3, "compiling")
-    methods, skipped = discover(add_reduce_sum, backends, devices, aot_flags)
+    methods, skipped = discover(spec.op, backends, devices, aot_flags)
     doc: dict[str, Any] = {"case": None, "skipped": skipped, "methods": [m.name for m in methods]}
     if not methods:
         return doc  # nothing to show; spare the caller the bandwidth probe and the big inputs
     say(2, 3, "read bandwidth")
     bw = read_bandwidth()
     say(3, 3, "running")
-    x, y = make_inputs(shape, np.dtype(dtype))
-    doc["case"] = measure_case([numpy_method()] + methods, x, y, axis, rounds, bw)
+    case = Case(spec, tuple(shape), {"axis": axis})
+    arrays = spec.make_inputs(case.shape, dtype)
+    doc["case"] = finish_case(measure_case([numpy_method(spec)] + methods, case, arrays, rounds), bw)
     doc.update(bandwidth=bw.as_json(), machine=machine_info())
     return doc

@@ -1,7 +1,7 @@
 """The ``fusegen`` command line.
 
     fusegen demo   add_reduce_sum through every backend present, checked against NumPy
-    fusegen bench  the interleaved benchmark; writes bench-results/bench.json
+    fusegen bench  the interleaved benchmark of every reference op; writes JSON, Markdown, a chart
     fusegen emit   MODULE:OP -> MindSpore-AOT (or other ABI) sources in a directory
     fusegen build  FILE.cc -> a cached shared library
 
@@ -18,71 +18,17 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from typing import Any, Sequence, TextIO
+from typing import Any, Sequence
+
+# The table and time formats are shared with the bench report (re-exported here for callers).
+from .bench_report import Progress, fmt_check, fmt_ratio, fmt_time, format_table  # noqa: F401
 
 KNOWN_BACKENDS = ("numba", "aot")
 DEVICES = ("cpu", "cuda")
 FLOAT_DTYPES = ("float16", "float32", "float64")
 
 
-# --- formatting -----------------------------------------------------------------------------------
-def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str | None = None) -> str:
-    """A compact aligned text table. ``align`` has one letter per column, ``l`` or ``r``
-    (default: the first column left, the rest right); cells are ``str()``-ed."""
-    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
-    ncol = max(len(r) for r in cells)
-    cells = [r + [""] * (ncol - len(r)) for r in cells]
-    align = (align or "l" + "r" * (ncol - 1)).ljust(ncol, "r")
-    widths = [max(len(r[i]) for r in cells) for i in range(ncol)]
-    lines = []
-    for r in cells:
-        parts = [c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(r, widths, align)]
-        lines.append("  ".join(parts).rstrip())
-    return "\n".join(lines)
-
-
-def fmt_time(seconds: float | None) -> str:
-    """Seconds in the unit that keeps three significant digits readable (ASCII only)."""
-    if seconds is None:
-        return "-"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if seconds >= scale:
-            value = seconds / scale
-            return f"{value:.0f} {unit}" if value >= 100 else f"{value:.2f} {unit}"
-    return f"{seconds * 1e9:.0f} ns"
-
-
-def fmt_check(entry: dict) -> tuple[str, str]:
-    """(error text, PASS/FAIL) for one method's result."""
-    if "error" in entry:
-        return "error", "FAIL"
-    return f"{entry['max_abs_err']:.1e}", "PASS" if entry["ok"] else "FAIL"
-
-
-def fmt_ratio(value: float | None) -> str:
-    """``1.23x``, or ``-`` where there is no value (a failed method)."""
-    return "-" if value is None else f"{value:.2f}x"
-
-
-class Progress:
-    """``[step/total] label ...`` on one rewritten stderr line; silent when stderr is
-    not a terminal, so logs and captured output stay clean."""
-
-    def __init__(self, stream: TextIO | None = None):
-        self.stream = stream or sys.stderr
-        self.enabled = bool(getattr(self.stream, "isatty", lambda: False)())
-
-    def __call__(self, step: int, total: int, label: str) -> None:
-        if self.enabled:
-            self.stream.write(f"\r\x1b[K[{step}/{total}] {label} ...")
-            self.stream.flush()
-
-    def done(self) -> None:
-        if self.enabled:
-            self.stream.write("\r\x1b[K")
-            self.stream.flush()
-
-
+# --- formatting ------------------------------------------------------------------------------------
 def print_skipped(skipped: dict[str, str]) -> None:
     """One line for all skipped backends, grouped by reason (the CUDA ones share theirs)."""
     by_reason: dict[str, list[str]] = {}
@@ -109,14 +55,19 @@ def parse_shape(text: str) -> tuple[int, ...]:
     return shape
 
 
-def parse_backends(text: str) -> list[str]:
-    """``numba,aot`` -> ``["numba", "aot"]``; unknown names are a usage error."""
+def parse_names(text: str, known: Sequence[str], what: str) -> list[str]:
+    """``a,b`` -> ``["a", "b"]``, each one of ``known``; anything else is a usage error."""
     names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in KNOWN_BACKENDS]
+    unknown = [n for n in names if n not in known]
     if unknown or not names:
-        raise argparse.ArgumentTypeError(f"unknown backend(s) {', '.join(unknown) or text!r}: "
-                                         f"choose from {', '.join(KNOWN_BACKENDS)}")
+        raise argparse.ArgumentTypeError(f"unknown {what}(s) {', '.join(unknown) or text!r}: "
+                                         f"choose from {', '.join(known)}")
     return names
+
+
+def parse_backends(text: str) -> list[str]:
+    """``numba,aot`` -> ``["numba", "aot"]``."""
+    return parse_names(text, KNOWN_BACKENDS, "backend")
 
 
 def devices_for(choice: str) -> list[str]:
@@ -153,19 +104,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if case is None:
         print_skipped(res["skipped"])
         return _fail("demo", "no fusegen backend is available on this machine", 2)
-    shape = ", ".join(map(str, case["shape"]))
+    shape = ", ".join(map(str, case["shapes"][0]))
     print(f"fusegen demo: add_reduce_sum = sum(x + y, axis={args.axis}), x and y ({shape}) {args.dtype}, "
           f"median of {args.rounds} interleaved rounds")
     rows = []
     for name, e in case["results"].items():
-        err, check = ("(reference)", "") if name == "numpy" else fmt_check(e)
+        err, check = fmt_check(e)
         rows.append([name, err, check, fmt_time(e.get("median_s")), fmt_ratio(e.get("ratio_to_bound"))])
-    print(format_table(["backend", "max abs err", f"check (tol {case['tol']:.1e})", "median", "vs bound"],
+    print(format_table(["backend", "max rel err", f"check (tol {case['rtol']:.1e})", "median", "vs bound"],
                        rows, "lrlrr"))
     bw = res["bandwidth"]
-    print(f"vs bound: median / {fmt_time(case['bound_s'])}, the time to read 2*N*itemsize bytes at "
-          f"{bw['gbps']:.1f} GB/s (best of {bw['reps']} parallel reads of {bw['array_bytes'] >> 20} MiB, "
-          f"measured now); {machine_line(res['machine'])}")
+    print(f"checked against NumPy on float64 copies; vs bound: median / {fmt_time(case['bound_s'])}, the time "
+          f"to move the inputs and the output once at {bw['gbps']:.1f} GB/s (best of {bw['reps']} parallel "
+          f"reads of {bw['array_bytes'] >> 20} MiB, measured now); {machine_line(res['machine'])}")
     print_skipped(res["skipped"])
     for name, e in case["results"].items():
         if "error" in e:
@@ -174,35 +125,41 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 # --- bench ----------------------------------------------------------------------------------------
-def bench_table(doc: dict) -> str:
-    """The steady-state table: one row per (case, method)."""
-    rows = []
-    for case in doc["cases"]:
-        label = f"({','.join(map(str, case['shape']))}) axis {case['axis']}"
-        for i, (name, e) in enumerate(case["results"].items()):
-            err, check = ("ref", "") if name == "numpy" else fmt_check(e)
-            rows.append([label if i == 0 else "", name, fmt_time(e.get("median_s")),
-                         f"{e['gbps']:.1f}" if "gbps" in e else "-", fmt_ratio(e.get("ratio_to_bound")),
-                         fmt_ratio(e.get("speedup_vs_numpy")), fmt_time(e.get("first_call_s")),
-                         f"{err} {check}".strip()])
-    return format_table(["case", "method", "median", "GB/s", "vs bound", "vs numpy", "first call", "max err"],
-                        rows, "llrrrrrl")
+def parse_ops(text: str) -> list[str]:
+    """``softmax,rms_norm`` -> the names, each a reference op the bench knows."""
+    from .bench_cases import OPS
+    return parse_names(text, list(OPS), "op")
 
 
-def per_call_table(per_call: dict) -> str:
-    rows = [[name, fmt_time(r["median_s"]), fmt_time(r["min_s"])] for name, r in per_call["results"].items()]
-    return format_table(["method", "per call", "min"], rows)
+def _matplotlib_missing() -> bool:
+    return importlib.util.find_spec("matplotlib") is None
+
+
+def _write(path: str, text: str) -> Path:
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    return out
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    """``fusegen bench``: print the tables, write the JSON; 1 if any result is wrong."""
-    from . import bench
+    """``fusegen bench``: print the tables, write JSON, Markdown and the chart; 1 if any result
+    is wrong."""
+    from . import bench, bench_report
+    png = args.png
+    if png is None:  # the default: a chart beside the JSON when matplotlib is there
+        png = "" if _matplotlib_missing() else "bench-results/bench.png"
+    elif png and _matplotlib_missing():
+        return _fail("bench", "--png needs matplotlib (pip install 'fusegen[plot]')", 2)
     kw = dict(backends=tuple(args.backends), devices=tuple(devices_for(args.device)),
-              aot_flags=_flags(args.aot_flags), jax=not args.no_jax)
+              aot_flags=_flags(args.aot_flags), jax=not args.no_jax, torch=not args.no_torch,
+              compile_times=args.compile_times, fresh_pages=args.fresh_pages)
+    if args.ops:
+        kw["ops"] = tuple(args.ops)
     cfg = bench.BenchConfig.quick(**kw) if args.quick else bench.BenchConfig(**kw)
     if args.rounds is not None:
         cfg.rounds = args.rounds
-    progress = Progress()
+    progress = Progress(mode=args.progress)
     try:
         doc = bench.run_bench(cfg, progress)
     finally:
@@ -210,24 +167,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if not doc["methods"]:
         print_skipped(doc["skipped"])
         return _fail("bench", "no fusegen backend is available on this machine", 2)
-    bw = doc["bandwidth"]
-    print(f"fusegen bench: add_reduce_sum vs np.sum(x + y, axis), {cfg.dtype}, median of {cfg.rounds} "
-          f"interleaved rounds; {machine_line(doc['machine'])}")
-    print(bench_table(doc))
-    pc = doc["per_call"]
-    print(f"\nper-call time, ({','.join(map(str, pc['shape']))}) axis {pc['axis']}: median (and min) of "
-          f"{pc['rounds']} round means, {pc['calls_per_round']} calls each; harness loop "
-          f"{fmt_time(pc['loop_overhead_s'])}/call included")
-    print(per_call_table(pc))
-    print(f"\nvs bound = median / (2*N*itemsize / {bw['read']['gbps']:.1f} GB/s read bandwidth; copy "
-          f"{bw['copy']['gbps']:.1f} GB/s); vs numpy = numpy median / median (>1 is faster); "
-          "first call includes compiling that signature")
+    doc["command"] = shlex.join(["fusegen", *getattr(args, "argv", ["bench"])])
+    print(bench_report.terminal_report(doc))
     print_skipped(doc["skipped"])
     if args.json:
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(doc, indent=1) + "\n")
-        print(f"wrote {path}")
+        print(f"wrote {_write(args.json, json.dumps(doc, indent=1) + chr(10))}")
+    if png:
+        print(f"wrote {bench_report.write_png(doc, png)}")
+    if args.markdown:
+        # the chart is linked relative to the report, so the two can move together
+        rel = os.path.relpath(Path(png).resolve(), Path(args.markdown).resolve().parent) if png else None
+        print(f"wrote {_write(args.markdown, bench_report.markdown_report(doc, rel))}")
     return 0 if doc["ok"] else 1
 
 
@@ -341,15 +291,31 @@ def build_parser() -> argparse.ArgumentParser:
     timing_options(d, "all")
     d.set_defaults(func=cmd_demo)
 
-    b = sub.add_parser("bench", help="interleaved benchmark vs NumPy and the bandwidth bound; writes JSON",
-                       description="Benchmark add_reduce_sum on three float32 shapes, axis 0 and 1, against "
-                                   "NumPy and the read-bandwidth bound, all methods interleaved in one process.")
-    b.add_argument("--rounds", type=int, default=None, help="timed rounds per case (default: 15; --quick: 3)")
+    b = sub.add_parser("bench", help="interleaved benchmark of every reference op vs NumPy, Numba, JAX, torch "
+                                     "and the bandwidth bound; writes JSON, Markdown and a chart",
+                       description="Benchmark every reference op on large (memory-bound) shapes and a small one "
+                                   "(per-call cost), through every fusegen backend present, against NumPy, "
+                                   "hand-written Numba, jax.jit and torch.compile (when installed) and the "
+                                   "read-bandwidth bound, all methods interleaved in one process.")
+    b.add_argument("--ops", type=parse_ops, default=None, help="comma-separated reference ops (default: all)")
+    b.add_argument("--rounds", type=int, default=None, help="timed rounds per large case (default: 15; --quick: 3)")
     b.add_argument("--quick", action="store_true", help="small shapes and few rounds (for tests and smoke checks)")
     b.add_argument("--no-jax", action="store_true",
                    help="leave out jax.jit and fusegen.jax (their thread pools can linger between methods)")
+    b.add_argument("--no-torch", action="store_true", help="leave out torch.compile even when torch is installed")
+    b.add_argument("--compile-times", action="store_true",
+                   help="also measure compile time, cold and warm cache, in new processes (minutes)")
+    b.add_argument("--fresh-pages", action="store_true",
+                   help="let large outputs come from fresh pages (page faults) instead of reused memory")
     b.add_argument("--json", default="bench-results/bench.json", metavar="PATH",
                    help="where to write the results (default: bench-results/bench.json; '' to skip)")
+    b.add_argument("--markdown", default="bench-results/bench.md", metavar="PATH",
+                   help="where to write the Markdown report (default: bench-results/bench.md; '' to skip)")
+    b.add_argument("--png", default=None, metavar="PATH",
+                   help="where to write the chart (default: bench-results/bench.png when matplotlib is "
+                        "installed; '' to skip)")
+    b.add_argument("--progress", choices=("auto", "bar", "plain", "off"), default="auto",
+                   help="progress on stderr: a bar on a terminal (auto), one line per step (plain), or none")
     timing_options(b, "cpu")
     b.set_defaults(func=cmd_bench)
 
@@ -372,7 +338,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fusegen`` console script; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv  # the bench report quotes the command that made it
     if getattr(args, "rounds", None) is not None and args.rounds < 1:
         return _fail(args.command, "--rounds must be at least 1", 2)
     return int(args.func(args))

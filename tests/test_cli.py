@@ -1,4 +1,4 @@
-"""Tests of the ``fusegen`` command line and its measurement harness (fusegen.cli, fusegen.bench).
+"""Tests of the ``fusegen`` command line (fusegen.cli) and the demo's use of the harness (fusegen.bench).
 
 No timing assertions: the machines these run on are shared and noisy. Times are
 only checked to be positive and finite; correctness is checked exactly.
@@ -6,8 +6,6 @@ only checked to be positive and finite; correctness is checked exactly.
 from __future__ import annotations
 
 import io
-import json
-import math
 import os
 import re
 import shutil
@@ -63,21 +61,10 @@ def test_progress_is_quiet_unless_a_tty():
 
     loud = Tty()
     cli.Progress(loud)(3, 8, "(4096,4096) axis 0")
-    assert "[3/8] (4096,4096) axis 0 ..." in loud.getvalue()
+    assert "] 3/8 (4096,4096) axis 0" in loud.getvalue()
 
 
 # --- the harness ----------------------------------------------------------------------------------
-def test_tolerance_catches_a_dropped_element():
-    x, y = bench.make_inputs((64, 4096), np.dtype(np.float32))
-    ref = np.sum(x + y, axis=1)
-    tol = bench.tolerance(x.dtype, 4096, ref)
-    dropped = ref - (x[:, -1] + y[:, -1])
-    assert bench.max_abs_error(np.sum((x + y).astype(np.float64), axis=1), ref) <= tol
-    assert bench.max_abs_error(dropped, ref) > tol
-    assert bench.max_abs_error(ref[:-1], ref) == math.inf
-    assert bench.tolerance(np.dtype(np.int32), 10, ref) == 0.0
-
-
 def test_discover_skips_what_is_missing():
     from fusegen.examples import add_reduce_sum
     methods, skipped = bench.discover(add_reduce_sum, ["numba"], ["cpu", "cuda"])
@@ -87,10 +74,10 @@ def test_discover_skips_what_is_missing():
 
 
 def test_a_wrong_backend_fails_the_demo(monkeypatch, capsys):
-    def wrong(x, y, axis):
-        return lambda: np.sum(x, axis=axis)  # forgot y
+    def wrong(arrays, attrs):
+        return lambda: np.sum(arrays[0], axis=attrs["axis"])  # forgot y
 
-    monkeypatch.setattr(bench, "discover", lambda *a, **k: ([bench.Method("broken-cpu", wrong)], {}))
+    monkeypatch.setattr(bench, "discover", lambda *a, **k: ([bench.Method("broken-cpu", wrong, fusegen=True)], {}))
     monkeypatch.setattr(bench, "read_bandwidth", lambda *a, **k: bench.Bandwidth("read", 1 << 28, (1e10,)))
     assert cli.main(["demo", "--shape", "64,32", "--rounds", "1"]) == 1
     assert re.search(r"^broken-cpu\s+\S+\s+FAIL", capsys.readouterr().out, re.MULTILINE)
@@ -100,40 +87,16 @@ def test_a_wrong_backend_fails_the_demo(monkeypatch, capsys):
 def test_demo_small(capsys):
     assert cli.main(["demo", "--shape", "256,128", "--rounds", "3"]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"^numpy\s+\(reference\)\s+\S+ \S+\s+\S+x$", out, re.MULTILINE)
-    rows = re.findall(r"^(\S+-\S+)\s+(\S+)\s+(PASS|FAIL)\s+\S+ \S+\s+(\S+)x$", out, re.MULTILINE)
+    rows = re.findall(r"^(\S+)\s+(\S+)\s+(PASS|FAIL)\s+\S+ \S+\s+(\S+)x$", out, re.MULTILINE)
     names = [r[0] for r in rows]
-    assert "numba-cpu" in names
+    assert names[0] == "numpy" and "numba-cpu" in names  # NumPy too is checked (on float64 copies)
     for name, err, check, ratio in rows:
         assert check == "PASS", name
         assert float(err) < 1e-3 and float(ratio) > 0
     assert "GB/s" in out and "numba threads" in out
 
 
-def test_bench_quick_writes_json(tmp_path, capsys):
-    path = tmp_path / "out" / "bench.json"
-    assert cli.main(["bench", "--quick", "--json", str(path)]) == 0
-    out = capsys.readouterr().out
-    assert "(512,256) axis 0" in out and "(64,2048) axis 1" in out and "per call" in out
-    doc = json.loads(path.read_text())
-    assert doc["schema"] == bench.SCHEMA and doc["ok"] is True
-    assert {"created", "op", "machine", "numba_version", "bandwidth", "settings", "methods", "skipped", "cases",
-            "per_call"} <= doc.keys()
-    assert {"cpu_model", "usable_cpus", "numba_threads", "numba", "numpy", "fusegen"} <= doc["machine"].keys()
-    assert doc["bandwidth"]["read"]["gbps"] > 0 and doc["bandwidth"]["read"]["array_bytes"] >= 256 << 20
-    assert doc["methods"][0] == "numpy" and "numba-cpu" in doc["methods"]
-    assert len(doc["cases"]) == 6
-    rounds = doc["settings"]["rounds"]
-    for case in doc["cases"]:
-        assert case["bound_s"] > 0 and set(case["results"]) == set(doc["methods"])
-        for name, r in case["results"].items():
-            assert r["ok"] is True and r["max_abs_err"] <= r["tol"], (case["shape"], case["axis"], name)
-            assert len(r["times_s"]) == rounds and all(t > 0 for t in r["times_s"])
-            assert r["median_s"] > 0 and r["first_call_s"] > 0 and r["ratio_to_bound"] > 0
-            assert r["speedup_vs_numpy"] > 0
-    per_call = doc["per_call"]["results"]
-    assert set(per_call) == set(doc["methods"])
-    assert all(r["median_s"] > 0 and len(r["round_means_s"]) == doc["per_call"]["rounds"] for r in per_call.values())
+# The bench itself: tests/test_bench.py.
 
 
 # --- emit / build ---------------------------------------------------------------------------------

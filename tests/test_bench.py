@@ -1,0 +1,236 @@
+"""Tests of ``fusegen bench``: the cases (fusegen.bench_cases), the harness (fusegen.bench) and the
+report (fusegen.bench_report).
+
+No timing assertions: the machines these run on are shared and noisy. Times are only checked
+to be positive; correctness checks are checked to have happened, and to catch a wrong method.
+One tiny run over every op (fusegen's Numba backend against NumPy and hand-written Numba, small
+shapes, few rounds) is shared by most tests; the AOT and XLA paths get one op of their own.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import json
+import math
+import re
+
+import numpy as np
+import pytest
+
+from fusegen import bench, bench_cases, bench_report, cli
+
+HAS_MPL = importlib.util.find_spec("matplotlib") is not None
+#: Tiny on purpose: compile time, not run time, is what these tests pay.
+TINY = ["--quick", "--backends", "numba", "--no-jax", "--no-torch", "--rounds", "2"]
+
+
+class Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """``fusegen bench`` over every op, once: (exit code, stdout, stderr, JSON path, Markdown, PNG)."""
+    out = tmp_path_factory.mktemp("bench")
+    paths = {k: out / f"bench.{k}" for k in ("json", "md", "png")}
+    stdout, stderr = io.StringIO(), io.StringIO()
+    argv = ["bench", *TINY, "--progress", "plain", "--json", str(paths["json"]), "--markdown", str(paths["md"]),
+            "--png", str(paths["png"]) if HAS_MPL else ""]
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        code = cli.main(argv)
+    return code, stdout.getvalue(), stderr.getvalue(), paths
+
+
+# --- the cases --------------------------------------------------------------------------------------
+def test_every_reference_op_has_a_case():
+    from fusegen.examples import REFERENCE_OPS
+    assert list(bench_cases.OPS) == [op.name for op in REFERENCE_OPS]
+    for spec in bench_cases.OPS.values():
+        assert spec.op.name == spec.name and spec.variants
+
+
+def test_tolerance_catches_a_dropped_term():
+    spec = bench_cases.OPS["add_reduce_sum"]
+    x, y = spec.make_inputs((64, 4096), "float32")
+    ref = bench_cases.reference(spec, (x, y), {"axis": 1})
+    rtol = bench_cases.tolerance(x.dtype, 4096)
+    assert bench_cases.check(np.sum(x + y, axis=1), ref, rtol)[1]           # NumPy's float32 sum passes
+    assert not bench_cases.check(np.sum(x[:, 1:] + y[:, 1:], axis=1), ref, rtol)[1]  # one term dropped
+    assert bench_cases.check(ref[0][:-1], ref, rtol) == (math.inf, False)   # wrong shape
+    assert bench_cases.check((ref[0], ref[0]), ref, rtol)[0] == math.inf    # wrong output count
+    assert bench_cases.tolerance(np.dtype(np.int32), 10) == 0.0
+
+
+# --- one tiny run over every op ---------------------------------------------------------------------
+def test_tiny_run_writes_a_complete_json(tiny_run):
+    code, out, _, paths = tiny_run
+    assert code == 0, out
+    doc = json.loads(paths["json"].read_text())
+    assert doc["schema"] == bench.SCHEMA and doc["ok"] is True and doc["allocator"]
+    assert {"created", "machine", "bandwidth", "bound", "allocator", "targets", "settings", "methods",
+            "fusegen_methods", "skipped", "cases", "compile_times", "round_spread", "warnings"} <= doc.keys()
+    assert {"cpu_model", "usable_cpus", "numba_threads", "numba", "numpy", "fusegen", "load_avg"} <= doc["machine"].keys()
+    assert doc["bandwidth"]["read"]["gbps"] > 0 and doc["bandwidth"]["copy"]["gbps"] > 0
+    assert doc["methods"][0] == "numpy" and {"njit-cpu", "numba-cpu"} <= set(doc["methods"])
+    assert doc["fusegen_methods"] == ["numba-cpu"]
+    assert "torch-cpu" not in doc["methods"]  # --no-torch
+    ops = [c["op"] for c in doc["cases"]]
+    assert list(dict.fromkeys(ops)) == list(bench_cases.OPS)
+    assert ops.count("add_reduce_sum") == 3  # axis 0 and 1 at the large shape, one small case
+    for case in doc["cases"]:
+        assert {"op", "label", "size", "shapes", "attrs", "dtype", "bytes", "bound_s", "rtol", "rounds",
+                "calls_per_round", "results", "best", "best_fusegen", "best_other", "targets", "ok"} <= case.keys()
+        assert set(case["results"]) == set(doc["methods"]) and case["bound_s"] > 0
+        for name, r in case["results"].items():
+            where = (case["op"], case["label"], name)
+            # every method, NumPy included, was checked against the float64 reference first
+            assert r["checked"] is True and r["ok"] is True and r["max_rel_err"] <= case["rtol"], where
+            assert len(r["times_s"]) == case["rounds"] and all(t > 0 for t in r["times_s"]), where
+            assert r["median_s"] > 0 and r["first_call_s"] > 0 and r["ratio_to_bound"] > 0, where
+            assert r["ratio_to_best"] >= 1.0 and r["fusegen"] is (name == "numba-cpu"), where
+            assert 1 <= r["calls_per_round"] <= case["calls_per_round"], where
+        assert case["best_fusegen"] == "numba-cpu"
+        if case["size"] == "large":  # the bandwidth of the case's own rounds sets its bound
+            assert len(case["read_bandwidth"]["samples_gbps"]) == case["rounds"]
+            assert case["bound_s"] == pytest.approx(case["bytes"] / case["read_bandwidth"]["bytes_per_s"])
+        target = "bound" if case["size"] == "large" else "per_call"
+        assert {target, "ahead"} == set(case["targets"]) and isinstance(case["targets"][target]["met"], bool)
+    small = [c for c in doc["cases"] if c["size"] == "small"]
+    assert len(small) == len(bench_cases.OPS) and all(c["calls_per_round"] > 1 for c in small)
+
+
+def test_tiny_run_prints_tables_and_progress(tiny_run):
+    _, out, err, _ = tiny_run
+    assert re.search(r"^op\s+case\s+read GB/s\s+bound\s+fusegen numba\s+numpy\s+numba @njit", out, re.MULTILINE)
+    for op in bench_cases.OPS:
+        assert re.search(rf"^{op}\s+\(256,256\)", out, re.MULTILINE), op
+        assert re.search(rf"^{op}\s+\(4,5\)", out, re.MULTILINE), op
+    assert "(256,256) axis 0" in out and "targets (" in out and "cases met" in out
+    # --progress plain: one line per step, numbered, ending with the closing bandwidth probe
+    steps = re.findall(r"^\[(\d+)/(\d+)\] (.*) \(\d+s\)$", err, re.MULTILINE)
+    assert steps and steps[0][2] == "read bandwidth" and steps[-1][2] == "read bandwidth, again"
+    assert [int(s[0]) for s in steps] == list(range(1, int(steps[0][1]) + 1))
+    assert any(s[2] == "softmax (256,256)" for s in steps)
+
+
+def test_tiny_run_writes_markdown(tiny_run):
+    _, _, _, paths = tiny_run
+    md = paths["md"].read_text()
+    assert md.startswith("# fusegen bench") and "Made by `fusegen bench --quick --backends numba" in md
+    for heading in ("## Large shapes", "## Per call at the small shape", "## Medians", "## Targets"):
+        assert heading in md
+    assert "| op | case | read GB/s | bound | fusegen numba |" in md
+    assert re.search(r"\| \*\*\d+\.\d\dx\*\* \|", md)  # the best method of a row in bold
+    for op in bench_cases.OPS:
+        assert f"| {op} | (256,256)" in md
+    assert ("![" in md) is HAS_MPL
+
+
+@pytest.mark.skipif(not HAS_MPL, reason="matplotlib is not installed (pip install 'fusegen[plot]')")
+def test_tiny_run_writes_the_chart(tiny_run):
+    png = tiny_run[3]["png"]
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) < 200_000
+
+
+def test_explicit_png_needs_matplotlib(monkeypatch, capsys):
+    monkeypatch.setattr(cli, "_matplotlib_missing", lambda: True)
+    assert cli.main(["bench", *TINY, "--png", "x.png"]) == 2
+    assert "matplotlib" in capsys.readouterr().err
+
+
+# --- failures ---------------------------------------------------------------------------------------
+def test_a_wrong_method_fails_the_bench(monkeypatch, tmp_path, capsys):
+    real = bench.discover
+
+    def with_a_broken_one(op, *args, **kw):
+        methods, skipped = real(op, *args, **kw)
+        swapped = bench_cases.Method("broken-cpu", lambda arrays, attrs: (lambda: op(*arrays[::-1], **attrs)),
+                                     fusegen=True)  # x and y swapped: x / y is wrong
+        return methods + [swapped], skipped
+
+    monkeypatch.setattr(bench, "discover", with_a_broken_one)
+    path = tmp_path / "bench.json"
+    code = cli.main(["bench", *TINY, "--ops", "add_mul_div", "--fresh-pages", "--json", str(path), "--markdown", "",
+                     "--png", ""])
+    assert code == 1
+    out = capsys.readouterr().out
+    assert re.search(r"add_mul_div \(256,256\): broken-cpu FAIL \(max relative error", out)
+    doc = json.loads(path.read_text())
+    assert doc["ok"] is False and doc["allocator"].startswith("default")  # --fresh-pages
+    for case in doc["cases"]:
+        broken = case["results"]["broken-cpu"]
+        assert broken["ok"] is False and "times_s" not in broken  # never timed
+        assert case["results"]["numba-cpu"]["ok"] is True
+
+
+def test_unknown_op_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["bench", "--ops", "softmax,nosuch"])
+    assert e.value.code == 2 and "unknown op" in capsys.readouterr().err
+
+
+# --- the other backends and methods, on one op ------------------------------------------------------
+def test_aot_and_xla_through_the_bench():
+    """smooth_l1 (a float attribute in the loop body) through the AOT and XLA backends and jax.jit."""
+    if not bench.gxx_works():
+        pytest.skip("no working g++")
+    cfg = bench.BenchConfig.quick(ops=("smooth_l1",), backends=("aot",), torch=False, rounds=2,
+                                  bandwidth_bytes=16 << 20)
+    doc = bench.run_bench(cfg)
+    assert doc["ok"] is True
+    want = {"aot-cpu"} | ({"fg-jax-cpu", "jax-cpu"} if bench_cases.jax_available() else set())
+    assert want <= set(doc["methods"]) and want - {"jax-cpu"} <= set(doc["fusegen_methods"])
+    for case in doc["cases"]:
+        assert all(case["results"][m]["checked"] and case["results"][m]["median_s"] > 0 for m in want)
+
+
+# --- compile time, in new processes -----------------------------------------------------------------
+def test_compile_times_cold_and_warm():
+    case = bench.Case(bench_cases.OPS["add_mul_div"], (64, 96), {})
+    steps = []
+    res = bench.measure_compile_times([case], ["numba-cpu"], "float32", progress=steps.append)
+    runs = res["add_mul_div"]["numba-cpu"]
+    assert set(runs) == {"cold", "warm"} and steps == ["compile time: add_mul_div numba-cpu"]
+    for state in ("cold", "warm"):
+        r = runs[state]
+        assert "error" not in r, r
+        assert r["import_s"] > 0 and r["setup_s"] >= 0 and len(r["first_calls_s"]) == 1
+        assert r["total_s"] == pytest.approx(r["setup_s"] + sum(r["first_calls_s"]))
+    doc = {"methods": ["numba-cpu"], "fusegen_methods": ["numba-cpu"], "compile_times": res}
+    headers, rows = bench_report.compile_rows(doc)
+    assert headers == ["op", "fusegen numba"] and re.fullmatch(r"\d+\.\d\d / \d+\.\d\d", rows[0][1])
+
+
+# --- the report helpers -----------------------------------------------------------------------------
+def test_progress_modes():
+    quiet = io.StringIO()
+    p = bench_report.Progress(quiet)  # auto, not a terminal: silent
+    p(1, 8, "read bandwidth")
+    p.done()
+    assert quiet.getvalue() == ""
+    tty = Tty()
+    bar = bench_report.Progress(tty)  # auto on a terminal: the bar, redrawn in place
+    bar(3, 8, "softmax (4096,4096)")
+    assert re.fullmatch(r"\r\x1b\[K\[#{6}-{18}\] 3/8 softmax \(4096,4096\) \d+s", tty.getvalue())
+    plain = io.StringIO()
+    bench_report.Progress(plain, mode="plain")(2, 8, "rms_norm (4,5)")
+    assert re.fullmatch(r"\[2/8\] rms_norm \(4,5\) \(\d+s\)\n", plain.getvalue())
+
+
+def test_noise_is_detected():
+    quiet = {"size": "large", "results": {"a": {"times_s": [1.0, 1.01, 0.99, 1.0, 1.02]}}}
+    busy = {"size": "large", "results": {"a": {"times_s": [1.0, 1.5, 0.99, 2.0, 1.02, 1.7]}}}
+    assert bench.round_spread([quiet]) < bench.SPREAD_LIMIT < bench.round_spread([busy])
+    machine = {"usable_cpus": 2, "load_avg_start": [0.1], "load_avg": [1.0]}
+    assert bench.noise_warnings(machine, 0.05) == []
+    assert "disagree by" in bench.noise_warnings(machine, bench.round_spread([busy]))[0]
+    assert "load average 3.0" in bench.noise_warnings({**machine, "load_avg_start": [3.0]}, None)[0]
+
+
+def test_markdown_table_and_emphasis():
+    table = bench_report.markdown_table(["op", "a", "b"], [["x", "1.00x**", "2.00x"]], "lrr")
+    assert bench_report._embolden(table).splitlines() == ["| op | a | b |", "| --- | ---: | ---: |",
+                                                          "| x | **1.00x** | 2.00x |"]
