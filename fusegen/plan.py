@@ -22,6 +22,7 @@ wrong.
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 from .ir import AttrRef, Node, Op, OpDef, ShapeOf, Spec, UNKNOWN_DIM, value_srcs
@@ -74,7 +75,33 @@ def leaves_of(node: Node) -> tuple[Node, ...]:
 
 
 def _leaf_key(n: Node):
-    return (0, n.arg) if n.op is Op.INPUT else (1, hash(n))
+    return (0, n.arg) if n.op is Op.INPUT else (1, stable_key(n))
+
+
+_STABLE: dict[Node, str] = {}
+
+
+def stable_key(node: Node) -> str:
+    """A digest of a node's structure that is the same in every process. ``hash(node)`` is not
+    (it mixes in string hashes, salted per process), and leaf order decides the generated
+    source, hence the disk cache's key: ordering by it recompiled in half the processes."""
+    if node in _STABLE:
+        return _STABLE[node]
+    if len(_STABLE) > 1 << 16:  # a bound for long-lived processes that trace many ops
+        _STABLE.clear()
+    stack = [node]
+    while stack:  # post-order without recursion: graphs may be deep chains
+        n = stack[-1]
+        todo = [s for s in n.srcs if s not in _STABLE]
+        if todo:
+            stack.extend(todo)
+            continue
+        stack.pop()
+        h = hashlib.sha1(f"{n.op.value}|{n.arg!r}".encode())
+        for s in n.srcs:
+            h.update(_STABLE[s].encode())
+        _STABLE[n] = h.hexdigest()
+    return _STABLE[node]
 
 
 def computed_nodes(g) -> set[int]:
