@@ -23,7 +23,7 @@ import threading
 import numpy as np
 
 from .errors import ArgumentError, DTypeError, ShapeError, TraceError
-from .ir import OpDef
+from .ir import Op, OpDef
 from .plan import Plan, leaves_of
 
 #: Keyword arguments a kernel call takes for itself: no attribute may have these names.
@@ -56,9 +56,7 @@ def derive(op: OpDef, accumulate: frozenset, skip: frozenset) -> OpDef:
     if key in cache:
         return cache[key]
     n = len(op.graph.outputs)
-    if accumulate & skip:
-        raise ArgumentError(f"op {op.name}: output(s) {sorted(accumulate & skip)} cannot be both skipped and "
-                            "accumulated into")
+    _check_disjoint(op, accumulate, skip)
     if len(skip) == n:
         raise ArgumentError(f"op {op.name}: every output is skipped: nothing to compute")
     acc = sorted(accumulate)
@@ -84,12 +82,9 @@ def call(kernel, derived_kernel, arrays, out, accumulate, skip, inplace, attrs):
     """A call with write requests, for any kernel class: ``derived_kernel(op)`` compiles an op
     with the same backend and options."""
     op = kernel.op
-    n = len(op.graph.outputs)
     acc = output_indices(op, accumulate, "accumulate")
     skp = output_indices(op, skip, "skip")
-    if acc & skp:
-        raise ArgumentError(f"op {op.name}: output(s) {sorted(acc & skp)} cannot be both skipped and accumulated "
-                            "into")
+    _check_disjoint(op, acc, skp)   # before out= is checked against skip: the clearer error
     outs = _given_outputs(op, out, skp)
     if inplace:
         outs = _inplace_outputs(kernel, arrays, outs, skp)
@@ -120,6 +115,12 @@ def _run(kernel, derived_kernel, arrays, outs, acc, skp, attrs):
     for k in range(n):
         full.append(None if k in skp else res.pop(0))
     return tuple(full) if op.multi_output or n > 1 else full[0]
+
+
+def _check_disjoint(op: OpDef, accumulate: frozenset, skip: frozenset) -> None:
+    if accumulate & skip:
+        raise ArgumentError(f"op {op.name}: output(s) {sorted(accumulate & skip)} cannot be both skipped and "
+                            "accumulated into")
 
 
 def _pack(op: OpDef, outs: list):
@@ -169,11 +170,11 @@ def inplace_hazard(plan: Plan, k: int, i: int) -> str | None:
         return f"output {k} is a reduction's result, which is written while its source is still being read"
     x = plan.opdef.graph.outputs[k]
     for kk, n in stage.writes:
-        if kk != k and n is not x and any(l.op.value == "input" and l.arg == i for l in leaves_of(n)):
+        if kk != k and n is not x and any(l.op is Op.INPUT and l.arg == i for l in leaves_of(n)):
             return f"output {kk}, computed in the same loop, also reads input {plan.opdef.inputs[i]!r}"
     for s in plan.stages[stage.index + 1:]:
         exprs = [r.srcs[0] for r in s.reductions] + [n for _, n in s.writes] + [n for _, n in s.finals]
-        if any(l.op.value == "input" and l.arg == i for e in exprs for l in leaves_of(e)):
+        if any(l.op is Op.INPUT and l.arg == i for e in exprs for l in leaves_of(e)):
             return f"a later pass reads input {plan.opdef.inputs[i]!r} after output {k} is written"
     return None
 
