@@ -40,6 +40,8 @@ ERRORS: list[tuple[str, str]] = [
     ("FG_ERR_UNKNOWN_DIM", "the main function got an unknown (-1/-2) dim"),
     ("FG_ERR_EMPTY_REDUCTION", "max/min over an axis of size 0 has no identity"),
     ("FG_ERR_EXCEPTION", "a C++ exception was thrown inside the kernel"),
+    # .cu files only; the error string then adds the CUDA error's name and text.
+    ("FG_ERR_CUDA", "a CUDA kernel launch failed"),
 ]
 ERROR_CODES = {name: i for i, (name, _) in enumerate(ERRORS)}
 

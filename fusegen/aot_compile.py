@@ -26,10 +26,14 @@ class AotCompiled:
 
     backend = "aot"
 
-    def __init__(self, op: OpDef, device: str = "cpu", dtypes=None, flags=None, dynamic_workspace="kernel"):
+    def __init__(self, op: OpDef, device: str = "cpu", dtypes=None, flags=None, dynamic_workspace="kernel", *,
+                 kernel_device: str | None = None):
         if flags == "mindspore":
             flags = list(MINDSPORE_CPU_FLAGS)
-        self.op, self.device, self.flags, self._dynamic_workspace = op, device, flags, dynamic_workspace
+        self.op, self.flags, self._dynamic_workspace = op, flags, dynamic_workspace
+        # Where the kernel's memory lives (the source's device, unless fusegen.aot_cuda runs a C++
+        # source on the simulator's device arrays in CI).
+        self.device, self._source_device = kernel_device or device, device
         self._variants: dict = {}   # write-request variants of the op -> their compiled kernels
         self.emitted = emit(op, abi="mindspore-aot", device=device, dtypes=dtypes,
                             dynamic_workspace=dynamic_workspace)
@@ -70,7 +74,7 @@ class AotCompiled:
                     k = AotKernel(self.func, attrs={n: (list(v) if isinstance(v, tuple) else v) for n, v in attrs},
                                   out_shape=None, out_dtype=None, flags=self.flags,
                                   n_outputs=len(self.op.graph.outputs), n_inputs=len(self.op.inputs),
-                                  name=self.op.name)
+                                  name=self.op.name, device=self.device)
                     self._by_attrs[attrs] = k
         return k
 
@@ -94,8 +98,13 @@ class AotCompiled:
         return (res,) if self._one_tuple else res
 
     def _derived(self, op: OpDef) -> AotCompiled:
-        """The compiled write-request variant of this op: its dtype combinations are this op's,
-        each with the accumulated outputs' dtypes appended (their ``prev`` inputs)."""
+        """The compiled write-request variant of this op."""
+        return self._variant(op, lambda combos: AotCompiled(
+            op, device=self._source_device, dtypes=combos, flags=self.flags, dynamic_workspace=self._dynamic_workspace))
+
+    def _variant(self, op: OpDef, make):
+        """``make(combos)``, cached per variant op: its dtype combinations are this op's, each with
+        the accumulated outputs' dtypes appended (their ``prev`` inputs)."""
         with self._lock:
             k = self._variants.get(op)
         if k is None:
@@ -104,8 +113,7 @@ class AotCompiled:
                 spec = infer(self.op, combo, [None] * len(combo),
                              {n: s.default for n, s in self.op.attrs.items()})
                 combos.append(combo + tuple(spec.out_dtypes[j].name for j in sorted(op.accumulate)))
-            k = AotCompiled(op, device=self.device, dtypes=combos, flags=self.flags,
-                            dynamic_workspace=self._dynamic_workspace)
+            k = make(combos)
             with self._lock:
                 k = self._variants.setdefault(op, k)
         return k

@@ -409,7 +409,9 @@ class AotKernel:
 
     def __init__(self, func: str, attrs: dict | None = None, out_shape: Any = None, out_dtype: Any = None, *,
                  flags: list[str] | None = None, n_outputs: int | None = None, n_inputs: int | None = None,
-                 name: str | None = None, guard: bool | None = None):
+                 name: str | None = None, guard: bool | None = None, device: str | None = None):
+        if device not in (None, "cpu", "cuda"):
+            raise ArgumentError(f"device must be None (from the library), 'cpu' or 'cuda', got {device!r}")
         path, sep, symbol = str(func).rpartition(":")
         if not sep or not path or not symbol.isidentifier():
             raise ArgumentError(f"func must look like 'path/to/file.cc:FunctionName', got {func!r}")
@@ -436,6 +438,9 @@ class AotKernel:
         self.n_inputs = n_inputs if n_inputs is not None else (arities.pop() if len(arities) == 1 else None)
 
         self.lib_path = build.build_library(path, flags=flags)
+        self.cuda_code = build.has_cuda_code(self.lib_path)
+        self.device = device or ("cuda" if self.cuda_code else "cpu")
+        self._check_device()
         self.string_abi = detect_string_abi(self.lib_path)
         shim = _host_shim(self.string_abi)
         try:
@@ -464,6 +469,18 @@ class AotKernel:
         except BaseException:
             self._finalizer()
             raise
+
+    def _check_device(self) -> None:
+        """Refuse a pairing that would hand a kernel pointers to memory it cannot read."""
+        if self.device == "cpu" and self.cuda_code:
+            raise LibraryError(f"{self.name}: {self.lib_path} holds CUDA device code, whose kernels read device "
+                               "memory; use device='cuda' (the default for such a library), not device='cpu'")
+        if self.device == "cuda" and not self.cuda_code:
+            from .aot_cuda import simulator  # under the simulator, device arrays are host memory
+            if not simulator():
+                raise LibraryError(f"{self.name}: {self.lib_path} holds no CUDA device code (no .nv_fatbin "
+                                   "section), so its kernel cannot read device memory; build it from a .cu "
+                                   "with nvcc, or use device='cpu'")
 
     def _symbol(self, lib: ctypes.CDLL, symbol: str, required: bool = False) -> int | None:
         try:
@@ -495,8 +512,8 @@ class AotKernel:
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"signatures={len(self._signatures)}"
-        return (f"AotKernel(name={self.name!r}, lib_path='{self.lib_path}', outputs={self.n_outputs}, "
-                f"string_abi={'cxx11' if self.string_abi else 'old'}, {state})")
+        return (f"AotKernel(name={self.name!r}, lib_path='{self.lib_path}', device={self.device!r}, "
+                f"outputs={self.n_outputs}, string_abi={'cxx11' if self.string_abi else 'old'}, {state})")
 
     # ----------------------------------------------------------------- errors
 
@@ -516,7 +533,10 @@ class AotKernel:
     # ----------------------------------------------------------------- preparation (once per signature)
 
     def _prepare(self, key: tuple, arrays: list[np.ndarray]) -> _Signature:
-        in_shapes = [a.shape for a in arrays]
+        if self.device == "cuda":
+            from .aot_cuda import require_device
+            require_device(self)  # Init's workspaces are device memory
+        in_shapes = [tuple(a.shape) for a in arrays]
         in_dtypes = [a.dtype for a in arrays]
         in_names = [_dtype_name(d) for d in in_dtypes]
         shim, loaded = self._loaded.shim, self._loaded
@@ -548,7 +568,11 @@ class AotKernel:
             count = shim.fg_extra_workspace(extra, None, 0)
             sizes = (_c_size_t * max(count, 1))()
             shim.fg_extra_workspace(extra, sizes, count)
-            if self.guard:
+            if self.device == "cuda":
+                from .aot_cuda import DeviceBuffer
+                fenced = [DeviceBuffer(sizes[i], f"workspace {i}", self.guard) for i in range(count)]
+                workspaces = [(b, b.address) for b in fenced]
+            elif self.guard:
                 fenced = [_Guarded(sizes[i], f"workspace {i}") for i in range(count)]
                 workspaces = [(g, g.address) for g in fenced]
             else:
@@ -649,9 +673,15 @@ class AotKernel:
         return outs
 
     def _arrays(self, inputs: tuple) -> tuple[list[np.ndarray], tuple]:
-        """C-contiguous arrays for ``inputs`` (others are copied) and their signature key."""
+        """C-contiguous arrays for ``inputs`` (others are copied) and their signature key.
+
+        A CUDA kernel also takes device arrays (zero-copy views; see ``fusegen.aot_cuda``)."""
         if self.n_inputs is not None and len(inputs) != self.n_inputs:
             raise ArgumentError(f"{self.name}: expected {self.n_inputs} inputs, got {len(inputs)}")
+        if self.device == "cuda":
+            from .aot_cuda import device_arrays
+            arrays = device_arrays(self.name, inputs)
+            return arrays, tuple(v for a in arrays for v in (np.dtype(a.dtype), tuple(a.shape)))
         arrays, key = [], []
         for x in inputs:
             if type(x) is not np.ndarray or not x.flags.c_contiguous:
@@ -671,12 +701,15 @@ class AotKernel:
         with self._lock:
             return list(self._signature(key, arrays).workspace_sizes)
 
-    def __call__(self, *inputs: Any, out: Any = None) -> np.ndarray | tuple[np.ndarray, ...]:
-        """Run the kernel.  Inputs that are not C-contiguous arrays are converted (copied)."""
+    def __call__(self, *inputs: Any, out: Any = None, stream: Any = None) -> Any:
+        """Run the kernel.  Inputs that are not C-contiguous arrays are converted (copied).
+
+        A CUDA kernel runs on ``stream`` (a numba/CuPy/PyTorch stream or a ``cudaStream_t`` int;
+        default: the default stream) and takes NumPy or device arrays (see ``fusegen.aot_cuda``)."""
         arrays, key = self._arrays(inputs)
         with self._lock:
             signature = self._signature(key, arrays)
-        return self.run_prepared(signature, arrays, out)
+        return self.run_prepared(signature, arrays, out, stream=stream)
 
     def prepare(self, *inputs: Any) -> tuple[Any, list[np.ndarray]]:
         """The prepared signature (Init done, argument block cached) for these inputs.
@@ -688,8 +721,14 @@ class AotKernel:
         with self._lock:
             return self._signature(key, arrays), arrays
 
-    def run_prepared(self, signature: _Signature, arrays: Sequence[np.ndarray], out: Any = None):
+    def run_prepared(self, signature: _Signature, arrays: Sequence[np.ndarray], out: Any = None,
+                     stream: Any = None):
         """Call the kernel on C-contiguous ``arrays`` whose signature ``prepare`` returned."""
+        if self.device == "cuda":
+            from . import aot_cuda
+            return aot_cuda.run(self, signature, arrays, out, stream)
+        if stream is not None:
+            raise ArgumentError(f"{self.name}: stream= is for CUDA kernels; this library runs on the CPU")
         if self.guard:
             return self._run_guarded(signature, arrays, out)
         with self._lock:

@@ -41,7 +41,8 @@ from .errors import CompileError, LibraryError
 
 __all__ = ["BUILD_FORMAT_VERSION", "HEADER_PATH", "MINDSPORE_CPU_FLAGS", "CUDA_DEFAULT_ARCHS", "cache_dir",
            "default_cpp_flags", "default_cuda_flags", "cuda_gencode_flags", "build_library", "aot_whitelist",
-           "check_whitelist", "check_shared_library", "dynamic_symbols", "needed_libraries", "local_includes"]
+           "check_whitelist", "check_shared_library", "dynamic_symbols", "has_cuda_code", "needed_libraries",
+           "local_includes"]
 
 #: Bump when the cache layout or anything else that changes the artifact for
 #: identical inputs changes; it is part of every key.
@@ -158,10 +159,15 @@ def cuda_gencode_flags() -> list[str]:
     return list(_memoized(("gencode",), detect))
 
 
-def default_cuda_flags() -> list[str]:
-    """nvcc flags for a ``.cu`` source: MindSpore's GPU flags with this machine's architectures."""
-    return ["--shared", "-Xcompiler", "-fPIC", "-O3", "--use_fast_math", "--expt-relaxed-constexpr",
-            "-D_GLIBCXX_USE_CXX11_ABI=0", *cuda_gencode_flags()]
+def default_cuda_flags(fast_math: bool = True) -> list[str]:
+    """nvcc flags for a ``.cu`` source: MindSpore's GPU flags with this machine's architectures.
+
+    ``fast_math=False`` drops ``--use_fast_math`` (approximate exp/division, denormals flushed):
+    ``fg.compile(op, backend="aot", device="cuda")`` uses that, so its results agree with NumPy
+    as closely as every other backend's.
+    """
+    return ["--shared", "-Xcompiler", "-fPIC", "-O3", *(["--use_fast_math"] if fast_math else []),
+            "--expt-relaxed-constexpr", "-D_GLIBCXX_USE_CXX11_ABI=0", *cuda_gencode_flags()]
 
 
 # --------------------------------------------------------------------------- whitelist
@@ -199,6 +205,7 @@ class _Elf(NamedTuple):
     endian: str
     e_type: int
     sections: list[tuple[int, int, int, int, int]]  # (type, offset, size, link, entsize)
+    names: list[str]                                  # each section's name ("" when unreadable)
 
 
 def _read_elf(path: str | os.PathLike) -> _Elf:
@@ -213,19 +220,26 @@ def _read_elf(path: str | os.PathLike) -> _Elf:
     is64, endian = data[4] == 2, "<" if data[5] == 1 else ">"
     # e_type ... e_shstrndx; the address-sized fields are 8 bytes in ELF64, 4 in ELF32.
     header = struct.unpack_from(endian + ("HHIQQQIHHHHHH" if is64 else "HHIIIIIHHHHHH"), data, 16)
-    e_type, shoff, shentsize, shnum = header[0], header[5], header[10], header[11]
+    e_type, shoff, shentsize, shnum, shstrndx = header[0], header[5], header[10], header[11], header[12]
     sh_fmt = endian + ("IIQQQQIIQQ" if is64 else "IIIIIIIIII")
     # Section headers sit at the end of a linker's output, so a truncated file
     # loses them first; every section's bytes must lie inside the file too.
     if shnum == 0 or shoff + shnum * shentsize > len(data) or shentsize < struct.calcsize(sh_fmt):
         raise LibraryError(f"{os.fspath(path)!r} is a truncated or malformed ELF file")
-    sections = []
+    sections, name_offsets = [], []
     for i in range(shnum):
-        _, sh_type, _, _, off, sz, link, _, _, entsize = struct.unpack_from(sh_fmt, data, shoff + i * shentsize)
+        sh_name, sh_type, _, _, off, sz, link, _, _, entsize = struct.unpack_from(sh_fmt, data,
+                                                                                 shoff + i * shentsize)
         if sh_type != 8 and off + sz > len(data):  # SHT_NOBITS occupies no file bytes
             raise LibraryError(f"{os.fspath(path)!r} is a truncated or malformed ELF file")
         sections.append((sh_type, off, sz, link, entsize))
-    return _Elf(data, is64, endian, e_type, sections)
+        name_offsets.append(sh_name)
+    names = [""] * shnum
+    if shstrndx < shnum:
+        _, str_off, str_size, _, _ = sections[shstrndx]
+        table = data[str_off:str_off + str_size]
+        names = [_c_string(table, n) or "" for n in name_offsets]
+    return _Elf(data, is64, endian, e_type, sections, names)
 
 
 def check_shared_library(path: str | os.PathLike) -> None:
@@ -257,6 +271,15 @@ def dynamic_symbols(path: str | os.PathLike) -> list[str]:
             if name:
                 names.append(name)
     return names
+
+
+def has_cuda_code(path: str | os.PathLike) -> bool:
+    """Whether the library carries CUDA device code (nvcc's ``.nv_fatbin`` section: cubins and/or PTX).
+
+    ``AotKernel`` decides from this whether a kernel's parameters are device or host pointers:
+    handing host pointers to a CUDA kernel, or device pointers to CPU code, would crash.
+    """
+    return any(n in (".nv_fatbin", ".nvFatBinSegment") for n in _read_elf(path).names)
 
 
 def needed_libraries(path: str | os.PathLike) -> list[str]:

@@ -322,6 +322,6 @@ def compile(op: OpDef, backend: str = "numba", device: str = "cpu", **options):
         from .runtime_cuda import CudaKernel
         return CudaKernel(op, **options)
     if backend == "aot" and device == "cuda":
-        from .runtime_cuda import compile_aot_cuda
+        from .aot_cuda import compile_aot_cuda
         return compile_aot_cuda(op, **options)
     raise NotImplementedError(f"backend={backend!r} device={device!r} is not available yet")

@@ -1,5 +1,6 @@
-"""The CUDA runtimes: ``CudaKernel`` (numba-cuda, ``fg.compile(op, device="cuda")``) and
-``AotCudaCompiled`` (an emitted ``.cu`` built with nvcc, ``backend="aot", device="cuda"``).
+"""The numba-cuda runtime, ``CudaKernel`` (``fg.compile(op, device="cuda")``), and the device
+helpers it shares with the AOT CUDA path (``fusegen.aot_cuda``): GPU checks, device-array
+classification, streams, output allocation.
 
 A ``CudaKernel`` call: classify the arrays (NumPy, or device arrays through
 ``__cuda_array_interface__``: Numba, CuPy, PyTorch) -> look the signature up -> on first use
@@ -89,6 +90,73 @@ def resolve_stream(stream):
         raise ArgumentError(f"stream must be a numba.cuda stream, a CuPy/PyTorch stream or an int cudaStream_t "
                             f"handle, got {type(stream).__name__} {stream!r}")
     return cuda.external_stream(handle)
+
+
+def device_pointer(a) -> int:
+    """The device address of a numba device array (0 for an empty one).
+
+    Under the simulator a "device" array is a NumPy array in disguise, and its address is host
+    memory: that is what lets the device-memory path of ``AotKernel`` be tested without a GPU.
+    """
+    if type(a).__name__ == "FakeCUDAArray":
+        return int(a._ary.ctypes.data)
+    return int(a.device_ctypes_pointer.value or 0)
+
+
+def stream_handle(stream) -> int:
+    """The ``cudaStream_t`` value of a numba stream (0: the legacy default stream)."""
+    handle = getattr(stream, "handle", None)
+    value = getattr(handle, "value", handle)  # a ctypes handle, or cuda-python's CUstream / an int
+    return int(value or 0)
+
+
+def device_outputs(what: str, shapes, dtypes, out, on_device: bool, st):
+    """Device arrays to write the outputs into, and what the call returns them as.
+
+    Without ``out=`` they are new device arrays. With it, device outputs must come with device
+    inputs and host (NumPy) outputs with host inputs; host ``out=`` arrays get device staging
+    arrays, copied back by the caller. Every check runs before anything is launched.
+    """
+    from numba import cuda
+    if out is None:
+        return [cuda.device_array(s, d, stream=st) for s, d in zip(shapes, dtypes)], None
+    given = list(out) if isinstance(out, (tuple, list)) else [out]
+    if len(given) != len(shapes):
+        raise ArgumentError(f"{what}: out= needs {len(shapes)} arrays, got {len(given)}")
+    res = []
+    for k, (o, s, d) in enumerate(zip(given, shapes, dtypes)):
+        if is_device_array(o) != on_device:
+            where = "device" if on_device else "host (NumPy)"
+            raise ArgumentError(f"{what}: out[{k}] is on the wrong device: the inputs are "
+                                f"{'on the device' if on_device else 'NumPy arrays'}, so out= must hold "
+                                f"{where} arrays")
+        if not on_device and not isinstance(o, np.ndarray):
+            raise ArgumentError(f"{what}: out[{k}] must be a numpy array, got {type(o).__name__}")
+        if tuple(o.shape) != tuple(s) or np.dtype(o.dtype) != d:
+            raise ShapeError(f"{what}: out[{k}] must have shape {tuple(s)} and dtype {d}, "
+                             f"got {tuple(o.shape)} {o.dtype}")
+        if not on_device and not o.flags.writeable:  # refused before launching, as the CPU backends do
+            raise ArgumentError(f"{what}: out[{k}] is read-only")
+        if on_device:
+            res.append(_as_device(o, f"{what}: out[{k}]"))
+        else:
+            res.append(cuda.device_array(s, d, stream=st))
+    return res, (given if not on_device else res)
+
+
+def deliver(results: list, given, on_device: bool, st, synchronize=None) -> list:
+    """What a call returns, once its kernels are queued on ``st``: with device inputs the device
+    results (or the caller's ``out=`` arrays) at once; with host inputs the results copied back,
+    after waiting for the stream (``synchronize()``, default ``st.synchronize``)."""
+    if on_device:
+        return given if given is not None else results
+    host = [r.copy_to_host(stream=st) for r in results]
+    (synchronize or st.synchronize)()
+    if given is None:
+        return host
+    for g, h in zip(given, host):
+        np.copyto(g, h)
+    return given
 
 
 @dataclass
@@ -188,7 +256,7 @@ class CudaKernel:
             call = self._prepare(ins, attrs, key)
         dev_in = [_flat(a) if is_device_array(a) else
                   cuda.to_device(np.ascontiguousarray(a).reshape(-1), stream=st) for a in ins]
-        outs, given = self._outputs(call, out, on_device, st)
+        outs, given = device_outputs(f"op {op.name}", call.out_shapes, call.out_dtypes, out, on_device, st)
         flat_outs = [_flat(o) for o in outs]
         ws = [cuda.device_array(max(n, 1), d, stream=st) for n, d in call.ws]
         names = {"in": dev_in, "out": flat_outs, "buf": ws}
@@ -201,45 +269,8 @@ class CudaKernel:
             g.kernel[g.grid, g.block, st](*args, *parts, *tail)
             if g.combine is not None:
                 g.combine[g.combine_grid, g.block, st](*args, *parts, *tail)
-        results = [o.reshape(s) for o, s in zip(outs, call.out_shapes)]
-        if not on_device:
-            host = [r.copy_to_host(stream=st) for r in results]
-            st.synchronize()
-            if given is not None:
-                for g, h in zip(given, host):
-                    np.copyto(g, h)
-                host = given
-            results = host
-        elif given is not None:
-            results = given
+        results = deliver([o.reshape(s) for o, s in zip(outs, call.out_shapes)], given, on_device, st)
         return tuple(results) if op.multi_output else results[0]
-
-    def _outputs(self, call: _Call, out, on_device: bool, st):
-        from numba import cuda
-        if out is None:
-            return [cuda.device_array(s, d, stream=st) for s, d in zip(call.out_shapes, call.out_dtypes)], None
-        given = list(out) if isinstance(out, (tuple, list)) else [out]
-        if len(given) != len(call.out_shapes):
-            raise ArgumentError(f"op {self.op.name}: out= needs {len(call.out_shapes)} arrays, got {len(given)}")
-        res = []
-        for k, (o, s, d) in enumerate(zip(given, call.out_shapes, call.out_dtypes)):
-            if is_device_array(o) != on_device:
-                where = "device" if on_device else "host (NumPy)"
-                raise ArgumentError(f"op {self.op.name}: out[{k}] is on the wrong device: the inputs are "
-                                    f"{'on the device' if on_device else 'NumPy arrays'}, so out= must hold "
-                                    f"{where} arrays")
-            if not on_device and not isinstance(o, np.ndarray):
-                raise ArgumentError(f"op {self.op.name}: out[{k}] must be a numpy array, got {type(o).__name__}")
-            if tuple(o.shape) != tuple(s) or np.dtype(o.dtype) != d:
-                raise ShapeError(f"op {self.op.name}: out[{k}] must have shape {tuple(s)} and dtype {d}, "
-                                 f"got {tuple(o.shape)} {o.dtype}")
-            if not on_device and not o.flags.writeable:  # refused before launching, as the CPU backends do
-                raise ArgumentError(f"op {self.op.name}: out[{k}] is read-only")
-            if on_device:
-                res.append(_as_device(o, f"op {self.op.name}: out[{k}]"))
-            else:
-                res.append(cuda.device_array(s, d, stream=st))
-        return res, (given if not on_device else res)
 
     def _prepare(self, ins, attrs, key) -> _Call:
         from numba import cuda
@@ -281,57 +312,3 @@ class CudaKernel:
                 self._calls[key] = call
         self._last = call
         return call
-
-
-# ---------------------------------------------------------------------------------------------
-# backend="aot", device="cuda": the emitted .cu, built with nvcc
-# ---------------------------------------------------------------------------------------------
-class AotCudaCompiled:
-    """The emitted MindSpore-AOT ``.cu`` of an op, built with nvcc (``fusegen.build``).
-
-    Building needs only nvcc; running needs a GPU. ``AotKernel`` passes host pointers and a
-    null stream, so a device-memory call path does not exist yet: with a GPU, calling raises
-    ``NotImplementedError`` (load ``lib_path`` in MindSpore instead); without one, it raises
-    ``CudaUnavailableError``.
-    """
-
-    backend, device = "aot", "cuda"
-
-    def __init__(self, op: OpDef, dtypes=None, flags=None):
-        import hashlib
-        from .abi_emit import emit
-        from .build import build_library, cache_dir
-        self.op, self.flags = op, flags
-        self.emitted = emit(op, abi="mindspore-aot", device="cuda", dtypes=dtypes)
-        digest = hashlib.sha256(self.emitted.source.encode()).hexdigest()[:16]
-        self.directory = cache_dir() / "aot-src" / f"{op.name}-cuda-{digest}"
-        self.emitted.write(self.directory)
-        self.func = self.emitted.func(self.directory)
-        self.lib_path = build_library(self.directory / self.emitted.main, flags=flags)
-
-    @property
-    def source(self) -> str:
-        return self.emitted.source
-
-    def __repr__(self) -> str:
-        return f"<fusegen.AotCudaCompiled {self.op.name} lib={self.lib_path}>"
-
-    def _derived(self, op: OpDef) -> AotCudaCompiled:
-        """A write-request variant (``fusegen.requests``), built the same way."""
-        return AotCudaCompiled(op, flags=self.flags)
-
-    def __call__(self, *arrays, out=None, stream=None, accumulate=False, skip=None, inplace=False, **attrs):
-        if accumulate is not False or skip is not None or inplace:
-            extra = {} if stream is None else {"stream": stream}
-            return requests.call(self, self._derived, arrays, out, accumulate, skip, inplace, {**attrs, **extra})
-        require_gpu()
-        raise NotImplementedError(
-            f"op {self.op.name}: running an emitted CUDA AOT library from Python needs a device-memory "
-            f"AotKernel path, which does not exist yet; the library {self.lib_path} is built and can be "
-            f"loaded by MindSpore (ops.Custom('{self.func}', ..., 'aot')), or use "
-            f"fg.compile(op, backend='numba', device='cuda')")
-
-
-def compile_aot_cuda(op: OpDef, dtypes=None, flags=None) -> AotCudaCompiled:
-    """emit the ``.cu`` -> build it with nvcc (``build.default_cuda_flags()`` unless ``flags``)."""
-    return AotCudaCompiled(op, dtypes=dtypes, flags=flags)

@@ -173,17 +173,59 @@ def test_every_emitted_cu_compiles_with_nvcc(tmp_path):
         assert {name, f"{name}Init", f"{name}InferShape", f"{name}InferType", f"{name}ErrorString"} <= set(syms)
 
 
+def _gpu_present() -> bool:
+    """A GPU here, judged without probing the driver (costly in every CPU-only run)."""
+    return shutil.which("nvidia-smi") is not None or os.path.exists("/dev/nvidia0")
+
+
 @needs_nvcc
 def test_compile_aot_cuda_builds_with_nvcc_and_needs_a_gpu_to_run():
     k = fg.compile(ex.add_mul_div, backend="aot", device="cuda", dtypes="float32")
     assert k.lib_path.is_file() and k.source.startswith("// add_mul_div.cu")
-    if SIMULATOR:
-        return
-    try:
-        from numba import cuda
-        has_gpu = cuda.is_available()
-    except ImportError:
-        has_gpu = False
+    assert k.device == "cuda" and k._first.device == "cuda" and k._first.cuda_code
+    # fg.compile's .cu is built without --use_fast_math (NumPy-accurate); flags="mindspore" keeps it
+    assert "--use_fast_math" not in k.flags and "--use_fast_math" in fg.build.default_cuda_flags()
+    if SIMULATOR or _gpu_present():
+        return  # tests/cuda/test_aot_cuda.py runs it
     from fusegen.runtime_cuda import CudaUnavailableError
-    with pytest.raises(NotImplementedError if has_gpu else CudaUnavailableError):
+    with pytest.raises(CudaUnavailableError, match="no CUDA GPU"):
         k(np.ones(3, np.float32), np.ones(3, np.float32))
+
+
+@needs_nvcc
+def test_aot_kernel_takes_its_device_from_the_library(tmp_path):
+    from fusegen.build import has_cuda_code
+    cu = fg.compile(ex.softmax, backend="aot", device="cuda", dtypes="float32")
+    cc = fg.compile(ex.softmax, backend="aot", dtypes="float32")
+    assert has_cuda_code(cu.lib_path) and not has_cuda_code(cc.lib_path)
+    assert fg.AotKernel(cu.func).device == "cuda" and fg.AotKernel(cc.func).device == "cpu"
+    # a pairing that would hand a kernel pointers it cannot read is refused up front
+    with pytest.raises(fg.LibraryError, match="holds CUDA device code.*device='cuda'"):
+        fg.AotKernel(cu.func, device="cpu")
+    if not SIMULATOR:  # (under the simulator, device arrays are host memory: allowed there)
+        with pytest.raises(fg.LibraryError, match="holds no CUDA device code"):
+            fg.AotKernel(cc.func, device="cuda")
+    with pytest.raises(fg.ArgumentError, match="device must be"):
+        fg.AotKernel(cc.func, device="gpu")
+    with pytest.raises(fg.ArgumentError, match="stream= is for CUDA kernels"):
+        fg.AotKernel(cc.func)(np.ones((2, 3), np.float32), stream=0)
+
+
+@needs_nvcc
+@pytest.mark.skipif(SIMULATOR or _gpu_present(), reason="provokes a failed launch, which needs a machine "
+                    "without a GPU (on a GPU the kernel would really run, on host pointers)")
+def test_failed_launch_is_fg_err_cuda_naming_the_cuda_error(monkeypatch):
+    """With no driver every launch fails: the .cu returns FG_ERR_CUDA and its error string carries
+    the CUDA error's name, which AotKernel puts in the KernelError."""
+    import fusegen.aot_cuda as aot_cuda
+    from fusegen.abi_emit import ERROR_CODES
+    k = fg.AotKernel(fg.compile(ex.bias_gelu, backend="aot", device="cuda", dtypes="float32").func)
+    monkeypatch.setattr(aot_cuda, "require_device", lambda kernel: None)  # no GPU: drive the host code only
+    x = np.ones((4, 5), np.float32)
+    signature, arrays = k.prepare(x, x)  # bias_gelu has no workspaces: nothing touches the device
+    for i, a in enumerate([*arrays, *(np.empty(s, d) for s, d in signature.outputs)]):
+        signature.params[i] = a.ctypes.data
+    status = k._call_main(signature.block_address)
+    error = k._kernel_error(k.function, status, signature.block.result, signature.block.error)
+    assert error.code == ERROR_CODES["FG_ERR_CUDA"], str(error)
+    assert re.search(r"FG_ERR_CUDA: a CUDA kernel launch failed: cudaError\w+ \(", str(error)), str(error)
