@@ -241,8 +241,10 @@ def _combo_data(op: OpDef, plan: Plan, combo: tuple[DType, ...]) -> dict:
         params = []
         for l in reads:
             key = ("in", l.arg) if l.op is Op.INPUT else ("buf", plan.buffer_index(l))
+            # invariant: a reduction result, so often constant along the row a fused stage
+            # walks (the template then hoists it: see _cpu_stages.inc.j2, row mode)
             params.append(dict(op=of(key), name=f"v{of(key)}", reg=CPP.type_name(
-                reg_dtype(op_types[of(key)]))))
+                reg_dtype(op_types[of(key)])), invariant=key[0] == "buf"))
         names = {id(l): p["name"] for l, p in zip(reads, params)}
         values = []
         for j, r in enumerate(st.reductions):
