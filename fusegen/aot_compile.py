@@ -74,7 +74,7 @@ class AotCompiled:
                     k = AotKernel(self.func, attrs={n: (list(v) if isinstance(v, tuple) else v) for n, v in attrs},
                                   out_shape=None, out_dtype=None, flags=self.flags,
                                   n_outputs=len(self.op.graph.outputs), n_inputs=len(self.op.inputs),
-                                  name=self.op.name, device=self.device)
+                                  name=self.op.name, device=self.device, reentrant=True)
                     self._by_attrs[attrs] = k
         return k
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from . import requests
 from .aot_compile import AotCompiled
-from .errors import KernelError, LibraryError
+from .errors import KernelError
 from .ir import OpDef
 from .runtime_cuda import (CudaUnavailableError, _as_device, deliver, device_outputs, device_pointer,
                            is_device_array, require_gpu, resolve_stream, stream_handle)
@@ -103,28 +103,35 @@ def run(kernel, signature, arrays: Sequence, out, stream):
         written = outs
     ins = [a if is_device_array(a) else cuda.to_device(a, stream=st) for a in arrays]
     with kernel._lock:
-        if not kernel._open:
-            raise LibraryError(f"{name}: the kernel has been closed")
-        params = signature.params
-        for i, a in enumerate((*ins, *written)):
-            params[i] = device_pointer(a)
-        block = signature.block
-        block.stream = stream_handle(st)
-        status = kernel._call_main(signature.block_address)
-        if status or block.result:
-            raise kernel._kernel_error(kernel.function, status, block.result, block.error)
-        if kernel.guard:
-            _synchronize(kernel, st)
-            workspaces = [w for w, _ in signature.keep[4] if isinstance(w, DeviceBuffer) and w.start]
-            damage = [d for d in (f.damage() for f in fences + workspaces) if d]
-            if damage:
-                raise KernelError(f"{name}: {kernel.function} in {kernel.lib_path} wrote out of bounds "
-                                  f"(guard mode): " + "; ".join(damage), library=str(kernel.lib_path),
-                                  function=kernel.function, code=None, meaning="out-of-bounds write")
-            for o, w in zip(outs, written):
-                o.copy_to_device(w, stream=st)
+        signature = kernel._enter(signature, arrays)
+        try:
+            _launch(kernel, signature, (*ins, *written), st)
+            if kernel.guard:
+                _synchronize(kernel, st)
+                workspaces = [w for w, _ in signature.keep[4] if isinstance(w, DeviceBuffer) and w.start]
+                damage = [d for d in (f.damage() for f in fences + workspaces) if d]
+                if damage:
+                    raise KernelError(f"{name}: {kernel.function} in {kernel.lib_path} wrote out of bounds "
+                                      f"(guard mode): " + "; ".join(damage), library=str(kernel.lib_path),
+                                      function=kernel.function, code=None, meaning="out-of-bounds write")
+                for o, w in zip(outs, written):
+                    o.copy_to_device(w, stream=st)
+        finally:
+            kernel._leave(signature)
     outs = deliver(outs, given, on_device, st, lambda: _synchronize(kernel, st))
     return outs[0] if kernel.n_outputs == 1 else tuple(outs)
+
+
+def _launch(kernel, signature, operands, st) -> None:
+    """Queue the kernel on ``st`` with ``operands``' device pointers (under the kernel's lock)."""
+    params = signature.params
+    for i, a in enumerate(operands):
+        params[i] = device_pointer(a)
+    block = signature.block
+    block.stream = stream_handle(st)
+    status = kernel._call_main(signature.block_address)
+    if status or block.result:
+        raise kernel._kernel_error(kernel.function, status, block.result, block.error)
 
 
 def _synchronize(kernel, st) -> None:

@@ -18,10 +18,14 @@ per libstdc++ string ABI; a kernel is hosted by the copy matching its ABI (see
 ``detect_string_abi``), and every call into kernel code goes through a shim
 wrapper that turns a C++ exception into a ``KernelError``.
 
-Threads.  Calls on one ``AotKernel`` are serialised by a lock (the kernel data
-and the cached argument blocks and workspaces are shared); use one
-``AotKernel`` per thread for parallel calls.  ``close()`` takes the same lock, so
-a library is never unloaded under a running call.
+Threads.  By default calls on one ``AotKernel`` are serialised by a lock: a
+hand-written kernel may change its kernel data during a call, as nothing in
+MindSpore runs one kernel instance twice at once.  ``reentrant=True`` (what
+``backend="aot"`` uses: fusegen's kernels only read their kernel data) lets calls
+run at the same time, each with an argument block and workspaces of its own
+(taken from a per-signature pool).  ``close()`` waits for running calls, and a
+signature evicted from the cache is destroyed only once no call uses it, so a
+library or its kernel data is never released under a running call.
 """
 from __future__ import annotations
 
@@ -379,15 +383,36 @@ class _Loaded:
 
 
 class _Signature:
-    """Everything cached for one input signature."""
+    """Everything cached for one input signature: the Init'ed extra, the outputs' shapes and
+    dtypes, and the argument block (``block``, ``params``; ``keep`` holds what they point to).
 
-    __slots__ = ("extra", "outputs", "workspace_sizes", "block", "block_address", "params", "keep")
+    A reentrant kernel's concurrent calls take blocks from ``spare`` (more are made by
+    ``new_block``, each with workspaces of its own); ``busy`` counts the calls running on
+    this signature, and ``evicted`` marks one dropped from the cache while calls still ran.
+    """
 
-    def __init__(self, extra: int, outputs: list[tuple[tuple[int, ...], np.dtype]], workspace_sizes: list[int],
-                 block: _FgCall, params: Any, keep: list):
-        self.extra, self.outputs, self.workspace_sizes = extra, outputs, workspace_sizes
+    __slots__ = ("key", "extra", "outputs", "workspace_sizes", "block", "block_address", "params", "keep",
+                 "spare", "busy", "evicted")
+
+    def __init__(self, key: tuple, extra: int, outputs: list[tuple[tuple[int, ...], np.dtype]],
+                 workspace_sizes: list[int], block: _FgCall, params: Any, keep: list):
+        self.key, self.extra, self.outputs, self.workspace_sizes = key, extra, outputs, workspace_sizes
         self.block, self.params, self.keep = block, params, keep
         self.block_address = _addressof(block)
+        self.spare: list[tuple] = [(block, self.block_address, params, None)]
+        self.busy, self.evicted = 0, False
+
+    def new_block(self) -> tuple:
+        """Another argument block, sharing the shapes and the extra, with its own host workspaces."""
+        ndims, shapes, _rows, dtypes, _workspaces = self.keep
+        workspaces = [_aligned_workspace(size) for size in self.workspace_sizes]
+        params = (_c_void_p * len(self.params))()
+        first = len(self.params) - len(workspaces)
+        for i, (_, address) in enumerate(workspaces):
+            params[first + i] = address
+        block = _FgCall(fn=self.block.fn, nparam=len(params), params=_addressof(params), ndims=_addressof(ndims),
+                        shapes=_addressof(shapes), dtypes=_addressof(dtypes), stream=None, extra=self.extra)
+        return block, _addressof(block), params, workspaces
 
 
 # --------------------------------------------------------------------------- the kernel
@@ -409,7 +434,8 @@ class AotKernel:
 
     def __init__(self, func: str, attrs: dict | None = None, out_shape: Any = None, out_dtype: Any = None, *,
                  flags: list[str] | None = None, n_outputs: int | None = None, n_inputs: int | None = None,
-                 name: str | None = None, guard: bool | None = None, device: str | None = None):
+                 name: str | None = None, guard: bool | None = None, device: str | None = None,
+                 reentrant: bool = False):
         if device not in (None, "cpu", "cuda"):
             raise ArgumentError(f"device must be None (from the library), 'cpu' or 'cuda', got {device!r}")
         path, sep, symbol = str(func).rpartition(":")
@@ -453,6 +479,11 @@ class AotKernel:
         self._call_main = shim.fg_call_main
         self._open = True
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)  # notified when the last running call ends
+        self._running = 0
+        # Concurrent calls need no lock around the kernel: not with guard fences (checked per
+        # call) nor on a GPU (launches are asynchronous anyway).
+        self.reentrant = bool(reentrant) and not self.guard and self.device == "cpu"
         self._signatures: dict[tuple, _Signature] = {}
         try:
             self._main = self._symbol(lib, symbol, required=True)
@@ -498,9 +529,12 @@ class AotKernel:
         return not self._open
 
     def close(self) -> None:
-        """Destroy every kernel instance (``DestructKernelData``) and unload the library."""
+        """Wait for running calls, destroy every kernel instance (``DestructKernelData``) and
+        unload the library."""
         with self._lock:
             self._open = False
+            while self._running:
+                self._idle.wait()
             self._signatures.clear()
             self._finalizer()
 
@@ -587,15 +621,21 @@ class AotKernel:
         except BaseException:
             loaded.drop_extra(extra)
             raise
-        signature = _Signature(extra, list(zip(out_shapes, out_dtypes)), [sizes[i] for i in range(count)],
+        signature = _Signature(key, extra, list(zip(out_shapes, out_dtypes)), [sizes[i] for i in range(count)],
                                block, params, [ndims, shapes, rows, dtypes, workspaces])
         if len(self._signatures) >= _MAX_SIGNATURES:
-            oldest = self._signatures.pop(next(iter(self._signatures)))
-            loaded.drop_extra(oldest.extra)
+            self._evict(self._signatures.pop(next(iter(self._signatures))))
         self._signatures[key] = signature
         if self.n_inputs is None:
             self.n_inputs = n_in
         return signature
+
+    def _evict(self, signature: _Signature) -> None:
+        """Drop a signature's kernel instance, at once or, if calls still run on it, when the
+        last one ends. A caller holding the signature (``prepare``) gets it re-prepared."""
+        signature.evicted = True
+        if not signature.busy:
+            self._loaded.drop_extra(signature.extra)
 
     def _output_shapes(self, in_shapes: list[tuple[int, ...]], extra: int) -> list[tuple[int, ...]]:
         if _is_function(self._out_shape):
@@ -695,6 +735,25 @@ class AotKernel:
             raise LibraryError(f"{self.name}: the kernel has been closed")
         return self._signatures.get(key) or self._prepare(key, arrays)
 
+    def _enter(self, signature: _Signature, arrays: Sequence) -> _Signature:
+        """Under the lock: the live signature for a call (re-prepared if it was evicted), counted busy."""
+        if not self._open:
+            raise LibraryError(f"{self.name}: the kernel has been closed")
+        if signature.evicted:
+            signature = self._signature(signature.key, list(arrays))
+        signature.busy += 1
+        self._running += 1
+        return signature
+
+    def _leave(self, signature: _Signature) -> None:
+        """Under the lock: the call on ``signature`` has ended."""
+        signature.busy -= 1
+        self._running -= 1
+        if signature.evicted and not signature.busy:
+            self._loaded.drop_extra(signature.extra)
+        if not self._running:
+            self._idle.notify_all()
+
     def workspace_sizes(self, *inputs: Any) -> list[int]:
         """Byte sizes of the workspaces ``NameInit`` set for these inputs' signature (runs Init if needed)."""
         arrays, key = self._arrays(inputs)
@@ -731,31 +790,49 @@ class AotKernel:
             raise ArgumentError(f"{self.name}: stream= is for CUDA kernels; this library runs on the CPU")
         if self.guard:
             return self._run_guarded(signature, arrays, out)
-        with self._lock:
-            if not self._open:
-                raise LibraryError(f"{self.name}: the kernel has been closed")
-            if out is None:
-                outs = [np.empty(shape, dtype) for shape, dtype in signature.outputs]
-            else:
-                outs = self._check_out(out, signature)
-            params = signature.params
-            i = 0
-            for array in (*arrays, *outs):
-                # c_char.from_buffer is ~4x cheaper than array.ctypes.data (this loop is most
-                # of a small call's cost) but needs a writable, non-empty buffer.
+        if not self.reentrant:
+            with self._lock:
+                signature = self._enter(signature, arrays)
                 try:
-                    params[i] = _addressof(_from_buffer(array))
-                except (TypeError, ValueError, BufferError):
-                    params[i] = array.ctypes.data
-                i += 1
-            status = self._call_main(signature.block_address)
-            block = signature.block
-            if status or block.result:
-                error = self._kernel_error(self.function, status, block.result, block.error)
-                if out is not None:  # the kernel wrote into the caller's arrays directly
-                    error.args = (error.args[0] + " (the out= arrays may hold partial results; "
-                                  "guard=True keeps them untouched on failure)",)
-                raise error
+                    return self._run_block(signature, signature.spare[0], arrays, out)
+                finally:
+                    self._leave(signature)
+        with self._lock:
+            signature = self._enter(signature, arrays)
+            entry = signature.spare.pop() if signature.spare else None
+        try:
+            if entry is None:
+                entry = signature.new_block()
+            return self._run_block(signature, entry, arrays, out)
+        finally:
+            with self._lock:
+                if entry is not None:
+                    signature.spare.append(entry)
+                self._leave(signature)
+
+    def _run_block(self, signature: _Signature, entry: tuple, arrays: Sequence[np.ndarray], out: Any):
+        """One call through the argument block ``entry`` (``(block, address, params, keep)``)."""
+        block, address, params, _ = entry
+        if out is None:
+            outs = [np.empty(shape, dtype) for shape, dtype in signature.outputs]
+        else:
+            outs = self._check_out(out, signature)
+        i = 0
+        for array in (*arrays, *outs):
+            # c_char.from_buffer is ~4x cheaper than array.ctypes.data (this loop is most
+            # of a small call's cost) but needs a writable, non-empty buffer.
+            try:
+                params[i] = _addressof(_from_buffer(array))
+            except (TypeError, ValueError, BufferError):
+                params[i] = array.ctypes.data
+            i += 1
+        status = self._call_main(address)
+        if status or block.result:
+            error = self._kernel_error(self.function, status, block.result, block.error)
+            if out is not None:  # the kernel wrote into the caller's arrays directly
+                error.args = (error.args[0] + " (the out= arrays may hold partial results; "
+                              "guard=True keeps them untouched on failure)",)
+            raise error
         return outs[0] if self.n_outputs == 1 else tuple(outs)
 
     def _run_guarded(self, signature: _Signature, arrays: Sequence[np.ndarray], out: Any):
@@ -766,23 +843,25 @@ class AotKernel:
                   for k, (shape, dtype) in enumerate(signature.outputs)]
         outs = [f.array(shape, dtype) for f, (shape, dtype) in zip(fences, signature.outputs)]
         with self._lock:
-            if not self._open:
-                raise LibraryError(f"{self.name}: the kernel has been closed")
-            params = signature.params
-            for i, array in enumerate(arrays):
-                params[i] = array.ctypes.data
-            for k, f in enumerate(fences):  # a 0-byte output still gets a valid, fenced pointer
-                params[len(arrays) + k] = f.address
-            status = self._call_main(signature.block_address)
-            block = signature.block
-            workspaces = [w for w, _ in signature.keep[4] if isinstance(w, _Guarded)]
-            damage = [d for d in (f.damage() for f in fences + workspaces) if d]
-            if damage:
-                raise KernelError(f"{self.name}: {self.function} in {self.lib_path} wrote out of bounds "
-                                  f"(guard mode): " + "; ".join(damage), library=str(self.lib_path),
-                                  function=self.function, code=None, meaning="out-of-bounds write")
-            if status or block.result:
-                raise self._kernel_error(self.function, status, block.result, block.error)
+            signature = self._enter(signature, arrays)
+            try:
+                params = signature.params
+                for i, array in enumerate(arrays):
+                    params[i] = array.ctypes.data
+                for k, f in enumerate(fences):  # a 0-byte output still gets a valid, fenced pointer
+                    params[len(arrays) + k] = f.address
+                status = self._call_main(signature.block_address)
+                block = signature.block
+                workspaces = [w for w, _ in signature.keep[4] if isinstance(w, _Guarded)]
+                damage = [d for d in (f.damage() for f in fences + workspaces) if d]
+                if damage:
+                    raise KernelError(f"{self.name}: {self.function} in {self.lib_path} wrote out of bounds "
+                                      f"(guard mode): " + "; ".join(damage), library=str(self.lib_path),
+                                      function=self.function, code=None, meaning="out-of-bounds write")
+                if status or block.result:
+                    raise self._kernel_error(self.function, status, block.result, block.error)
+            finally:
+                self._leave(signature)
         if given is not None:
             for g, o in zip(given, outs):
                 np.copyto(g, o)

@@ -648,3 +648,120 @@ def test_close_while_other_threads_call(src):
     for t in threads:
         t.join()
     assert all(outcomes)
+
+
+# --------------------------------------------------------------------------- reentrant calls
+# A kernel that counts how many calls run inside it at once, and checks that its workspace is
+# its own: it fills the workspace with a per-call stamp, sleeps, and fails (code 5) if another
+# call changed it meanwhile. Output: the stamp it used.
+OVERLAP_CC = r"""
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <thread>
+#include <vector>
+#include "custom_aot_extra.h"
+static std::atomic<int> inside{0}, most{0};
+static std::atomic<int64_t> stamps{0};
+extern "C" int OverlapMost() { return most.load(); }
+extern "C" int OverlapInit(int *, int64_t **, const char **, AotExtra *extra) {
+  extra->SetWorkSpace(std::vector<size_t>{4096});
+  return 0;
+}
+extern "C" int Overlap(int nparam, void **params, int *, int64_t **, const char **, void *, void *) {
+  if (nparam != 3) return 1;
+  const int now = ++inside;
+  for (int seen = most.load(); now > seen && !most.compare_exchange_weak(seen, now);) {}
+  const int64_t stamp = ++stamps;
+  auto *ws = static_cast<int64_t *>(params[2]);
+  for (int i = 0; i < 512; ++i) ws[i] = stamp;
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  int status = 0;
+  for (int i = 0; i < 512; ++i) status |= ws[i] != stamp ? 5 : 0;
+  static_cast<float *>(params[1])[0] = float(stamp);
+  --inside;
+  return status;
+}
+"""
+
+
+def _overlap_kernel(src: Path, tag: str = "", **kw) -> tuple[AotKernel, ctypes.CDLL]:
+    """The kernel in a library of its own per ``tag`` (its counters start at zero)."""
+    path = src / f"overlap{tag}.cc"
+    path.write_text(OVERLAP_CC + f"// {tag}\n")
+    k = AotKernel(f"{path}:Overlap", out_shape=(1,), out_dtype="float32", flags=flags_for(0), **kw)
+    return k, ctypes.CDLL(str(k.lib_path))
+
+
+def _run_threads(k: AotKernel, n: int, calls: int = 3) -> list:
+    errors: list = []
+    x = np.zeros(4, np.float32)
+
+    def work() -> None:
+        try:
+            for _ in range(calls):
+                k(x)
+        except Exception as exc:  # noqa: BLE001 - collected, asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
+
+
+def test_reentrant_calls_overlap_each_with_its_own_workspace(src):
+    k, lib = _overlap_kernel(src, tag="reentrant", reentrant=True)
+    assert k.reentrant
+    assert _run_threads(k, 4) == []   # code 5 would mean two calls shared a workspace
+    assert lib.OverlapMost() >= 2     # the 30 ms calls of four threads did run at the same time
+    k.close()
+
+
+def test_calls_are_serialised_unless_reentrant(src):
+    k, lib = _overlap_kernel(src, tag="serial")
+    assert not k.reentrant and _run_threads(k, 3, calls=2) == []
+    assert lib.OverlapMost() == 1
+    # guard mode is never reentrant (its fences are checked per call)
+    guarded, _ = _overlap_kernel(src, tag="serial", reentrant=True, guard=True)
+    assert not guarded.reentrant
+    k.close(), guarded.close()
+
+
+def test_close_waits_for_running_reentrant_calls(src):
+    k, _ = _overlap_kernel(src, tag="close", reentrant=True)
+    x = np.zeros(4, np.float32)
+    results: list = []
+    t = threading.Thread(target=lambda: results.append(k(x)))
+    t.start()
+    while not k._running:  # the call is inside the kernel (it sleeps 30 ms there)
+        pass
+    k.close()               # returns only once the call has finished
+    assert k.closed and not k._running
+    t.join()
+    assert len(results) == 1 and results[0][0] >= 1
+    with pytest.raises(LibraryError, match="closed"):
+        k(x)
+
+
+def test_evicted_signature_is_reprepared_and_dropped_only_when_idle(src, monkeypatch):
+    import fusegen.aot_kernel as ak
+    monkeypatch.setattr(ak, "_MAX_SIGNATURES", 2)
+    op = AotKernel(f"{src / 'add.cc'}:CustomAdd", out_shape=lambda x, _: x, out_dtype=lambda x, _: x)
+    a = np.ones((2, 3), np.float32)
+    first, arrays = op.prepare(a, a)
+    op._lock.acquire()
+    busy = op._enter(first, arrays)            # a call running on the first signature...
+    op._lock.release()
+    for n in (4, 5):                           # ...while two more signatures evict it
+        op(np.ones(n, np.float32), np.ones(n, np.float32))
+    assert first.evicted and first.extra in op._loaded.extras  # kept: a call still uses it
+    with op._lock:
+        op._leave(busy)
+    assert first.extra not in op._loaded.extras                # dropped once that call ended
+    # a caller still holding the evicted signature (as backend="aot" caches them) gets a new one
+    np.testing.assert_array_equal(op.run_prepared(first, arrays), 2 * a)
+    assert not op._signatures[first.key].evicted and op._signatures[first.key] is not first
+    op.close()
