@@ -50,6 +50,7 @@ from numba import njit, prange
 
 from .bench_cases import (OPS, Method, OpBench, Thunk, check, competitor_methods, jax_available, jax_on_device,
                           reference, tolerance)
+from .bench_report import case_bandwidth
 
 #: Size of the bandwidth probe: far beyond any L3, so it measures DRAM.
 BANDWIDTH_BYTES = 256 << 20
@@ -65,6 +66,28 @@ SCHEMA = "fusegen-bench/2"
 TARGET_BOUND_RATIO = 1.2
 TARGET_PER_CALL_S = 3e-6
 
+
+@dataclass(frozen=True)
+class Targets:
+    """What the cases of a run are held to. Large cases: fusegen's median at most ``bound_ratio``
+    times the bound; small cases: at most ``per_call_s`` (None: no per-call target); both: faster
+    than the fastest of ``ahead_of`` (None: of every other method). The fusegen method judged is
+    the best one, or with ``every_fusegen`` the slowest one (every backend must meet them)."""
+
+    bound_ratio: float
+    per_call_s: float | None
+    every_fusegen: bool = False
+    ahead_of: tuple[str, ...] | None = None
+    ahead_label: str = "best fusegen vs best other"   # the report's column for the "ahead" margin
+
+    def as_json(self) -> dict:
+        return {"bound_ratio": self.bound_ratio, "per_call_s": self.per_call_s,
+                "every_fusegen": self.every_fusegen, "ahead_of": list(self.ahead_of) if self.ahead_of else None,
+                "ahead_label": self.ahead_label}
+
+
+CPU_TARGETS = Targets(TARGET_BOUND_RATIO, TARGET_PER_CALL_S)
+
 Progress = Callable[[int, int, str], None]
 
 
@@ -76,6 +99,7 @@ class Bandwidth:
     kind: str                       # "read" or "copy"
     nbytes: int
     samples: tuple[float, ...]
+    how: str = ""                   # how it was measured, when not by this module's CPU probes
 
     @property
     def bytes_per_s(self) -> float:
@@ -88,14 +112,14 @@ class Bandwidth:
 
     def merged(self, other: Bandwidth) -> Bandwidth:
         """Both probes' samples (the start's and the end's of a run)."""
-        return Bandwidth(self.kind, self.nbytes, self.samples + other.samples)
+        return Bandwidth(self.kind, self.nbytes, self.samples + other.samples, self.how)
 
     def as_json(self) -> dict:
         return {"kind": self.kind, "bytes_per_s": self.bytes_per_s, "gbps": self.gbps,
                 "array_bytes": self.nbytes, "reps": len(self.samples),
                 "samples_gbps": [s / 1e9 for s in self.samples],
-                "method": f"best of {len(self.samples)} parallel Numba passes over a float32 array "
-                          f"in {_BW_CHUNKS} slice-view chunks"}
+                "method": f"best of {len(self.samples)} " + (self.how or f"parallel Numba passes over a float32 "
+                                                                 f"array in {_BW_CHUNKS} slice-view chunks")}
 
 
 _probes: dict[str, bool] = {}
@@ -365,15 +389,15 @@ def _calls_for(fn: Thunk, most: int) -> int:
     return max(1, min(most, int(ROUND_BUDGET_S / max(per_call, 1e-9))))
 
 
-def measure_case(methods: list[Method], case: Case, arrays: tuple, rounds: int, calls_per_round: int = 1,
-                 warmup: int = 2, probe: np.ndarray | None = None) -> dict:
-    """Check every method against NumPy, then time the ones that passed, interleaved: the JSON
-    of one case (ratios to the bound are added by ``finish_case``). Small cases make up to
-    ``calls_per_round`` calls per method and round (``_calls_for``). With a ``probe`` array, a
-    large case also reads it once per round, interleaved with the methods: the read bandwidth
-    of that case's own rounds, for its bound (the host's bandwidth drifts by tens of percent
-    within minutes on shared machines, with other tenants' load)."""
-    ref = reference(case.spec, arrays, case.attrs)
+def check_methods(methods: list[Method], case: Case, arrays: tuple, warmup: int = 2, placed: Any = None,
+                  to_host: Callable[[Any], Any] | None = None, ref: tuple | None = None
+                  ) -> tuple[dict, dict, tuple, float]:
+    """Bind every method (to ``placed`` when given: what a device bench put on its device, else to
+    ``arrays``), make its first call, check the result (``to_host`` brings it back first) against
+    NumPy on float64 copies of ``arrays`` (``ref``, when the caller has it already), and warm up
+    the ones that passed. Returns the results so far, the passing methods' calls, the reference
+    outputs and the tolerance."""
+    ref = reference(case.spec, arrays, case.attrs) if ref is None else ref
     rtol = tolerance(arrays[0].dtype, case.spec.reduced(case.shape, case.attrs))
     results: dict[str, dict] = {}
     calls: dict[str, Thunk] = {}
@@ -381,11 +405,11 @@ def measure_case(methods: list[Method], case: Case, arrays: tuple, rounds: int, 
         entry: dict[str, Any] = {"setup_s": m.setup_s, "fusegen": m.fusegen}
         results[m.name] = entry
         try:
-            fn = m.bind(arrays, case.attrs)
+            fn = m.bind(arrays if placed is None else placed, case.attrs)
             t0 = time.perf_counter()
             out = fn()
             entry["first_call_s"] = time.perf_counter() - t0
-            err, ok = check(out, ref, rtol)
+            err, ok = check(out if to_host is None else to_host(out), ref, rtol)
             del out
             for _ in range(warmup if ok else 0):
                 fn()
@@ -395,6 +419,31 @@ def measure_case(methods: list[Method], case: Case, arrays: tuple, rounds: int, 
         entry.update(max_rel_err=err, checked=True, ok=ok)
         if ok:
             calls[m.name] = fn
+    return results, calls, ref, rtol
+
+
+def case_doc(case: Case, arrays: tuple, ref: tuple, results: dict, rtol: float, rounds: int,
+             calls_per_round: int, samples: dict[str, list[float]], counts: dict[str, int]) -> dict:
+    """The JSON of one measured case: what ran, the medians of ``samples`` and whether every
+    method passed. The bytes of the bound are the inputs' and the outputs' (``ref``) once."""
+    for name, times in samples.items():
+        results[name].update(median_s=median(times), min_s=min(times), times_s=times, calls_per_round=counts[name])
+    return {"op": case.spec.name, "label": case.label, "size": "small" if case.small else "large",
+            "shapes": [list(a.shape) for a in arrays], "attrs": dict(case.attrs),
+            "dtype": str(arrays[0].dtype), "rounds": rounds, "calls_per_round": calls_per_round,
+            "bytes": sum(a.nbytes for a in arrays) + sum(r.nbytes for r in ref), "rtol": rtol, "results": results,
+            "ok": all(e["ok"] for e in results.values())}
+
+
+def measure_case(methods: list[Method], case: Case, arrays: tuple, rounds: int, calls_per_round: int = 1,
+                 warmup: int = 2, probe: np.ndarray | None = None) -> dict:
+    """Check every method against NumPy, then time the ones that passed, interleaved: the JSON
+    of one case (ratios to the bound are added by ``finish_case``). Small cases make up to
+    ``calls_per_round`` calls per method and round (``_calls_for``). With a ``probe`` array, a
+    large case also reads it once per round, interleaved with the methods: the read bandwidth
+    of that case's own rounds, for its bound (the host's bandwidth drifts by tens of percent
+    within minutes on shared machines, with other tenants' load)."""
+    results, calls, ref, rtol = check_methods(methods, case, arrays, warmup)
     counts = {n: _calls_for(fn, calls_per_round) if case.small else 1 for n, fn in calls.items()}
     if case.small:
         calls["(empty loop)"] = lambda: None  # the harness's own cost per call, for scale
@@ -403,54 +452,55 @@ def measure_case(methods: list[Method], case: Case, arrays: tuple, rounds: int, 
         calls["(read probe)"] = lambda: chunked_sum(probe, _BW_CHUNKS)
         counts["(read probe)"] = 1
     samples = time_interleaved(calls, rounds, counts)
-    doc: dict[str, Any] = {"op": case.spec.name, "label": case.label, "size": "small" if case.small else "large",
-                           "shapes": [list(a.shape) for a in arrays], "attrs": dict(case.attrs),
-                           "dtype": str(arrays[0].dtype), "rounds": rounds, "calls_per_round": calls_per_round,
-                           "bytes": sum(a.nbytes for a in arrays) + sum(r.nbytes for r in ref),
-                           "rtol": rtol, "results": results}
+    extra: dict[str, Any] = {}
     if case.small:
-        doc["loop_overhead_s"] = median(samples.pop("(empty loop)"))
+        extra["loop_overhead_s"] = median(samples.pop("(empty loop)"))
     elif probe is not None:
-        rates = [probe.nbytes / t for t in samples.pop("(read probe)")]
-        doc["read_bandwidth"] = {"bytes_per_s": median(rates), "samples_gbps": [r / 1e9 for r in rates],
-                                 "method": "median of one probe pass per round, interleaved with the methods"}
-    for name, times in samples.items():
-        results[name].update(median_s=median(times), min_s=min(times), times_s=times, calls_per_round=counts[name])
-    doc["ok"] = all(e["ok"] for e in results.values())
-    return doc
+        extra["read_bandwidth"] = probed_bandwidth(probe.nbytes, samples.pop("(read probe)"),
+                                                   "median of one probe pass per round, interleaved with the methods")
+    return {**case_doc(case, arrays, ref, results, rtol, rounds, calls_per_round, samples, counts), **extra}
 
 
-def finish_case(doc: dict, bw: Bandwidth) -> dict:
+def probed_bandwidth(moved: int, seconds: list[float], how: str) -> dict:
+    """A probe's passes in a case's rounds (``moved`` bytes each) as the case's bandwidth entry."""
+    rates = [moved / t for t in seconds]
+    return {"bytes_per_s": median(rates), "samples_gbps": [r / 1e9 for r in rates], "method": how}
+
+
+def finish_case(doc: dict, bw: Bandwidth, targets: Targets = CPU_TARGETS) -> dict:
     """Add the bound, the ratios, the best methods and the targets to a measured case. The bound
     uses the bandwidth of the case's own rounds when it was probed, else ``bw``."""
-    per_s = doc.get("read_bandwidth", {}).get("bytes_per_s") or bw.bytes_per_s
-    doc["bound_s"] = bound = doc["bytes"] / per_s
+    probed = case_bandwidth(doc)
+    doc["bound_s"] = bound = doc["bytes"] / (probed["bytes_per_s"] if probed else bw.bytes_per_s)
     timed = {n: e for n, e in doc["results"].items() if "median_s" in e}
     for e in timed.values():
-        e.update(gbps=gbps(doc["bytes"], e["median_s"]), ratio_to_bound=e["median_s"] / bound)
+        e.update(gbps=gbps(doc["bytes"], e["median_s"]), ratio_to_bound=e["median_s"] / bound,
+                 bandwidth_fraction=bound / e["median_s"])
 
-    def fastest(entries: dict) -> str | None:
-        return min(entries, key=lambda n: entries[n]["median_s"]) if entries else None
+    def fastest(entries: dict, slowest: bool = False) -> str | None:
+        return (max if slowest else min)(entries, key=lambda n: entries[n]["median_s"]) if entries else None
 
+    fg = {n: e for n, e in timed.items() if e["fusegen"]}
+    others = {n: e for n, e in timed.items() if not e["fusegen"]}
     best = fastest(timed)
-    best_fg = fastest({n: e for n, e in timed.items() if e["fusegen"]})
-    best_other = fastest({n: e for n, e in timed.items() if not e["fusegen"]})
     for e in timed.values():
         e["ratio_to_best"] = e["median_s"] / timed[best]["median_s"]
-    doc.update(best=best, best_fusegen=best_fg, best_other=best_other, targets={})
-    if best_fg is None:
+    doc.update(best=best, best_fusegen=fastest(fg), best_other=fastest(others), targets={})
+    judged = fastest(fg, slowest=targets.every_fusegen)
+    if judged is None:
         return doc
-    fg_s = timed[best_fg]["median_s"]
+    fg_s = timed[judged]["median_s"]
     if doc["size"] == "large":
-        doc["targets"]["bound"] = {"limit": TARGET_BOUND_RATIO, "value": fg_s / bound,
-                                   "met": fg_s / bound <= TARGET_BOUND_RATIO}
-    else:
-        doc["targets"]["per_call"] = {"limit_s": TARGET_PER_CALL_S, "value_s": fg_s,
-                                      "met": fg_s <= TARGET_PER_CALL_S}
-    if best_other is not None:
-        # > 1: fusegen's best is that many times faster than the best other method
-        margin = timed[best_other]["median_s"] / fg_s
-        doc["targets"]["ahead"] = {"value": margin, "other": best_other, "met": margin > 1.0}
+        doc["targets"]["bound"] = {"limit": targets.bound_ratio, "value": fg_s / bound,
+                                   "met": fg_s / bound <= targets.bound_ratio, "method": judged}
+    elif targets.per_call_s is not None:
+        doc["targets"]["per_call"] = {"limit_s": targets.per_call_s, "value_s": fg_s,
+                                      "met": fg_s <= targets.per_call_s, "method": judged}
+    rival = fastest({n: e for n, e in others.items() if targets.ahead_of is None or n in targets.ahead_of})
+    if rival is not None:
+        # > 1: the judged fusegen method is that many times faster than the fastest rival
+        margin = timed[rival]["median_s"] / fg_s
+        doc["targets"]["ahead"] = {"value": margin, "other": rival, "met": margin > 1.0, "method": judged}
     return doc
 
 
@@ -571,7 +621,8 @@ class BenchConfig:
     devices: tuple[str, ...] = ("cpu",)
     aot_flags: list[str] | None = None
     jax: bool = True     # jax.jit and fusegen.jax.function, when jax is installed (CPU)
-    torch: bool = True   # torch.compile (Inductor), when torch is installed
+    torch: bool = True   # torch.compile (Inductor), when torch is installed; on the GPU: eager torch
+    torch_compile: bool = False  # on the GPU: torch.compile too (Inductor compiles take minutes)
     compile_times: bool = False
     fresh_pages: bool = False
 
@@ -580,6 +631,13 @@ class BenchConfig:
         # Below FUSEGEN_PARALLEL_THRESHOLD: fusegen's serial kernels, quick to compile.
         small = dict(shapes=((256, 256),), rounds=3, per_call_rounds=3, per_call_calls=50, bandwidth_reps=3)
         return cls(**{**small, **kw})
+
+    def plan(self) -> tuple[list[Case], list[str], int]:
+        """The cases, their ops, and the progress steps of a run (a bandwidth probe before and
+        after, each op's setup, each case)."""
+        cases = self.cases()
+        ops = list(dict.fromkeys(c.spec.name for c in cases))
+        return cases, ops, 2 + len(ops) + len(cases)
 
     def cases(self) -> list[Case]:
         """Every case, op by op: each large shape with each attribute variant, then the small shape."""
@@ -603,44 +661,56 @@ def _methods_for(spec: OpBench, cfg: BenchConfig) -> tuple[list[Method], dict[st
     return methods, skipped
 
 
+def measure_ops(cfg: BenchConfig, cases: list[Case], methods_for: Callable[[OpBench, BenchConfig], tuple],
+                measure: Callable[..., dict], say: Progress, step: int, total: int
+                ) -> tuple[list[dict] | None, dict[str, bool], dict[str, str], int]:
+    """Op by op: set up its methods (``methods_for(spec, cfg)``: methods and skipped ones), then
+    measure each of its ``cases`` (``measure(methods, case, arrays, rounds, calls_per_round)``).
+    Returns the case documents (None when an op has no fusegen method here), every method seen
+    (is it fusegen's), the skipped ones with the reasons, and the progress step reached."""
+    docs: list[dict] = []
+    names: dict[str, bool] = {}
+    skipped: dict[str, str] = {}
+    for op_name in dict.fromkeys(c.spec.name for c in cases):
+        step += 1
+        say(step, total, f"{op_name}: setting up methods")
+        spec = OPS[op_name]
+        methods, why = methods_for(spec, cfg)
+        skipped.update(why)
+        if not any(m.fusegen for m in methods):
+            return None, names, skipped, step
+        names.update((m.name, m.fusegen) for m in methods)
+        arrays: tuple = ()
+        for case in (c for c in cases if c.spec.name == op_name):
+            step += 1
+            say(step, total, f"{op_name} {case.label}")
+            if not arrays or arrays[0].shape != case.shape:
+                arrays = ()  # the next inputs should not have to share memory with these
+                arrays = spec.make_inputs(case.shape, cfg.dtype)
+            rounds, per_round = (cfg.per_call_rounds, cfg.per_call_calls) if case.small else (cfg.rounds, 1)
+            docs.append(measure(methods, case, arrays, rounds, per_round))
+        del arrays, methods
+        gc.collect()
+    return docs, names, skipped, step
+
+
 def run_bench(cfg: BenchConfig, progress: Progress | None = None) -> dict:
     """Run every case (and the compile-time runs when asked); returns the JSON document."""
     say = progress or (lambda step, total, label: None)
-    cases = cfg.cases()
-    ops = list(dict.fromkeys(c.spec.name for c in cases))
-    total = 2 + len(ops) + len(cases)
+    cases, ops, total = cfg.plan()
     step = 1
     say(step, total, "read bandwidth")
     bw_start = read_bandwidth(cfg.bandwidth_bytes, cfg.bandwidth_reps)
     copy = copy_bandwidth(cfg.bandwidth_bytes, cfg.bandwidth_reps)
     load_start = os.getloadavg() if hasattr(os, "getloadavg") else None
-    docs: list[dict] = []
-    names: dict[str, bool] = {}      # every method seen -> is it fusegen's
-    skipped: dict[str, str] = {}
     probe = np.ones(cfg.bandwidth_bytes // 4, np.float32)  # read in every round of the large cases
     with contextlib.ExitStack() as stack:
         allocator = None if cfg.fresh_pages else stack.enter_context(reused_pages())
-        for op_name in ops:
-            step += 1
-            say(step, total, f"{op_name}: setting up methods")
-            spec = OPS[op_name]
-            methods, why = _methods_for(spec, cfg)
-            skipped.update(why)
-            if not any(m.fusegen for m in methods):
-                return {"schema": SCHEMA, "methods": [], "skipped": skipped, "cases": [], "ok": False}
-            names.update((m.name, m.fusegen) for m in methods)
-            arrays: tuple = ()
-            for case in (c for c in cases if c.spec.name == op_name):
-                step += 1
-                say(step, total, f"{op_name} {case.label}")
-                if not arrays or arrays[0].shape != case.shape:
-                    arrays = ()  # the next inputs should not have to share memory with these
-                    arrays = spec.make_inputs(case.shape, cfg.dtype)
-                rounds, per_round = (cfg.per_call_rounds, cfg.per_call_calls) if case.small else (cfg.rounds, 1)
-                docs.append(measure_case(methods, case, arrays, rounds, per_round, probe=probe))
-            del arrays, methods
-            gc.collect()
-    del probe
+        docs, names, skipped, step = measure_ops(
+            cfg, cases, _methods_for, lambda *a: measure_case(*a, probe=probe), say, step, total)
+    if docs is None:
+        return {"schema": SCHEMA, "methods": [], "skipped": skipped, "cases": [], "ok": False}
+    probe = None  # 256 MiB, freed before the closing probe allocates its own
     step += 1
     say(step, total, "read bandwidth, again")
     bw = bw_start.merged(read_bandwidth(cfg.bandwidth_bytes, cfg.bandwidth_reps))
@@ -662,7 +732,7 @@ def run_bench(cfg: BenchConfig, progress: Progress | None = None) -> dict:
                                               "copy": copy.as_json()},
             "bound": "(bytes of every input and output, once) / read bandwidth of the case's own rounds",
             "allocator": allocator or "default (fresh pages for large outputs)",
-            "targets": {"bound_ratio": TARGET_BOUND_RATIO, "per_call_s": TARGET_PER_CALL_S},
+            "targets": CPU_TARGETS.as_json(),
             "settings": {"ops": ops, "rounds": cfg.rounds, "shapes": [list(s) for s in cfg.shapes],
                          "small_shape": list(cfg.small_shape), "per_call_rounds": cfg.per_call_rounds,
                          "per_call_calls": cfg.per_call_calls, "dtype": cfg.dtype, "backends": list(cfg.backends),

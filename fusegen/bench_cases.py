@@ -37,6 +37,7 @@ class Method:
     bind: Callable[[Arrays, dict], Thunk]
     setup_s: float = 0.0                        # fusegen.compile(...) and the like, once per op
     fusegen: bool = False                       # one of fusegen's backends (vs a method it competes with)
+    synchronous: bool = False                   # the call waits for its result itself (GPU bench: wall-clock timed)
 
 
 # --- the reference code, once per op, for NumPy / jax.numpy / torch -------------------------------

@@ -16,7 +16,9 @@ from typing import Any, Sequence, TextIO
 
 #: Display names, fusegen's backends first; methods not listed keep their own names.
 LABELS = {"numba-cpu": "fusegen numba", "aot-cpu": "fusegen aot", "fg-jax-cpu": "fusegen xla",
-          "numpy": "numpy", "njit-cpu": "numba @njit", "jax-cpu": "jax.jit", "torch-cpu": "torch.compile"}
+          "numpy": "numpy", "njit-cpu": "numba @njit", "jax-cpu": "jax.jit", "torch-cpu": "torch.compile",
+          "numba-cuda": "fusegen numba-cuda", "aot-cuda": "fusegen aot-cuda", "torch-cuda": "torch",
+          "torch-compile-cuda": "torch.compile", "cupy-cuda": "cupy", "jax-cuda": "jax.jit"}
 
 
 # --- small formatting helpers ---------------------------------------------------------------------
@@ -52,6 +54,14 @@ def fmt_time(seconds: float | None) -> str:
             value = seconds / scale
             return f"{value:.0f} {unit}" if value >= 100 else f"{value:.2f} {unit}"
     return f"{seconds * 1e9:.0f} ns"
+
+
+def fmt_bytes(n: int) -> str:
+    """``256 MiB``, ``4 KiB``, ``12 B``: binary units, whole numbers."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.0f} {unit}"
+    return f"{n} B"
 
 
 def fmt_ratio(value: float | None) -> str:
@@ -143,11 +153,21 @@ def _target_text(case: dict) -> str:
     return "met" if t and not missed else ("; ".join(missed) or "-")
 
 
+def _judged(case: dict) -> str | None:
+    """The fusegen method a case's targets were judged on (the best one, or on the GPU the slowest)."""
+    t = case.get("targets", {})
+    return next((v["method"] for v in t.values() if "method" in v), case.get("best_fusegen"))
+
+
+def _ahead_label(doc: dict) -> str:
+    return doc["targets"].get("ahead_label") or "best fusegen vs best other"
+
+
 def steady_rows(doc: dict, star: str = "*") -> tuple[list[str], list[list[str]]]:
     """Headers and rows of the large-shape matrix: each method's median / bound."""
     methods = _methods(doc)
-    headers = (["op", "case", "read GB/s", "bound"] + [label(m) for m in methods]
-               + ["best fusegen vs best other", "target"])
+    headers = (["op", "case", f"{doc.get('bound_probe', 'read')} GB/s", "bound"] + [label(m) for m in methods]
+               + [_ahead_label(doc), "target"])
     rows = []
     for case in (c for c in doc["cases"] if c["size"] == "large"):
         cells = []
@@ -210,16 +230,39 @@ def failures(doc: dict) -> list[str]:
     return out
 
 
+def case_bandwidth(case: dict) -> dict | None:
+    """The bandwidth probed in a case's own rounds: read (CPU) or copy (GPU), or None."""
+    return case.get("read_bandwidth") or case.get("copy_bandwidth")
+
+
 def _case_gbps(case: dict) -> float | None:
-    """The read bandwidth measured in a case's rounds (GB/s), if it was probed."""
-    rb = case.get("read_bandwidth")
+    """The bandwidth measured in a case's rounds (GB/s), if it was probed."""
+    rb = case_bandwidth(case)
     return rb["bytes_per_s"] / 1e9 if rb else None
 
 
-def machine_text(doc: dict) -> str:
-    m, bw = doc["machine"], doc["bandwidth"]
+def _in_cases(doc: dict) -> str:
     probed = [g for g in map(_case_gbps, doc["cases"]) if g]
-    in_cases = f"{min(probed):.1f}-{max(probed):.1f} GB/s in the cases' rounds, " if probed else ""
+    return f"{min(probed):.1f}-{max(probed):.1f} GB/s in the cases' rounds, " if probed else ""
+
+
+def gpu_text(doc: dict) -> str:
+    """The GPU, its software and its bandwidths, in one line (a ``fusegen bench --device cuda`` doc)."""
+    g, bw = doc["machine"]["gpu"], doc["bandwidth"]
+    mem = f", {fmt_bytes(g['memory_bytes'])}" if g.get("memory_bytes") else ""
+    soft = ", ".join(f"{k} {g[k]}" for k in ("driver", "cuda_driver_api", "cuda_runtime") if g.get(k))
+    peak = f", {g['peak_gbps']:.0f} GB/s peak (memory clock x bus width)" if g.get("peak_gbps") else ""
+    return (f"{g['name']}{mem}{peak}; {soft or 'versions unknown'}; "
+            f"copy bandwidth {_in_cases(doc)}{bw['copy']['gbps']:.1f} GB/s at best before and after (copy kernel, "
+            f"{fmt_bytes(bw['copy']['array_bytes'])} read + written), cudaMemcpy {bw['memcpy']['gbps']:.1f} GB/s; "
+            f"timer: {doc['timer']}")
+
+
+def machine_text(doc: dict) -> str:
+    if "gpu" in doc["machine"]:
+        return gpu_text(doc)
+    m, bw = doc["machine"], doc["bandwidth"]
+    in_cases = _in_cases(doc)
     return (f"{m['cpu_model']}, {m['usable_cpus']} CPUs, {m['numba_threads']} Numba threads; read bandwidth "
             f"{in_cases}{bw['read']['gbps']:.1f} GB/s at best before and after (passes over "
             f"{bw['read']['array_bytes'] >> 20} MiB), copy {bw['copy']['gbps']:.1f} GB/s; load average "
@@ -231,14 +274,24 @@ def summary(doc: dict) -> list[str]:
     """The closing note: how many cases meet the targets, and each miss."""
     cases = [c for c in doc["cases"] if c.get("targets")]
     met = [c for c in cases if _target_text(c) == "met"]
-    lines = [f"targets (best fusegen backend within {doc['targets']['bound_ratio']}x of the bound and ahead of "
-             f"every other method; at most {fmt_time(doc['targets']['per_call_s'])} per call at the small shape): "
-             f"{len(met)} of {len(cases)} cases met"]
+    lines = [f"targets ({targets_text(doc['targets'])}): {len(met)} of {len(cases)} cases met"]
     for c in cases:
         if c not in met:
-            lines.append(f"  missed: {c['op']} {c['label']} ({label(c['best_fusegen'])}): {_target_text(c)}"
-                         + _symptom(c))
+            lines.append(f"  missed: {c['op']} {c['label']} ({label(_judged(c))}): {_target_text(c)}" + _symptom(c))
     return lines
+
+
+def targets_text(t: dict) -> str:
+    """The targets of a run, in words."""
+    who = "every fusegen backend" if t.get("every_fusegen") else "best fusegen backend"
+    rivals = " / ".join(label(n) for n in t["ahead_of"]) if t.get("ahead_of") else "every other method"
+    text = f"{who} within {t['bound_ratio']:.3g}x of the bound"
+    if t.get("bandwidth_fraction"):
+        text += f" (>= {100 * t['bandwidth_fraction']:.0f}% of the copy bandwidth)"
+    text += f" and ahead of {rivals}"
+    if t.get("per_call_s"):
+        text += f"; at most {fmt_time(t['per_call_s'])} per call at the small shape"
+    return text
 
 
 def _symptom(case: dict) -> str:
@@ -259,18 +312,21 @@ def terminal_report(doc: dict) -> str:
     out += [f"warning: {w}" for w in doc.get("warnings", [])]
     out.append(format_table(*steady_rows(doc), _align(steady_rows(doc)[0])))
     out.append(f"\nper call at the small shape: median of {s['per_call_rounds']} round means, "
-               f"up to {s['per_call_calls']} calls each (fewer for a slow method: about 2 ms a round)")
+               f"up to {s['per_call_calls']} calls each (fewer for a slow method: about 2 ms a round)"
+               + ("; wall clock, the stream synchronized at the end of each round" if "gpu" in doc["machine"] else ""))
     out.append(format_table(*per_call_rows(doc), _align(per_call_rows(doc)[0])))
     if doc.get("compile_times"):
         besides = f"; importing fusegen {import_time(doc):.2f} s besides" if import_time(doc) else ""
         out.append(f"\ncompile + first calls, new process, cold / warm cache (s){besides}")
         out.append(format_table(*compile_rows(doc)))
-    out.append("\nbest fusegen vs best other: the best other method's median / fusegen's best (> 1: fusegen "
+    out.append(f"\n{_ahead_label(doc)}: the fastest rival's median / the judged fusegen method's (> 1: fusegen "
                "is faster)")
-    out.append("bound = (bytes of every input and output, once) / the read bandwidth of a probe run in the "
-               f"case's own rounds, interleaved with the methods; {machine_text(doc)}")
+    out.append(f"bound = (bytes of every input and output, once) / the {doc.get('bound_probe', 'read')} bandwidth "
+               f"of a probe run in the case's own rounds, interleaved with the methods; {machine_text(doc)}")
     out.append(f"allocator: {doc['allocator']}")
     out += summary(doc)
+    if doc.get("issue_4"):
+        out.append(doc["issue_4"]["text"])
     out += failures(doc)
     return "\n".join(out)
 
@@ -299,6 +355,8 @@ def markdown_report(doc: dict, png: str | None = None) -> str:
     out += ["## Medians", "", markdown_table(*median_rows(doc), "ll" + "r" * len(_methods(doc))), ""]
     out += ["## Targets", ""] + [line.strip() if i == 0 else "* " + line.strip()[len("missed: "):]
                                  for i, line in enumerate(summary(doc))]
+    if doc.get("issue_4"):
+        out += ["", doc["issue_4"]["text"]]
     bad = failures(doc)
     if bad:
         out += ["", "## Failures", ""] + [f"* {line}" for line in bad]
@@ -356,13 +414,15 @@ def write_png(doc: dict, path: str | Path) -> Path:
         ax.grid(axis="y", which="both", alpha=0.3)
     axes[0].axhline(1.0, color="black", lw=1)
     axes[0].axhline(doc["targets"]["bound_ratio"], color="black", lw=1, ls="--")
-    axes[1].axhline(doc["targets"]["per_call_s"] * 1e6, color="black", lw=1, ls="--")
+    if doc["targets"].get("per_call_s"):
+        axes[1].axhline(doc["targets"]["per_call_s"] * 1e6, color="black", lw=1, ls="--")
     axes[0].legend(ncol=len(methods), fontsize=8, loc="upper left")
-    m = doc["machine"]
-    probed = [g for g in map(_case_gbps, large) if g] or [doc["bandwidth"]["read"]["gbps"]]
-    read = f"{min(probed):.1f}-{max(probed):.1f}" if len(set(probed)) > 1 else f"{probed[0]:.1f}"
-    axes[0].set_title(f"fusegen bench, {doc['settings']['dtype']}: {m['cpu_model']}, {m['usable_cpus']} CPUs, "
-                      f"read {read} GB/s (solid: the bound; dashed: the targets)", fontsize=10)
+    m, kind = doc["machine"], doc.get("bound_probe", "read")
+    probed = [g for g in map(_case_gbps, large) if g] or [doc["bandwidth"][kind]["gbps"]]
+    gb = f"{min(probed):.1f}-{max(probed):.1f}" if len(set(probed)) > 1 else f"{probed[0]:.1f}"
+    where = m["gpu"]["name"] if "gpu" in m else f"{m['cpu_model']}, {m['usable_cpus']} CPUs"
+    axes[0].set_title(f"fusegen bench, {doc['settings']['dtype']}: {where}, {kind} {gb} GB/s (solid: the bound; "
+                      "dashed: the targets)", fontsize=10)
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -90,38 +90,67 @@ def _fail(command: str, message: str, code: int) -> int:
 
 # --- demo -----------------------------------------------------------------------------------------
 def cmd_demo(args: argparse.Namespace) -> int:
-    """``fusegen demo``: one checked, timed run per backend; 1 if any is wrong."""
+    """``fusegen demo``: one checked, timed run per backend (a table per device); 1 if any is wrong."""
     from . import bench
     if not -len(args.shape) <= args.axis < len(args.shape):
         return _fail("demo", f"axis {args.axis} is out of range for shape {args.shape}", 2)
+    devices = devices_for(args.device)
+    runs, skipped = [], {}
     progress = Progress()
     try:
-        res = bench.run_demo(args.shape, args.axis, args.dtype, args.rounds, args.backends,
-                             devices_for(args.device), _flags(args.aot_flags), progress)
+        if "cpu" in devices:
+            runs.append(bench.run_demo(args.shape, args.axis, args.dtype, args.rounds, args.backends, ["cpu"],
+                                       _flags(args.aot_flags), progress))
+        if "cuda" in devices:
+            runs.append(_demo_cuda(args))
     finally:
         progress.done()
-    case = res["case"]
-    if case is None:
-        print_skipped(res["skipped"])
+    for res in runs:
+        skipped.update(res["skipped"])
+    runs = [r for r in runs if r["case"] is not None]
+    if not runs:
+        print_skipped(skipped)
         return _fail("demo", "no fusegen backend is available on this machine", 2)
+    for res in runs:
+        _print_demo(res, args)
+    print_skipped(skipped)
+    return 0 if all(r["case"]["ok"] for r in runs) else 1
+
+
+def _demo_cuda(args: argparse.Namespace) -> dict:
+    """The demo's GPU run, or the reason there is none."""
+    from . import bench_cuda
+    why = bench_cuda.unavailable()
+    if why is not None:
+        return {"case": None, "skipped": {f"{b}-cuda": "no CUDA device" for b in args.backends}}
+    return bench_cuda.run_demo(args.shape, args.axis, args.dtype, args.rounds, args.backends)
+
+
+def _print_demo(res: dict, args: argparse.Namespace) -> None:
+    """One device's demo table and what its bound means."""
+    case, gpu = res["case"], res["machine"].get("gpu")
     shape = ", ".join(map(str, case["shapes"][0]))
-    print(f"fusegen demo: add_reduce_sum = sum(x + y, axis={args.axis}), x and y ({shape}) {args.dtype}, "
+    where = f" on {gpu['name']}" if gpu else ""
+    print(f"fusegen demo{where}: add_reduce_sum = sum(x + y, axis={args.axis}), x and y ({shape}) {args.dtype}, "
           f"median of {args.rounds} interleaved rounds")
     rows = []
     for name, e in case["results"].items():
         err, check = fmt_check(e)
-        rows.append([name, err, check, fmt_time(e.get("median_s")), fmt_ratio(e.get("ratio_to_bound"))])
-    print(format_table(["backend", "max rel err", f"check (tol {case['rtol']:.1e})", "median", "vs bound"],
-                       rows, "lrlrr"))
+        rows.append([name, err, check, fmt_time(e.get("median_s")), fmt_ratio(e.get("ratio_to_bound"))]
+                    + ([f"{100 * e['bandwidth_fraction']:.0f}%" if "bandwidth_fraction" in e else "-"] if gpu else []))
+    print(format_table(["backend", "max rel err", f"check (tol {case['rtol']:.1e})", "median", "vs bound"]
+                       + (["of copy bandwidth"] if gpu else []), rows, "lrlrr" + ("r" if gpu else "")))
     bw = res["bandwidth"]
+    if gpu:
+        how = f"{bw['method']}, measured now); timer: {res['timer']}"
+    else:
+        how = (f"best of {bw['reps']} parallel reads of {bw['array_bytes'] >> 20} MiB, measured now); "
+               f"{machine_line(res['machine'])}")
     print(f"checked against NumPy on float64 copies; vs bound: median / {fmt_time(case['bound_s'])}, the time "
-          f"to move the inputs and the output once at {bw['gbps']:.1f} GB/s (best of {bw['reps']} parallel "
-          f"reads of {bw['array_bytes'] >> 20} MiB, measured now); {machine_line(res['machine'])}")
-    print_skipped(res["skipped"])
+          f"to move the inputs and the output once at {bw['gbps']:.1f} GB/s ({how}")
     for name, e in case["results"].items():
         if "error" in e:
             print(f"{name} failed: {e['error']}")
-    return 0 if case["ok"] else 1
 
 
 # --- bench ----------------------------------------------------------------------------------------
@@ -146,14 +175,25 @@ def cmd_bench(args: argparse.Namespace) -> int:
     """``fusegen bench``: print the tables, write JSON, Markdown and the chart; 1 if any result
     is wrong."""
     from . import bench, bench_report
+    cuda = args.device == "cuda"
+    stem = "bench-results/bench" + ("-cuda" if cuda else "")  # the GPU's files beside the CPU's
     png = args.png
     if png is None:  # the default: a chart beside the JSON when matplotlib is there
-        png = "" if _matplotlib_missing() else "bench-results/bench.png"
+        png = "" if _matplotlib_missing() else f"{stem}.png"
     elif png and _matplotlib_missing():
         return _fail("bench", "--png needs matplotlib (pip install 'fusegen[plot]')", 2)
-    kw = dict(backends=tuple(args.backends), devices=tuple(devices_for(args.device)),
+    json_path = f"{stem}.json" if args.json is None else args.json
+    markdown = f"{stem}.md" if args.markdown is None else args.markdown
+    if cuda:
+        from . import bench_cuda
+        why = bench_cuda.unavailable()
+        if why is not None:
+            return _fail("bench", f"--device cuda needs a CUDA GPU: {why}", 2)
+        if args.compile_times or args.fresh_pages:
+            return _fail("bench", "--compile-times and --fresh-pages are CPU-bench options", 2)
+    kw = dict(backends=tuple(args.backends), devices=(args.device,),
               aot_flags=_flags(args.aot_flags), jax=not args.no_jax, torch=not args.no_torch,
-              compile_times=args.compile_times, fresh_pages=args.fresh_pages)
+              torch_compile=args.torch_compile, compile_times=args.compile_times, fresh_pages=args.fresh_pages)
     if args.ops:
         kw["ops"] = tuple(args.ops)
     cfg = bench.BenchConfig.quick(**kw) if args.quick else bench.BenchConfig(**kw)
@@ -161,7 +201,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         cfg.rounds = args.rounds
     progress = Progress(mode=args.progress)
     try:
-        doc = bench.run_bench(cfg, progress)
+        doc = bench_cuda.run_bench(cfg, progress) if cuda else bench.run_bench(cfg, progress)
     finally:
         progress.done()
     if not doc["methods"]:
@@ -170,14 +210,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     doc["command"] = shlex.join(["fusegen", *getattr(args, "argv", ["bench"])])
     print(bench_report.terminal_report(doc))
     print_skipped(doc["skipped"])
-    if args.json:
-        print(f"wrote {_write(args.json, json.dumps(doc, indent=1) + chr(10))}")
+    if json_path:
+        print(f"wrote {_write(json_path, json.dumps(doc, indent=1) + chr(10))}")
     if png:
         print(f"wrote {bench_report.write_png(doc, png)}")
-    if args.markdown:
+    if markdown:
         # the chart is linked relative to the report, so the two can move together
-        rel = os.path.relpath(Path(png).resolve(), Path(args.markdown).resolve().parent) if png else None
-        print(f"wrote {_write(args.markdown, bench_report.markdown_report(doc, rel))}")
+        rel = os.path.relpath(Path(png).resolve(), Path(markdown).resolve().parent) if png else None
+        print(f"wrote {_write(markdown, bench_report.markdown_report(doc, rel))}")
     return 0 if doc["ok"] else 1
 
 
@@ -273,11 +313,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"fusegen {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    def timing_options(sp: argparse.ArgumentParser, device_default: str) -> None:
+    def timing_options(sp: argparse.ArgumentParser, device_default: str, devices: tuple[str, ...], help: str) -> None:
         sp.add_argument("--backends", type=parse_backends, default=list(KNOWN_BACKENDS),
                         help="comma-separated fusegen backends to try (default: numba,aot; absent ones are skipped)")
-        sp.add_argument("--device", choices=DEVICES + ("all",), default=device_default,
-                        help=f"device(s) to run on (default: {device_default})")
+        sp.add_argument("--device", choices=devices, default=device_default, help=f"{help} (default: {device_default})")
         sp.add_argument("--aot-flags", metavar="FLAGS",
                         help="compiler flags for the aot backend, one string ('mindspore': MindSpore's own)")
 
@@ -288,7 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--axis", type=int, default=1, help="reduction axis (default: 1)")
     d.add_argument("--dtype", choices=FLOAT_DTYPES, default="float32", help="input dtype (default: float32)")
     d.add_argument("--rounds", type=int, default=5, help="timed rounds per method (default: 5)")
-    timing_options(d, "all")
+    timing_options(d, "all", DEVICES + ("all",), "device(s) to run on, a table each")
     d.set_defaults(func=cmd_demo)
 
     b = sub.add_parser("bench", help="interleaved benchmark of every reference op vs NumPy, Numba, JAX, torch "
@@ -296,27 +335,35 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Benchmark every reference op on large (memory-bound) shapes and a small one "
                                    "(per-call cost), through every fusegen backend present, against NumPy, "
                                    "hand-written Numba, jax.jit and torch.compile (when installed) and the "
-                                   "read-bandwidth bound, all methods interleaved in one process.")
+                                   "read-bandwidth bound, all methods interleaved in one process. With "
+                                   "--device cuda: on the GPU, against eager torch, CuPy and jax.jit there, timed "
+                                   "with CUDA events, bounded by a copy kernel's bandwidth.")
     b.add_argument("--ops", type=parse_ops, default=None, help="comma-separated reference ops (default: all)")
     b.add_argument("--rounds", type=int, default=None, help="timed rounds per large case (default: 15; --quick: 3)")
     b.add_argument("--quick", action="store_true", help="small shapes and few rounds (for tests and smoke checks)")
     b.add_argument("--no-jax", action="store_true",
                    help="leave out jax.jit and fusegen.jax (their thread pools can linger between methods)")
-    b.add_argument("--no-torch", action="store_true", help="leave out torch.compile even when torch is installed")
+    b.add_argument("--no-torch", action="store_true",
+                   help="leave out torch even when it is installed (CPU: torch.compile; GPU: eager torch)")
+    b.add_argument("--torch-compile", action="store_true",
+                   help="GPU: also torch.compile (Inductor; its compiles take minutes)")
     b.add_argument("--compile-times", action="store_true",
                    help="also measure compile time, cold and warm cache, in new processes (minutes)")
     b.add_argument("--fresh-pages", action="store_true",
                    help="let large outputs come from fresh pages (page faults) instead of reused memory")
-    b.add_argument("--json", default="bench-results/bench.json", metavar="PATH",
-                   help="where to write the results (default: bench-results/bench.json; '' to skip)")
-    b.add_argument("--markdown", default="bench-results/bench.md", metavar="PATH",
-                   help="where to write the Markdown report (default: bench-results/bench.md; '' to skip)")
+    b.add_argument("--json", default=None, metavar="PATH",
+                   help="where to write the results (default: bench-results/bench.json, with --device cuda "
+                        "bench-results/bench-cuda.json; '' to skip)")
+    b.add_argument("--markdown", default=None, metavar="PATH",
+                   help="where to write the Markdown report (default: bench-results/bench.md or bench-cuda.md; "
+                        "'' to skip)")
     b.add_argument("--png", default=None, metavar="PATH",
-                   help="where to write the chart (default: bench-results/bench.png when matplotlib is "
-                        "installed; '' to skip)")
+                   help="where to write the chart (default: bench-results/bench.png or bench-cuda.png when "
+                        "matplotlib is installed; '' to skip)")
     b.add_argument("--progress", choices=("auto", "bar", "plain", "off"), default="auto",
                    help="progress on stderr: a bar on a terminal (auto), one line per step (plain), or none")
-    timing_options(b, "cpu")
+    timing_options(b, "cpu", DEVICES, "cpu: the CPU bench; cuda: the GPU bench (inputs on the device, CUDA events, "
+                                      "the copy-kernel bound, vs torch / CuPy / jax.jit on the GPU)")
     b.set_defaults(func=cmd_bench)
 
     e = sub.add_parser("emit", help="write an op's sources for an ABI (e.g. MindSpore AOT)")

@@ -234,3 +234,79 @@ def test_markdown_table_and_emphasis():
     table = bench_report.markdown_table(["op", "a", "b"], [["x", "1.00x**", "2.00x"]], "lrr")
     assert bench_report._embolden(table).splitlines() == ["| op | a | b |", "| --- | ---: | ---: |",
                                                           "| x | **1.00x** | 2.00x |"]
+
+
+# --- the GPU bench, where there is no GPU (tests/cuda/test_bench_cuda.py runs it on the simulator) -----
+def test_gpu_bench_without_a_gpu_says_so_quickly(capsys):
+    if bench.cuda_available():
+        pytest.skip("a GPU is present: tests/cuda/test_bench_cuda.py runs the GPU bench")
+    import time
+    t0 = time.perf_counter()
+    assert cli.main(["bench", "--device", "cuda", "--json", "", "--markdown", "", "--png", ""]) == 2
+    assert time.perf_counter() - t0 < 5
+    err = capsys.readouterr().err
+    assert err.startswith("fusegen bench: error: --device cuda needs a CUDA GPU: ") and "NUMBA_ENABLE_CUDASIM" in err
+    assert cli.main(["demo", "--device", "cuda", "--shape", "8,8"]) == 2
+    captured = capsys.readouterr()
+    assert "numba-cuda, aot-cuda (no CUDA device)" in captured.out and "no fusegen backend" in captured.err
+
+
+def test_device_timing_rotates_and_uses_the_wall_clock_for_synchronous_methods():
+    """``bench_cuda.time_on_device`` with a stand-in device clock: the prelude runs before every
+    timed call, the start rotates, a synchronous method is timed by the wall clock."""
+    from fusegen import bench_cuda
+
+    class Stream:
+        def synchronize(self) -> None:
+            log.append("sync")
+
+    class Ticks(bench_cuda.WallClock):  # every call "takes" 2 ms of device time
+        def start(self):
+            return None
+
+        def stop(self, token):
+            return 2e-3
+
+    log: list[str] = []
+    calls = {n: (lambda n=n: log.append(n)) for n in "abc"}
+    samples, host = bench_cuda.time_on_device(calls, 2, Ticks(Stream()), lambda: log.append("prelude"),
+                                              {"a": 1, "b": 2, "c": 1}, frozenset("c"))
+    timed = [e for e in log if e != "sync"]
+    assert timed == ["prelude", "a", "prelude", "b", "b", "prelude", "c",
+                     "prelude", "b", "b", "prelude", "c", "prelude", "a"]
+    assert samples["a"] == [2e-3, 2e-3] and samples["b"] == [1e-3, 1e-3]   # per call: 2 calls a round
+    assert all(0 < t < 1 for t in samples["c"]) and all(len(h) == 2 for h in host.values())
+    assert log.count("sync") == 2 * 2 + 1  # around each wall-clocked call, and once at the end
+
+
+def test_gpu_bench_kernels_compile_for_a_real_gpu():
+    """The copy probe, the L2 flush and the spin kernel, compiled to PTX for sm_90 (no GPU needed)."""
+    from numba import cuda
+    if not hasattr(cuda, "compile_ptx"):
+        pytest.skip("numba-cuda's simulator has no compile_ptx")
+    from fusegen import bench_cuda
+    sigs = {bench_cuda._copy: "void(float32[::1], float32[::1])", bench_cuda._fill: "void(float32[::1], float32)",
+            bench_cuda._spin: "void(int64, float32[::1])"}
+    for kernel, sig in sigs.items():
+        try:
+            ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=(9, 0))
+        except Exception as e:  # noqa: BLE001 - no NVVM here
+            pytest.skip(f"numba.cuda.compile_ptx does not work here: {type(e).__name__}: {str(e)[:200]}")
+        assert ".entry" in ptx
+
+
+def test_issue_verdict_needs_both_cuda_backends():
+    from fusegen import bench_cuda
+
+    def case(axis, fractions, ahead=1.3):
+        results = {n: {"ok": True, "bandwidth_fraction": f} for n, f in fractions.items()}
+        return {"op": "add_reduce_sum", "size": "large", "shapes": [[4096, 4096]] * 2, "label": f"axis {axis}",
+                "results": results, "targets": {"bound": {"met": min(fractions.values()) >= 0.8},
+                                                "ahead": {"met": ahead > 1, "value": ahead, "other": "torch-cuda"}}}
+    both = {"numba-cuda": 0.87, "aot-cuda": 0.91}
+    verdict = bench_cuda.issue_verdict([case(0, both), case(1, both)])
+    assert verdict["met"] is True and verdict["text"].count("numba-cuda 87%, aot-cuda 91%") == 2
+    assert bench_cuda.issue_verdict([case(0, both), case(1, both, ahead=0.9)])["met"] is False
+    lone = bench_cuda.issue_verdict([case(0, {"numba-cuda": 0.9})])
+    assert lone["met"] is False and "aot-cuda absent" in lone["text"]
+    assert bench_cuda.issue_verdict([]) is None
