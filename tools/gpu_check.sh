@@ -21,7 +21,7 @@ OUT="${OUT:-gpu-results}"
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export XLA_PYTHON_CLIENT_PREALLOCATE=false   # JAX would otherwise take 75% of the GPU's memory
-PY="${PYTHON:-python}"
+PY="${PYTHON:-python3}"
 
 # nvcc for the aot-cuda backend: on PATH, in a CUDA install, or in a pip wheel (nvidia-cuda-nvcc)
 if ! command -v nvcc >/dev/null 2>&1 && [ -z "${FUSEGEN_NVCC:-}" ]; then
