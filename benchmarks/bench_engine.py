@@ -40,14 +40,14 @@ CALLS = [(ex.smooth_l1, "xy", {"sigma": 0.5}), (ex.bias_gelu, "xw", {}), (ex.sof
 
 
 def _slots(calls: int, shape, backend: str, rng) -> list:
-    """One (kernel, inputs, outputs, attrs) per call, cycling through ``CALLS``. The AOT backend
-    gets one kernel object per call: an ``AotKernel`` runs one call at a time (its argument block
-    is shared), so calls through one object would serialize whatever the engine does."""
+    """One (kernel, inputs, outputs, attrs) per call, cycling through ``CALLS``; calls of one op
+    share its kernel (both backends' kernels run concurrent calls: ``backend="aot"`` ones are
+    reentrant, each call taking an argument block of its own)."""
     kernels: dict = {}
     slots = []
     for i in range(calls):
         op, kinds, attrs = CALLS[i % len(CALLS)]
-        if backend == "aot" or op not in kernels:
+        if op not in kernels:
             kernels[op] = fg.compile(op, backend=backend)
         arrays = {"x": rng.standard_normal(shape, np.float32), "y": rng.standard_normal(shape, np.float32),
                   "w": rng.standard_normal(shape[-1:], np.float32)}
