@@ -57,6 +57,7 @@ def _vmath_rows(exp: str, tanh: str) -> dict[Op, str]:
 # correctly rounded in practice (fusegen/vmath.py). float64 keeps libm: accuracy first. CUDA's
 # dialects have no such rows: its expf/tanhf are fast already.
 PY_F32_ROWS = _vmath_rows("_exp_f32", "_tanh_f32")
+CPP_F32_ROWS = _vmath_rows("fg::exp_f32", "fg::tanh_f32")
 
 
 def reduce_identity(kind: str, acc: DType):
@@ -142,7 +143,7 @@ def _cpp_literal(v, d: DType) -> str:
 CPP = Dialect(CPP_TABLE, lambda d: _CPP_TYPES[d.name],
               lambda t, d: f"({t} != 0)" if d.kind == "b" else f"({_CPP_TYPES[d.name]})({t})",
               _cpp_literal, frozenset({dt.float32, dt.float64, dt.bool_, dt.int64, dt.uint64, dt.int32,
-                                       dt.uint32}))
+                                       dt.uint32}), {dt.float32: CPP_F32_ROWS})
 
 
 class ExprWriter:
