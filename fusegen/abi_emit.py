@@ -13,7 +13,7 @@ from pathlib import Path
 
 import jinja2
 
-from . import __version__
+from . import __version__, vmath
 from . import dtypes as dt
 from .dtypes import AttrType, DType
 from .exprs import CPP, ExprWriter, reduce_identity, reg_dtype
@@ -310,7 +310,7 @@ def template_data(op: OpDef, plan: Plan, combos: list[dict], errors=None, **extr
         outputs=[op.graph.idx(o) for o in op.graph.outputs], stages=_stage_data(op, plan),
         combos=combos, errors=[(n, m.replace("<Name>", name)) for n, m in (errors or ERRORS)],
         # the ABI picks the infer signature by output count (a 1-tuple is one output)
-        multi=len(op.graph.outputs) > 1, **extra)
+        multi=len(op.graph.outputs) > 1, vmath=vmath.template_data(), **extra)
 
 
 def _env() -> jinja2.Environment:

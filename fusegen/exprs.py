@@ -46,6 +46,20 @@ PY_TABLE = {**C_TABLE,
             Op.AND: "({0} & {1})", Op.OR: "({0} | {1})", Op.WHERE: "({1} if {0} else {2})"}
 
 
+def _vmath_rows(exp: str, tanh: str) -> dict[Op, str]:
+    """exp, tanh and sigmoid through a backend's vectorizable float32 functions."""
+    return {Op.EXP: f"{exp}({{0}})", Op.TANH: f"{tanh}({{0}})",
+            Op.SIGMOID: f"({{one}} / ({{one}} + {exp}(-{{0}})))"}
+
+
+# float32 (and float16, computed in float32) on the CPU: libm's expf/tanhf are opaque calls
+# that keep a loop scalar, so these use fusegen's branch-free versions, which vectorize and are
+# correctly rounded in practice (fusegen/vmath.py). float64 keeps libm: accuracy first. CUDA's
+# dialects have no such rows: its expf/tanhf are fast already.
+PY_F32_ROWS = _vmath_rows("_exp_f32", "_tanh_f32")
+CPP_F32_ROWS = _vmath_rows("fg::exp_f32", "fg::tanh_f32")
+
+
 def reduce_identity(kind: str, acc: DType):
     """The value a reduction's accumulator starts from, in accumulation dtype ``acc``."""
     import numpy as np
@@ -75,6 +89,12 @@ class Dialect:
     cast: Callable[[str, DType], str]           # text -> value of that register dtype
     literal: Callable[[object, DType], str]
     exact_types: frozenset = field(default_factory=frozenset)  # ops on these need no result cast
+    # per compute dtype: the rows that differ from ``table`` for operands of that dtype
+    typed: dict[DType, dict[Op, str]] = field(default_factory=dict)
+
+    def row(self, op: Op, comp: DType) -> str:
+        """The expression text of ``op`` on operands of register dtype ``comp``."""
+        return self.typed.get(comp, {}).get(op) or self.table[op]
 
 
 def _py_literal(v, d: DType) -> str:
@@ -92,7 +112,7 @@ def _py_cast(text: str, d: DType) -> str:
 
 
 PYTHON = Dialect(PY_TABLE, lambda d: f"np.{d.name}", _py_cast, _py_literal,
-                 frozenset({dt.float32, dt.float64, dt.bool_, dt.int64, dt.uint64}))
+                 frozenset({dt.float32, dt.float64, dt.bool_, dt.int64, dt.uint64}), {dt.float32: PY_F32_ROWS})
 
 _CPP_TYPES = {"bool": "bool", "float16": "_Float16", "float32": "float", "float64": "double",
               **{f"{s}int{b}": f"{s}int{b}_t" for s in ("", "u") for b in (8, 16, 32, 64)}}
@@ -123,7 +143,7 @@ def _cpp_literal(v, d: DType) -> str:
 CPP = Dialect(CPP_TABLE, lambda d: _CPP_TYPES[d.name],
               lambda t, d: f"({t} != 0)" if d.kind == "b" else f"({_CPP_TYPES[d.name]})({t})",
               _cpp_literal, frozenset({dt.float32, dt.float64, dt.bool_, dt.int64, dt.uint64, dt.int32,
-                                       dt.uint32}))
+                                       dt.uint32}), {dt.float32: CPP_F32_ROWS})
 
 
 class ExprWriter:
@@ -177,7 +197,7 @@ class ExprWriter:
                 args = [self.value(s, dt.bool_) for s in node.srcs]
             else:
                 args = [self.value(s, comp) for s in node.srcs]
-            expr = self.d.table[node.op].format(*args, one=self.d.literal(1, comp), zero=self.d.literal(0, comp))
+            expr = self.d.row(node.op, comp).format(*args, one=self.d.literal(1, comp), zero=self.d.literal(0, comp))
             result_type = dt.bool_ if node.op in _BOOL_OPS else comp
             if result_type not in self.d.exact_types or node.op in _INEXACT:
                 expr = self.d.cast(expr, result_type)
