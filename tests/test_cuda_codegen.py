@@ -195,8 +195,9 @@ def test_compile_aot_cuda_builds_with_nvcc_and_needs_a_gpu_to_run():
 @needs_nvcc
 def test_aot_kernel_takes_its_device_from_the_library(tmp_path):
     from fusegen.build import has_cuda_code
-    cu = fg.compile(ex.softmax, backend="aot", device="cuda", dtypes="float32")
-    cc = fg.compile(ex.softmax, backend="aot", dtypes="float32")
+    # (bias_gelu float32: the .cu the next test builds too; the build cache shares it)
+    cu = fg.compile(ex.bias_gelu, backend="aot", device="cuda", dtypes="float32")
+    cc = fg.compile(ex.bias_gelu, backend="aot", dtypes="float32")
     assert has_cuda_code(cu.lib_path) and not has_cuda_code(cc.lib_path)
     assert fg.AotKernel(cu.func).device == "cuda" and fg.AotKernel(cc.func).device == "cpu"
     # a pairing that would hand a kernel pointers it cannot read is refused up front
@@ -208,7 +209,7 @@ def test_aot_kernel_takes_its_device_from_the_library(tmp_path):
     with pytest.raises(fg.ArgumentError, match="device must be"):
         fg.AotKernel(cc.func, device="gpu")
     with pytest.raises(fg.ArgumentError, match="stream= is for CUDA kernels"):
-        fg.AotKernel(cc.func)(np.ones((2, 3), np.float32), stream=0)
+        fg.AotKernel(cc.func)(np.ones((2, 3), np.float32), np.ones(3, np.float32), stream=0)
 
 
 @needs_nvcc
