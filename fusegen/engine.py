@@ -132,8 +132,14 @@ class _Ranges:
             for seg in inside:
                 if seg[0] > pos:
                     new.append([pos, seg[0], None, [task]])
-                seg[3] = [r for r in seg[3] if _matters(r)]
-                seg[3].append(task)
+                readers = seg[3]
+                if len(readers) >= 8 and not len(readers) & (len(readers) - 1):
+                    # Compacted when the list reaches a power of two, not on every read: calls
+                    # pushed faster than they run all stay live, and filtering the whole list per
+                    # push made n readers of one array (shared weights) cost O(n^2). A finished
+                    # reader left in between constrains nothing: every use checks _matters.
+                    readers[:] = [r for r in readers if _matters(r)]
+                readers.append(task)
                 new.append(seg)
                 pos = seg[1]
             if pos < hi:

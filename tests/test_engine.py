@@ -669,3 +669,31 @@ def test_numba_kernels_take_turns_under_the_workqueue_layer(monkeypatch):
     monkeypatch.setattr(engine, "_layer_safe", None)
     monkeypatch.setattr(numba, "threading_layer", lambda: "omp")
     assert engine._needs_layer_lock(k) is False
+
+
+def test_many_readers_of_one_array_cost_linear_bookkeeping(monkeypatch):
+    """n calls reading one array (shared weights), pushed while none can run: the engine checks
+    each earlier reader O(1) times on average, not once per later push (that was O(n^2))."""
+    import fusegen.engine as engine_module
+    checks = [0]
+    real = engine_module._matters
+
+    def counting(t):
+        checks[0] += 1
+        return real(t)
+
+    monkeypatch.setattr(engine_module, "_matters", counting)
+    gate = threading.Event()
+    w = np.ones(16, np.float32)
+    outs = [np.empty(1, np.float32) for _ in range(1000)]
+
+    def reader(w, out):
+        gate.wait(10)
+        out[0] = w.sum()
+
+    with Engine(workers=1) as eng:
+        for o in outs:
+            eng.push(reader, (w,), o)
+        assert checks[0] < 10 * len(outs), checks[0]
+        gate.set()
+    assert all(o[0] == 16 for o in outs)
