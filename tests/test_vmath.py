@@ -266,14 +266,16 @@ def flush(v: np.ndarray) -> np.ndarray:
 
 
 def test_xla_ffi_handlers_share_the_cpp_versions():
-    # XLA runs CPU handlers with denormals flushed to zero (FTZ/DAZ: a plain x * 0.5 handler
-    # flushes too, and jnp.exp does the same): the contract there is the flushed one
+    # XLA usually runs CPU handlers with denormals flushed to zero (FTZ/DAZ: a plain x * 0.5
+    # handler flushes too, and jnp.exp does the same), but not on every thread it may use (a CI
+    # run got subnormal results): each element must be the correctly rounded result under one
+    # contract or the other, nothing in between
     pytest.importorskip("jax")
     import fusegen.jax as fgj
     for name in ("exp", "tanh"):
         got = np.asarray(fgj.function(OPS[name][0], dtypes=["float32"])(SWEEP))
-        want = flush(reference(name, flush(SWEEP)))
-        nan = np.isnan(want)
-        assert (np.isnan(got) == nan).all()
-        assert (np.signbit(got[~nan]) == np.signbit(want[~nan])).all()
-        assert ulps(got, want).max() == 0
+        flushed, exact = flush(reference(name, flush(SWEEP))), reference(name, SWEEP)
+        nan = np.isnan(exact)
+        assert (np.isnan(got) == nan).all() and (np.isnan(flushed) == nan).all()
+        assert (np.signbit(got[~nan]) == np.signbit(exact[~nan])).all()
+        assert ((ulps(got, flushed) == 0) | (ulps(got, exact) == 0)).all()
