@@ -27,16 +27,12 @@ from . import requests
 from .aot_compile import AotCompiled
 from .errors import KernelError
 from .ir import OpDef
+from .lower_cuda import simulator
 from .runtime_cuda import (CudaUnavailableError, _as_device, deliver, device_outputs, device_pointer,
                            is_device_array, require_gpu, resolve_stream, stream_handle)
 
 GUARD_BYTES = 256   # a multiple of cudaMalloc's alignment, so guarded buffers stay aligned
 _GUARD_BYTE = 0xA5
-
-
-def simulator() -> bool:
-    from numba import config
-    return bool(getattr(config, "ENABLE_CUDASIM", False))
 
 
 def require_device(kernel) -> None:
@@ -175,8 +171,6 @@ class AotCudaCompiled(AotCompiled):
         if accumulate is not False or skip is not None or inplace:
             extra = {} if stream is None else {"stream": stream}
             return requests.call(self, self._derived, arrays, out, accumulate, skip, inplace, {**attrs, **extra})
-        if self._first is not None:
-            require_device(self._first)
         ins = device_arrays(f"op {self.op.name}", arrays)
         key = (tuple((a.dtype, tuple(a.shape)) for a in ins), *attrs.items(), *map(type, attrs.values()))
         try:

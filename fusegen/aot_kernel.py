@@ -507,7 +507,7 @@ class AotKernel:
             raise LibraryError(f"{self.name}: {self.lib_path} holds CUDA device code, whose kernels read device "
                                "memory; use device='cuda' (the default for such a library), not device='cpu'")
         if self.device == "cuda" and not self.cuda_code:
-            from .aot_cuda import simulator  # under the simulator, device arrays are host memory
+            from .lower_cuda import simulator  # under the simulator, device arrays are host memory
             if not simulator():
                 raise LibraryError(f"{self.name}: {self.lib_path} holds no CUDA device code (no .nv_fatbin "
                                    "section), so its kernel cannot read device memory; build it from a .cu "
@@ -811,7 +811,9 @@ class AotKernel:
             spare = signature.spare
             entry = spare.pop() if spare else None
         try:
-            return self._run_block(signature, entry or signature.new_block(), arrays, out)
+            if entry is None:  # more calls at once than ever before: one more block, kept after
+                entry = signature.new_block()
+            return self._run_block(signature, entry, arrays, out)
         finally:
             with lock:
                 if entry is not None:

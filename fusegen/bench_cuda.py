@@ -54,6 +54,7 @@ from numba import cuda, float32
 from . import bench
 from .bench import BenchConfig, Bandwidth, Case, Progress, Targets, _calls_for, _why
 from .bench_cases import OPS, Method, OpBench, Thunk, _importable, jax_available, torch_namespace
+from .lower_cuda import simulator
 from .bench_report import fmt_bytes
 
 #: Issue #4: every fusegen CUDA backend at this fraction of the copy bandwidth or more.
@@ -70,11 +71,6 @@ _THREADS = 256
 
 
 # --- is there a GPU ---------------------------------------------------------------------------------
-def simulator() -> bool:
-    from .aot_cuda import simulator as sim
-    return sim()
-
-
 def unavailable() -> str | None:
     """Why the GPU bench cannot run here (no numba-cuda, no GPU or driver), or None."""
     from .runtime_cuda import CudaUnavailableError, require_gpu

@@ -383,3 +383,15 @@ def test_compiles_warning_free(warning_builds, name, flags):
         # MindSpore's old string ABI: a cxx11 std::string in the AotExtra calls would crash in Init
         assert not any("B5cxx11" in s or "7__cxx11" in s for s in symbols)
         assert detect_string_abi(lib) == 0
+
+
+def test_row_invariant_reduction_results_are_hoisted_as_scalars():
+    # rms_norm's output stage reads the per-row mean square (a workspace); in row mode it is
+    # passed as a scalar when its stride along the row is 0, so rsqrt(ms + eps) is loop-invariant
+    src = fg.emit(ex.rms_norm, dtypes="float32").source
+    stage = src[src.index("// --- stage 1"):]
+    assert "const bool row_const = L.ri_str[3] == 0;" in stage
+    assert "w2[i] = s1_w0(v0[i], v1[i], s3, a);" in stage      # hoisted: the scalar s3
+    assert "w2[i] = s1_w0(v0[i], v1[i], v3[i], a);" in stage   # the general loop stays
+    # stages that read no reduction result have no such branch
+    assert "row_const" not in fg.emit(ex.add_mul_div, dtypes="float32").source

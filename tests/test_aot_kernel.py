@@ -717,6 +717,9 @@ def test_reentrant_calls_overlap_each_with_its_own_workspace(src):
     assert k.reentrant
     assert _run_threads(k, 4) == []   # code 5 would mean two calls shared a workspace
     assert lib.OverlapMost() >= 2     # the 30 ms calls of four threads did run at the same time
+    (signature,) = k._signatures.values()
+    # the blocks made for concurrent calls are kept for the next ones, none is lost or shared
+    assert 2 <= len(signature.spare) <= 4 and len({id(e[0]) for e in signature.spare}) == len(signature.spare)
     k.close()
 
 
