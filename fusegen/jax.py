@@ -41,9 +41,9 @@ import jax
 import numpy as np
 
 import fusegen as fg
-from .build import build_library, cache_dir, default_cpp_flags
+from .native.build import build_library, cache_dir, default_cpp_flags
 from .dtypes import AttrType
-from .xla_emit import XlaEmitted, legacy_opaque, workspace_bytes
+from .abi_emit import XlaEmitted, legacy_opaque, workspace_bytes
 
 __all__ = ["function", "JaxFunction", "build_flags", "VMAP_METHODS"]
 

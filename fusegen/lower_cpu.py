@@ -21,11 +21,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import __version__, vmath
-from .exprs import PYTHON, ExprWriter, reduce_identity, reg_dtype
-from .pysource import NAN_HELPERS, combine, import_source
-from .ir import Node, Op, Spec
-from .plan import GroupRun, Plan
+from . import vmath
+from .ir import Node, Op, Spec, nodes_of
+from .lower.pysource import NAN_HELPERS, combine, import_source
+from .plan import GroupRun, Plan, slot_name
+from .plan.exprs import PYTHON, ExprWriter, reduce_identity, reg_dtype
+from .version import __version__
 
 # meta: nO, nRO, RI, I, ntiles, TILE, O_total, RO_total, count, nsplit, chunk; then extents, strides
 HEADER = 11
@@ -76,7 +77,7 @@ class GroupSource:
         # into its own partial accumulator row, combined at the end. Used when there are too
         # few outputs to give every thread a contiguous share (e.g. a column sum).
         self.split = split
-        self.ops = {key: _Op(_opname(key), key, p[0], p[1], k)
+        self.ops = {key: _Op(slot_name(key), key, p[0], p[1], k)
                     for k, (key, p) in enumerate(zip(run.operands, pattern))}
         self.lines: list[str] = []
         self.attrs: list[str] = sorted({n.arg for st in self._stages() for n in _nodes_of(st) if n.op is Op.ATTR})
@@ -321,11 +322,7 @@ class GroupSource:
 
     # --- helpers -----------------------------------------------------------------------------
     def _read_keys(self, st) -> list[tuple]:
-        from .plan import _reads
-        keys = []
-        for l in _reads(st):
-            keys.append(("in", l.arg) if l.op is Op.INPUT else ("buf", self.plan.buffer_index(l)))
-        return keys
+        return [a.slot for a in st.reads]
 
     def _writes_elem(self, st, key) -> bool:
         return any(("out", k) == key for k, _ in st.writes)
@@ -370,14 +367,8 @@ def _idx(cls, var: str, stride: str) -> str:
     return "0" if cls == 0 else (var if cls == 1 else f"{var} * {stride}")
 
 
-def _opname(key: tuple) -> str:
-    return {"in": "x", "out": "out", "buf": "ws"}[key[0]] + str(key[1])
-
-
 def _nodes_of(st) -> list[Node]:
-    from .ir import Graph
-    roots = [r for r in st.reductions] + [n for _, n in st.writes] + [n for _, n in st.finals]
-    return list(Graph(tuple(roots)).nodes) if roots else []
+    return nodes_of([r for r in st.reductions] + [n for _, n in st.writes] + [n for _, n in st.finals])
 
 
 PRELUDE = '''\

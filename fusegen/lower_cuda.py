@@ -28,11 +28,11 @@ import numpy as np
 
 from . import dtypes as dt
 from .dtypes import DType
-from . import __version__
-from .exprs import CUDA_PY, ExprWriter, reduce_identity, reg_dtype
-from .pysource import NAN_HELPERS, combine, import_source
-from .ir import Graph, Node, Op, Spec
-from .plan import GroupRun, Plan, _reads
+from .ir import Node, Op, Spec, nodes_of
+from .lower.pysource import NAN_HELPERS, combine, import_source
+from .plan import GroupRun, Plan, build_plan, schedule, slot_name
+from .plan.exprs import CUDA_PY, ExprWriter, reduce_identity, reg_dtype
+from .version import __version__
 
 # meta: nO, nRO, RI, I, O_total, RO_total, count, nsplit, chunk; then extents, then strides
 HEADER = 9
@@ -68,13 +68,8 @@ def meta_array(run: GroupRun, nsplit: int = 1) -> np.ndarray:
     return np.array(head + body, dtype=np.int64)
 
 
-def _opname(key: tuple) -> str:
-    return {"in": "x", "out": "out", "buf": "ws"}[key[0]] + str(key[1])
-
-
 def _nodes_of(st) -> list[Node]:
-    roots = [r for r in st.reductions] + [n for _, n in st.writes] + [n for _, n in st.finals]
-    return list(Graph(tuple(roots)).nodes) if roots else []
+    return nodes_of([r for r in st.reductions] + [n for _, n in st.writes] + [n for _, n in st.finals])
 
 
 def numba_type_name(d: DType) -> str:
@@ -87,7 +82,7 @@ class CudaGroupSource:
     def __init__(self, plan: Plan, spec: Spec, run: GroupRun, launch: Launch):
         self.plan, self.spec, self.run, self.launch = plan, spec, run, launch
         self.stages = [plan.stages[i] for i in run.stages]
-        self.ops = {key: (_opname(key), k) for k, key in enumerate(run.operands)}
+        self.ops = {key: (slot_name(key), k) for k, key in enumerate(run.operands)}
         self.attrs = sorted({n.arg for st in self.stages for n in _nodes_of(st) if n.op is Op.ATTR})
         self.reductions = [r for st in self.stages for r in st.reductions]
         self.split = launch.nsplit > 1
@@ -164,8 +159,7 @@ class CudaGroupSource:
             w(pad + 1, f"c_{n} += ix * meta[SB + {k} * W + nO + d]")
 
     def _reads(self, st) -> list[str]:
-        keys = [("in", l.arg) if l.op is Op.INPUT else ("buf", self.plan.buffer_index(l)) for l in _reads(st)]
-        return [self.ops[k][0] for k in keys]
+        return [self.ops[a.slot][0] for a in st.reads]
 
     def _load(self, n: Node) -> str:
         if n.op is Op.ATTR:
@@ -494,7 +488,6 @@ def compile_ptx(op, dtypes, shapes, attrs: dict | None = None, cc=(9, 0), max_th
     """
     from numba import cuda
     from .ir import infer
-    from .plan import build_plan, schedule
     plan = build_plan(op)
     spec = infer(op, dtypes, shapes, op.bind_attrs(attrs or {}))
     out = []
@@ -510,85 +503,3 @@ def compile_ptx(op, dtypes, shapes, attrs: dict | None = None, cc=(9, 0), max_th
     return out
 
 
-# ---------------------------------------------------------------------------------------------
-# The emitted MindSpore-AOT .cu (templates/mindspore_aot_cuda.cu.j2): the same tables and entry
-# points as the C++ emitter (abi_emit), device code rendered with the CUDA_CPP dialect.
-# ---------------------------------------------------------------------------------------------
-def _cuda_combo_data(op, plan: Plan, combo) -> dict:
-    from .abi_emit import _TYPE_IDS, _operand_ids
-    from .exprs import CUDA_CPP
-    from .ir import infer
-    g = op.graph
-    spec = infer(op, combo, [None] * len(combo), {n: s.default for n, s in op.attrs.items()})
-    of = _operand_ids(op, plan)
-    out_dtypes = list(spec.out_dtypes)
-    op_types = list(combo) + out_dtypes + [reg_dtype(spec.of(b).acc) for b in plan.buffers]
-
-    def body(node: Node, want: DType, names: dict) -> list[str]:
-        w = ExprWriter(spec, CUDA_CPP, lambda n: names[id(n)] if n.op is not Op.ATTR else f"a.{n.arg}", prefix="t")
-        v = w.value(node, want)
-        return [f"const auto {name} = {expr};" for name, expr in w.lines] + [f"return {v};"]
-
-    stages = []
-    for st in plan.stages:
-        reads = _reads(st)
-        params = []
-        for l in reads:
-            key = ("in", l.arg) if l.op is Op.INPUT else ("buf", plan.buffer_index(l))
-            params.append(dict(op=of(key), name=f"v{of(key)}", reg=CUDA_CPP.type_name(reg_dtype(op_types[of(key)]))))
-        names = {id(l): p["name"] for l, p in zip(reads, params)}
-        values, targets = [], []
-        for j, r in enumerate(st.reductions):
-            acc = reg_dtype(spec.of(r).acc)
-            tg = [of(("out", k)) for k in plan.reduce_outputs.get(id(r), ())] + \
-                ([of(("buf", plan.buffer_index(r)))] if any(r is b for b in plan.buffers) else [])
-            targets += [t for t in tg if t not in targets]
-            values.append(dict(kind="reduce", fn=f"s{st.index}_r{j}", reduce=r.arg.kind, acc=CUDA_CPP.type_name(acc),
-                               init=CUDA_CPP.literal(reduce_identity(r.arg.kind, acc), acc),
-                               body=body(r.srcs[0], acc, names), targets=tg))
-        for k, n in st.writes:
-            out = reg_dtype(dt.materialize(spec.of(n).dtype))
-            values.append(dict(kind="write", fn=f"s{st.index}_w{k}", op=of(("out", k)),
-                               reg=CUDA_CPP.type_name(out), body=body(n, out, names)))
-            targets.append(of(("out", k)))
-        finals = []
-        for k, n in st.finals:
-            rnames = {id(r): f"r{j}" for j, r in enumerate(st.reductions)}
-            fparams = [dict(name=f"r{j}", reg=CUDA_CPP.type_name(reg_dtype(spec.of(r).acc)))
-                       for j, r in enumerate(st.reductions)]
-            out = reg_dtype(dt.materialize(spec.of(n).dtype))
-            finals.append(dict(fn=f"s{st.index}_f{k}", op=of(("out", k)), reg=CUDA_CPP.type_name(out),
-                               params=fparams, body=body(n, out, rnames)))
-            if of(("out", k)) not in targets:
-                targets.append(of(("out", k)))
-        stages.append(dict(index=st.index, params=params, values=values, finals=finals, targets=targets))
-    return dict(suffix="_".join(d.name for d in combo), inputs=[d.name for d in combo],
-                outputs=[d.name for d in out_dtypes], types=[CUDA_CPP.type_name(d) for d in op_types],
-                type_ids=[_TYPE_IDS[d.name] for d in out_dtypes], in_type_ids=[_TYPE_IDS[d.name] for d in combo],
-                ws_itemsize=[reg_dtype(spec.of(b).acc).itemsize for b in plan.buffers],
-                ws_nodes=[g.idx(b) for b in plan.buffers], stages=stages)
-
-
-def nvcc_command(op_name: str) -> str:
-    """The build command for an emitted .cu that works with CUDA 11.8 to 13 (no compute_70)."""
-    from .build import CUDA_DEFAULT_ARCHS
-    arch = " ".join(f"-gencode arch=compute_{a},code=sm_{a}" for a in CUDA_DEFAULT_ARCHS)
-    last = CUDA_DEFAULT_ARCHS[-1]
-    return (f"nvcc --shared -Xcompiler -fPIC -O3 --use_fast_math --expt-relaxed-constexpr "
-            f"-D_GLIBCXX_USE_CXX11_ABI=0 {arch} -gencode arch=compute_{last},code=compute_{last} "
-            f"-I. -o {op_name}.so {op_name}.cu")
-
-
-def emit_cuda(op, dtypes=None):
-    """``fg.emit(op, abi="mindspore-aot", device="cuda")``: the ``.cu`` and its header."""
-    from .abi_emit import HEADER_NAME, TEMPLATES, Emitted, _env, _parse_dtypes, c_name, error_table, template_data
-    from .plan import build_plan
-    plan = build_plan(op)
-    combos = _parse_dtypes(op, dtypes)
-    name = c_name(op.name)
-    data = template_data(op, plan, [_cuda_combo_data(op, plan, c) for c in combos],
-                         nvcc_command=nvcc_command(op.name))
-    src = _env().get_template("mindspore_aot_cuda.cu.j2").render(**data)
-    main = f"{op.name}.cu"
-    return Emitted({main: src, HEADER_NAME: (TEMPLATES / HEADER_NAME).read_text()}, main, name, error_table(name),
-                   [tuple(d.name for d in c) for c in combos])

@@ -30,10 +30,10 @@ import pytest
 import fusegen as fg
 import fusegen.examples as ex
 from conftest import TOL, assert_all_close, assert_close, np_ref
-from fusegen import aot_kernel as ak
-from fusegen import build
+from fusegen.native import aot_kernel as ak
+from fusegen.native import build
 from fusegen.abi_emit import ERROR_CODES, ERRORS, c_name, emit
-from fusegen.aot_kernel import TYPE_IDS, AotKernel
+from fusegen.native.aot_kernel import TYPE_IDS, AotKernel
 from fusegen.dtypes import AttrType
 from fusegen.errors import (ArgumentError, AttrError, DTypeError, FusegenError, KernelError, LibraryError,
                             ShapeError)
@@ -218,8 +218,8 @@ def kernels():
 
 
 def default_kernel(compiled, **attrs) -> AotKernel:
-    """The ``AotKernel`` an ``AotCompiled`` uses for these attribute values."""
-    return compiled._kernel(tuple(compiled.op.bind_attrs(attrs).items()))
+    """The ``AotKernel`` an AOT kernel uses for these attribute values."""
+    return compiled.executor.kernel_for(tuple(compiled.op.bind_attrs(attrs).items()))
 
 
 class Raw:
@@ -391,7 +391,7 @@ def test_repeated_compile_is_a_cache_hit_and_attrs_share_one_library(kernels, mo
     x = np.ones((3, 4), np.float32)
     k(x, x, axis=0)
     k(x, x, axis=1, keep_dims=True)
-    assert len({kk.lib_path for kk in k._by_attrs.values()}) == 1 and len(k._by_attrs) >= 2
+    assert len({kk.lib_path for kk in k.executor.by_attrs.values()}) == 1 and len(k.executor.by_attrs) >= 2
 
     def no_compiler(command, source):
         raise AssertionError(f"recompiled {source}")

@@ -42,7 +42,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import fusegen as fg
-from fusegen import build
+from fusegen.native import build
 from fusegen import examples as ex
 
 from conftest import LONG_TESTS
@@ -874,7 +874,7 @@ def test_kernel_data_destructor_runs(tmp_path):
     assert inits == 2 * n
     assert ctors == inits and dtors == inits
     # Dropped without close(), and evicted beyond the signature cache limit, too.
-    from fusegen import aot_kernel
+    from fusegen.native import aot_kernel
     k = fg.AotKernel(func, out_shape=lambda s: s)
     for m in range(1, aot_kernel._MAX_SIGNATURES + 11):
         k(np.ones(m, np.float32))

@@ -18,12 +18,8 @@ array is reduced to ``(address space, first byte, end byte)`` from ``__array_int
 extents overlap (conservatively: interleaved strided views such as ``a[::2]`` and ``a[1::2]``
 share an extent and are ordered too).
 
-**The bookkeeping** mirrors MXNet's per-variable queues. Each address space keeps a sorted map of
-disjoint byte ranges; a range remembers the last call that wrote it and the calls that have read
-it since. A new read waits for the range's writer; a new write waits for the writer and the
-readers, and then becomes the range's only entry. Ranges are split where accesses begin and
-end, so partially overlapping views are exact. One lock guards this map and the ready queue; it
-is never held while a kernel runs.
+**The bookkeeping** (``fusegen.rt.ranges``) mirrors MXNet's per-variable queues, per byte range.
+One lock guards it and the ready queue; it is never held while a kernel runs.
 
 **Failures.** A call that raises is *failed*; calls that depend on it (directly or through other
 such calls) are *skipped*, never run, and report the upstream failure. A failure is raised, as an
@@ -34,18 +30,15 @@ pushed on memory a failed call wrote is skipped too, so what runs does not depen
 """
 from __future__ import annotations
 
-import math
 import os
 import sys
 import threading
 import time
 import weakref
-from bisect import bisect_left, bisect_right
 from collections import deque
 
-import numpy as np
-
-from .errors import ArgumentError, FusegenError
+from ..errors import ArgumentError, FusegenError
+from .ranges import Ranges, extent
 
 
 class EngineError(FusegenError, RuntimeError):
@@ -57,112 +50,15 @@ class EngineError(FusegenError, RuntimeError):
 _WAITING, _READY, _RUNNING, _DONE, _FAILED, _SKIPPED, _CANCELLED = range(7)
 
 
-def extent(a):
-    """``(space, lo, hi)``: the address space ("host" or "cuda") and the byte range ``[lo, hi)``
-    an array spans; None for what holds no memory the engine can track (an empty array, a
-    Python scalar or list: those are read when the call runs)."""
-    if type(a) is np.ndarray:  # the common case: no probing for a CUDA interface
-        iface, space = a.__array_interface__, "host"
-    else:
-        iface, space = getattr(a, "__cuda_array_interface__", None), "cuda"
-        if iface is None:
-            iface, space = getattr(a, "__array_interface__", None), "host"
-    if iface is None:
-        try:  # a buffer-protocol object (bytearray, memoryview): np.asarray views it
-            iface = np.asarray(memoryview(a)).__array_interface__
-        except TypeError:
-            return None
-    data, shape = iface.get("data"), tuple(iface["shape"])
-    if not isinstance(data, tuple) or 0 in shape:
-        return None
-    itemsize = np.dtype(iface["typestr"]).itemsize
-    strides = iface.get("strides")
-    if strides is None:  # C-contiguous
-        return space, data[0], data[0] + itemsize * math.prod(shape)
-    lo = hi = data[0]
-    for n, s in zip(shape, strides):
-        if s < 0:
-            lo += (n - 1) * s
-        else:
-            hi += (n - 1) * s
-    return space, lo, hi + itemsize
-
-
 def _matters(t) -> bool:
     """Does ``t`` still constrain a new call? Yes while it is live, and while it is a failure (or
     skipped because of one) that no wait has reported yet."""
     return t._state < _DONE or (t._root is not None and not t._root._reported)
 
 
-class _Ranges:
-    """One address space: disjoint byte ranges ``[lo, hi, writer, readers]`` sorted by ``lo``."""
-
-    __slots__ = ("los", "segs")
-
-    def __init__(self):
-        self.los: list[int] = []   # each segment's lo, for bisect
-        self.segs: list[list] = []
-
-    def _cut(self, at: int) -> None:
-        """Make ``at`` a boundary: split the range that straddles it, if any."""
-        i = bisect_right(self.los, at) - 1
-        if i >= 0:
-            lo, hi, writer, readers = self.segs[i]
-            if lo < at < hi:
-                self.segs[i][1] = at
-                self.segs.insert(i + 1, [at, hi, writer, list(readers)])
-                self.los.insert(i + 1, at)
-
-    def touch(self, lo: int, hi: int, task, write: bool, deps: set) -> None:
-        """Record ``task``'s access to ``[lo, hi)``; add the calls it must follow to ``deps``."""
-        self._cut(lo)
-        self._cut(hi)
-        i = bisect_left(self.los, lo)
-        j = bisect_left(self.los, hi, i)   # segments i..j-1 lie inside [lo, hi)
-        inside = self.segs[i:j]
-        for seg in inside:
-            if seg[2] is not None and _matters(seg[2]):
-                deps.add(seg[2])
-            if write:
-                deps.update(r for r in seg[3] if _matters(r))
-        if write:  # everything before is now ordered before this call: it alone stands for the range
-            new = [[lo, hi, task, []]]
-        else:
-            new, pos = [], lo
-            for seg in inside:
-                if seg[0] > pos:
-                    new.append([pos, seg[0], None, [task]])
-                readers = seg[3]
-                if len(readers) >= 8 and not len(readers) & (len(readers) - 1):
-                    # Compacted when the list reaches a power of two, not on every read: calls
-                    # pushed faster than they run all stay live, and filtering the whole list per
-                    # push made n readers of one array (shared weights) cost O(n^2). A finished
-                    # reader left in between constrains nothing: every use checks _matters.
-                    readers[:] = [r for r in readers if _matters(r)]
-                readers.append(task)
-                new.append(seg)
-                pos = seg[1]
-            if pos < hi:
-                new.append([pos, hi, None, [task]])
-        self.segs[i:j] = new
-        self.los[i:j] = [s[0] for s in new]
-
-    def scan(self, lo: int, hi: int, writers: list, readers: list) -> None:
-        """The writers and live readers of every range overlapping ``[lo, hi)``."""
-        segs = self.segs
-        for k in range(max(bisect_right(self.los, lo) - 1, 0), len(segs)):
-            seg = segs[k]
-            if seg[0] >= hi:
-                break
-            if seg[1] > lo:
-                if seg[2] is not None and _matters(seg[2]):
-                    writers.append(seg[2])
-                readers.extend(r for r in seg[3] if r._state < _DONE)
-
-    def prune(self) -> None:
-        """Drop ranges no live or unreported call touches (keeps push cost bounded)."""
-        keep = [s for s in self.segs if (s[2] is not None and _matters(s[2])) or any(map(_matters, s[3]))]
-        self.segs, self.los = keep, [s[0] for s in keep]
+def _live(t) -> bool:
+    """Has ``t`` not reached a final state yet?"""
+    return t._state < _DONE
 
 
 class Task:
@@ -231,7 +127,7 @@ class _State:
         self.ready: deque[Task] = deque()
         self.live: dict[int, Task] = {}        # seq -> task, in push order
         self.unreported: dict[int, Task] = {}  # failed calls no wait has raised yet
-        self.spaces: dict[str, _Ranges] = {}
+        self.spaces: dict[str, Ranges] = {}
         self.segments_at_prune = 0
         self.next_seq = 0
         self.closing = False
@@ -401,8 +297,8 @@ _SIMULATOR_LOCK = threading.Lock()
 def _run_cuda(kernel, inputs, kw, stream):
     """A CUDA call on the worker's ``stream`` (or the caller's ``stream=``), synchronized before
     the call counts as done, so later calls may read its outputs from any stream or the host."""
-    from .lower_cuda import simulator
-    from .runtime_cuda import resolve_stream
+    from ..lower_cuda import simulator
+    from ..native.device import resolve_stream
     if "stream" in kw:
         stream = resolve_stream(kw["stream"])
     else:
@@ -542,7 +438,7 @@ class Engine:
             for (space, lo, hi), write in accesses:
                 ranges = st.spaces.get(space)
                 if ranges is None:
-                    ranges = st.spaces[space] = _Ranges()
+                    ranges = st.spaces[space] = Ranges(_matters, _live)
                 ranges.touch(lo, hi, task, write, deps)
             deps.discard(task)
             for d in deps:

@@ -37,27 +37,22 @@ import threading
 from pathlib import Path
 from typing import NamedTuple
 
-from .errors import CompileError, LibraryError
+from ..cache import cache_dir
+from ..emitters.common import CUDA_DEFAULT_ARCHS, HEADER_PATH
+from ..errors import CompileError, LibraryError
 
 __all__ = ["BUILD_FORMAT_VERSION", "HEADER_PATH", "MINDSPORE_CPU_FLAGS", "CUDA_DEFAULT_ARCHS", "cache_dir",
            "default_cpp_flags", "default_cuda_flags", "cuda_gencode_flags", "build_library", "aot_whitelist",
            "check_whitelist", "check_shared_library", "dynamic_symbols", "has_cuda_code", "needed_libraries",
-           "local_includes"]
+           "local_includes", "compile_cached"]
 
 #: Bump when the cache layout or anything else that changes the artifact for
 #: identical inputs changes; it is part of every key.
 BUILD_FORMAT_VERSION = 1
 
-#: fusegen's ``custom_aot_extra.h``; copy it beside a kernel source that includes it.
-HEADER_PATH = Path(__file__).resolve().parent / "templates" / "custom_aot_extra.h"
-
 #: MindSpore's own CPU auto-compile flags (no -O, as MindSpore does); the
 #: ``-I<source dir>`` it adds is appended to every build by ``build_library``.
 MINDSPORE_CPU_FLAGS: tuple[str, ...] = ("-std=c++17", "--shared", "-fPIC", "-D_GLIBCXX_USE_CXX11_ABI=0")
-
-#: GPU architectures a .cu source is built for when no GPU can be queried
-#: (all supported by CUDA 12/13), plus PTX for the newest so later GPUs can JIT it.
-CUDA_DEFAULT_ARCHS: tuple[str, ...] = ("75", "80", "86", "89", "90")
 
 _CPP_SUFFIXES = {".cc", ".cpp"}
 _CUDA_SUFFIXES = {".cu"}
@@ -66,16 +61,6 @@ _INCLUDE_RE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*([<"])([^">\r\n]+)[">]', 
 # Per-process memo of slow facts (compiler --version, probes, validated entries).
 _memo: dict[tuple, object] = {}
 _memo_lock = threading.Lock()
-
-
-def cache_dir() -> Path:
-    """The cache root: ``$FUSEGEN_CACHE_DIR``, else ``$XDG_CACHE_HOME/fusegen``, else ``~/.cache/fusegen``."""
-    explicit = os.environ.get("FUSEGEN_CACHE_DIR")
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "fusegen"
 
 
 def _memoized(key: tuple, compute):
@@ -429,7 +414,7 @@ def _run_compiler(command: list[str], source: Path) -> None:
                            (proc.stdout + proc.stderr).strip())
 
 
-def _compile_cached(source: Path, flags: list[str] | None, compiler: str | None) -> Path:
+def compile_cached(source: Path, flags: list[str] | None, compiler: str | None) -> Path:
     """Compile ``source`` (no whitelist check) or return the cached library."""
     compiler = _resolve_compiler(compiler, source.suffix)
     if flags is None:
@@ -493,6 +478,6 @@ def build_library(source_or_lib: str | os.PathLike, *, flags: list[str] | None =
     check_whitelist(path)
     real = Path(os.path.realpath(path))
     if real.suffix in _CPP_SUFFIXES | _CUDA_SUFFIXES or path.suffix in _CPP_SUFFIXES | _CUDA_SUFFIXES:
-        return _compile_cached(real, flags, compiler)
+        return compile_cached(real, flags, compiler)
     check_shared_library(real)
     return real

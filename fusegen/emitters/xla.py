@@ -20,10 +20,11 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from .abi_emit import ERRORS, Emitted, _combo_data, _env, _parse_dtypes, c_name, template_data
-from .dtypes import DTYPES, AttrType
-from .ir import OpDef
-from .plan import build_plan
+from ..dtypes import DTYPES, AttrType
+from ..ir import OpDef
+from ..plan import build_plan
+from . import cuda, mindspore_cpu
+from .common import CUDA_DEFAULT_ARCHS, ERRORS, Emitted, c_name, env, parse_dtypes, template_data
 
 #: fusegen dtype -> XLA FFI ``ffi::DataType`` (the element type a typed buffer binds to).
 FFI_DTYPES: dict[str, str] = {
@@ -103,37 +104,35 @@ def _handler_data(name: str, combo: dict, n_ws: int) -> dict:
 
 def nvcc_command(op_name: str) -> str:
     """How to build an emitted ``.cu`` handler by hand (``$JAX_FFI``: ``jax.ffi.include_dir()``)."""
-    from .build import CUDA_DEFAULT_ARCHS
     arch = " ".join(f"-gencode arch=compute_{a},code=sm_{a}" for a in CUDA_DEFAULT_ARCHS)
     return (f"nvcc -std=c++17 --shared -Xcompiler -fPIC -O3 --use_fast_math --expt-relaxed-constexpr {arch} "
             f'-I"$JAX_FFI" -o {op_name}_xla_ffi.so {op_name}_xla_ffi.cu')
 
 
 def emit_xla(op: OpDef, device: str = "cpu", dtypes=None) -> XlaEmitted:
-    """The XLA FFI source for ``op``: one handler per dtype combination (see ``abi_emit.emit``).
+    """The XLA FFI source for ``op``: one handler per dtype combination (see ``fusegen.abi_emit.emit``).
 
     ``device="cuda"`` renders the CUDA kernels of fusegen's MindSpore-AOT ``.cu`` (its stage code,
-    ``_cuda_stages.inc.j2``, and its plain data, ``lower_cuda._cuda_combo_data``) behind handlers
+    ``_cuda_stages.inc.j2``, and its plain data, ``emitters.cuda.combo_data``) behind handlers
     that take XLA:GPU's stream."""
     if device not in SUPPORTED_DEVICES:
         raise NotImplementedError(f"abi='xla-ffi' device={device!r} is not available: use 'cpu' or 'cuda'")
     _check_attrs(op)
     plan = build_plan(op)
-    combos = _parse_dtypes(op, dtypes)
+    combos = parse_dtypes(op, dtypes)
     name = c_name(op.name)
     n_ws = len(plan.buffers)
     extra: dict = {}
     if device == "cuda":
-        from .lower_cuda import _cuda_combo_data
-        combo_data = [_cuda_combo_data(op, plan, c) for c in combos]
+        combo_data = [cuda.combo_data(op, plan, c) for c in combos]
         extra = dict(nvcc_command=nvcc_command(op.name))
     else:
-        combo_data = [_combo_data(op, plan, c) for c in combos]
+        combo_data = [mindspore_cpu.combo_data(op, plan, c) for c in combos]
     # The keys the shared partials read are exactly abi_emit.emit's; the rest is XLA's.
     data = template_data(op, plan, combo_data, errors=ERRORS_XLA, ffi_attrs=_ffi_attr_data(op),
                          handlers=[_handler_data(name, c, n_ws) for c in combo_data], **extra)
     template, suffix = _TEMPLATES[device]
-    src = _env().get_template(template).render(**data)
+    src = env().get_template(template).render(**data)
     keys = [tuple(d.name for d in c) for c in combos]
     main = f"{op.name}_xla_ffi{suffix}"
     return XlaEmitted(

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from . import dtypes as dt
-from .dtypes import DType
-from .ir import Node, Op, Spec
+from .. import dtypes as dt
+from ..dtypes import DType
+from ..ir import Node, Op, Spec
 
 # The C-like base table. NaN handling follows NumPy: maximum/minimum propagate NaN,
 # relu(NaN) is NaN (it is maximum(x, 0)).

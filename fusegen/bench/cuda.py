@@ -1,6 +1,6 @@
 """``fusegen bench --device cuda`` (and ``fusegen demo``'s GPU table): the benchmark on a GPU.
 
-What differs from the CPU bench (``fusegen.bench``), and why:
+What differs from the CPU bench (``fusegen.bench.harness``), and why:
 
 * **Memory.** Inputs go to the device once per case; each fusegen method writes into output
   arrays of its own, allocated on the device when it is bound and passed as ``out=`` (filled
@@ -37,11 +37,7 @@ The targets (issue #4): on large cases *every* fusegen CUDA backend reaches
 from __future__ import annotations
 
 import contextlib
-import functools
-import importlib.metadata
 import os
-import shutil
-import subprocess
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -51,11 +47,14 @@ from typing import Any, Callable
 import numpy as np
 from numba import cuda, float32
 
-from . import bench
-from .bench import BenchConfig, Bandwidth, Case, Progress, Targets, _calls_for, _why
-from .bench_cases import OPS, Method, OpBench, Thunk, _importable, jax_available, torch_namespace
-from .lower_cuda import simulator
-from .bench_report import fmt_bytes
+from ..lower_cuda import simulator
+from . import harness as bench
+from .cases import OPS, Method, Thunk
+from .cuda_methods import (Placed, competitor_methods, fusegen_methods, gpu_info, gpu_methods,  # noqa: F401
+                           to_host)
+from .harness import BenchConfig, Case, Progress, Targets, calls_for
+from .machine import BANDWIDTH_BYTES, SPREAD_LIMIT, Bandwidth, machine_info, round_spread
+from .report import fmt_bytes
 
 #: Issue #4: every fusegen CUDA backend at this fraction of the copy bandwidth or more.
 TARGET_BANDWIDTH_FRACTION = 0.8
@@ -73,67 +72,12 @@ _THREADS = 256
 # --- is there a GPU ---------------------------------------------------------------------------------
 def unavailable() -> str | None:
     """Why the GPU bench cannot run here (no numba-cuda, no GPU or driver), or None."""
-    from .runtime_cuda import CudaUnavailableError, require_gpu
+    from ..native.device import CudaUnavailableError, require_gpu
     try:
         require_gpu()
     except CudaUnavailableError as e:
         return str(e)
     return None
-
-
-def _text(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
-def gpu_info() -> dict:
-    """The device and the software the numbers depend on (fields a simulator lacks are None)."""
-    dev = cuda.get_current_device()
-    sim = simulator()
-    info: dict[str, Any] = {"simulator": sim, "name": _text(getattr(dev, "name", None) or
-                                                           ("numba-cuda simulator" if sim else "unknown GPU")),
-                            "compute_capability": list(getattr(dev, "compute_capability", ()) or ())}
-    for key, attr in (("sm_count", "MULTIPROCESSOR_COUNT"), ("l2_bytes", "L2_CACHE_SIZE"),
-                      ("memory_clock_khz", "MEMORY_CLOCK_RATE"), ("bus_width_bits", "GLOBAL_MEMORY_BUS_WIDTH")):
-        try:
-            info[key] = int(getattr(dev, attr))
-        except Exception:  # noqa: BLE001 - an attribute this driver or the simulator lacks
-            info[key] = None
-    if info["memory_clock_khz"] and info["bus_width_bits"]:  # double data rate
-        info["peak_gbps"] = 2 * info["memory_clock_khz"] * 1e3 * info["bus_width_bits"] / 8 / 1e9
-    try:
-        info["memory_bytes"] = int(cuda.current_context().get_memory_info()[1])
-    except Exception:  # noqa: BLE001
-        info["memory_bytes"] = None
-    for key, get in (("cuda_driver_api", lambda: cuda.cudadrv.driver.driver.get_version()),
-                     ("cuda_runtime", lambda: cuda.runtime.get_version())):
-        try:
-            version = tuple(get())
-            info[key] = ".".join(map(str, version)) if min(version) >= 0 else None  # the simulator: -1
-        except Exception:  # noqa: BLE001
-            info[key] = None
-    info["driver"] = _nvidia_smi("driver_version")
-    info["versions"] = {m: _version(m) for m in ("numba-cuda", "torch", "cupy-cuda13x", "cupy-cuda12x", "jax",
-                                                  "jaxlib") if _version(m)}
-    return info
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def _nvidia_smi(field: str) -> str | None:
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return None
-    try:
-        out = subprocess.run([exe, f"--query-gpu={field}", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
 
 
 # --- device kernels: the copy probe and the prelude ------------------------------------------------
@@ -312,176 +256,6 @@ def time_on_device(calls: dict[str, Thunk], rounds: int, clock: WallClock, prelu
     return {n: [c.seconds(t) / counts[n] for c, t in toks] for n, toks in tokens.items()}, host
 
 
-# --- the methods --------------------------------------------------------------------------------------
-@dataclass
-class Placed:
-    """A case's inputs as the GPU methods get them (``Method.bind``'s first argument on the GPU):
-    the NumPy ``host`` arrays, their device copies, and the reference outputs (for the shapes and
-    dtypes of the ``out=`` arrays)."""
-
-    host: tuple
-    inputs: tuple
-    ref: tuple
-
-    def new_outputs(self) -> tuple:
-        return tuple(cuda.to_device(np.full(r.shape, np.nan, r.dtype)) for r in self.ref)
-
-
-def to_host(result: Any) -> tuple[np.ndarray, ...]:
-    """Any GPU method's result (Numba device arrays, torch tensors, CuPy or JAX arrays) in NumPy."""
-    items = result if isinstance(result, (tuple, list)) else (result,)
-    out = []
-    for r in items:
-        if hasattr(r, "copy_to_host"):           # Numba
-            out.append(r.copy_to_host())
-        elif type(r).__module__.startswith("cupy"):
-            out.append(r.get())
-        elif hasattr(r, "detach"):               # torch
-            out.append(r.detach().cpu().numpy())
-        else:                                    # JAX (and NumPy)
-            out.append(np.asarray(r))
-    return tuple(out)
-
-
-def _fusegen_method(name: str, kernel: Any, setup_s: float) -> Method:
-    def bind(placed: Placed, attrs: dict) -> Thunk:
-        outs = placed.new_outputs()
-        return lambda: kernel(*placed.inputs, out=outs, **attrs)
-    return Method(name, bind, setup_s, fusegen=True)
-
-
-def fusegen_methods(spec: OpBench, backends: list[str], dtype: str) -> tuple[list[Method], dict[str, str]]:
-    """fusegen's CUDA backends for ``spec``'s op: ``numba-cuda`` and ``aot-cuda`` (the emitted .cu,
-    built with nvcc for ``dtype``), each skipped with the reason where it cannot run. An AOT
-    library is tried on a tiny input first (shapes are runtime arguments: nothing is rebuilt):
-    under the simulator it refuses its native code with ``CudaUnavailableError``."""
-
-    from . import runtime
-    methods: list[Method] = []
-    skipped: dict[str, str] = {}
-    for backend in backends:
-        name = f"{backend}-cuda"
-        options = {"dtypes": dtype} if backend == "aot" else {}
-        t0 = time.perf_counter()
-        try:
-            kernel = runtime.compile(spec.op, backend=backend, device="cuda", **options)
-            if backend == "aot":
-                tiny = spec.make_inputs((2, 3), dtype)
-                kernel(*(cuda.to_device(a) for a in tiny), **spec.variants[0])
-                cuda.synchronize()
-        except Exception as e:  # noqa: BLE001 - CudaUnavailableError, or no nvcc, ...: any failure means skipped
-            skipped[name] = _why(e)
-            continue
-        methods.append(_fusegen_method(name, kernel, time.perf_counter() - t0))
-    return methods, skipped
-
-
-def _xp_method(name: str, spec: OpBench, xp: Any, put: Callable[[np.ndarray], Any],
-               wrap: Callable[[Callable], Callable] | None = None, synchronous: bool = False) -> Method:
-    """A competitor: ``spec``'s reference code with ``xp`` (torch / CuPy / jax.numpy) on device
-    copies made by ``put``; ``wrap`` compiles it (torch.compile, jax.jit)."""
-    def bind(placed: Placed, attrs: dict) -> Thunk:
-        args = [put(a) for a in placed.host]
-        fn = functools.partial(spec.xp_ref, xp, **attrs)
-        fn = wrap(fn) if wrap is not None else fn
-        if synchronous:
-            import jax
-            return lambda: jax.block_until_ready(fn(*args))
-        return lambda: fn(*args)
-    return Method(name, bind, synchronous=synchronous)
-
-
-def competitor_methods(spec: OpBench, cfg: BenchConfig) -> tuple[list[Method], dict[str, str]]:
-    """torch (eager; torch.compile with ``cfg.torch_compile``), CuPy and jax.jit on the GPU, each
-    where it is installed and sees a GPU, otherwise skipped with the reason."""
-    methods: list[Method] = []
-    skipped: dict[str, str] = {}
-    if cfg.torch:
-        torch_names = ["torch-cuda"] + (["torch-compile-cuda"] if cfg.torch_compile else [])
-        why = _torch_unusable()
-        if why:
-            skipped.update(dict.fromkeys(torch_names, why))
-        else:
-            import torch
-            ns = torch_namespace(torch)
-            put = functools.partial(_torch_put, torch)
-            methods.append(_xp_method("torch-cuda", spec, ns, put))
-            if cfg.torch_compile:
-                methods.append(_xp_method("torch-compile-cuda", spec, ns, put,
-                                          functools.partial(torch.compile, dynamic=False)))
-    why = _cupy_unusable()
-    if why:
-        skipped["cupy-cuda"] = why
-    else:
-        import cupy
-        methods.append(_xp_method("cupy-cuda", spec, cupy, cupy.asarray))
-    if cfg.jax:
-        why = _jax_unusable(cfg.dtype)
-        if why:
-            skipped["jax-cuda"] = why
-        else:
-            import jax
-            import jax.numpy as jnp
-            gpu = jax.devices("gpu")[0]
-            methods.append(_xp_method("jax-cuda", spec, jnp, lambda a: jax.device_put(a, gpu), jax.jit,
-                                      synchronous=True))
-    return methods, skipped
-
-
-def _torch_put(torch: Any, a: np.ndarray) -> Any:
-    return torch.from_numpy(a).to("cuda")
-
-
-def _torch_unusable() -> str | None:
-    if simulator():
-        return "the simulator has no device for torch"
-    if not _importable("torch"):
-        return "torch is not installed"
-    import torch
-    if not torch.cuda.is_available():
-        return "torch sees no CUDA device (a CPU-only build?)"
-    if torch.cuda.current_stream().cuda_stream != 0:
-        return "torch's current stream is not the legacy default stream the events are recorded on"
-    return None
-
-
-def _cupy_unusable() -> str | None:
-    if simulator():
-        return "the simulator has no device for CuPy"
-    if not _importable("cupy"):
-        return "cupy is not installed"
-    import cupy
-    try:
-        cupy.cuda.runtime.getDeviceCount()
-    except Exception as e:  # noqa: BLE001 - CuPy without a usable driver
-        return f"cupy sees no CUDA device ({_why(e)})"
-    if cupy.cuda.get_current_stream().ptr != 0:
-        return "CuPy's current stream is not the legacy default stream the events are recorded on"
-    return None
-
-
-def _jax_unusable(dtype: str) -> str | None:
-    if simulator():
-        return "the simulator has no device for JAX"
-    if not jax_available():
-        return "jax is not installed"
-    import jax
-    try:
-        jax.devices("gpu")
-    except RuntimeError as e:
-        return f"jax sees no GPU (a CPU-only jaxlib, or no CUDA plugin: {_why(e)})"
-    if jax.dtypes.canonicalize_dtype(np.dtype(dtype)) != np.dtype(dtype):
-        return f"{dtype} needs jax_enable_x64"
-    return None
-
-
-def gpu_methods(spec: OpBench, cfg: BenchConfig) -> tuple[list[Method], dict[str, str]]:
-    """fusegen's CUDA backends, then the competitors, for one op."""
-    fg, skipped = fusegen_methods(spec, list(cfg.backends), cfg.dtype)
-    others, why = competitor_methods(spec, cfg)
-    return fg + others, {**skipped, **why}
-
-
 # --- one case -------------------------------------------------------------------------------------------
 @dataclass
 class Device:
@@ -541,7 +315,7 @@ def measure_case(methods: list[Method], case: Case, arrays: tuple, rounds: int, 
     synchronous = frozenset(m.name for m in methods if m.synchronous)
     extra: dict[str, Any] = {}
     if case.small:
-        counts = {n: _calls_for(fn, calls_per_round) for n, fn in calls.items()}
+        counts = {n: calls_for(fn, calls_per_round) for n, fn in calls.items()}
         samples, host = time_on_device(calls, rounds, WallClock(dev.stream), None, counts)
         extra["timer"] = WallClock.kind + ": rounds of many calls, the stream synchronized at the end"
     else:
@@ -621,11 +395,11 @@ def run_bench(cfg: BenchConfig, progress: Progress | None = None) -> dict:
     bw = bw_start.merged(dev.bandwidth(cfg.bandwidth_reps))
     for d in docs:
         bench.finish_case(d, bw, GPU_TARGETS)
-    machine = bench.machine_info()
+    machine = machine_info()
     machine["gpu"] = gpu_info()
-    spread = bench.round_spread(docs)
+    spread = round_spread(docs)
     warnings = host_gap_warnings(docs)
-    if spread is not None and spread > bench.SPREAD_LIMIT:
+    if spread is not None and spread > SPREAD_LIMIT:
         warnings.append(f"the rounds of a method disagree by {100 * spread:.0f}% (median interquartile range / "
                         "median): something else used the GPU meanwhile; rerun")
     return {"schema": SCHEMA, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -648,7 +422,7 @@ def run_bench(cfg: BenchConfig, progress: Progress | None = None) -> dict:
 
 
 def run_demo(shape: tuple[int, ...], axis: int, dtype: str, rounds: int, backends: list[str],
-             probe_bytes: int = bench.BANDWIDTH_BYTES) -> dict:
+             probe_bytes: int = BANDWIDTH_BYTES) -> dict:
     """``fusegen demo``'s GPU table: add_reduce_sum through fusegen's CUDA backends (and eager
     torch / CuPy where installed), checked, timed against the copy bound."""
     spec = OPS["add_reduce_sum"]

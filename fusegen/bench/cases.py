@@ -240,7 +240,7 @@ class OpBench:
 
     @property
     def op(self) -> Any:
-        from . import examples
+        from .. import examples
         return getattr(examples, self.name)
 
     def make_inputs(self, shape: tuple[int, ...], dtype: str, seed: int = 0) -> Arrays:
@@ -334,7 +334,7 @@ def check(result: Any, ref: tuple[np.ndarray, ...], rtol: float) -> tuple[float,
 _probes: dict[str, bool] = {}
 
 
-def _importable(module: str) -> bool:
+def importable(module: str) -> bool:
     """Whether ``module`` imports (optional extras: a broken install counts as an absent one)."""
     if module not in _probes:
         try:
@@ -347,7 +347,7 @@ def _importable(module: str) -> bool:
 
 def jax_available() -> bool:
     """Whether jax imports (the optional ``fusegen[jax]`` extra)."""
-    return _importable("jax")
+    return importable("jax")
 
 
 _placed: dict[str, Any] = {}
@@ -424,7 +424,7 @@ def competitor_methods(spec: OpBench, dtype: str, kinds: list[str]) -> tuple[lis
                 else:
                     methods.append(_jax_method(spec))
         elif kind == "torch":
-            if _importable("torch"):
+            if importable("torch"):
                 methods.append(_torch_method(spec))
             else:
                 skipped["torch-cpu"] = "torch is not installed"

@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import math
 
-from . import ops as fg
-from .errors import TraceError
-from .ir import (Graph, Node, Op, OpDef, ReduceArg, ShapeOf, Tensor, _make, cast_like, expect_same_shape,
-                 sum_to, unreduce, value_srcs, where)
-from .plan import computed_nodes, leaves_of
+from ..errors import TraceError
+from . import vocab as fg
+from .nodes import Graph, Node, Op, ReduceArg, ShapeOf, computed_nodes, leaves_of, value_srcs
+from .opdef import OpDef
+from .trace import Tensor, cast_like, expect_same_shape, make as _make, sum_to, unreduce, where
 
 # Ops whose derivative is zero almost everywhere: adjoints stop there.
 _ZERO_GRAD = {Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE, Op.AND, Op.OR, Op.NOT, Op.FLOOR, Op.CEIL,

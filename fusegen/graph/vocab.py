@@ -1,15 +1,17 @@
-"""The functions an op body calls: ``fg.exp(x)``, ``fg.sum(x, axis=...)``, ``fg.where(...)``.
+"""The op vocabulary: the functions an op body calls, ``fg.exp(x)``, ``fg.sum(x, axis=...)``,
+``fg.where(...)``; ``fusegen/__init__.py`` re-exports them as the public ``fg.`` functions.
 
 Generated from the IR's op table so a new op costs one line here.
 """
 from __future__ import annotations
 
-from .ir import Op, Tensor, _binary, _unary, cast, reduce, where  # noqa: F401
+from .nodes import Op
+from .trace import Tensor, binary, cast, reduce, unary, where  # noqa: F401
 
 
 def _unary_fn(op: Op, name: str):
     def f(x) -> Tensor:
-        return _unary(op, x)
+        return unary(op, x)
     f.__name__ = f.__qualname__ = name
     f.__doc__ = f"Elementwise {name} (traced)."
     return f
@@ -17,7 +19,7 @@ def _unary_fn(op: Op, name: str):
 
 def _binary_fn(op: Op, name: str):
     def f(a, b) -> Tensor:
-        return _binary(op, a, b)
+        return binary(op, a, b)
     f.__name__ = f.__qualname__ = name
     f.__doc__ = f"Elementwise {name} with NumPy broadcasting and promotion (traced)."
     return f

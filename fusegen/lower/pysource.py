@@ -14,6 +14,8 @@ import os
 import sys
 import threading
 
+from ..cache import cache_dir
+
 _lock = threading.Lock()
 _modules: dict[str, object] = {}
 
@@ -42,7 +44,6 @@ def combine(kind: str, acc: str, v: str) -> str:
 
 
 def source_dir(sub: str) -> str:
-    from .build import cache_dir
     d = os.path.join(cache_dir(), sub)
     os.makedirs(d, exist_ok=True)
     return d

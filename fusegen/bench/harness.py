@@ -24,18 +24,14 @@ does, so that a 64 MiB output is not a fresh mmap whose page faults and zeroing
 ``BenchConfig.fresh_pages`` measures with them.
 
 Nothing here prints: results are plain dicts (the JSON schema), and a ``progress``
-callback, when given, hears about each step. ``fusegen.bench_report`` formats them.
+callback, when given, hears about each step. ``fusegen.bench.report`` formats them.
 """
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import gc
 import json
 import os
-import platform
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -43,23 +39,16 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from statistics import median
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import numpy as np
-from numba import njit, prange
 
-from .bench_cases import (OPS, Method, OpBench, Thunk, check, competitor_methods, jax_available, jax_on_device,
-                          reference, tolerance)
-from .bench_report import case_bandwidth
+from .cases import OPS, Method, OpBench, Thunk, check, competitor_methods, reference, tolerance  # noqa: F401
+from .machine import (BANDWIDTH_BYTES, SPREAD_LIMIT, Bandwidth, copy_bandwidth, gbps, machine_info, noise_warnings,  # noqa: F401
+                      read_bandwidth, read_pass, reused_pages, round_spread, time_interleaved)
+from .methods import cuda_available, discover, fg_jax_method, gxx_works, why  # noqa: F401
+from .report import case_bandwidth
 
-#: Size of the bandwidth probe: far beyond any L3, so it measures DRAM.
-BANDWIDTH_BYTES = 256 << 20
-#: Environment variables that change what the numbers mean (thread pools, spinning).
-_ENV_RECORDED = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "NUMBA_NUM_THREADS",
-                 "NUMBA_THREADING_LAYER", "FUSEGEN_PARALLEL_THRESHOLD", "FUSEGEN_CXX")
-#: Chunks the probe is split into: enough for load balance on many threads,
-#: large enough (1 MiB) that per-chunk overhead is noise.
-_BW_CHUNKS = 256
 SCHEMA = "fusegen-bench/2"
 #: The issue's targets: the best fusegen backend within this multiple of the bound (large
 #: shapes), and at most this many seconds per call (the small shape).
@@ -91,272 +80,6 @@ CPU_TARGETS = Targets(TARGET_BOUND_RATIO, TARGET_PER_CALL_S)
 Progress = Callable[[int, int, str], None]
 
 
-# --- bandwidth ------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Bandwidth:
-    """A measured bandwidth: the best of ``samples`` (bytes/s) over an array of ``nbytes``."""
-
-    kind: str                       # "read" or "copy"
-    nbytes: int
-    samples: tuple[float, ...]
-    how: str = ""                   # how it was measured, when not by this module's CPU probes
-
-    @property
-    def bytes_per_s(self) -> float:
-        # The best repetition: slower ones measure interference, not the memory system.
-        return max(self.samples)
-
-    @property
-    def gbps(self) -> float:
-        return self.bytes_per_s / 1e9
-
-    def merged(self, other: Bandwidth) -> Bandwidth:
-        """Both probes' samples (the start's and the end's of a run)."""
-        return Bandwidth(self.kind, self.nbytes, self.samples + other.samples, self.how)
-
-    def as_json(self) -> dict:
-        return {"kind": self.kind, "bytes_per_s": self.bytes_per_s, "gbps": self.gbps,
-                "array_bytes": self.nbytes, "reps": len(self.samples),
-                "samples_gbps": [s / 1e9 for s in self.samples],
-                "method": f"best of {len(self.samples)} " + (self.how or f"parallel Numba passes over a float32 "
-                                                                 f"array in {_BW_CHUNKS} slice-view chunks")}
-
-
-_probes: dict[str, bool] = {}
-
-
-# The probe kernels. Each prange chunk indexes a *slice view* from 0: a computed base index
-# (``a[i]``, ``i in range(start, stop)``) keeps LLVM from vectorizing the loop and the probe then
-# measures the core (~8 GB/s), not memory. Module-level, so that Numba's disk cache keeps them.
-@njit(parallel=True, fastmath={"reassoc", "contract"}, cache=True)
-def chunked_sum(a, nchunks):  # pragma: no cover - compiled by Numba
-    step = (a.size + nchunks - 1) // nchunks
-    parts = np.zeros(nchunks, np.float32)
-    for c in prange(nchunks):
-        v = a[c * step:min(a.size, (c + 1) * step)]
-        s = np.float32(0)
-        for i in range(v.size):
-            s += v[i]
-        parts[c] = s
-    return parts.sum()
-
-
-@njit(parallel=True, cache=True)
-def chunked_copy(dst, src, nchunks):  # pragma: no cover - compiled by Numba
-    step = (src.size + nchunks - 1) // nchunks
-    for c in prange(nchunks):
-        d = dst[c * step:min(src.size, (c + 1) * step)]
-        s = src[c * step:min(src.size, (c + 1) * step)]
-        for i in range(s.size):
-            d[i] = s[i]
-
-
-def read_bandwidth(nbytes: int = BANDWIDTH_BYTES, reps: int = 10) -> Bandwidth:
-    """Read bandwidth of this machine (bytes/s): the best of ``reps`` passes."""
-    return _bandwidth("read", nbytes, reps)
-
-
-def copy_bandwidth(nbytes: int = BANDWIDTH_BYTES, reps: int = 10) -> Bandwidth:
-    """Copy bandwidth, counting ``2 * nbytes`` (read + write) per pass; for reporting."""
-    return _bandwidth("copy", nbytes, reps)
-
-
-def _bandwidth(kind: str, nbytes: int, reps: int) -> Bandwidth:
-    src = np.ones(nbytes // 4, np.float32)  # ones, not empty: every page must be really mapped
-    dst = np.ones_like(src) if kind == "copy" else None
-    run = (lambda: chunked_sum(src, _BW_CHUNKS)) if dst is None else (lambda: chunked_copy(dst, src, _BW_CHUNKS))
-    moved = src.nbytes * (1 if dst is None else 2)
-    run()  # compile / load from Numba's cache, wake the thread pool
-    samples = [moved / t for t in time_interleaved({kind: run}, reps)[kind]]
-    return Bandwidth(kind, src.nbytes, tuple(samples))
-
-
-def gbps(nbytes: float, seconds: float) -> float:
-    """Effective bandwidth in GB/s (10^9 bytes/s) of moving ``nbytes`` in ``seconds``."""
-    return nbytes / seconds / 1e9 if seconds > 0 else float("inf")
-
-
-# --- the machine ----------------------------------------------------------------------------------
-def cpu_model() -> str:
-    """The CPU's marketing name from /proc/cpuinfo (Linux), else what ``platform`` knows."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown CPU"
-
-
-def machine_info() -> dict:
-    """What the numbers depend on: CPU, cores, threads, versions."""
-    import numba
-
-    import fusegen
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        usable = os.cpu_count() or 1
-    try:
-        layer = numba.threading_layer()
-    except ValueError:  # no parallel function has run yet
-        layer = None
-    return {"cpu_model": cpu_model(), "logical_cpus": os.cpu_count(), "usable_cpus": usable,
-            "numba_threads": numba.get_num_threads(), "numba_threading_layer": layer,
-            "platform": platform.platform(), "python": platform.python_version(),
-            "numpy": np.__version__, "numba": numba.__version__, "fusegen": fusegen.__version__,
-            "load_avg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,  # others' load skews all
-            "env": {k: os.environ[k] for k in _ENV_RECORDED if k in os.environ}}
-
-
-@contextlib.contextmanager
-def reused_pages() -> Iterator[str | None]:
-    """Keep freed memory in this process for the duration (glibc: no mmap for large blocks, no
-    trimming), so a method's output comes from pages already mapped instead of fresh ones; the
-    defaults are restored and the heap trimmed afterwards. Yields what was done, None where it
-    cannot be done (not glibc)."""
-    libc_name = ctypes.util.find_library("c") if sys.platform.startswith("linux") else None
-    libc = ctypes.CDLL(libc_name) if libc_name else None
-    if libc is None or not hasattr(libc, "mallopt"):
-        yield None
-        return
-    m_trim_threshold, m_mmap_max = -1, -4          # mallopt's parameter numbers (malloc.h)
-    libc.mallopt(m_mmap_max, 0)
-    libc.mallopt(m_trim_threshold, 2 ** 31 - 1)
-    try:
-        yield "glibc mallopt(M_MMAP_MAX=0, M_TRIM_THRESHOLD=2 GiB): freed pages are reused"
-    finally:
-        libc.mallopt(m_mmap_max, 65536)             # glibc's defaults
-        libc.mallopt(m_trim_threshold, 128 * 1024)
-        if hasattr(libc, "malloc_trim"):
-            libc.malloc_trim(0)
-
-
-# --- fusegen's backends ---------------------------------------------------------------------------
-def gxx_works() -> bool:
-    """Whether the C++ compiler the AOT backend uses ($FUSEGEN_CXX, else g++) builds a shared library."""
-    if "gxx" not in _probes:
-        compiler = shutil.which(os.environ.get("FUSEGEN_CXX") or "g++")
-        ok = False
-        if compiler:
-            with tempfile.TemporaryDirectory(prefix="fusegen-probe-") as tmp:
-                cmd = [compiler, "-x", "c++", "-shared", "-fPIC", "-o", os.path.join(tmp, "p.so"), "-"]
-                try:
-                    ok = subprocess.run(cmd, input=b'extern "C" int fg_probe() { return 1; }\n',
-                                        capture_output=True, timeout=120).returncode == 0
-                except (OSError, subprocess.TimeoutExpired):
-                    ok = False
-        _probes["gxx"] = ok
-    return _probes["gxx"]
-
-
-def cuda_available() -> bool:
-    """``numba.cuda.is_available()``, False when numba's CUDA support cannot even be imported."""
-    try:
-        from numba import cuda
-        return bool(cuda.is_available())
-    except Exception:  # noqa: BLE001 - any failure to reach a GPU means "no GPU"
-        return False
-
-
-def _why(e: Exception) -> str:
-    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")
-
-
-def _kernel_method(name: str, kernel: Any, setup_s: float) -> Method:
-    return Method(name, lambda arrays, attrs, k=kernel: (lambda: k(*arrays, **attrs)), setup_s, fusegen=True)
-
-
-def discover(op: Any, backends: list[str], devices: list[str], aot_flags: list[str] | None = None,
-             dtype: str | None = None) -> tuple[list[Method], dict[str, str]]:
-    """Compile ``op`` for every (backend, device) that works here.
-
-    Returns the working methods and, for the others, ``{name: why it was skipped}``.
-    A backend counts as present when its prerequisites are met and
-    ``fusegen.runtime.compile`` returns a kernel; failures of the kernel itself are
-    *not* skipped here: they surface as FAIL when the kernel is run. ``dtype`` limits
-    the AOT build to that dtype (default: every float dtype).
-    """
-    from . import runtime
-    methods: list[Method] = []
-    skipped: dict[str, str] = {}
-    for device in devices:
-        for backend in backends:
-            name = f"{backend}-{device}"
-            if device == "cuda" and not cuda_available():
-                skipped[name] = "no CUDA device"
-                continue
-            if backend == "aot" and not gxx_works():
-                skipped[name] = "no working C++ compiler (g++ or $FUSEGEN_CXX)"
-                continue
-            options: dict[str, Any] = {}
-            if backend == "aot":
-                options = {"flags": aot_flags} if aot_flags is not None else {}
-                if dtype is not None:
-                    options["dtypes"] = dtype
-            t0 = time.perf_counter()
-            try:
-                kernel = runtime.compile(op, backend=backend, device=device, **options)
-            except Exception as e:  # noqa: BLE001 - an unavailable backend may fail in any way
-                skipped[name] = _why(e)
-                continue
-            methods.append(_kernel_method(name, kernel, time.perf_counter() - t0))
-    return methods, skipped
-
-
-def fg_jax_method(op: Any, dtype: str) -> tuple[list[Method], dict[str, str]]:
-    """``op`` through ``fusegen.jax.function`` (the XLA FFI handler, "fg-jax-cpu"); skipped, with
-    the reason, without jax or a C++ compiler. Inputs go to the device once per case and every
-    call waits for its result (JAX dispatches asynchronously)."""
-    if not jax_available():
-        return [], {"fg-jax-cpu": "jax is not installed (pip install 'fusegen[jax]')"}
-    if not gxx_works():
-        return [], {"fg-jax-cpu": "no working C++ compiler (g++ or $FUSEGEN_CXX)"}
-    import jax
-
-    from . import jax as fg_jax
-    t0 = time.perf_counter()
-    try:
-        fn = fg_jax.function(op, dtypes=dtype)
-    except Exception as e:  # noqa: BLE001 - reported as skipped, as discover() does
-        return [], {"fg-jax-cpu": _why(e)}
-
-    def bind(arrays: tuple, attrs: dict) -> Thunk:
-        dev = jax_on_device(arrays)
-        return lambda: jax.block_until_ready(fn(*dev, **attrs))
-
-    return [Method("fg-jax-cpu", bind, time.perf_counter() - t0, fusegen=True)], {}
-
-
-# --- timing ---------------------------------------------------------------------------------------
-def time_interleaved(calls: dict[str, Thunk], rounds: int,
-                     calls_per_round: int | dict[str, int] = 1) -> dict[str, list[float]]:
-    """Per round, time each call in turn, starting one method later each round (A B C, B C A,
-    ...: no method always follows the same one); returns seconds per call, one sample per round
-    (the round's mean when a method makes several calls per round: ``calls_per_round``, one
-    count for all or one per name). The collector is off meanwhile: a collection landing in one
-    sample is not its cost."""
-    names = list(calls)
-    counts = calls_per_round if isinstance(calls_per_round, dict) else dict.fromkeys(names, calls_per_round)
-    samples: dict[str, list[float]] = {name: [] for name in names}
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        for r in range(rounds):
-            for k in range(len(names)):
-                name = names[(r + k) % len(names)]
-                fn, count = calls[name], counts[name]
-                t0 = time.perf_counter_ns()
-                for _ in range(count):
-                    fn()
-                samples[name].append((time.perf_counter_ns() - t0) * 1e-9 / count)
-    finally:
-        if enabled:
-            gc.enable()
-    return samples
-
-
 # --- one case -------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Case:
@@ -380,7 +103,7 @@ class Case:
 ROUND_BUDGET_S = 2e-3
 
 
-def _calls_for(fn: Thunk, most: int) -> int:
+def calls_for(fn: Thunk, most: int) -> int:
     """How many calls of ``fn`` fill ``ROUND_BUDGET_S`` (1 to ``most``), from ten timed calls."""
     t0 = time.perf_counter()
     for _ in range(10):
@@ -414,7 +137,7 @@ def check_methods(methods: list[Method], case: Case, arrays: tuple, warmup: int 
             for _ in range(warmup if ok else 0):
                 fn()
         except Exception as e:  # noqa: BLE001 - a failing method is a FAIL row, not a crash
-            entry.update(error=_why(e), ok=False)
+            entry.update(error=why(e), ok=False)
             continue
         entry.update(max_rel_err=err, checked=True, ok=ok)
         if ok:
@@ -439,17 +162,17 @@ def measure_case(methods: list[Method], case: Case, arrays: tuple, rounds: int, 
                  warmup: int = 2, probe: np.ndarray | None = None) -> dict:
     """Check every method against NumPy, then time the ones that passed, interleaved: the JSON
     of one case (ratios to the bound are added by ``finish_case``). Small cases make up to
-    ``calls_per_round`` calls per method and round (``_calls_for``). With a ``probe`` array, a
+    ``calls_per_round`` calls per method and round (``calls_for``). With a ``probe`` array, a
     large case also reads it once per round, interleaved with the methods: the read bandwidth
     of that case's own rounds, for its bound (the host's bandwidth drifts by tens of percent
     within minutes on shared machines, with other tenants' load)."""
     results, calls, ref, rtol = check_methods(methods, case, arrays, warmup)
-    counts = {n: _calls_for(fn, calls_per_round) if case.small else 1 for n, fn in calls.items()}
+    counts = {n: calls_for(fn, calls_per_round) if case.small else 1 for n, fn in calls.items()}
     if case.small:
         calls["(empty loop)"] = lambda: None  # the harness's own cost per call, for scale
         counts["(empty loop)"] = calls_per_round
     elif probe is not None:
-        calls["(read probe)"] = lambda: chunked_sum(probe, _BW_CHUNKS)
+        calls["(read probe)"] = lambda: read_pass(probe)
         counts["(read probe)"] = 1
     samples = time_interleaved(calls, rounds, counts)
     extra: dict[str, Any] = {}
@@ -506,14 +229,14 @@ def finish_case(doc: dict, bw: Bandwidth, targets: Targets = CPU_TARGETS) -> dic
 
 # --- compile time, in new processes ---------------------------------------------------------------
 # The child times its own import of fusegen (with numpy and numba), the first thing it does.
-_CHILD = ("import time; t0 = time.perf_counter(); import json, sys; from fusegen.bench import compile_child; "
+_CHILD = ("import time; t0 = time.perf_counter(); import json, sys; from fusegen.bench.harness import compile_child; "
           "print(json.dumps(compile_child(json.loads(sys.argv[1]), time.perf_counter() - t0)))")
 
 
 def compile_child(request: dict, import_s: float = 0.0) -> dict:
     """Runs in a new process: set up ``request['method']`` for one op and make the first call of
     each of its cases (the JIT or native compile of that signature). Seconds per step."""
-    from . import bench_cases
+    from . import cases as bench_cases
     spec = bench_cases.OPS[request["op"]]
     name, dtype = request["method"], request["dtype"]
     t1 = time.perf_counter()
@@ -567,40 +290,6 @@ def measure_compile_times(cases: list[Case], method_names: list[str], dtype: str
                         runs[state] = {"error": f"timed out after {timeout:.0f} s"}
             result.setdefault(op_name, {})[method] = runs
     return result
-
-
-# --- was the machine quiet? -----------------------------------------------------------------------
-#: Rounds of a quiet run agree within a few percent (median interquartile range / median: ~0.07
-#: on this project's 2-core CI machines when nothing else runs, 0.15-0.2 while tests run beside).
-SPREAD_LIMIT = 0.1
-
-
-def round_spread(docs: list[dict]) -> float | None:
-    """The median, over every method of every large case, of its rounds' interquartile range
-    relative to their median: how much the rounds of a method disagree."""
-    spreads = []
-    for d in docs:
-        for e in d["results"].values():
-            t = sorted(e.get("times_s", ()))
-            if d["size"] == "large" and len(t) >= 4:
-                spreads.append((t[(3 * len(t)) // 4] - t[len(t) // 4]) / median(t))
-    return median(spreads) if spreads else None
-
-
-def noise_warnings(machine: dict, spread: float | None) -> list[str]:
-    """Why these numbers may not be the machine's own. A parallel kernel waits for its slowest
-    thread: with other runnable processes, one thread waits a scheduler time slice
-    (milliseconds) whatever the kernel. The load at the end includes this run's own threads."""
-    cpus = machine["usable_cpus"]
-    start, end = (machine.get("load_avg_start") or [0.0])[0], (machine["load_avg"] or [0.0])[0]
-    out = []
-    if start > 0.5 * cpus or end > 1.5 * cpus:
-        out.append(f"load average {start:.1f} at the start, {end:.1f} at the end, on {cpus} CPUs: other "
-                   "processes compete for the cores, so multi-threaded timings are unreliable")
-    if spread is not None and spread > SPREAD_LIMIT:
-        out.append(f"the rounds of a method disagree by {100 * spread:.0f}% (median interquartile range / "
-                   f"median; a quiet run: under {100 * SPREAD_LIMIT:.0f}%): something else ran meanwhile")
-    return [w + "; rerun on a quiet machine" for w in out]
 
 
 # --- the two commands -----------------------------------------------------------------------------
@@ -747,7 +436,7 @@ def run_bench(cfg: BenchConfig, progress: Progress | None = None) -> dict:
 def run_demo(shape: tuple[int, ...], axis: int, dtype: str, rounds: int, backends: list[str],
              devices: list[str], aot_flags: list[str] | None = None, progress: Progress | None = None) -> dict:
     """``add_reduce_sum`` once through every available backend, checked against NumPy."""
-    from .bench_cases import numpy_method
+    from .cases import numpy_method
     say = progress or (lambda step, total, label: None)
     spec = OPS["add_reduce_sum"]
     say(1, 3, "compiling")

@@ -1,0 +1,4 @@
+"""The runtime's parts: the one ``Kernel`` (``rt.kernel``), what each device contributes
+(``rt.cpu``, ``rt.cuda``), each backend's executor (``rt.numba_cpu``, ``rt.numba_cuda``,
+``rt.aot``), write requests (``rt.requests``) and the ``Engine`` (``rt.engine``, ``rt.ranges``).
+``fusegen.runtime`` is the face."""
