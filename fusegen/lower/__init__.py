@@ -1,2 +1,3 @@
-"""What the two Numba lowerings (``fusegen.lower_cpu``, ``fusegen.lower_cuda``) share: Python
-spellings and writing generated source to an importable, cacheable file (``lower.pysource``)."""
+"""The Numba lowerings' parts (``fusegen.lower_cpu`` and ``fusegen.lower_cuda`` are the faces): what
+both share, Python spellings and writing generated source to an importable, cacheable file
+(``lower.pysource``), and the numba-cuda kernel source of a group (``lower.cuda_source``)."""

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import KernelError
 from ..lower_cuda import simulator
-from .buffers import DeviceBuffer
+from .buffers import DeviceBuffer, out_of_bounds
 from .device import (CudaUnavailableError, as_device, deliver, device_outputs, device_pointer, is_device_array,
                      require_gpu, resolve_stream, stream_handle)
 
@@ -74,9 +74,7 @@ class DeviceCalls:
                     workspaces = [w for w, _ in signature.keep[4] if isinstance(w, DeviceBuffer) and w.start]
                     damage = [d for d in (f.damage() for f in fences + workspaces) if d]
                     if damage:
-                        raise KernelError(f"{name}: {self.function} in {self.lib_path} wrote out of bounds "
-                                          f"(guard mode): " + "; ".join(damage), library=str(self.lib_path),
-                                          function=self.function, code=None, meaning="out-of-bounds write")
+                        raise out_of_bounds(self, damage)
                     for o, w in zip(outs, written):
                         o.copy_to_device(w, stream=st)
             finally:

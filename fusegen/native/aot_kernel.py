@@ -41,7 +41,7 @@ import numpy as np
 from ..emitters.common import TYPE_IDS
 from ..errors import ArgumentError, DTypeError, KernelError, LibraryError, ShapeError
 from . import aot_cuda, build
-from .buffers import DeviceBuffer, GuardedBuffer, aligned_workspace, guard_default
+from .buffers import DeviceBuffer, GuardedBuffer, GuardedCalls, aligned_workspace, guard_default
 from .host import (NAMES_BY_ID, FgCall, as_np_dtype, canonical_attrs, canonical_dtypes, canonical_shapes,
                    detect_string_abi, dtype_name, host_shim, is_function, positional_arity, set_attrs,
                    shape_block)
@@ -55,7 +55,7 @@ _c_void_p, _c_int, _c_int64, _c_size_t = ctypes.c_void_p, ctypes.c_int, ctypes.c
 _from_buffer, _addressof = ctypes.c_char.from_buffer, ctypes.addressof
 
 
-class AotKernel(aot_cuda.DeviceCalls):
+class AotKernel(aot_cuda.DeviceCalls, GuardedCalls):
     """A kernel in a library that follows MindSpore's AOT ABI, callable on NumPy arrays.
 
     ``func`` is ``"path:Name"``; a ``.cc``/``.cpp``/``.cu`` path is compiled (``flags``
@@ -480,39 +480,4 @@ class AotKernel(aot_cuda.DeviceCalls):
                 error.args = (error.args[0] + " (the out= arrays may hold partial results; "
                               "guard=True keeps them untouched on failure)",)
             raise error
-        return outs[0] if self.n_outputs == 1 else tuple(outs)
-
-    def _run_guarded(self, signature: Signature, arrays: Sequence[np.ndarray], out: Any):
-        """run_prepared in guard mode: outputs in fenced buffers, every fence checked after the call;
-        a caller's out= arrays are only written once the kernel is known to have stayed in bounds."""
-        given = self._check_out(out, signature) if out is not None else None
-        fences = [GuardedBuffer(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize, f"output {k}")
-                  for k, (shape, dtype) in enumerate(signature.outputs)]
-        outs = [f.array(shape, dtype) for f, (shape, dtype) in zip(fences, signature.outputs)]
-        with self._lock:
-            signature = self._enter(signature, arrays)
-            try:
-                params = signature.params
-                for i, array in enumerate(arrays):
-                    params[i] = array.ctypes.data
-                for k, f in enumerate(fences):  # a 0-byte output still gets a valid, fenced pointer
-                    params[len(arrays) + k] = f.address
-                status = self._call_main(signature.block_address)
-                block = signature.block
-                workspaces = [w for w, _ in signature.keep[4] if isinstance(w, GuardedBuffer)]
-                damage = [d for d in (f.damage() for f in fences + workspaces) if d]
-                if damage:
-                    raise KernelError(f"{self.name}: {self.function} in {self.lib_path} wrote out of bounds "
-                                      f"(guard mode): " + "; ".join(damage), library=str(self.lib_path),
-                                      function=self.function, code=None, meaning="out-of-bounds write")
-                if status or block.result:
-                    raise self._kernel_error(self.function, status, block.result, block.error)
-            finally:
-                self._leave(signature)
-        if given is not None:
-            for g, o in zip(given, outs):
-                np.copyto(g, o)
-            outs = given
-        else:
-            outs = [o.copy() for o in outs]  # release the fenced buffers' slack
         return outs[0] if self.n_outputs == 1 else tuple(outs)

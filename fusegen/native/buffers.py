@@ -11,6 +11,8 @@ import os
 
 import numpy as np
 
+from ..errors import KernelError
+
 #: Bytes of each guard zone: a multiple of cudaMalloc's alignment, so device buffers stay aligned.
 GUARD_BYTES = 256
 _GUARD_BYTE = 0xA5
@@ -90,3 +92,48 @@ class DeviceBuffer:
         """How the fences were overwritten, or None (call after the stream is synchronized)."""
         return fence_damage(self.what, self.nbytes, self.raw[:self.start].copy_to_host(),
                             self.raw[self.start + self.nbytes:].copy_to_host())
+
+
+def out_of_bounds(kernel, damage: list[str]) -> KernelError:
+    """The error of a guard-mode call whose fences show ``damage``."""
+    return KernelError(f"{kernel.name}: {kernel.function} in {kernel.lib_path} wrote out of bounds "
+                       f"(guard mode): " + "; ".join(damage), library=str(kernel.lib_path),
+                       function=kernel.function, code=None, meaning="out-of-bounds write")
+
+
+class GuardedCalls:
+    """The guard-mode call of an ``AotKernel`` on the CPU (a base class: it runs on the kernel's
+    lock, argument blocks and error strings)."""
+
+    def _run_guarded(self, signature, arrays, out):
+        """run_prepared in guard mode: outputs in fenced buffers, every fence checked after the call;
+        a caller's out= arrays are only written once the kernel is known to have stayed in bounds."""
+        given = self._check_out(out, signature) if out is not None else None
+        fences = [GuardedBuffer(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize, f"output {k}")
+                  for k, (shape, dtype) in enumerate(signature.outputs)]
+        outs = [f.array(shape, dtype) for f, (shape, dtype) in zip(fences, signature.outputs)]
+        with self._lock:
+            signature = self._enter(signature, arrays)
+            try:
+                params = signature.params
+                for i, array in enumerate(arrays):
+                    params[i] = array.ctypes.data
+                for k, f in enumerate(fences):  # a 0-byte output still gets a valid, fenced pointer
+                    params[len(arrays) + k] = f.address
+                status = self._call_main(signature.block_address)
+                block = signature.block
+                workspaces = [w for w, _ in signature.keep[4] if isinstance(w, GuardedBuffer)]
+                damage = [d for d in (f.damage() for f in fences + workspaces) if d]
+                if damage:
+                    raise out_of_bounds(self, damage)
+                if status or block.result:
+                    raise self._kernel_error(self.function, status, block.result, block.error)
+            finally:
+                self._leave(signature)
+        if given is not None:
+            for g, o in zip(given, outs):
+                np.copyto(g, o)
+            outs = given
+        else:
+            outs = [o.copy() for o in outs]  # release the fenced buffers' slack
+        return outs[0] if self.n_outputs == 1 else tuple(outs)

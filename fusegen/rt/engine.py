@@ -38,6 +38,7 @@ import weakref
 from collections import deque
 
 from ..errors import ArgumentError, FusegenError
+from .cuda import run_on_stream, runs_on_stream
 from .ranges import Ranges, extent
 
 
@@ -244,7 +245,7 @@ def _worker(state: _State) -> None:
                 if stream is None and "stream" not in kw:
                     from numba import cuda as nbcuda
                     stream = nbcuda.stream()
-                task._value = _run_cuda(kernel, inputs, kw, stream)
+                task._value = run_on_stream(kernel, inputs, kw, stream)
             elif _needs_layer_lock(kernel):
                 with _WORKQUEUE_LOCK:
                     task._value = kernel(*inputs, **kw)
@@ -286,47 +287,6 @@ def _needs_layer_lock(kernel) -> bool:
             except Exception:  # noqa: BLE001 - unknown layer: assume the unsafe one
                 _layer_safe = False
     return not _layer_safe
-
-
-# numba-cuda's simulator runs a launch by swapping the kernel module's ``cuda`` global for a fake
-# one, so two launches at once from different threads corrupt each other: under the simulator
-# the engine's CUDA calls take turns (the ordering logic is exercised all the same).
-_SIMULATOR_LOCK = threading.Lock()
-
-
-def _run_cuda(kernel, inputs, kw, stream):
-    """A CUDA call on the worker's ``stream`` (or the caller's ``stream=``), synchronized before
-    the call counts as done, so later calls may read its outputs from any stream or the host."""
-    from ..lower_cuda import simulator
-    from ..native.device import resolve_stream
-    if "stream" in kw:
-        stream = resolve_stream(kw["stream"])
-    else:
-        kw = {**kw, "stream": stream}
-    if simulator():
-        with _SIMULATOR_LOCK:
-            value = kernel(*inputs, **kw)
-    else:
-        value = kernel(*inputs, **kw)
-    stream.synchronize()
-    return value
-
-
-_STREAM_PARAM: dict = {}  # code object -> does the function take ``stream``?
-
-
-def _is_cuda(kernel) -> bool:
-    """Run on a stream: fusegen's CUDA kernels (``device == "cuda"``), or a plain function with a
-    ``stream`` parameter."""
-    device = getattr(kernel, "device", None)
-    if device is not None:
-        return device == "cuda"
-    code = getattr(kernel, "__code__", None)
-    if code is None:
-        return False
-    if code not in _STREAM_PARAM:
-        _STREAM_PARAM[code] = "stream" in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
-    return _STREAM_PARAM[code]
 
 
 def _arrays(value, what: str) -> tuple:
@@ -428,7 +388,7 @@ class Engine:
         accesses += [(e, True) for e in map(extent, outputs + writes) if e is not None]
         caller = sys._getframe(1)
         site = f"{os.path.basename(caller.f_code.co_filename)}:{caller.f_lineno}"
-        task = Task(self._state, kernel, site, (kernel, inputs, kw, _is_cuda(kernel)))
+        task = Task(self._state, kernel, site, (kernel, inputs, kw, runs_on_stream(kernel)))
         st = self._state
         with st.cond:
             if st.closing:
