@@ -49,9 +49,8 @@ from numba import cuda, float32
 
 from ..lower_cuda import simulator
 from . import harness as bench
-from .cases import OPS, Method, Thunk
-from .cuda_methods import (Placed, competitor_methods, fusegen_methods, gpu_info, gpu_methods,  # noqa: F401
-                           to_host)
+from .cases import OPS, Method, OpBench, Thunk
+from .cuda_methods import Placed, competitor_methods, fusegen_methods, gpu_info, to_host
 from .harness import BenchConfig, Case, Progress, Targets, calls_for
 from .machine import BANDWIDTH_BYTES, SPREAD_LIMIT, Bandwidth, machine_info, round_spread
 from .report import fmt_bytes
@@ -254,6 +253,13 @@ def time_on_device(calls: dict[str, Thunk], rounds: int, clock: WallClock, prelu
         bench.time_interleaved({n: timed(n, fn) for n, fn in calls.items()}, rounds)
         clock.stream.synchronize()
     return {n: [c.seconds(t) / counts[n] for c, t in toks] for n, toks in tokens.items()}, host
+
+
+def gpu_methods(spec: OpBench, cfg: BenchConfig) -> tuple[list[Method], dict[str, str]]:
+    """fusegen's CUDA backends, then the competitors, for one op."""
+    fg, skipped = fusegen_methods(spec, list(cfg.backends), cfg.dtype)
+    others, why = competitor_methods(spec, cfg)
+    return fg + others, {**skipped, **why}
 
 
 # --- one case -------------------------------------------------------------------------------------------

@@ -236,10 +236,3 @@ def _jax_unusable(dtype: str) -> str | None:
     if jax.dtypes.canonicalize_dtype(np.dtype(dtype)) != np.dtype(dtype):
         return f"{dtype} needs jax_enable_x64"
     return None
-
-
-def gpu_methods(spec: OpBench, cfg: BenchConfig) -> tuple[list[Method], dict[str, str]]:
-    """fusegen's CUDA backends, then the competitors, for one op."""
-    fg, skipped = fusegen_methods(spec, list(cfg.backends), cfg.dtype)
-    others, why = competitor_methods(spec, cfg)
-    return fg + others, {**skipped, **why}
