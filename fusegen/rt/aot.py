@@ -26,7 +26,7 @@ from ..ir import infer
 from ..native.aot_kernel import AotKernel
 from ..native.build import MINDSPORE_CPU_FLAGS, default_cuda_flags
 from ..native.device import is_device_array
-from .call import Call
+from .call import Call, Executor
 from .cuda import classify
 
 
@@ -38,7 +38,7 @@ class AotCall(Call):
     signature: object = None
 
 
-class AotExecutor:
+class AotExecutor(Executor):
     """Options: ``dtypes`` (the dtype combinations to emit; see ``fg.emit``), ``flags`` (compiler
     flags, or ``"mindspore"``), ``dynamic_workspace`` (passed to ``fg.emit``), ``emit_device``
     (CUDA only: ``"cpu"`` runs the C++ source on simulated device memory)."""
@@ -52,7 +52,8 @@ class AotExecutor:
             flags = default_cuda_flags(fast_math=flags == "mindspore") if flags in (None, "mindspore") else flags
         elif flags == "mindspore":
             flags = list(MINDSPORE_CPU_FLAGS)
-        self.kernel, self.op, self.flags, self._dynamic_workspace = kernel, op, flags, dynamic_workspace
+        super().__init__(kernel)
+        self.op, self.flags, self._dynamic_workspace = op, flags, dynamic_workspace
         self.emit_device = emit_device
         self.emitted = emit(op, abi="mindspore-aot", device=self.emit_device, dtypes=dtypes,
                             dynamic_workspace=dynamic_workspace)
@@ -71,7 +72,7 @@ class AotExecutor:
     def describe(self) -> str:
         return f" func={self.func}"
 
-    def source(self) -> str:
+    def source(self, last=None) -> str:
         return self.emitted.source
 
     @property

@@ -74,7 +74,7 @@ class Kernel:
     def source(self) -> str:
         """The generated source: the emitted file (AOT), or the most recently prepared signature's
         Numba functions."""
-        return self.executor.source()
+        return self.executor.source(self._last)
 
     def sources(self) -> dict:
         """Numba: every prepared signature's generated source, by signature key."""

@@ -19,7 +19,7 @@ from ..lower_cpu import compile_group, meta_array
 from ..plan import Plan, schedule
 from ..plan.exprs import reg_dtype
 from .cpu import finish, host_outputs
-from .call import Call
+from .call import Call, Executor
 
 #: Below this many domain elements a group runs on the calling thread: waking a
 #: thread pool costs more than it saves on small inputs.
@@ -80,29 +80,11 @@ class NumbaCpuCall(Call):
     pool: list = field(default_factory=list)     # workspace sets, reused between calls
 
 
-class NumbaCpuExecutor:
-    """``backend="numba", device="cpu"``. It takes no options (any given are ignored)."""
+class NumbaCpuExecutor(Executor):
+    """``backend="numba", device="cpu"``. It takes no options (any given are ignored, as before)."""
 
     def __init__(self, kernel, **_ignored):
-        self.kernel = kernel
-
-    def describe(self) -> str:
-        return ""
-
-    def source(self) -> str:
-        last = self.kernel._last
-        if last is None:
-            return "# no call yet: the source is generated per input signature on the first call\n"
-        return "\n\n".join(g.source for g in last.groups)
-
-    def check(self, arrs) -> None:
-        pass
-
-    def variant_options(self, op) -> dict:
-        return {}
-
-    def close(self) -> None:
-        pass
+        super().__init__(kernel)
 
     def prepare(self, spec, bound: dict, arrs, key) -> NumbaCpuCall:
         plan = self.kernel.plan

@@ -16,7 +16,7 @@ from ..lower_cuda import choose_launch, load_group, meta_array, simulator
 from ..native.device import deliver, device_outputs, flat, is_device_array, resolve_stream
 from ..plan import schedule
 from ..plan.exprs import reg_dtype
-from .call import Call
+from .call import Call, Executor
 from .cuda import classify
 
 
@@ -42,7 +42,7 @@ class NumbaCudaCall(Call):
     groups: list = field(default_factory=list)
 
 
-class NumbaCudaExecutor:
+class NumbaCudaExecutor(Executor):
     """Options: ``threads`` (max threads per block; default 256, 16 under the simulator),
     ``max_blocks`` (grid cap; the kernels grid-stride), ``split`` (force a chunk count on
     splittable reductions; for tests)."""
@@ -53,26 +53,11 @@ class NumbaCudaExecutor:
         for name, v in (("max_blocks", max_blocks), ("split", split)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ValueError(f"{name} must be a positive int, got {v!r}")
-        self.kernel = kernel
+        super().__init__(kernel)
         self.threads, self.max_blocks, self.split = threads, max_blocks, split
-
-    def describe(self) -> str:
-        return ""
-
-    def source(self) -> str:
-        last = self.kernel._last
-        if last is None:
-            return "# no call yet: the source is generated per input signature on the first call\n"
-        return "\n\n".join(g.source for g in last.groups)
-
-    def check(self, arrs) -> None:
-        pass
 
     def variant_options(self, op) -> dict:
         return dict(threads=self.threads, max_blocks=self.max_blocks, split=self.split)
-
-    def close(self) -> None:
-        pass
 
     def prepare(self, spec, bound: dict, arrs, key) -> NumbaCudaCall:
         from numba import cuda
