@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import ArgumentError
+
 
 @dataclass
 class Call:
@@ -45,3 +47,24 @@ class Executor:
 
     def prepare(self, spec, bound: dict, arrays, key) -> Call:
         raise NotImplementedError
+
+
+def check_count(op, arrays) -> None:
+    if len(arrays) != len(op.inputs):
+        raise ArgumentError(f"op {op.name} takes {len(op.inputs)} inputs ({', '.join(op.inputs)}), "
+                            f"got {len(arrays)}")
+
+
+def signature_key(arrays, attrs: dict):
+    """The key a call's signature is cached under: dtypes and shapes, then attribute values *and
+    types* (1, 1.0 and True are equal as dict keys but must not share an entry). The kernel's fast
+    path builds the same key inline. None when an attribute value is unhashable (a list): such
+    calls are prepared every time, not cached."""
+    key = tuple([(a.dtype, tuple(a.shape)) for a in arrays])
+    if attrs:
+        key = (key, *attrs.items(), *map(type, attrs.values()))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key

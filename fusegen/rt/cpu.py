@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ArgumentError, DTypeError, ShapeError
+from .call import check_count, signature_key
 
 
 class HostArguments:
@@ -30,18 +31,9 @@ HOST = HostArguments()
 def call_signature(op, arrays, attrs: dict):
     """The slow path's view of a call: inputs as arrays (count checked) and the signature key
     the fast path looks up; the key is None when an attribute value is unhashable (a list)."""
-    if len(arrays) != len(op.inputs):
-        raise ArgumentError(f"op {op.name} takes {len(op.inputs)} inputs ({', '.join(op.inputs)}), "
-                            f"got {len(arrays)}")
+    check_count(op, arrays)
     arrs = [a if type(a) is np.ndarray else np.asarray(a) for a in arrays]
-    key = tuple([(a.dtype, a.shape) for a in arrs])
-    if attrs:
-        key = (key, *attrs.items(), *map(type, attrs.values()))
-    try:
-        hash(key)
-    except TypeError:
-        key = None
-    return arrs, key
+    return arrs, signature_key(arrs, attrs)
 
 
 def host_outputs(name: str, out, shapes, dtypes, reg_dtypes) -> list:

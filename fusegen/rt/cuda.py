@@ -10,9 +10,9 @@ import threading
 
 import numpy as np
 
-from ..errors import ArgumentError
 from ..lower_cuda import simulator
 from ..native.device import as_device, is_device_array, require_gpu, resolve_stream
+from .call import check_count, signature_key
 
 
 class CudaArguments:
@@ -24,19 +24,10 @@ class CudaArguments:
         taken out of ``attrs``)."""
         require_gpu()
         op = kernel.op
-        if len(arrays) != len(op.inputs):
-            raise ArgumentError(f"op {op.name} takes {len(op.inputs)} inputs ({', '.join(op.inputs)}), "
-                                f"got {len(arrays)}")
+        check_count(op, arrays)
         st = resolve_stream(attrs.pop("stream", None))
         ins = classify(op, arrays)
-        key = tuple([(np.dtype(a.dtype), tuple(a.shape)) for a in ins])
-        if attrs:
-            key = (key, *attrs.items(), *map(type, attrs.values()))
-        try:
-            hash(key)
-        except TypeError:
-            key = None
-        return ins, key, st
+        return ins, signature_key(ins, attrs), st
 
 
 CUDA = CudaArguments()
