@@ -79,6 +79,13 @@ class GroupSource:
         self.split = split
         self.ops = {key: _Op(slot_name(key), key, p[0], p[1], k)
                     for k, (key, p) in enumerate(zip(run.operands, pattern))}
+        # the group's accesses: which operand a loaded leaf is, where a reduction's result goes
+        self.read_slot = {id(a.node): a.slot for st in self._stages() for a in st.reads}
+        self.store_slots: dict[int, list] = {}
+        for st in self._stages():
+            for a in st.stores:
+                if a.node.op is Op.REDUCE:
+                    self.store_slots.setdefault(id(a.node), []).append(a.slot)
         self.lines: list[str] = []
         self.attrs: list[str] = sorted({n.arg for st in self._stages() for n in _nodes_of(st) if n.op is Op.ATTR})
 
@@ -222,8 +229,7 @@ class GroupSource:
             def leaf(n, views=views):
                 if n.op is Op.ATTR:
                     return self._attr(n)
-                key = ("in", n.arg) if n.op is Op.INPUT else ("buf", self.plan.buffer_index(n))
-                return f"{views[key]}[i]"
+                return f"{views[self.read_slot[id(n)]]}[i]"
             ew = ExprWriter(self.spec, PYTHON, leaf, prefix=f"s{st.index}_k{k}_")
             vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
             for name, expr in ew.lines:
@@ -328,16 +334,12 @@ class GroupSource:
         return any(("out", k) == key for k, _ in st.writes)
 
     def _result_targets(self, r: Node) -> list[_Op]:
-        keys = [("out", k) for k in self.plan.reduce_outputs.get(id(r), ())]
-        if any(r is b for b in self.plan.buffers):
-            keys.append(("buf", self.plan.buffer_index(r)))
-        return [self.ops[k] for k in keys]
+        return [self.ops[k] for k in self.store_slots.get(id(r), ())]
 
     def _load(self, n: Node, mode: str) -> str:
         if n.op is Op.ATTR:
             return self._attr(n)
-        key = ("in", n.arg) if n.op is Op.INPUT else ("buf", self.plan.buffer_index(n))
-        o = self.ops[key]
+        o = self.ops[self.read_slot[id(n)]]
         cls = o.ri if mode == "row" else o.i
         return f"s_{o.name}" if cls == 0 else f"v_{o.name}[{'ri' if mode == 'row' else 'i'}]"
 

@@ -44,6 +44,13 @@ class CudaGroupSource:
         self.plan, self.spec, self.run, self.launch = plan, spec, run, launch
         self.stages = [plan.stages[i] for i in run.stages]
         self.ops = {key: (slot_name(key), k) for k, key in enumerate(run.operands)}
+        # the group's accesses: which operand a loaded leaf is, where a reduction's result goes
+        self.read_slot = {id(a.node): a.slot for st in self.stages for a in st.reads}
+        self.store_slots: dict[int, list] = {}
+        for st in self.stages:
+            for a in st.stores:
+                if a.node.op is Op.REDUCE:
+                    self.store_slots.setdefault(id(a.node), []).append(a.slot)
         self.attrs = sorted({n.arg for st in self.stages for n in _nodes_of(st) if n.op is Op.ATTR})
         self.reductions = [r for st in self.stages for r in st.reductions]
         self.split = launch.nsplit > 1
@@ -125,8 +132,7 @@ class CudaGroupSource:
     def _load(self, n: Node) -> str:
         if n.op is Op.ATTR:
             return f"a_{n.arg}"
-        key = ("in", n.arg) if n.op is Op.INPUT else ("buf", self.plan.buffer_index(n))
-        name = self.ops[key][0]
+        name = self.ops[self.read_slot[id(n)]][0]
         d = dt.materialize(self.spec.of(n).dtype) if n.op is Op.INPUT else None
         text = f"{name}[c_{name}]"
         # half is loaded as half and widened: the expression table computes in float32
@@ -148,10 +154,7 @@ class CudaGroupSource:
         return vals, stores
 
     def _targets(self, r: Node) -> list[str]:
-        keys = [("out", k) for k in self.plan.reduce_outputs.get(id(r), ())]
-        if any(r is b for b in self.plan.buffers):
-            keys.append(("buf", self.plan.buffer_index(r)))
-        return [self.ops[k][0] for k in keys]
+        return [self.ops[k][0] for k in self.store_slots.get(id(r), ())]
 
     def _finalize(self, pad: int, st, accs: list[str]) -> None:
         """Mean, casts and the stores of a stage's results at the base offsets; then its finals."""
