@@ -12,6 +12,7 @@ on the simulator's device arrays instead (how CI exercises the device path witho
 """
 from __future__ import annotations
 
+import builtins
 import hashlib
 import threading
 from dataclasses import dataclass
@@ -139,18 +140,23 @@ class AotExecutor(Executor):
                 return (res,) if one_tuple else res
             return run
 
-        def run(arrays, out, stream=None):
-            if signature is None:
+        if signature is None:  # an unhashable attribute: AotKernel prepares the call itself
+            def run(arrays, out, stream=None):
                 res = kernel(*arrays, out=out)
-            else:
-                for a in arrays:
-                    if not a.flags.c_contiguous:  # copied, as AotKernel does
-                        res = kernel(*arrays, out=out)
-                        break
-                else:
-                    res = run_prepared(signature, arrays, out)
-            return (res,) if one_tuple else res
-        return run
+                return (res,) if one_tuple else res
+            return run
+        # The hot path, generated for this signature's input count (see numba_cpu.make_runner): a
+        # non-contiguous input is copied by AotKernel itself.
+        contiguous = " and ".join(f"arrays[{i}].flags.c_contiguous" for i in range(len(self.op.inputs)))
+        wrap = ("(", ",)") if one_tuple else ("", "")
+        src = (f"def run(arrays, out, stream=None):\n"
+               f"    if {contiguous}:\n"
+               f"        return {wrap[0]}_run_prepared(_signature, arrays, out){wrap[1]}\n"
+               f"    return {wrap[0]}_kernel(*arrays, out=out){wrap[1]}\n")
+        g = {"_run_prepared": run_prepared, "_signature": signature, "_kernel": kernel}
+        exec(builtins.compile(src, f"<fusegen aot runner {self.op.name}>", "exec"), g)
+        g["run"].source = src
+        return g["run"]
 
     def close(self) -> None:
         for k in self.by_attrs.values():

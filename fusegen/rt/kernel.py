@@ -38,8 +38,8 @@ class Kernel:
     ``backend``: ``"numba"`` (generated Numba functions) or ``"aot"`` (the emitted MindSpore-AOT
     source, built and hosted); ``device``: ``"cpu"`` or ``"cuda"``. ``options`` go to the
     backend (numba-cuda: ``threads``, ``max_blocks``, ``split``; aot: ``dtypes``, ``flags``,
-    ``dynamic_workspace``, ``emit_device``). Backend-specific attributes (an AOT kernel's
-    ``func``, ``lib_path``, ``flags``, ``emitted``) are its executor's (``kernel.executor``).
+    ``dynamic_workspace``, ``emit_device``). An AOT kernel's ``func``, ``lib_path``, ``flags``
+    and ``emitted`` are its executor's (``kernel.executor``).
     """
 
     def __init__(self, op: OpDef, backend: str = "numba", device: str = "cpu", **options):
@@ -64,11 +64,27 @@ class Kernel:
     def __repr__(self) -> str:
         return f"<fusegen.Kernel {self.op.name} backend={self.backend} device={self.device}{self.executor.describe()}>"
 
-    def __getattr__(self, name):
-        # Only reached for attributes the kernel lacks: an AOT kernel's func, lib_path, flags, emitted.
-        if name in ("func", "lib_path", "flags", "emitted", "directory") and "executor" in self.__dict__:
-            return getattr(self.executor, name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+    # An AOT kernel's own attributes are its executor's (explicit properties, not __getattr__: a
+    # class with __getattr__ pays for it on every attribute access, the hot path's included).
+    @property
+    def func(self) -> str:
+        """AOT: the ``path:Name`` of the emitted source (what MindSpore and ``fg.AotKernel`` take)."""
+        return self.executor.func
+
+    @property
+    def lib_path(self):
+        """AOT: the built library."""
+        return self.executor.lib_path
+
+    @property
+    def flags(self):
+        """AOT: the compiler flags the library is built with."""
+        return self.executor.flags
+
+    @property
+    def emitted(self):
+        """AOT: the emitted files (``fg.emit``'s result)."""
+        return self.executor.emitted
 
     @property
     def source(self) -> str:
