@@ -293,7 +293,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     try:
         from .native.build import MINDSPORE_CPU_FLAGS, build_library
     except ImportError as e:
-        return _fail("build", f"fusegen.build.build_library is not available in this installation ({e})", 2)
+        return _fail("build", f"fusegen.native.build.build_library is not available in this installation ({e})", 2)
     flags = _flags(args.flags)
     if flags == "mindspore":
         flags = list(MINDSPORE_CPU_FLAGS)

@@ -1,7 +1,7 @@
 """``AotKernel``: run any library that speaks MindSpore's AOT custom-kernel ABI.
 
 Mirrors ``ops.Custom(func, out_shape, out_dtype, "aot")``: ``func`` is
-``"path/file.cc:Name"`` (sources are compiled through ``fusegen.build``), the
+``"path/file.cc:Name"`` (sources are compiled through ``fusegen.native.build``), the
 library exports ``Name`` and optionally ``NameInit``, ``NameInferShape``,
 ``NameInferType`` and fusegen's ``const char *NameErrorString(int code)``.
 

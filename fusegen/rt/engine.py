@@ -89,7 +89,7 @@ class Task:
 
     def __repr__(self) -> str:
         states = ("waiting", "ready", "running", "done", "failed", "skipped", "cancelled")
-        return f"<fusegen.engine.Task {self.label}: {states[self._state]}>"
+        return f"<fusegen.rt.engine.Task {self.label}: {states[self._state]}>"
 
     def done(self) -> bool:
         """True once the call finished, failed, was skipped or cancelled."""
