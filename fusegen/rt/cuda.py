@@ -10,7 +10,6 @@ import threading
 
 import numpy as np
 
-from ..lower_cuda import simulator
 from ..native.device import as_device, is_device_array, require_gpu, resolve_stream
 from .call import check_count, signature_key
 
@@ -50,6 +49,7 @@ _SIMULATOR_LOCK = threading.Lock()
 def run_on_stream(kernel, inputs, kw, stream):
     """A CUDA call on the worker's ``stream`` (or the caller's ``stream=``), synchronized before
     the call counts as done, so later calls may read its outputs from any stream or the host."""
+    from ..lower_cuda import simulator
     if "stream" in kw:
         stream = resolve_stream(kw["stream"])
     else:

@@ -58,7 +58,7 @@ class Kernel:
         self._variants: dict = {}   # write-request variants of the op -> their kernels
         self._lock = threading.Lock()
         self._last: Call | None = None
-        self.place = _device(device)
+        self.place = _device(device)          # what the device contributes: rt.cpu.HOST or rt.cuda.CUDA
         self.executor = _executor(backend, device)(self, **options)
 
     def __repr__(self) -> str:

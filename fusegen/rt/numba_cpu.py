@@ -1,6 +1,7 @@
 """The Numba CPU backend's executor: for a signature, schedule the plan, compile one Numba
 function per fused group (``fusegen.lower_cpu``) with the thread, tile and split policy below,
-and generate the *runner*: a small function specialized to that signature.
+and generate the *runner*: a small function specialized to that signature (the thread policy is
+``rt.policy``).
 
 The runner is generated because a generic loop over inputs, outputs and groups costs more than
 the native call itself at small sizes (the per-call target is a few microseconds). Workspaces
@@ -10,57 +11,16 @@ from __future__ import annotations
 
 import builtins
 import functools
-import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..lower_cpu import compile_group, meta_array
-from ..plan import Plan, schedule
+from ..plan import schedule
 from ..plan.exprs import reg_dtype
 from .cpu import finish, host_outputs
+from .policy import PARALLEL_THRESHOLD, choose_tile, num_threads, split_count
 from .call import Call, Executor
-
-#: Below this many domain elements a group runs on the calling thread: waking a
-#: thread pool costs more than it saves on small inputs.
-PARALLEL_THRESHOLD = int(os.environ.get("FUSEGEN_PARALLEL_THRESHOLD", 1 << 17))
-
-
-def num_threads() -> int:
-    import numba
-    return numba.get_num_threads()
-
-
-def choose_tile(layout, nthreads: int) -> int:
-    """Width of the inner-dim tile a task handles. Wide tiles stream memory well (a task
-    reads rows, not 512-byte pieces of them), so cut only as many tiles as it takes to give
-    every thread work, and keep col-mode accumulator tiles within L1/L2."""
-    inner = layout.inner
-    if inner <= 1:
-        return 1
-    cap = 2048 if layout.ri * layout.ro_total > 1 else 16384
-    tiles = max(1, -(-nthreads // max(1, layout.o_total)))  # tiles per outer index
-    per = -(-inner // tiles)
-    per = -(-per // 64) * 64
-    return max(min(256, inner), min(per, cap, inner))
-
-
-def split_count(plan: Plan, run, nthreads: int) -> int:
-    """How many chunks to cut a group's reduced dim into (1: don't).
-
-    Splitting pays when a lone reduction has too few outputs to keep every thread on
-    contiguous memory (a column sum of a tall matrix, a full reduction): each task then
-    streams whole rows into a private partial row, and the partials are folded at the end.
-    """
-    L = run.layout
-    stages = [plan.stages[i] for i in run.stages]
-    if len(stages) != 1 or not stages[0].reductions or stages[0].writes:
-        return 1
-    if L.o_total >= 2 * nthreads or L.ri < 64 * nthreads:
-        return 1
-    per_outer = -(-4 * nthreads // L.o_total)
-    return max(1, min(per_outer, L.ri // 32))
-
 
 @dataclass
 class Group:
