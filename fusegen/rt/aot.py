@@ -141,7 +141,7 @@ class AotExecutor(Executor):
             return run
 
         if signature is None:  # an unhashable attribute: AotKernel prepares the call itself
-            def run(arrays, out, stream=None):
+            def run(arrays, out):
                 res = kernel(*arrays, out=out)
                 return (res,) if one_tuple else res
             return run
@@ -149,7 +149,7 @@ class AotExecutor(Executor):
         # non-contiguous input is copied by AotKernel itself.
         contiguous = " and ".join(f"arrays[{i}].flags.c_contiguous" for i in range(len(self.op.inputs)))
         wrap = ("(", ",)") if one_tuple else ("", "")
-        src = (f"def run(arrays, out, stream=None):\n"
+        src = (f"def run(arrays, out):\n"
                f"    if {contiguous}:\n"
                f"        return {wrap[0]}_run_prepared(_signature, arrays, out){wrap[1]}\n"
                f"    return {wrap[0]}_kernel(*arrays, out=out){wrap[1]}\n")

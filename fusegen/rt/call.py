@@ -15,7 +15,7 @@ class Call:
     out_shapes: tuple
     out_dtypes: tuple          # what the caller gets (NumPy dtypes)
     attr_values: dict
-    run: object = None         # the runner the executor made: run(arrays, out, stream=None)
+    run: object = None         # the runner: run(arrays, out), CUDA run(arrays, out, stream=None)
 
 
 class Executor:

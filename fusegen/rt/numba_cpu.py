@@ -77,7 +77,7 @@ def make_runner(op, call: NumbaCpuCall):
                                        reg_dtypes=call.reg_out_dtypes),
          "_finish": functools.partial(finish, dtypes=call.out_dtypes, multi=op.multi_output)}
     ins = ", ".join(f"a{i}" for i in range(nin)) + ("," if nin == 1 else "")
-    lines = ["def run(arrays, out, stream=None):", f"    {ins} = arrays"]
+    lines = ["def run(arrays, out):", f"    {ins} = arrays"]
     for i, conv in enumerate(call.in_reg):
         lines.append(f"    if type(a{i}) is not _nd:")
         lines.append(f"        a{i} = np.asarray(a{i})")
