@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 # The table and time formats are shared with the bench report (re-exported here for callers).
-from .bench_report import Progress, fmt_check, fmt_ratio, fmt_time, format_table  # noqa: F401
+from .bench.report import Progress, fmt_check, fmt_ratio, fmt_time, format_table  # noqa: F401
 
 KNOWN_BACKENDS = ("numba", "aot")
 DEVICES = ("cpu", "cuda")
@@ -91,7 +91,7 @@ def _fail(command: str, message: str, code: int) -> int:
 # --- demo -----------------------------------------------------------------------------------------
 def cmd_demo(args: argparse.Namespace) -> int:
     """``fusegen demo``: one checked, timed run per backend (a table per device); 1 if any is wrong."""
-    from . import bench
+    from .bench import harness as bench
     if not -len(args.shape) <= args.axis < len(args.shape):
         return _fail("demo", f"axis {args.axis} is out of range for shape {args.shape}", 2)
     devices = devices_for(args.device)
@@ -119,7 +119,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def _demo_cuda(args: argparse.Namespace) -> dict:
     """The demo's GPU run, or the reason there is none."""
-    from . import bench_cuda
+    from .bench import cuda as bench_cuda
     why = bench_cuda.unavailable()
     if why is not None:
         return {"case": None, "skipped": {f"{b}-cuda": "no CUDA device" for b in args.backends}}
@@ -156,7 +156,7 @@ def _print_demo(res: dict, args: argparse.Namespace) -> None:
 # --- bench ----------------------------------------------------------------------------------------
 def parse_ops(text: str) -> list[str]:
     """``softmax,rms_norm`` -> the names, each a reference op the bench knows."""
-    from .bench_cases import OPS
+    from .bench.cases import OPS
     return parse_names(text, list(OPS), "op")
 
 
@@ -174,7 +174,7 @@ def _write(path: str, text: str) -> Path:
 def cmd_bench(args: argparse.Namespace) -> int:
     """``fusegen bench``: print the tables, write JSON, Markdown and the chart; 1 if any result
     is wrong."""
-    from . import bench, bench_report
+    from .bench import harness as bench, report as bench_report
     cuda = args.device == "cuda"
     stem = "bench-results/bench" + ("-cuda" if cuda else "")  # the GPU's files beside the CPU's
     png = args.png
@@ -185,7 +185,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     json_path = f"{stem}.json" if args.json is None else args.json
     markdown = f"{stem}.md" if args.markdown is None else args.markdown
     if cuda:
-        from . import bench_cuda
+        from .bench import cuda as bench_cuda
         why = bench_cuda.unavailable()
         if why is not None:
             return _fail("bench", f"--device cuda needs a CUDA GPU: {why}", 2)
@@ -291,9 +291,9 @@ def cmd_build(args: argparse.Namespace) -> int:
     """``fusegen build``: compile a source through the build cache and print the library."""
     from .errors import FusegenError
     try:
-        from .build import MINDSPORE_CPU_FLAGS, build_library
+        from .native.build import MINDSPORE_CPU_FLAGS, build_library
     except ImportError as e:
-        return _fail("build", f"fusegen.build.build_library is not available in this installation ({e})", 2)
+        return _fail("build", f"fusegen.native.build.build_library is not available in this installation ({e})", 2)
     flags = _flags(args.flags)
     if flags == "mindspore":
         flags = list(MINDSPORE_CPU_FLAGS)
@@ -308,7 +308,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 # --- the parser -----------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand (each sets ``func``, its handler)."""
-    from . import __version__
+    from .version import __version__
     p = argparse.ArgumentParser(prog="fusegen", description="JIT code generation for fused tensor kernels.")
     p.add_argument("--version", action="version", version=f"fusegen {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)

@@ -41,9 +41,9 @@ import jax
 import numpy as np
 
 import fusegen as fg
-from .build import build_library, cache_dir, default_cpp_flags
+from .native.build import build_library, cache_dir, default_cpp_flags
 from .dtypes import AttrType
-from .xla_emit import XlaEmitted, legacy_opaque, workspace_bytes
+from .abi_emit import XlaEmitted, legacy_opaque, workspace_bytes
 
 __all__ = ["function", "JaxFunction", "build_flags", "VMAP_METHODS"]
 
@@ -73,7 +73,7 @@ def _register(name: str, lib: ctypes.CDLL, symbol: str, api_version: int) -> Non
 
 
 def _ffi_attr(t: AttrType, value: Any) -> Any:
-    """A bound attribute value as the FFI decodes it (see fusegen.xla_emit.FFI_ATTRS)."""
+    """A bound attribute value as the FFI decodes it (see fusegen.emitters.xla.FFI_ATTRS)."""
     if t is AttrType.INTS:
         return np.asarray(value, np.int64)
     if t is AttrType.FLOATS:

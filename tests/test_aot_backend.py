@@ -30,10 +30,10 @@ import pytest
 import fusegen as fg
 import fusegen.examples as ex
 from conftest import TOL, assert_all_close, assert_close, np_ref
-from fusegen import aot_kernel as ak
-from fusegen import build
+from fusegen.native import host
+from fusegen.native import build
 from fusegen.abi_emit import ERROR_CODES, ERRORS, c_name, emit
-from fusegen.aot_kernel import TYPE_IDS, AotKernel
+from fusegen.native.aot_kernel import TYPE_IDS, AotKernel
 from fusegen.dtypes import AttrType
 from fusegen.errors import (ArgumentError, AttrError, DTypeError, FusegenError, KernelError, LibraryError,
                             ShapeError)
@@ -218,8 +218,8 @@ def kernels():
 
 
 def default_kernel(compiled, **attrs) -> AotKernel:
-    """The ``AotKernel`` an ``AotCompiled`` uses for these attribute values."""
-    return compiled._kernel(tuple(compiled.op.bind_attrs(attrs).items()))
+    """The ``AotKernel`` an AOT kernel uses for these attribute values."""
+    return compiled.executor.kernel_for(tuple(compiled.op.bind_attrs(attrs).items()))
 
 
 class Raw:
@@ -234,7 +234,7 @@ class Raw:
         """A new ``AotExtra`` holding ``attrs`` exactly as given (no binding to the op's types)."""
         extra = self.shim.fg_extra_new()
         self.k._loaded.extras.append(extra)  # destroyed (DestructKernelData) with the kernel
-        ak._set_attrs(self.shim, extra, ak._canonical_attrs(attrs or {}))
+        host.set_attrs(self.shim, extra, host.canonical_attrs(attrs or {}))
         return extra
 
     @staticmethod
@@ -244,7 +244,7 @@ class Raw:
     def init(self, shapes, dtypes, attrs: dict | None = None) -> int:
         """Runs ``<Name>Init``; returns the extra holding its kernel data."""
         extra = self.extra(attrs)
-        ndims, ptrs, _rows = ak._shape_block(shapes)
+        ndims, ptrs, _rows = host.shape_block(shapes)
         names = self._dtypes(dtypes)
         result, error = ctypes.c_int(0), ctypes.create_string_buffer(1024)
         status = self.shim.fg_call_init(self.k._init, ndims, ptrs, names, extra, ctypes.byref(result), error,
@@ -256,10 +256,10 @@ class Raw:
     def main(self, extra: int | None, arrays, shapes, dtypes, nparam: int | None = None) -> None:
         """Runs the main function on ``arrays`` (inputs, outputs, workspaces) described by
         ``shapes``/``dtypes`` (inputs and outputs only, as MindSpore passes them)."""
-        ndims, ptrs, _rows = ak._shape_block(shapes)
+        ndims, ptrs, _rows = host.shape_block(shapes)
         names = self._dtypes(dtypes)
         params = (ctypes.c_void_p * max(len(arrays), 1))(*[a.ctypes.data for a in arrays])
-        block = ak._FgCall(fn=self.k._main, nparam=len(arrays) if nparam is None else nparam,
+        block = host.FgCall(fn=self.k._main, nparam=len(arrays) if nparam is None else nparam,
                            params=ctypes.addressof(params), ndims=ctypes.addressof(ndims),
                            shapes=ctypes.addressof(ptrs), dtypes=ctypes.addressof(names), stream=None,
                            extra=extra)
@@ -391,7 +391,7 @@ def test_repeated_compile_is_a_cache_hit_and_attrs_share_one_library(kernels, mo
     x = np.ones((3, 4), np.float32)
     k(x, x, axis=0)
     k(x, x, axis=1, keep_dims=True)
-    assert len({kk.lib_path for kk in k._by_attrs.values()}) == 1 and len(k._by_attrs) >= 2
+    assert len({kk.lib_path for kk in k.executor.by_attrs.values()}) == 1 and len(k.executor.by_attrs) >= 2
 
     def no_compiler(command, source):
         raise AssertionError(f"recompiled {source}")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fusegen import build
+from fusegen.native import build
 from fusegen.errors import CompileError, LibraryError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -127,7 +127,7 @@ def test_entry_with_damaged_sidecar_is_rebuilt(tmp_path, compiles):
 
 _CONCURRENT = """
 import sys
-from fusegen import build
+from fusegen.native import build
 print(build.build_library(sys.argv[1]))
 """
 

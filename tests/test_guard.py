@@ -4,7 +4,7 @@ import pytest
 
 import fusegen as fg
 
-HEADER = (fg.__path__[0] + "/templates/custom_aot_extra.h")
+HEADER = (fg.__path__[0] + "/emitters/templates/custom_aot_extra.h")
 
 # Writes one float past its single output when `overrun` is set; otherwise a clean copy.
 OVERRUN = r"""

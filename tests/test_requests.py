@@ -9,7 +9,7 @@ import pytest
 import fusegen as fg
 from fusegen import examples as ex
 from fusegen.plan import build_plan
-from fusegen.requests import inplace_hazard
+from fusegen.rt.requests import inplace_hazard
 
 BACKENDS = ["numba", "aot"]
 BIG = (512, 384)   # above the parallel threshold: threads and tiles take part

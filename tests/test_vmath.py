@@ -26,7 +26,8 @@ import pytest
 
 import fusegen as fg
 from fusegen import dtypes as dt
-from fusegen import exprs, vmath
+from fusegen import vmath
+from fusegen.plan import exprs
 from fusegen.abi_emit import emit
 from fusegen.ir import Op
 from fusegen.lower_cpu import JIT_OPTIONS
@@ -189,7 +190,7 @@ def test_numba_loop_is_vectorized_without_libm_calls(name):
 def test_cpp_stage_loops_are_vectorized_without_libm_calls(tmp_path):
     import shutil
     import subprocess
-    from fusegen import build
+    from fusegen.native import build
     if shutil.which("objdump") is None:
         pytest.skip("objdump is not installed")
     e = emit(v_sigmoid, dtypes=["float32"])
