@@ -79,6 +79,7 @@ class MapError(FusegenError):
 
 
 def c_strides(shape) -> list[int]:
+    """Element strides of a C-contiguous array of ``shape`` (as ``plan.c_strides``)."""
     st, acc = [0] * len(shape), 1
     for k in range(len(shape) - 1, -1, -1):
         st[k] = acc
@@ -220,6 +221,7 @@ def broadcast(v: View, shape) -> View:
 
 
 def permute(v: View, perm) -> View:
+    """``permute_dims``: dim k of the result is dim ``perm[k]`` of ``v``."""
     perm = _check_axes(perm, len(v.dims), "permutation", permutation=True)
     return View([v.dims[p].copy() for p in perm], v.offset, v.inner, v.active)
 
@@ -321,6 +323,7 @@ def _pull_interval(lo: int, hi: int, start: int, step: int, length: int) -> tupl
 
 
 def flip(v: View, axes) -> View:
+    """Reverse ``axes``: each sub-dim of a grouped dim reverses (offset moves to its last element)."""
     axes = _check_axes(axes, len(v.dims), "flip axes")
     dims, offset = [a.copy() for a in v.dims], v.offset
     for k in axes:

@@ -23,7 +23,8 @@ from hypothesis import HealthCheck, given, settings
 
 from fusegen import abi_emit, build, vmath
 from fusegen import views as V
-from views_chains import ERROR_CASES, SHAPE_CASES, Case, cases, encode, evaluate, expected_addresses, program
+from views_chains import (ERROR_CASES, SHAPE_CASES, Case, cases, encode, evaluate, expected_addresses, grouped_pairs,
+                          make_case, program)
 
 TESTS = Path(__file__).resolve().parent
 STRICT = ["-Wall", "-Wextra", "-Werror"]
@@ -152,7 +153,6 @@ def test_limits_and_error_names(driver):
 
 
 def test_sixteen_loop_dims(driver):
-    from views_chains import grouped_pairs, make_case
     compare(driver, make_case(*[grouped_pairs(j) for j in (1, 2, 3)], domain=(32,) * 4, numpy=False))
 
 
