@@ -86,9 +86,12 @@ def block(seed, offset, q):
 
 @njit(**_JIT)
 def word(w0, w1, w2, w3, lane):
-    """Word ``lane`` (0..3) of a block."""
+    """Word ``lane`` (0..3) of a block (uint64). Selected with masks, not with conditional
+    expressions: Numba turns those into branches, which keep a per-element loop scalar."""
     k = np.uint64(lane)
-    return w0 if k == _0 else (w1 if k == _1 else (w2 if k == _2 else w3))
+    m0, m1 = _0 - np.uint64(k == _0), _0 - np.uint64(k == _1)
+    m2, m3 = _0 - np.uint64(k == _2), _0 - np.uint64(k == _3)
+    return ((np.uint64(w0) & m0) | (np.uint64(w1) & m1)) | ((np.uint64(w2) & m2) | (np.uint64(w3) & m3))
 
 
 # --- words to values -----------------------------------------------------------------------------
@@ -215,7 +218,8 @@ def uniform_f32_at(seed, offset, i):
 def uniform_f64_at(seed, offset, i):
     ii = np.uint64(i)
     w0, w1, w2, w3 = block(seed, offset, ii >> _1)
-    return uniform_f64(w0, w1) if (ii & _1) == _0 else uniform_f64(w2, w3)
+    j = (ii & _1) << _1
+    return uniform_f64(word(w0, w1, w2, w3, j), word(w0, w1, w2, w3, j + _1))
 
 
 @njit(**_JIT)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from fusegen import philox as P
 from fusegen.errors import AttrError, DTypeError, ShapeError
@@ -305,9 +305,19 @@ def test_partial_renders_the_reference_constants():
         assert lit in src and float(lit.rstrip("f")) == v
 
 
+def test_public_name():
+    import fusegen as fg
+    assert fg.random.reference is P.reference
+    assert fg.random.reference("uniform", 1, (2, 2)).dtype == np.float32
+
+
 def test_source_digest_covers_the_three_implementations():
-    d = P.source_digest()
-    assert re.fullmatch(r"[0-9a-f]{16}", d)
+    import hashlib
+    pkg = HERE.parent / "fusegen"
+    h = hashlib.sha256()
+    for name in ("philox.py", "philox_numba.py", "templates/_philox.inc.j2"):
+        h.update((pkg / name).read_bytes())
+    assert P.source_digest() == h.hexdigest()[:16]
 
 
 # --- (b, c) Numba CPU ----------------------------------------------------------------------------
@@ -443,21 +453,28 @@ def _numba_block_loop_asm():
             bern[4 * b], bern[4 * b + 1] = N.bernoulli(w0, t), N.bernoulli(w1, t)
             bern[4 * b + 2], bern[4 * b + 3] = N.bernoulli(w2, t), N.bernoulli(w3, t)
 
+    @numba.njit(nogil=True, error_model="numpy", fastmath={"reassoc"})
+    def uniform_per_element(seed, offset, n, out):  # each element its own Philox call (4x the work)
+        for i in range(n):
+            out[i] = N.uniform_f32_at(seed, offset, i)
+
     out, bern = np.empty(64, np.float32), np.empty(64, np.bool_)
     uniform_and_bernoulli(np.uint64(5), np.uint64(6), 16, np.int64(1 << 31), out, bern)
     assert (out == P.reference("uniform", 5, 64, offset=6)).all()
     assert (bern == P.reference("bernoulli", 5, 64, offset=6, p=0.5)).all()
-    sig = uniform_and_bernoulli.signatures[0]
-    return uniform_and_bernoulli.inspect_llvm(sig), uniform_and_bernoulli.inspect_asm(sig)
+    uniform_per_element(np.uint64(5), np.uint64(6), 64, out)
+    assert (out == P.reference("uniform", 5, 64, offset=6)).all()
+    return [(f.inspect_llvm(f.signatures[0]), f.inspect_asm(f.signatures[0]))
+            for f in (uniform_and_bernoulli, uniform_per_element)]
 
 
-def test_numba_block_loop_is_vector_code():
-    llvm, asm = _numba_block_loop_asm()
-    assert re.search(r"mul (nuw )?(nsw )?<\d+ x i64>", llvm), "Philox's products are not vector multiplies"
-    assert not re.search(r"call[^\n]*philox_numba", llvm), "a helper was not inlined"
+def test_numba_loops_are_vector_code():
     flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    if " avx2" in flags:
-        assert len(re.findall(r"vpmuludq\s+[^\n]*%ymm", asm)) >= 20  # 2 per round, 10 rounds
+    for llvm, asm in _numba_block_loop_asm():
+        assert re.search(r"mul (nuw )?(nsw )?<\d+ x i64>", llvm), "Philox's products are not vector multiplies"
+        assert not re.search(r"call[^\n]*philox_numba", llvm), "a helper was not inlined"
+        if " avx2" in flags:
+            assert len(re.findall(r"vpmuludq\s+[^\n]*%ymm", asm)) >= 20  # 2 per round, 10 rounds
 
 
 # --- (b, c) the C++ harness ----------------------------------------------------------------------
@@ -641,3 +658,33 @@ extern "C" float host_uniform(uint64_t seed, uint64_t offset, uint64_t i) { retu
     assert "mul.hi.u64" in ptx, "__umul64hi is not used on the device"
     info = _ptxas(ptx, tmp_path)
     assert "0 bytes stack frame" in info, info
+
+
+# --- slow: larger samples ------------------------------------------------------------------------
+# The default run does not deselect the slow marker: these run under `-m slow` or with
+# FUSEGEN_LONG_TESTS=1 and skip otherwise, so the default run stays short.
+@pytest.fixture
+def long_run(request):  # stateless: safe to share between hypothesis examples
+    from conftest import LONG_TESTS
+    if not (LONG_TESTS or "slow" in (request.config.getoption("-m") or "")):
+        pytest.skip("long check: run with -m slow or FUSEGEN_LONG_TESTS=1")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [1, (1 << 64) - 1, 0xDEADBEEF12345678])
+def test_backends_equal_reference_on_2_20_elements(long_run, harness, seed):
+    n, rng_n = 1 << 20, (3 << 30) if seed % 2 else (1 << 63) + 1
+    want = reference_fill(seed, seed >> 7, 3, n, 0.25, rng_n)
+    assert_same(cpp_fill(harness, seed, seed >> 7, 3, n, 0.25, rng_n, False), want, "C++")
+    assert_same(numba_fill(seed, seed >> 7, 3, n, 0.25, rng_n, False), want, "numba")
+
+
+@pytest.mark.slow
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, (1 << 64) - 1), offset=st.integers(0, (1 << 64) - 1),
+       start=st.integers(0, (1 << 64) - 300), n=st.integers(0, 200), p=st.floats(0, 1),
+       rng_n=st.integers(1, (1 << 64) - 1), per_element=st.booleans())
+def test_backends_equal_reference_hypothesis_long(long_run, harness, seed, offset, start, n, p, rng_n, per_element):
+    want = reference_fill(seed, offset, start, n, p, rng_n)
+    assert_same(cpp_fill(harness, seed, offset, start, n, p, rng_n, per_element), want, "C++")
+    assert_same(numba_fill(seed, offset, start, n, p, rng_n, per_element), want, "numba")
