@@ -325,6 +325,32 @@ numba = pytest.importorskip("numba")
 from fusegen import philox_numba as N  # noqa: E402
 
 
+# One block's four 32-bit elements of every kind, written at out[e .. e + 3]: the body of a
+# block loop, shared by the Numba CPU fill below and the numba-cuda kernel of
+# tests/cuda/test_philox_cuda.py (F: the module of functions, philox_numba or its device twins).
+STORE_BLOCK32 = '''
+def store_block32(w0, w1, w2, w3, e, t, rt, k0, k1, rng_n, u32, n32, bern, rint):
+    u32[e], u32[e + 1] = F.uniform_f32(w0), F.uniform_f32(w1)
+    u32[e + 2], u32[e + 3] = F.uniform_f32(w2), F.uniform_f32(w3)
+    n32[e], n32[e + 1] = F.boxmuller_f32(w0, w1)
+    n32[e + 2], n32[e + 3] = F.boxmuller_f32(w2, w3)
+    bern[e], bern[e + 1] = F.bernoulli(w0, t), F.bernoulli(w1, t)
+    bern[e + 2], bern[e + 3] = F.bernoulli(w2, t), F.bernoulli(w3, t)
+    for j in range(4):
+        rint[e + j] = F.randint_offset(w0, w1, w2, w3, k0, k1, j, rng_n, rt)
+'''
+
+
+def store_block32(functions, jit):
+    """``STORE_BLOCK32`` compiled with ``jit`` against ``functions`` (a module)."""
+    ns = dict(F=functions, np=np)
+    exec(compile(STORE_BLOCK32, "<store_block32>", "exec"), ns)
+    return jit(ns["store_block32"])
+
+
+_store_block32 = store_block32(N, numba.njit(inline="always"))
+
+
 @numba.njit(nogil=True, error_model="numpy", fastmath={"reassoc"})
 def _nb_fill(seed, offset, i0, n, per_element, p, rng_n, u32, u64, n32, n64, bern, rint):
     """Every kind at once (one compilation) for elements [i0, i0 + n), as tests/philox_harness.cc
@@ -347,15 +373,7 @@ def _nb_fill(seed, offset, i0, n, per_element, p, rng_n, u32, u64, n32, n64, ber
         rint[k] = N.randint_offset_at(seed, offset, i, rng_n, rt)
     for b in range(nb):
         w0, w1, w2, w3 = N.block(seed, offset, q0 + np.uint64(b))
-        e = head + 4 * b
-        u32[e], u32[e + 1] = N.uniform_f32(w0), N.uniform_f32(w1)
-        u32[e + 2], u32[e + 3] = N.uniform_f32(w2), N.uniform_f32(w3)
-        n32[e], n32[e + 1] = N.boxmuller_f32(w0, w1)
-        n32[e + 2], n32[e + 3] = N.boxmuller_f32(w2, w3)
-        bern[e], bern[e + 1] = N.bernoulli(w0, t), N.bernoulli(w1, t)
-        bern[e + 2], bern[e + 3] = N.bernoulli(w2, t), N.bernoulli(w3, t)
-        for j in range(4):
-            rint[e + j] = N.randint_offset(w0, w1, w2, w3, k0, k1, j, rng_n, rt)
+        _store_block32(w0, w1, w2, w3, head + 4 * b, t, rt, k0, k1, rng_n, u32, n32, bern, rint)
     # float64 kinds: two elements per block
     head = n if per_element else min(n, np.int64(i0 % np.uint64(2)))
     nb = (n - head) // 2

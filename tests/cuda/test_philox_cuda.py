@@ -42,16 +42,8 @@ def per_block(seed, offset, q0, p, rng_n, u32, u64, n32, n64, bern, rint):
         t = R.bernoulli_threshold(p)
         rt = R.randint_threshold(rng_n)
         w0, w1, w2, w3 = R.block(seed, offset, q0 + np.uint64(b))
-        e = 4 * b
-        u32[e], u32[e + 1] = R.uniform_f32(w0), R.uniform_f32(w1)
-        u32[e + 2], u32[e + 3] = R.uniform_f32(w2), R.uniform_f32(w3)
-        n32[e], n32[e + 1] = R.boxmuller_f32(w0, w1)
-        n32[e + 2], n32[e + 3] = R.boxmuller_f32(w2, w3)
-        bern[e], bern[e + 1] = R.bernoulli(w0, t), R.bernoulli(w1, t)
-        bern[e + 2], bern[e + 3] = R.bernoulli(w2, t), R.bernoulli(w3, t)
         k0, k1 = seed & np.uint64(0xFFFFFFFF), seed >> np.uint64(32)
-        for j in range(4):
-            rint[e + j] = R.randint_offset(w0, w1, w2, w3, k0, k1, j, rng_n, rt)
+        store_block32(w0, w1, w2, w3, 4 * b, t, rt, k0, k1, rng_n, u32, n32, bern, rint)
         u64[2 * b], u64[2 * b + 1] = R.uniform_f64(w0, w1), R.uniform_f64(w2, w3)
         n64[2 * b], n64[2 * b + 1] = R.boxmuller_f64(w0, w1, w2, w3)
 '''
@@ -67,7 +59,7 @@ def kernels():
     from fusegen.philox_numba import cuda_functions
     R = types.ModuleType("philox_device")  # numba resolves module attributes as globals
     vars(R).update(vars(cuda_functions()))
-    ns = dict(cuda=cuda, np=np, R=R)
+    ns = dict(cuda=cuda, np=np, R=R, store_block32=T.store_block32(R, cuda.jit(device=True, inline="always")))
     exec(compile(KERNELS, "<philox-cuda-test>", "exec"), ns)
     return cuda.jit(ns["per_element"]), cuda.jit(ns["per_block"])
 
