@@ -27,7 +27,7 @@ __all__ = [
     "min", "minimum", "multiply", "neg", "not_equal", "pow", "power", "prod", "relu", "rsqrt",
     "sigmoid", "sin", "sqrt", "subtract", "sum", "tanh",
     "DType", "DTYPES", "as_dtype",
-    # running and emitting (emit, AotKernel, jax and examples load lazily, see __getattr__)
+    # running and emitting (emit, AotKernel, jax, examples and random load lazily, see __getattr__)
     "compile", "Kernel", "emit", "AotKernel", "Engine", "EngineError",
     # errors
     "FusegenError", "TraceError", "ShapeError", "DTypeError", "AttrError", "ArgumentError",
@@ -46,6 +46,9 @@ def __getattr__(name):
     if name == "jax":  # optional: needs `pip install "fusegen[jax]"`
         import importlib
         return importlib.import_module(".jax", __name__)
+    if name == "random":  # fg.random.reference (the traced functions come with the IR integration)
+        import importlib
+        return importlib.import_module(".random", __name__)
     if name == "examples":
         import importlib
         return importlib.import_module(".examples", __name__)

@@ -21,14 +21,14 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("base", "exception types, dtypes and promotion, the cache location, the version, this table",
      ("fusegen.errors", "fusegen.dtypes", "fusegen.cache", "fusegen.version", "fusegen.layers")),
     ("ir", "nodes, tracing, shape and dtype rules, text form, grad, write-request rewrites, the fg. "
-     "functions (ir.py is the face), the reference ops",
-     ("fusegen.ir", "fusegen.graph", "fusegen.examples")),
+     "functions (ir.py is the face), the reference ops, the random streams' definition (philox, fg.random)",
+     ("fusegen.ir", "fusegen.graph", "fusegen.examples", "fusegen.philox", "fusegen.random")),
     ("plan", "grouping into stages, accesses and their index maps, run-time layouts, the expression tables",
      ("fusegen.plan",)),
     ("lowering", "Plan -> Numba CPU / numba-cuda Python sources, MindSpore-AOT and XLA FFI C++/CUDA sources "
      "(abi_emit.py is the emitters' face), the vectorizable float32 math they inline",
      ("fusegen.lower", "fusegen.lower_cpu", "fusegen.lower_cuda", "fusegen.emitters", "fusegen.abi_emit",
-      "fusegen.vmath", "fusegen.vmath_numba")),
+      "fusegen.vmath", "fusegen.vmath_numba", "fusegen.philox_numba")),
     ("native", "the compiler cache, libraries and the AOT-ABI host, device memory, AotKernel",
      ("fusegen.native",)),
     ("runtime", "the one Kernel (validate, infer, allocate, dispatch; devices and backends), write requests, "
