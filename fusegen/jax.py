@@ -142,12 +142,15 @@ class JaxFunction:
     """A fused op callable from JAX: ``f(*arrays, **attrs)``; see ``fusegen.jax.function``."""
 
     def __init__(self, op: fg.OpDef, dtypes=None, vmap_method: str | None = None,
-                 flags: list[str] | None = None, api: str = "ffi"):
+                 flags: list[str] | None = None, api: str = "ffi", partition: bool = True):
         if vmap_method is not None and vmap_method not in VMAP_METHODS:
             raise ValueError(f"vmap_method={vmap_method!r}: use None (fusegen chooses) or one of {VMAP_METHODS}")
         if api not in ("ffi", "legacy"):
             raise ValueError(f"api={api!r}: use 'ffi' (typed XLA FFI) or 'legacy' (custom_call_api_version=3)")
         self.op, self.vmap_method, self.api = op, vmap_method, api
+        # Sharded arrays: partitioned by rules derived from the IR (fusegen.jax_sharding); the
+        # legacy API's opaque string fixes the shapes, so it cannot run per shard.
+        self.partition = partition and api == "ffi"
         self.emitted: XlaEmitted = fg.emit(op, abi="xla-ffi", device="cpu", dtypes=dtypes)
         self.flags = list(flags) if flags is not None else build_flags()
         directory = Path(cache_dir()) / "xla-src" / f"{op.name}-{self.emitted.digest}"
@@ -164,7 +167,11 @@ class JaxFunction:
         self._batch = _BatchRule(op)
 
         def traced(*arrays, **attrs):
-            return self._trace(*arrays, **{n: v.value for n, v in attrs.items()})
+            values = {n: v.value for n, v in attrs.items()}
+            if self.partition:
+                from . import jax_sharding
+                return jax_sharding.call(self, arrays, values)
+            return self._ffi(arrays, values)
         traced.__name__ = f"fusegen_{op.name}"  # how the call reads in a jaxpr
         # One jit: JAX's C++ dispatch caches the traced call per input shapes, dtypes and (static)
         # attribute values, so a repeated eager call costs what a jitted JAX function does; inside
@@ -231,12 +238,16 @@ class JaxFunction:
         """The JAX function of ``fg.grad(op)`` (built once, on first use)."""
         with _backward_lock:
             if self._backward is None:
-                self._backward = JaxFunction(fg.grad(self.op), flags=self.flags, api=self.api)
+                self._backward = JaxFunction(fg.grad(self.op), flags=self.flags, api=self.api,
+                                             partition=self.partition)
             return self._backward
 
     def _trace(self, *arrays, **attrs):
-        """Runs once per signature, while JAX traces: validate with the IR's rules, pick the
-        handler and the vmap method, and emit the ffi_call."""
+        """The op's FFI call on ``arrays`` (traced values), unpartitioned."""
+        return self._ffi(arrays, attrs)
+
+    def _validate(self, arrays, attrs: dict):
+        """Check a call with the IR's rules: ``(dtype combination, bound attributes, Spec)``."""
         op = self.op
         if len(arrays) != len(op.inputs):
             raise fg.ArgumentError(f"op {op.name} takes {len(op.inputs)} inputs ({', '.join(op.inputs)}), "
@@ -254,12 +265,22 @@ class JaxFunction:
                                 f"{sorted(self.targets)}; got {combo}. Pass dtypes=... to fusegen.jax.function.")
         bound = op.bind_attrs(attrs)
         spec = fg.infer(op, names, [tuple(a.shape) for a in arrays], bound)  # names the op and node
+        return combo, bound, spec
+
+    def _ffi(self, arrays, attrs: dict, out_shardings=None):
+        """Runs once per signature, while JAX traces: validate with the IR's rules, pick the
+        handler and the vmap method, and emit the ffi_call (``out_shardings``: the results'
+        shardings, stated on meshes with Explicit axes)."""
+        op = self.op
+        combo, bound, spec = self._validate(arrays, attrs)
         out_dtypes = self.emitted.out_dtypes[combo]
         for d in out_dtypes:
             if jax.dtypes.canonicalize_dtype(np.dtype(d)) != np.dtype(d):
                 raise fg.DTypeError(f"op {op.name}: an output is {d}, which JAX represents only with "
                                     "jax.config.update('jax_enable_x64', True)")
-        results = [jax.ShapeDtypeStruct(s, np.dtype(d)) for s, d in zip(spec.out_shapes, out_dtypes)]
+        shardings = out_shardings or [None] * len(out_dtypes)
+        results = [jax.ShapeDtypeStruct(s, np.dtype(d), sharding=sh)
+                   for s, d, sh in zip(spec.out_shapes, out_dtypes, shardings)]
         results += [jax.ShapeDtypeStruct((n,), np.uint8) for n in workspace_bytes(self.emitted, combo, spec)]
         if self.api == "legacy":
             # Shapes and attributes travel in the opaque string, fixed per signature, so a batch
@@ -281,7 +302,7 @@ class JaxFunction:
 
 
 def function(op: fg.OpDef, *, dtypes=None, vmap_method: str | None = None,
-             flags: list[str] | None = None, api: str = "ffi") -> JaxFunction:
+             flags: list[str] | None = None, api: str = "ffi", partition: bool = True) -> JaxFunction:
     """A JAX-callable ``f(*arrays, **attrs)`` running ``op`` through XLA FFI handlers.
 
     ``dtypes``: the dtype combinations to build (as ``fusegen.emit``; default every float dtype).
@@ -293,8 +314,10 @@ def function(op: fg.OpDef, *, dtypes=None, vmap_method: str | None = None,
     is sequential, and jaxlib exports no ``XlaCustomCallStatusSetFailure``, so a handler error
     cannot reach Python (it is printed to stderr and the results are zeroed); the arguments
     are still validated here first.
+    ``partition``: on sharded arrays, run per shard with rules derived from the IR (see
+    ``fusegen.jax_sharding``); False: one FFI call on whole arrays (XLA gathers its inputs).
     """
     if not isinstance(op, fg.OpDef):
         raise TypeError(f"fusegen.jax.function expects an @fusegen.op, got {type(op).__name__}")
-    return JaxFunction(op, dtypes=dtypes, vmap_method=vmap_method, flags=flags, api=api)
+    return JaxFunction(op, dtypes=dtypes, vmap_method=vmap_method, flags=flags, api=api, partition=partition)
 
