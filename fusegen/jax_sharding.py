@@ -131,6 +131,8 @@ def _partition(jf, flow, attrs, mesh, arg_shapes, result_shape):
 
 def round_function(jf, rnd):
     """The JaxFunction of a round's op for its dtypes (built once per process, cached)."""
+    if rnd.op is jf.op and rnd.dtypes in jf.targets:
+        return jf
     key = (rnd.op, rnd.dtypes, tuple(jf.flags), jf.api)
     with _ROUNDS_LOCK:
         fn = _ROUNDS.get(key)
