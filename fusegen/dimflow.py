@@ -363,27 +363,39 @@ def split_reductions(flow: DimFlow, sharding: Sharding) -> dict[int, Axes]:
     return out
 
 
-def program(flow: DimFlow, sharding: Sharding) -> Program | None:
+def program(flow: DimFlow, sharding: Sharding, exchange: Callable[[dt.DType], dt.DType] | None = None
+            ) -> Program | None:
     """``flow``'s op rewritten into rounds for ``sharding``; None when no reduction folds a split
-    factor (each shard then runs the op itself)."""
+    factor (each shard then runs the op itself). ``exchange`` maps a dtype to the one values
+    travel between rounds in (JAX without ``jax_enable_x64`` has no 64-bit arrays: a float64 count
+    of elements crosses as float32 and is cast back inside the next round)."""
     split = split_reductions(flow, sharding)
     if not split:
         return None
     spec, op = flow.spec, flow.spec.opdef
     g = op.graph
     level = _levels(g, set(split))
-    acc = {}
-    for i in split:
+    outputs = {g.idx(o) for o in g.outputs}
+    casts, wire = {}, {}
+    for i in sorted(split):
         info, kind = spec.info[i], flow.reductions[i].kind
-        src = dt.materialize(spec.info[g.idx(g.nodes[i].srcs[0])].dtype)
-        acc[i] = info.acc if kind in ("sum", "mean", "prod") and info.acc is not None and info.acc != src else None
-    rounds_ops, final_op = _round_ops(op, tuple(sorted(split)), tuple(acc[i] for i in sorted(split)), level)
-    dtype_of = _arg_dtypes(spec)
+        src, out = dt.materialize(spec.info[g.idx(g.nodes[i].srcs[0])].dtype), dt.materialize(info.dtype)
+        acc = info.acc if kind in ("sum", "mean", "prod") and info.acc is not None and info.acc != src else None
+        part = acc or src
+        to = exchange or (lambda d: d)
+        wire[i] = out if i in outputs else to(out)
+        # (accumulate in, send the partial as, read the combined value back as): None = as is
+        casts[i] = (acc, to(part) if to(part) != part else None, out if wire[i] != out else None)
+    rounds_ops, final_op = _round_ops(op, tuple(sorted(split)), tuple(casts[i] for i in sorted(split)), level)
+
+    def dtype_of(a) -> str:
+        return spec.dtypes[a[1]].name if a[0] == "input" else wire[a[1]].name
+
     rounds = []
     for (rop, args, nodes) in rounds_ops:
-        parts = tuple(Partial(i, {"mean": "sum"}.get(flow.reductions[i].kind, flow.reductions[i].kind), split[i],
-                              flow.reductions[i].count if flow.reductions[i].kind == "mean" else 0,
-                              dt.materialize(spec.info[i].dtype)) for i in nodes)
+        red = flow.reductions
+        parts = tuple(Partial(i, {"mean": "sum"}.get(red[i].kind, red[i].kind), split[i],
+                              red[i].count if red[i].kind == "mean" else 0, wire[i]) for i in nodes)
         rounds.append(Round(rop, args, tuple(dtype_of(a) for a in args), parts))
     final = None
     if final_op is not None:
@@ -397,14 +409,6 @@ def program(flow: DimFlow, sharding: Sharding) -> Program | None:
             outs.append(("final", k))
             k += 1
     return Program(tuple(rounds), final, tuple(outs))
-
-
-def _arg_dtypes(spec: Spec):
-    def dtype_of(a) -> str:
-        if a[0] == "input":
-            return spec.dtypes[a[1]].name
-        return dt.materialize(spec.info[a[1]].dtype).name
-    return dtype_of
 
 
 def _levels(g, split: set) -> dict[int, int]:
@@ -421,31 +425,33 @@ def _levels(g, split: set) -> dict[int, int]:
     return level
 
 
-def _round_ops(op: OpDef, split: tuple[int, ...], accs: tuple, level: dict[int, int]):
-    """The rounds' ops, cached on ``op`` per split set (they depend on the graph and the
-    accumulation dtypes, not on shapes): ``([(op, args, partial nodes)], final or None)``."""
+def _round_ops(op: OpDef, split: tuple[int, ...], casts: tuple, level: dict[int, int]):
+    """The rounds' ops, cached on ``op`` per split set (they depend on the graph and the dtype
+    casts, not on shapes): ``([(op, args, partial nodes)], final or None)``."""
     cache = op.__dict__.setdefault("_dimflow_rounds", {})
-    key = (split, accs)
+    key = (split, casts)
     if key in cache:
         return cache[key]
     g = op.graph
-    acc = dict(zip(split, accs))
+    by_node = dict(zip(split, casts))
     rounds = []
     top = max(level.values())
     for k in range(1, top + 1):
         nodes = [i for i in split if level[i] == k]
         avail = {i for i in split if level[i] < k}
-        rounds.append(_rewrite(op, f"{op.name}_round{k}", [("partial", i) for i in nodes], avail, acc) + (tuple(nodes),))
-    rest = [g.idx(o) for o in g.outputs if g.idx(o) not in acc]
-    final = _rewrite(op, f"{op.name}_final", [("node", i) for i in rest], set(split), acc) + ((),) if rest else None
+        rounds.append(_rewrite(op, f"{op.name}_round{k}", [("partial", i) for i in nodes], avail, by_node)
+                      + (tuple(nodes),))
+    rest = [g.idx(o) for o in g.outputs if g.idx(o) not in by_node]
+    final = _rewrite(op, f"{op.name}_final", [("node", i) for i in rest], set(split), by_node) + ((),) if rest else None
     with _CACHE_LOCK:
         return cache.setdefault(key, (rounds, final))
 
 
 
-def _rewrite(op: OpDef, name: str, roots: list[tuple[str, int]], avail: set[int], acc: dict):
+def _rewrite(op: OpDef, name: str, roots: list[tuple[str, int]], avail: set[int], casts: dict):
     """A new op computing ``roots`` (("node", i): node i of ``op``; ("partial", i): the per-shard
     partial of reduction i) where the reductions in ``avail`` are inputs (their combined values).
+    ``casts[i]``: (accumulation dtype, partial's wire dtype, combined value's dtype), None = as is.
     Returns ``(op, args)``: args as ``Round.args``."""
     g = op.graph
     used_in: dict[int, None] = {}
@@ -484,7 +490,9 @@ def _rewrite(op: OpDef, name: str, roots: list[tuple[str, int]], avail: set[int]
 
     def body(*args, **attrs):
         slot = {("in", j): a.node for j, a in zip(ins, args)}
-        slot.update({("comb", i): a.node for i, a in zip(comb, args[len(ins):])})
+        for i, a in zip(comb, args[len(ins):]):
+            back = casts[i][2]
+            slot[("comb", i)] = a.node if back is None else Node(Op.CAST, (a.node,), back, g.nodes[i].loc)
         memo: dict = {}
 
         def build(i: int, whole: bool) -> Node:
@@ -511,10 +519,12 @@ def _rewrite(op: OpDef, name: str, roots: list[tuple[str, int]], avail: set[int]
                 outs.append(Tensor(build(i, False)))
                 continue
             srcs = [build(g.idx(s), _keeps_source(n, p)) for p, s in enumerate(n.srcs)]
-            if acc.get(i) is not None:   # partial sums accumulate as the whole sum does
-                srcs[0] = Node(Op.CAST, (srcs[0],), acc[i], n.loc)
+            acc, send, _ = casts[i]
+            if acc is not None:   # partial sums accumulate as the whole sum does
+                srcs[0] = Node(Op.CAST, (srcs[0],), acc, n.loc)
             arg = ReduceArg("sum", n.arg.axes, n.arg.keep_dims) if n.arg.kind == "mean" else n.arg
-            outs.append(Tensor(Node(Op.REDUCE, tuple(srcs), arg, n.loc)))
+            part = Node(Op.REDUCE, tuple(srcs), arg, n.loc)
+            outs.append(Tensor(part if send is None else Node(Op.CAST, (part,), send, n.loc)))
         return tuple(outs)
 
     body.__signature__ = op.signature_for([op.inputs[j] for j in ins] + comb_names)

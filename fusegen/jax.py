@@ -229,7 +229,11 @@ class JaxFunction:
             back = self.backward()
             needed = [a for n, a in zip(self.op.inputs, arrays) if n in back.op.needs]
             grads = back(*needed, *(cot if isinstance(cot, (tuple, list)) else (cot,)), **attrs)
-            return tuple(grads) if isinstance(grads, (tuple, list)) else (grads,)
+            grads = tuple(grads) if isinstance(grads, (tuple, list)) else (grads,)
+            if self.partition:  # a gradient is typed as its input is (Explicit mesh axes)
+                from .jax_sharding import typed_like
+                grads = tuple(map(typed_like, grads, arrays))
+            return grads
 
         f.defvjp(fwd, bwd)
         return f

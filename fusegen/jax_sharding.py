@@ -38,8 +38,9 @@ from jax.experimental.custom_partitioning import ArrayMapping, SdyShardingRule, 
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
 from . import dimflow
+from .dtypes import as_dtype as fg_dtype
 
-__all__ = ["call", "sharding_rule", "mesh_axes", "round_function"]
+__all__ = ["call", "sharding_rule", "mesh_axes", "round_function", "typed_like", "combine"]
 
 # (round op, dtypes, flags, api) -> the JaxFunction running it; round ops are cached on their op
 _ROUNDS: dict = {}
@@ -79,6 +80,18 @@ def _explicit_out(flow, arrays):
     return [NamedSharding(mesh, PartitionSpec(*dims)) for dims in sh.outputs]
 
 
+def typed_like(value, like):
+    """``value`` resharded to ``like``'s sharding type where that differs on Explicit axes (a
+    gradient must have its input's type: a replicated weight's gradient, a sum over split rows,
+    comes out split along the weight's dim and is gathered here)."""
+    want, have = getattr(jax.typeof(like), "sharding", None), getattr(jax.typeof(value), "sharding", None)
+    if not isinstance(want, NamedSharding) or want.mesh.empty or not isinstance(have, NamedSharding):
+        return value
+    if AxisType.Explicit not in want.mesh.axis_types or tuple(want.spec) == tuple(have.spec):
+        return value
+    return jax.sharding.reshard(value, want.spec)
+
+
 def mesh_axes(sharding, rank: int) -> list[tuple[str, ...]]:
     """Per dim, the mesh axes splitting it (``()`` for none) of a NamedSharding (anything else:
     unsplit)."""
@@ -108,7 +121,7 @@ def _infer(flow, multi, mesh, arg_shapes, result_shape):
 
 def _partition(jf, flow, attrs, mesh, arg_shapes, result_shape):
     sh = _assign(flow, mesh, arg_shapes)
-    prog = dimflow.program(flow, sh)
+    prog = dimflow.program(flow, sh, exchange=_wire)
     multi = jf.op.multi_output
     if prog is None:
         def lower(*local):
@@ -127,6 +140,11 @@ def _partition(jf, flow, attrs, mesh, arg_shapes, result_shape):
     arg_shardings = tuple(NamedSharding(mesh, PartitionSpec(*d)) for d in sh.inputs)
     out_shardings = _pack([NamedSharding(mesh, PartitionSpec(*d)) for d in sh.outputs], multi)
     return mesh, lower, out_shardings, arg_shardings
+
+
+def _wire(d):
+    """The dtype JAX carries ``d`` in between rounds (no 64-bit arrays without jax_enable_x64)."""
+    return fg_dtype(jax.dtypes.canonicalize_dtype(d.np))
 
 
 def round_function(jf, rnd):
