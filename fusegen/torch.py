@@ -267,9 +267,13 @@ class TorchFunction:
         if any(sig.widen) or tensors[0].device.type != "cpu":
             raise fg.ArgumentError(f"op {self.op.name}: in place runs on CPU tensors of fusegen dtypes (not bfloat16)")
         arrays = [t.detach().numpy() for t in tensors]
-        res = self.kernel("cpu")(*arrays, inplace=True, **_attrs_for_kernel(attrs))
-        res = res if isinstance(res, tuple) else (res,)
-        rest = [torch.from_numpy(r) for k, r in enumerate(res) if k not in self.op.inplace]
+        rest = {k: torch.empty(s, dtype=d) for k, (s, d) in enumerate(zip(sig.out_shapes, sig.kernel_dtypes))
+                if k not in self.op.inplace}
+        out = [None if k in self.op.inplace else rest[k].numpy() for k in range(len(sig.out_shapes))]
+        # the runtime checks the plan and the arrays, then writes the declared outputs over their inputs
+        self.kernel("cpu")(*arrays, inplace=True, out=tuple(out) if self.op.multi_output else out[0],
+                           **_attrs_for_kernel(attrs))
+        rest = list(rest.values())
         return None if not rest else tuple(rest) if len(rest) > 1 else rest[0]
 
     def _fake_inplace(self, *tensors, **attrs):
