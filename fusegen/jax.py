@@ -72,6 +72,17 @@ def _register(name: str, lib: ctypes.CDLL, symbol: str, api_version: int) -> Non
         _registered[name] = lib
 
 
+@functools.lru_cache(maxsize=None)
+def _can_partition() -> bool:
+    """Whether the installed JAX has what fusegen.jax_sharding uses (custom_partitioning with
+    Shardy rules, typed shardings, custom_vmap: JAX 0.10 has them all)."""
+    try:
+        from . import jax_sharding  # noqa: F401
+        return hasattr(jax, "typeof") and hasattr(jax.sharding, "reshard")
+    except (ImportError, AttributeError):
+        return False
+
+
 def _ffi_attr(t: AttrType, value: Any) -> Any:
     """A bound attribute value as the FFI decodes it (see fusegen.xla_emit.FFI_ATTRS)."""
     if t is AttrType.INTS:
@@ -150,7 +161,7 @@ class JaxFunction:
         self.op, self.vmap_method, self.api = op, vmap_method, api
         # Sharded arrays: partitioned by rules derived from the IR (fusegen.jax_sharding); the
         # legacy API's opaque string fixes the shapes, so it cannot run per shard.
-        self.partition = partition and api == "ffi"
+        self.partition = partition and api == "ffi" and _can_partition()
         self.emitted: XlaEmitted = fg.emit(op, abi="xla-ffi", device="cpu", dtypes=dtypes)
         self.flags = list(flags) if flags is not None else build_flags()
         directory = Path(cache_dir()) / "xla-src" / f"{op.name}-{self.emitted.digest}"

@@ -91,7 +91,8 @@ def _default(t: AttrType, v) -> str:
 class _Signature:
     """What a call with given dtypes, shapes and attributes needs (cached per signature)."""
 
-    __slots__ = ("names", "widen", "out_shapes", "kernel_dtypes", "dtypes", "spec", "attrs")
+    __slots__ = ("names", "widen", "out_shapes", "kernel_dtypes", "dtypes", "spec", "attrs", "kernel_attrs",
+                 "converts")
 
     def __init__(self, op: fg.OpDef, dtypes, shapes, attrs: dict):
         bf16 = [d == torch.bfloat16 for d in dtypes]
@@ -120,6 +121,8 @@ class _Signature:
         self.out_shapes = self.spec.out_shapes
         self.kernel_dtypes = [TORCH_DTYPES[k] for k in kernel]
         self.dtypes = out
+        self.kernel_attrs = _attrs_for_kernel(attrs)
+        self.converts = any(bf16) or out != self.kernel_dtypes
 
 
 def _hint(d) -> int:
@@ -130,8 +133,10 @@ def _hint(d) -> int:
 
 
 def _key(tensors, attrs: dict):
-    key = tuple((t.dtype, tuple(t.shape)) for t in tensors)
-    return (key, *((k, tuple(v) if isinstance(v, list) else v, type(v)) for k, v in sorted(attrs.items())))
+    key = tuple([(t.dtype, t.shape) for t in tensors])
+    if attrs:   # values and their types: 1, 1.0 and True are equal as keys but not as attributes
+        key += tuple((k, tuple(v) if isinstance(v, list) else v, type(v)) for k, v in sorted(attrs.items()))
+    return key
 
 
 def _attrs_for_kernel(attrs: dict) -> dict:
@@ -214,25 +219,28 @@ class TorchFunction:
     def _impl(self, *tensors, **attrs):
         return self._run(tensors, attrs)
 
-    def _run(self, tensors, attrs: dict, out=None):
+    def _run(self, tensors, attrs: dict):
         """The call on real tensors: allocate outputs with torch, run the kernel on views."""
-        devices = {t.device for t in tensors}
-        if len(devices) != 1:
-            raise fg.ArgumentError(f"op {self.op.name}: inputs are on several devices {sorted(map(str, devices))}")
-        device = devices.pop()
-        sig = self.signature(tensors, attrs)
-        ins = [t.detach().float() if w else t.detach() for t, w in zip(tensors, sig.widen)]
-        if out is None:
-            out = [torch.empty(s, dtype=d, device=device) for s, d in zip(sig.out_shapes, sig.kernel_dtypes)]
-        kattrs = _attrs_for_kernel(attrs)
+        try:
+            sig = self._sigs[_key(tensors, attrs)]
+        except (KeyError, TypeError):
+            sig = self.signature(tensors, attrs)
+        device = tensors[0].device
+        for t in tensors:
+            if t.device != device:
+                raise fg.ArgumentError(f"op {self.op.name}: inputs are on several devices ({device}, {t.device})")
+        ins = [t.detach().float() if w else t.detach() for t, w in zip(tensors, sig.widen)] if sig.converts \
+            else [t.detach() for t in tensors]
+        out = [torch.empty(s, dtype=d, device=device) for s, d in zip(sig.out_shapes, sig.kernel_dtypes)]
         if device.type == "cpu":
-            arrays = [t.numpy() for t in ins]
-            views = [o.detach().numpy() for o in out]
-            self.kernel("cpu")(*arrays, out=tuple(views) if self.op.multi_output else views[0], **kattrs)
+            views = [o.numpy() for o in out]
+            self.kernel("cpu")(*[t.numpy() for t in ins], out=tuple(views) if self.op.multi_output else views[0],
+                               **sig.kernel_attrs)
         else:
-            self._run_cuda(ins, out, kattrs)
-        res = [o if o.dtype == d else o.to(d) for o, d in zip(out, sig.dtypes)]
-        return tuple(res) if self.multi else res[0]
+            self._run_cuda(ins, out, sig.kernel_attrs)
+        if sig.converts:
+            out = [o if o.dtype == d else o.to(d) for o, d in zip(out, sig.dtypes)]
+        return tuple(out) if self.multi else out[0]
 
     def _run_cuda(self, ins, out, attrs: dict) -> None:
         """CUDA tensors: the numba-cuda kernel reads and writes them in place through
