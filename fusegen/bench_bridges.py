@@ -46,13 +46,16 @@ class BridgeConfig:
     per_call_rounds: int = 20
     per_call_calls: int = 1000
     sharded_devices: int = 4
+    bandwidth_bytes: int = 1 << 28
+    bandwidth_reps: int = 10
     jax: bool = True
     torch: bool = True
     sharded: bool = True
 
     @classmethod
     def quick(cls, **kw: Any) -> BridgeConfig:
-        return cls(**{**dict(large=(256, 256), rounds=3, per_call_rounds=3, per_call_calls=50), **kw})
+        return cls(**{**dict(large=(256, 256), rounds=3, per_call_rounds=3, per_call_calls=50,
+                             bandwidth_bytes=1 << 24, bandwidth_reps=3), **kw})
 
 
 def _importable(name: str) -> bool:
@@ -170,7 +173,7 @@ def sharded_child(cfg: BridgeConfig) -> dict:
 
 
 def run(cfg: BridgeConfig, say: Callable[[str], None] = lambda s: None) -> dict:
-    bw = read_bandwidth()
+    bw = read_bandwidth(cfg.bandwidth_bytes, cfg.bandwidth_reps)
     cases, skipped = [], {}
     for name in cfg.ops:
         spec = OPS[name]

@@ -182,6 +182,23 @@ def test_torch_compile_traces_through_without_running_the_kernel(monkeypatch):
     assert f"fusegen.{f.name}" in str(graphs[0].graph)
 
 
+def test_dynamic_shapes_stay_symbolic():
+    """One graph for two shapes: the fake's output dims are the inputs' symbolic dims (dimflow)."""
+    f = fgt.function(ex.add_reduce_sum)
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    g = torch.compile(lambda a, b: f(a, b, axis=1), fullgraph=True, dynamic=True, backend=backend)
+    for shape in ((4, 5), (6, 7)):
+        x = t32(*shape)
+        torch.testing.assert_close(g(x, x), 2 * x.sum(1))
+    assert len(graphs) == 1
+
+
 def test_opcheck_passes_for_a_reference_op():
     f = fgt.function(ex.add_reduce_sum)
     args = [t32(4, 5).requires_grad_(), t32(4, 5, seed=1).requires_grad_()]
