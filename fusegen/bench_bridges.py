@@ -90,6 +90,9 @@ def methods(spec: OpBench, attrs: dict, cfg: BridgeConfig) -> tuple[dict[str, Ca
         import fusegen as fg
         tf = fg.torch.function(spec.op)
         ns = torch_namespace(torch)
+        # Dynamo caches by code object: every op's lambdas share theirs, and would hit the
+        # recompile limit; the previous op's compiled functions are not called again.
+        torch._dynamo.reset()
         fg_c = torch.compile(lambda *t: tf(*t, **attrs), fullgraph=True, dynamic=False)
         ref_c = torch.compile(lambda *t: spec.xp_ref(ns, *t, **attrs), fullgraph=True, dynamic=False)
 
