@@ -136,17 +136,19 @@ def test_cpu_calls_read_and_write_torch_memory_without_copies(monkeypatch):
 
 
 def test_float16_and_bfloat16_results():
-    f = fgt.function(ex.softmax)
-    x = t32(3, 7, lo=-2, hi=2)
-    want = torch.softmax(x.double(), -1)
-    got16 = f(x.half())
+    f = fgt.function(ex.add_reduce_sum)
+    x, y = t32(3, 7, lo=-2, hi=2), t32(3, 7, seed=1)
+    want = (x.double() + y.double()).sum(1)
+    got16 = f(x.half(), y.half())
     assert got16.dtype == torch.float16
     torch.testing.assert_close(got16.double(), want, rtol=2e-3, atol=2e-3)
-    got = f(x.bfloat16())   # computed in float32, rounded once to bfloat16
+    xb, yb = x.bfloat16(), y.bfloat16()
+    got = f(xb, yb)   # computed in float32 (exact widening), rounded once to bfloat16
     assert got.dtype == torch.bfloat16
-    torch.testing.assert_close(got, torch.softmax(x.bfloat16().float(), -1).bfloat16(), rtol=0, atol=0)
-    mixed = fgt.function(ex.add_mul_div)(x.bfloat16(), x)   # bfloat16 with float32 is float32, as for float16
+    torch.testing.assert_close(got, (xb.float() + yb.float()).sum(1).bfloat16(), rtol=0, atol=0)
+    mixed = fgt.function(ex.add_mul_div)(xb, y)   # bfloat16 with float32 is float32, as for float16
     assert [m.dtype for m in mixed] == [torch.float32] * 3
+    torch.testing.assert_close(mixed[1], xb.float() * y)
 
 
 def test_autograd_saves_only_what_the_gradient_reads():
