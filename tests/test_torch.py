@@ -25,11 +25,26 @@ from fusegen import examples as ex
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="pip install 'fusegen[torch]'")
 
-if importlib.util.find_spec("torch") is not None:
-    import torch
 
-    import fusegen.torch as fgt
-    from fusegen import torch_sharding
+class _Lazy:
+    """A module imported on first use: collecting this file (every xdist worker does) must not
+    pay for importing torch."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attr):
+        return getattr(importlib.import_module(self._name), attr)
+
+
+torch = _Lazy("torch")
+fgt = _Lazy("fusegen.torch")
+torch_sharding = _Lazy("fusegen.torch_sharding")
+
+
+def need_gloo():
+    if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
+        pytest.skip("needs torch.distributed with the gloo backend")
 
 
 @fg.op(inplace="x")
@@ -100,9 +115,8 @@ def _strategies(op, *shapes, mesh=(2,), **attrs):
     return [(" ".join(map(name, o)), " ".join(map(name, i))) for o, i in out]
 
 
-@pytest.mark.skipif(importlib.util.find_spec("torch") is None or not __import__("torch").distributed.is_available(),
-                    reason="torch without torch.distributed")
 def test_dtensor_strategies_come_from_the_ir():
+    need_gloo()
     # rows pass through; a split reduced dim leaves partial sums (DTensor all-reduces them later)
     assert _strategies(ex.add_reduce_sum, (8, 12), (8, 12), axis=1) == [("R", "R R"), ("S0", "S0 S0"),
                                                                         ("Psum", "S1 S1")]
@@ -230,7 +244,8 @@ def test_cuda_tensors_go_to_the_cuda_kernel_on_the_current_stream(monkeypatch):
     f = fgt.function(ex.add_reduce_sum)
     calls = []
     monkeypatch.setitem(f._kernels, "cpu", lambda *a, **k: calls.append((a, k)))   # the device type of x
-    monkeypatch.setattr(fgt, "current_stream", lambda device: "the current stream")
+    bridge = importlib.import_module("fusegen.torch")
+    monkeypatch.setattr(bridge, "current_stream", lambda device: "the current stream")
     x, y = t32(4, 5), t32(4, 5).t().contiguous().t()
     out = [torch.empty(4)]
     f._run_cuda([x, y], out, {"axis": 1})
@@ -238,9 +253,9 @@ def test_cuda_tensors_go_to_the_cuda_kernel_on_the_current_stream(monkeypatch):
     assert args[0] is x and args[1].is_contiguous() and kw == {"out": out[0], "stream": "the current stream", "axis": 1}
 
 
-@pytest.mark.skipif(importlib.util.find_spec("torch") is None or not __import__("torch").cuda.is_available(),
-                    reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
 def test_cuda_tensors_on_a_gpu():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU (torch.cuda.is_available() is False)")
     f = fgt.function(ex.layer_norm)
     x = t32(64, 96).cuda()
     for got, want in zip(f(x), f(x.cpu())):
@@ -260,9 +275,8 @@ def run_dtensor(nproc: int, cases: str) -> str:
     return r.stdout
 
 
-@pytest.mark.skipif(importlib.util.find_spec("torch") is None or not __import__("torch").distributed.is_available()
-                    or not __import__("torch").distributed.is_gloo_available(), reason="needs torch.distributed with gloo")
 def test_dtensor_on_two_cpu_processes():
+    need_gloo()
     out = run_dtensor(2, "default")
     assert "rank 0: 2 cases agree with the unsharded result" in out
 
@@ -298,8 +312,7 @@ def test_inductor_fullgraph_with_gradients():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(importlib.util.find_spec("torch") is None or not __import__("torch").distributed.is_available()
-                    or not __import__("torch").distributed.is_gloo_available(), reason="needs torch.distributed with gloo")
 def test_dtensor_every_reference_op_on_a_2x2_mesh():
+    need_gloo()
     out = run_dtensor(4, "matrix")
     assert "rank 0:" in out and "agree with the unsharded result" in out
