@@ -175,14 +175,14 @@ class JaxFunction:
                 symbol = symbol + "_legacy"
             self.targets[combo] = f"fusegen_{symbol}_{tag}"
             _register(self.targets[combo], self.library, symbol, 1 if api == "ffi" else 0)
-        self._batch = _BatchRule(op)
+        self.batch_rule = _BatchRule(op)
 
         def traced(*arrays, **attrs):
             values = {n: v.value for n, v in attrs.items()}
             if self.partition:
                 from . import jax_sharding
                 return jax_sharding.call(self, arrays, values)
-            return self._ffi(arrays, values)
+            return self.ffi_call(arrays, values)
         traced.__name__ = f"fusegen_{op.name}"  # how the call reads in a jaxpr
         # One jit: JAX's C++ dispatch caches the traced call per input shapes, dtypes and (static)
         # attribute values, so a repeated eager call costs what a jitted JAX function does; inside
@@ -259,9 +259,9 @@ class JaxFunction:
 
     def _trace(self, *arrays, **attrs):
         """The op's FFI call on ``arrays`` (traced values), unpartitioned."""
-        return self._ffi(arrays, attrs)
+        return self.ffi_call(arrays, attrs)
 
-    def _validate(self, arrays, attrs: dict):
+    def validate(self, arrays, attrs: dict):
         """Check a call with the IR's rules: ``(dtype combination, bound attributes, Spec)``."""
         op = self.op
         if len(arrays) != len(op.inputs):
@@ -282,12 +282,12 @@ class JaxFunction:
         spec = fg.infer(op, names, [tuple(a.shape) for a in arrays], bound)  # names the op and node
         return combo, bound, spec
 
-    def _ffi(self, arrays, attrs: dict, out_shardings=None):
+    def ffi_call(self, arrays, attrs: dict, out_shardings=None):
         """Runs once per signature, while JAX traces: validate with the IR's rules, pick the
         handler and the vmap method, and emit the ffi_call (``out_shardings``: the results'
         shardings, stated on meshes with Explicit axes)."""
         op = self.op
-        combo, bound, spec = self._validate(arrays, attrs)
+        combo, bound, spec = self.validate(arrays, attrs)
         out_dtypes = self.emitted.out_dtypes[combo]
         for d in out_dtypes:
             if jax.dtypes.canonicalize_dtype(np.dtype(d)) != np.dtype(d):
@@ -305,8 +305,8 @@ class JaxFunction:
                                     custom_call_api_version=3, legacy_backend_config=opaque)
             ffi_attrs: dict = {}
         else:
-            normalized = self._batch.normalize(spec, bound)
-            batchable = self._batch.ok and normalized is not None and len({len(a.shape) for a in arrays}) <= 1
+            normalized = self.batch_rule.normalize(spec, bound)
+            batchable = self.batch_rule.ok and normalized is not None and len({len(a.shape) for a in arrays}) <= 1
             method = self.vmap_method or ("broadcast_all" if batchable else "sequential")
             values = normalized if normalized is not None else bound
             ffi_attrs = {n: _ffi_attr(op.attrs[n].type, v) for n, v in values.items()}

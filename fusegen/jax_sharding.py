@@ -49,7 +49,7 @@ _ROUNDS_LOCK = threading.Lock()
 
 def call(jf, arrays, attrs: dict):
     """``jf``'s op on ``arrays`` (JAX values, traced) as one partitionable call."""
-    _, _, spec = jf._validate(arrays, attrs)
+    _, _, spec = jf.validate(arrays, attrs)
     flow = dimflow.analyze(spec)
     cp = custom_partitioning(functools.partial(_body, jf, flow, attrs))
     cp.def_partition(functools.partial(_partition, jf, flow, attrs),
@@ -62,7 +62,7 @@ def call(jf, arrays, attrs: dict):
 
 def _body(jf, flow, attrs, *arrays):
     """The call on whole arrays: what XLA lowers on one device, and what the types come from."""
-    return jf._ffi(arrays, attrs, _explicit_out(flow, arrays))
+    return jf.ffi_call(arrays, attrs, _explicit_out(flow, arrays))
 
 
 def _explicit_out(flow, arrays):
@@ -125,14 +125,14 @@ def _partition(jf, flow, attrs, mesh, arg_shapes, result_shape):
     multi = jf.op.multi_output
     if prog is None:
         def lower(*local):
-            return jf._ffi(local, attrs)
+            return jf.ffi_call(local, attrs)
     else:
         rounds = list(prog.rounds) + ([prog.final] if prog.final is not None else [])
         with ThreadPoolExecutor(max(1, min(len(rounds), 4))) as pool:   # builds run in parallel
             fns = dict(zip((id(r) for r in rounds), pool.map(lambda r: round_function(jf, r), rounds)))
 
         def run_round(rnd, args):
-            outs = fns[id(rnd)]._ffi(args, attrs)
+            outs = fns[id(rnd)].ffi_call(args, attrs)
             return outs if isinstance(outs, tuple) else (outs,)
 
         def lower(*local):
@@ -210,11 +210,11 @@ def _vmap_rule(jf, spec, attrs, axis_size, in_batched, *args):
     op's meaning (the rule ``vmap_method="broadcast_all"`` follows), else the plain FFI call's
     vmap (sequential)."""
     bound = jf.op.bind_attrs(attrs)
-    normalized = jf._batch.normalize(spec, bound)
+    normalized = jf.batch_rule.normalize(spec, bound)
     same_rank = len({a.ndim - b for a, b in zip(args, in_batched)}) <= 1
-    if jf.vmap_method is None and jf._batch.ok and normalized is not None and same_rank:
+    if jf.vmap_method is None and jf.batch_rule.ok and normalized is not None and same_rank:
         full = [a if b else jnp.broadcast_to(a, (axis_size, *a.shape)) for a, b in zip(args, in_batched)]
         outs = call(jf, full, normalized)
     else:
-        outs = jax.vmap(lambda *a: jf._ffi(a, attrs), in_axes=[0 if b else None for b in in_batched])(*args)
+        outs = jax.vmap(lambda *a: jf.ffi_call(a, attrs), in_axes=[0 if b else None for b in in_batched])(*args)
     return outs, jax.tree.map(lambda _: True, outs)
