@@ -27,7 +27,7 @@ __all__ = [
     "min", "minimum", "multiply", "neg", "not_equal", "pow", "power", "prod", "relu", "rsqrt",
     "sigmoid", "sin", "sqrt", "subtract", "sum", "tanh",
     "DType", "DTYPES", "as_dtype",
-    # running and emitting (emit, AotKernel, jax, examples and random load lazily, see __getattr__)
+    # running and emitting (emit, AotKernel, jax, torch, examples and random load lazily, see __getattr__)
     "compile", "Kernel", "emit", "AotKernel", "Engine", "EngineError",
     # errors
     "FusegenError", "TraceError", "ShapeError", "DTypeError", "AttrError", "ArgumentError",
@@ -43,9 +43,9 @@ def __getattr__(name):
     if name == "emit":
         from .abi_emit import emit
         return emit
-    if name == "jax":  # optional: needs `pip install "fusegen[jax]"`
+    if name in ("jax", "torch"):  # optional: `pip install "fusegen[jax]"` / `"fusegen[torch]"`
         import importlib
-        return importlib.import_module(".jax", __name__)
+        return importlib.import_module("." + name, __name__)
     if name == "random":  # fg.random.reference (the traced functions come with the IR integration)
         import importlib
         return importlib.import_module(".random", __name__)

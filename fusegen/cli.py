@@ -174,6 +174,9 @@ def _write(path: str, text: str) -> Path:
 def cmd_bench(args: argparse.Namespace) -> int:
     """``fusegen bench``: print the tables, write JSON, Markdown and the chart; 1 if any result
     is wrong."""
+    if args.bridges:  # the JAX and PyTorch bridges (fusegen.bench.bridges)
+        from .bench import bridges
+        return bridges.main(args, _write)
     from .bench import harness as bench, report as bench_report
     cuda = args.device == "cuda"
     stem = "bench-results/bench" + ("-cuda" if cuda else "")  # the GPU's files beside the CPU's
@@ -347,6 +350,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="leave out torch even when it is installed (CPU: torch.compile; GPU: eager torch)")
     b.add_argument("--torch-compile", action="store_true",
                    help="GPU: also torch.compile (Inductor; its compiles take minutes)")
+    b.add_argument("--bridges", action="store_true",
+                   help="fused ops inside jax.jit and torch.compile vs jnp/torch code, and a sharded row "
+                        "(4 host devices): bench-results/bridges.json")
     b.add_argument("--compile-times", action="store_true",
                    help="also measure compile time, cold and warm cache, in new processes (minutes)")
     b.add_argument("--fresh-pages", action="store_true",

@@ -35,7 +35,8 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      "the Engine (runtime.py is the face)",
      ("fusegen.rt", "fusegen.runtime")),
     ("api", "the public API: fusegen/__init__.py", ("fusegen",)),
-    ("bridges", "calling fused ops from other frameworks", ("fusegen.jax",)),
+    ("bridges", "calling fused ops from other frameworks: JAX (XLA FFI, partitioning) and PyTorch (custom ops, DTensor)",
+     ("fusegen.jax", "fusegen.jax_sharding", "fusegen.torch", "fusegen.torch_sharding")),
     ("tools", "the command line and the benchmark", ("fusegen.cli", "fusegen.bench")),
 )
 
