@@ -57,7 +57,8 @@ def test_accumulate_some_outputs_and_skip_others(backend):
     np.testing.assert_allclose(acc, 1 + y0, rtol=1e-5, atol=1e-5)
     res = k(x, skip=-1)
     assert res[2] is None
-    np.testing.assert_allclose(res[1], mean, rtol=1e-6)
+    # a mean near zero of O(1) values: summation order moves it by ~eps, so the bound is absolute there
+    np.testing.assert_allclose(res[1], mean, rtol=1e-6, atol=1e-6)
 
 
 def test_skipped_outputs_are_not_computed():
