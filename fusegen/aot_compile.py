@@ -4,6 +4,15 @@ it through ``AotKernel``, behind the same call interface as the Numba backend.
 The emitted library reads attributes at Init time (as MindSpore's do), so one
 ``AotKernel`` (one ``AotExtra``) exists per distinct attribute value set; all of them
 share the one compiled library.
+
+Dtypes on demand: the library built at construction holds the ``dtypes=`` combinations
+(default: every float dtype). A call bringing another combination (int8, bool, ...) emits
+and builds a library for that combination alone, on first use, as the Numba backend
+compiles per signature. One library per new combination, rather than one library
+regenerated with the union, because a library's content then depends only on its
+combination: the build cache serves it in any later process whatever order the calls
+come in, nothing already loaded is rebuilt or reloaded, and a combination already built
+costs a call exactly what it cost before (the per-signature cache is looked up first).
 """
 from __future__ import annotations
 
@@ -35,13 +44,10 @@ class AotCompiled:
         # source on the simulator's device arrays in CI).
         self.device, self._source_device = kernel_device or device, device
         self._variants: dict = {}   # write-request variants of the op -> their compiled kernels
-        self.emitted = emit(op, abi="mindspore-aot", device=device, dtypes=dtypes,
-                            dynamic_workspace=dynamic_workspace)
-        digest = hashlib.sha256(self.emitted.source.encode()).hexdigest()[:16]
-        self.directory = Path(cache_dir()) / "aot-src" / f"{op.name}-{digest}"
-        self.emitted.write(self.directory)
-        self.func = self.emitted.func(self.directory)
-        self._combos = {tuple(c) for c in self.emitted.dtypes}
+        self.emitted, self.directory, self.func = self._emit(dtypes)
+        # each input dtype combination -> the "lib.cc:Name" that holds it (the first library's,
+        # then one more library per combination a call brings: see the module docstring)
+        self._funcs: dict[tuple[str, ...], str] = {tuple(c): self.func for c in self.emitted.dtypes}
         # An op that returns a 1-tuple gets a 1-tuple back (AotKernel returns a bare array).
         self._one_tuple = op.multi_output and len(op.graph.outputs) == 1
         self._by_attrs: dict[tuple, object] = {}
@@ -50,32 +56,61 @@ class AotCompiled:
         self._first = self._kernel(tuple(op.bind_attrs({}).items()) if not any(
             s.required for s in op.attrs.values()) else None)
 
+    def _emit(self, dtypes):
+        """Emit the op's source for ``dtypes`` into the cache (named by its content); returns the
+        ``Emitted``, its directory and its ``"path.cc:Name"``."""
+        emitted = emit(self.op, abi="mindspore-aot", device=self._source_device, dtypes=dtypes,
+                       dynamic_workspace=self._dynamic_workspace)
+        digest = hashlib.sha256(emitted.source.encode()).hexdigest()[:16]
+        directory = Path(cache_dir()) / "aot-src" / f"{self.op.name}-{digest}"
+        emitted.write(directory)
+        return emitted, directory, emitted.func(directory)
+
+    @property
+    def _combos(self) -> set[tuple[str, ...]]:
+        """Every input dtype combination built so far."""
+        return set(self._funcs)
+
+    def _func_for(self, names: tuple[str, ...]) -> str:
+        """The library holding dtype combination ``names``, emitted and built on first use."""
+        func = self._funcs.get(names)
+        if func is None:
+            with self._lock:
+                func = self._funcs.get(names)
+                if func is None:
+                    func = self._emit([names])[2]
+                    self._funcs[names] = func
+        return func
+
     @property
     def source(self) -> str:
+        """The source of the library built at construction (for the ``dtypes=`` combinations)."""
         return self.emitted.source
 
     @property
     def lib_path(self):
-        k = next(iter(self._by_attrs.values()), None)
+        k = next((k for (func, _), k in self._by_attrs.items() if func == self.func), None)
         return k.lib_path if k is not None else None
 
     def __repr__(self) -> str:
         return f"<fusegen.AotCompiled {self.op.name} device={self.device} func={self.func}>"
 
-    def _kernel(self, attrs: tuple | None):
+    def _kernel(self, attrs: tuple | None, func: str | None = None):
+        """The ``AotKernel`` of library ``func`` (default: the first one) for attribute values ``attrs``."""
         if attrs is None:
             return None
-        k = self._by_attrs.get(attrs)
+        key = (func or self.func, attrs)
+        k = self._by_attrs.get(key)
         if k is None:
             from .aot_kernel import AotKernel
             with self._lock:
-                k = self._by_attrs.get(attrs)
+                k = self._by_attrs.get(key)
                 if k is None:
-                    k = AotKernel(self.func, attrs={n: (list(v) if isinstance(v, tuple) else v) for n, v in attrs},
+                    k = AotKernel(key[0], attrs={n: (list(v) if isinstance(v, tuple) else v) for n, v in attrs},
                                   out_shape=None, out_dtype=None, flags=self.flags,
                                   n_outputs=len(self.op.graph.outputs), n_inputs=len(self.op.inputs),
                                   name=self.op.name, device=self.device, reentrant=True)
-                    self._by_attrs[attrs] = k
+                    self._by_attrs[key] = k
         return k
 
     def __call__(self, *arrays, out=None, accumulate=False, skip=None, inplace=False, **attrs):
@@ -135,12 +170,9 @@ class AotCompiled:
             except DTypeError:
                 raise DTypeError(f"op {op.name}: input {op.inputs[i]!r} has dtype {a.dtype}, which fusegen "
                                  f"does not support") from None
-        if tuple(names) not in self._combos:
-            raise DTypeError(f"op {op.name}: the AOT kernel was generated for dtype combinations "
-                             f"{sorted(self._combos)}; got {tuple(names)}. Pass dtypes=... to fg.compile.")
         bound = op.bind_attrs(attrs)
         infer(op, names, [a.shape for a in arrs], bound)  # raises with the op, node and source line
-        kernel = self._kernel(tuple(bound.items()))
+        kernel = self._kernel(tuple(bound.items()), self._func_for(tuple(names)))
         if key is not None:
             signature, _ = kernel.prepare(*arrs)
             self._calls[key] = (kernel, signature)

@@ -189,6 +189,30 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown CPU"
 
 
+#: Distributions whose versions a report names, where installed (read from their metadata).
+_VERSIONED = ("numpy", "numba", "llvmlite", "jax", "jaxlib", "torch", "numba-cuda")
+
+
+def library_versions() -> dict[str, str]:
+    """Python's version, every installed one of ``_VERSIONED`` (nothing is imported for it), and
+    the C++ compiler the AOT backend uses (the first line of its ``--version``)."""
+    import importlib.metadata
+    out = {"python": platform.python_version()}
+    for dist in _VERSIONED:
+        try:
+            out[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    compiler = shutil.which(os.environ.get("FUSEGEN_CXX") or "g++")
+    if compiler:
+        try:
+            proc = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=60)
+            out[os.path.basename(compiler)] = (proc.stdout.splitlines() or ["?"])[0].strip()
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    return out
+
+
 def machine_info() -> dict:
     """What the numbers depend on: CPU, cores, threads, versions."""
     import numba
@@ -207,6 +231,7 @@ def machine_info() -> dict:
             "platform": platform.platform(), "python": platform.python_version(),
             "numpy": np.__version__, "numba": numba.__version__, "fusegen": fusegen.__version__,
             "load_avg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,  # others' load skews all
+            "versions": library_versions(),
             "env": {k: os.environ[k] for k in _ENV_RECORDED if k in os.environ}}
 
 
@@ -251,13 +276,22 @@ def gxx_works() -> bool:
     return _probes["gxx"]
 
 
-def cuda_available() -> bool:
-    """``numba.cuda.is_available()``, False when numba's CUDA support cannot even be imported."""
+def cuda_unavailable() -> str | None:
+    """Why fusegen's CUDA backends cannot run here (numba-cuda missing: what to install; no GPU or
+    driver), or None: the runtime's own rule (``runtime_cuda.require_gpu``)."""
+    from .runtime_cuda import CudaUnavailableError, require_gpu
     try:
-        from numba import cuda
-        return bool(cuda.is_available())
-    except Exception:  # noqa: BLE001 - any failure to reach a GPU means "no GPU"
-        return False
+        require_gpu()
+    except CudaUnavailableError as e:
+        return str(e)
+    except Exception as e:  # noqa: BLE001 - any failure to reach a GPU means "no GPU"
+        return _why(e)
+    return None
+
+
+def cuda_available() -> bool:
+    """Whether fusegen's CUDA backends can run here (``cuda_unavailable()`` has no reason)."""
+    return cuda_unavailable() is None
 
 
 def _why(e: Exception) -> str:
@@ -284,8 +318,9 @@ def discover(op: Any, backends: list[str], devices: list[str], aot_flags: list[s
     for device in devices:
         for backend in backends:
             name = f"{backend}-{device}"
-            if device == "cuda" and not cuda_available():
-                skipped[name] = "no CUDA device"
+            why = cuda_unavailable() if device == "cuda" else None
+            if why:
+                skipped[name] = why
                 continue
             if backend == "aot" and not gxx_works():
                 skipped[name] = "no working C++ compiler (g++ or $FUSEGEN_CXX)"
@@ -331,26 +366,35 @@ def fg_jax_method(op: Any, dtype: str) -> tuple[list[Method], dict[str, str]]:
 
 # --- timing ---------------------------------------------------------------------------------------
 def time_interleaved(calls: dict[str, Thunk], rounds: int,
-                     calls_per_round: int | dict[str, int] = 1) -> dict[str, list[float]]:
+                     calls_per_round: int | dict[str, int] = 1, between: str | None = None) -> dict[str, list[float]]:
     """Per round, time each call in turn, starting one method later each round (A B C, B C A,
     ...: no method always follows the same one); returns seconds per call, one sample per round
     (the round's mean when a method makes several calls per round: ``calls_per_round``, one
-    count for all or one per name). The collector is off meanwhile: a collection landing in one
-    sample is not its cost."""
-    names = list(calls)
-    counts = calls_per_round if isinstance(calls_per_round, dict) else dict.fromkeys(names, calls_per_round)
-    samples: dict[str, list[float]] = {name: [] for name in names}
+    count for all or one per name). ``between`` names a call (a bandwidth probe) timed before
+    every other call and once more at the end of each round (P A P B P C P), so it samples the
+    machine right around each method: it gets ``len(calls)`` samples a round. The collector is
+    off meanwhile: a collection landing in one sample is not its cost."""
+    names = [n for n in calls if n != between]
+    counts = calls_per_round if isinstance(calls_per_round, dict) else dict.fromkeys(calls, calls_per_round)
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+
+    def timed(name: str) -> None:
+        fn, count = calls[name], counts[name]
+        t0 = time.perf_counter_ns()
+        for _ in range(count):
+            fn()
+        samples[name].append((time.perf_counter_ns() - t0) * 1e-9 / count)
+
     enabled = gc.isenabled()
     gc.disable()
     try:
         for r in range(rounds):
             for k in range(len(names)):
-                name = names[(r + k) % len(names)]
-                fn, count = calls[name], counts[name]
-                t0 = time.perf_counter_ns()
-                for _ in range(count):
-                    fn()
-                samples[name].append((time.perf_counter_ns() - t0) * 1e-9 / count)
+                if between is not None:
+                    timed(between)
+                timed(names[(r + k) % len(names)])
+            if between is not None:
+                timed(between)
     finally:
         if enabled:
             gc.enable()
@@ -413,10 +457,14 @@ def check_methods(methods: list[Method], case: Case, arrays: tuple, warmup: int 
             del out
             for _ in range(warmup if ok else 0):
                 fn()
+            # a compiler that quietly ran something else (torch.compile's eager fallback) says so
+            fallback = getattr(fn, "fallback", lambda: None)()
         except Exception as e:  # noqa: BLE001 - a failing method is a FAIL row, not a crash
             entry.update(error=_why(e), ok=False)
             continue
         entry.update(max_rel_err=err, checked=True, ok=ok)
+        if fallback:
+            entry["fallback"] = fallback
         if ok:
             calls[m.name] = fn
     return results, calls, ref, rtol
@@ -436,13 +484,14 @@ def case_doc(case: Case, arrays: tuple, ref: tuple, results: dict, rtol: float, 
 
 
 def measure_case(methods: list[Method], case: Case, arrays: tuple, rounds: int, calls_per_round: int = 1,
-                 warmup: int = 2, probe: np.ndarray | None = None) -> dict:
+                 warmup: int = 2, probe: np.ndarray | None = None, probe_each: bool = False) -> dict:
     """Check every method against NumPy, then time the ones that passed, interleaved: the JSON
     of one case (ratios to the bound are added by ``finish_case``). Small cases make up to
     ``calls_per_round`` calls per method and round (``_calls_for``). With a ``probe`` array, a
-    large case also reads it once per round, interleaved with the methods: the read bandwidth
-    of that case's own rounds, for its bound (the host's bandwidth drifts by tens of percent
-    within minutes on shared machines, with other tenants' load)."""
+    large case also reads it once per round, interleaved with the methods (``probe_each``:
+    before and after every method): the read bandwidth of that case's own rounds, for its bound
+    (the host's bandwidth drifts by tens of percent within minutes on shared machines, with
+    other tenants' load)."""
     results, calls, ref, rtol = check_methods(methods, case, arrays, warmup)
     counts = {n: _calls_for(fn, calls_per_round) if case.small else 1 for n, fn in calls.items()}
     if case.small:
@@ -451,23 +500,28 @@ def measure_case(methods: list[Method], case: Case, arrays: tuple, rounds: int, 
     elif probe is not None:
         calls["(read probe)"] = lambda: chunked_sum(probe, _BW_CHUNKS)
         counts["(read probe)"] = 1
-    samples = time_interleaved(calls, rounds, counts)
+    each = probe_each and "(read probe)" in calls
+    samples = time_interleaved(calls, rounds, counts, between="(read probe)" if each else None)
     extra: dict[str, Any] = {}
     if case.small:
         extra["loop_overhead_s"] = median(samples.pop("(empty loop)"))
     elif probe is not None:
-        extra["read_bandwidth"] = probed_bandwidth(probe.nbytes, samples.pop("(read probe)"),
-                                                   "median of one probe pass per round, interleaved with the methods")
+        how = ("median of probe passes before and after every method in every round" if each
+               else "median of one probe pass per round, interleaved with the methods")
+        extra["read_bandwidth"] = probed_bandwidth(probe.nbytes, samples.pop("(read probe)"), how)
     return {**case_doc(case, arrays, ref, results, rtol, rounds, calls_per_round, samples, counts), **extra}
 
 
 def probed_bandwidth(moved: int, seconds: list[float], how: str) -> dict:
     """A probe's passes in a case's rounds (``moved`` bytes each) as the case's bandwidth entry."""
-    rates = [moved / t for t in seconds]
-    return {"bytes_per_s": median(rates), "samples_gbps": [r / 1e9 for r in rates], "method": how}
+    rates = sorted(moved / t for t in seconds)
+    q1, q3 = rates[len(rates) // 4], rates[(3 * len(rates)) // 4]
+    return {"bytes_per_s": median(rates), "samples_gbps": [moved / t / 1e9 for t in seconds], "method": how,
+            "array_bytes": moved, "min_gbps": rates[0] / 1e9, "max_gbps": rates[-1] / 1e9,
+            "spread": (q3 - q1) / median(rates)}  # interquartile range / median, as round_spread
 
 
-def finish_case(doc: dict, bw: Bandwidth, targets: Targets = CPU_TARGETS) -> dict:
+def finish_case(doc: dict, bw: Bandwidth | None, targets: Targets = CPU_TARGETS) -> dict:
     """Add the bound, the ratios, the best methods and the targets to a measured case. The bound
     uses the bandwidth of the case's own rounds when it was probed, else ``bw``."""
     probed = case_bandwidth(doc)
@@ -481,9 +535,11 @@ def finish_case(doc: dict, bw: Bandwidth, targets: Targets = CPU_TARGETS) -> dic
         return (max if slowest else min)(entries, key=lambda n: entries[n]["median_s"]) if entries else None
 
     fg = {n: e for n, e in timed.items() if e["fusegen"]}
-    others = {n: e for n, e in timed.items() if not e["fusegen"]}
-    best = fastest(timed)
-    for e in timed.values():
+    # a method that fell back to something else (torch.compile running eager PyTorch) is shown, marked,
+    # but is not the method its name says: it ranks against nothing
+    others = {n: e for n, e in timed.items() if not e["fusegen"] and "fallback" not in e}
+    best = fastest({**fg, **others})
+    for e in timed.values() if best is not None else ():
         e["ratio_to_best"] = e["median_s"] / timed[best]["median_s"]
     doc.update(best=best, best_fusegen=fastest(fg), best_other=fastest(others), targets={})
     judged = fastest(fg, slowest=targets.every_fusegen)
@@ -744,9 +800,32 @@ def run_bench(cfg: BenchConfig, progress: Progress | None = None) -> dict:
             "cases": docs, "compile_times": compile_times, "ok": all(d["ok"] for d in docs)}
 
 
+#: A method measured faster than this multiple of the bound moved its bytes faster than the probe
+#: says memory can: the probe under-measured the bandwidth (it ran while a neighbour's burst took
+#: the memory bus), so the bound is wrong, not the method fast.
+PROBE_SUSPECT_RATIO = 0.9
+
+
+#: ... for a case whose bytes are this many or more (far beyond the caches: smaller inputs can
+#: really run faster than memory, from cache).
+PROBE_SUSPECT_BYTES = 64 << 20
+
+
+def probe_warnings(case: dict) -> list[str]:
+    """One line per method of a finished case that ran faster than ``PROBE_SUSPECT_RATIO`` times
+    its bound: a probe problem, reported as such rather than as a result."""
+    if case["bytes"] < PROBE_SUSPECT_BYTES:
+        return []
+    return [f"{name} ran at {e['ratio_to_bound']:.2f}x the bound, faster than memory allows: the bandwidth "
+            f"probe under-measured this machine (a probe problem, not a result); rerun on a quiet machine"
+            for name, e in case["results"].items() if e.get("ratio_to_bound", 1.0) < PROBE_SUSPECT_RATIO]
+
+
 def run_demo(shape: tuple[int, ...], axis: int, dtype: str, rounds: int, backends: list[str],
              devices: list[str], aot_flags: list[str] | None = None, progress: Progress | None = None) -> dict:
-    """``add_reduce_sum`` once through every available backend, checked against NumPy."""
+    """``add_reduce_sum`` once through every available backend, checked against NumPy, and timed
+    against the read bandwidth of a probe run before and after every method in every round (the
+    median of those passes, as methods are measured: a best-of-N probe catches bursts)."""
     from .bench_cases import numpy_method
     say = progress or (lambda step, total, label: None)
     spec = OPS["add_reduce_sum"]
@@ -756,10 +835,13 @@ def run_demo(shape: tuple[int, ...], axis: int, dtype: str, rounds: int, backend
     if not methods:
         return doc  # nothing to show; spare the caller the bandwidth probe and the big inputs
     say(2, 3, "read bandwidth")
-    bw = read_bandwidth()
+    probe = np.ones(BANDWIDTH_BYTES // 4, np.float32)  # ones, not empty: every page must be really mapped
+    chunked_sum(probe, _BW_CHUNKS)  # compile / load from Numba's cache, wake the thread pool
     say(3, 3, "running")
     case = Case(spec, tuple(shape), {"axis": axis})
     arrays = spec.make_inputs(case.shape, dtype)
-    doc["case"] = finish_case(measure_case([numpy_method(spec)] + methods, case, arrays, rounds), bw)
-    doc.update(bandwidth=bw.as_json(), machine=machine_info())
+    doc["case"] = finish_case(measure_case([numpy_method(spec)] + methods, case, arrays, rounds, probe=probe,
+                                           probe_each=True), None)
+    doc.update(bandwidth=doc["case"]["read_bandwidth"], machine=machine_info(),
+               warnings=probe_warnings(doc["case"]))
     return doc

@@ -53,7 +53,8 @@ from numba import cuda, float32
 
 from . import bench
 from .bench import BenchConfig, Bandwidth, Case, Progress, Targets, _calls_for, _why
-from .bench_cases import OPS, Method, OpBench, Thunk, _importable, jax_available, torch_namespace
+from .bench_cases import (OPS, Method, OpBench, Thunk, _importable, jax_available, torch_compiled,
+                          torch_namespace)
 from .lower_cuda import simulator
 from .bench_report import fmt_bytes
 
@@ -73,12 +74,7 @@ _THREADS = 256
 # --- is there a GPU ---------------------------------------------------------------------------------
 def unavailable() -> str | None:
     """Why the GPU bench cannot run here (no numba-cuda, no GPU or driver), or None."""
-    from .runtime_cuda import CudaUnavailableError, require_gpu
-    try:
-        require_gpu()
-    except CudaUnavailableError as e:
-        return str(e)
-    return None
+    return bench.cuda_unavailable()
 
 
 def _text(v: Any) -> str:
@@ -387,7 +383,10 @@ def _xp_method(name: str, spec: OpBench, xp: Any, put: Callable[[np.ndarray], An
         if synchronous:
             import jax
             return lambda: jax.block_until_ready(fn(*args))
-        return lambda: fn(*args)
+        thunk = functools.partial(fn, *args)
+        if hasattr(fn, "fallback"):  # torch.compile's check (bench_cases.torch_compiled)
+            thunk.fallback = fn.fallback
+        return thunk
     return Method(name, bind, synchronous=synchronous)
 
 
@@ -408,7 +407,7 @@ def competitor_methods(spec: OpBench, cfg: BenchConfig) -> tuple[list[Method], d
             methods.append(_xp_method("torch-cuda", spec, ns, put))
             if cfg.torch_compile:
                 methods.append(_xp_method("torch-compile-cuda", spec, ns, put,
-                                          functools.partial(torch.compile, dynamic=False)))
+                                          functools.partial(torch_compiled, torch)))
     why = _cupy_unusable()
     if why:
         skipped["cupy-cuda"] = why
@@ -664,5 +663,5 @@ def run_demo(shape: tuple[int, ...], axis: int, dtype: str, rounds: int, backend
     case = Case(spec, tuple(shape), {"axis": axis})
     doc["case"] = bench.finish_case(measure_case(fg + others, case, spec.make_inputs(case.shape, dtype), rounds, dev),
                                     bw, GPU_TARGETS)
-    doc.update(bandwidth=bw.as_json(), machine={"gpu": gpu_info()}, timer=dev.timer)
+    doc.update(bandwidth=bw.as_json(), machine={**bench.machine_info(), "gpu": gpu_info()}, timer=dev.timer)
     return doc

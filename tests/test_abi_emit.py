@@ -23,6 +23,8 @@ import fusegen.examples as ex
 from fusegen import build
 from fusegen.abi_emit import ERROR_CODES, ERRORS, HEADER_NAME, Emitted, c_name, emit, error_table
 from fusegen.aot_kernel import TYPE_IDS, detect_string_abi
+
+from _optional import needs_gxx
 from fusegen.plan import build_plan
 
 REPO = Path(__file__).resolve().parents[1]
@@ -370,6 +372,7 @@ def warning_builds(emitted, tmp_path_factory) -> dict[tuple[str, str], subproces
         return dict(pool.map(run, jobs))
 
 
+@needs_gxx
 @pytest.mark.parametrize("flags", ["mindspore", "fusegen"])
 @pytest.mark.parametrize("name", list(OPS))
 def test_compiles_warning_free(warning_builds, name, flags):

@@ -39,6 +39,10 @@ from fusegen.errors import (ArgumentError, AttrError, DTypeError, FusegenError, 
                             ShapeError)
 from fusegen.plan import build_plan
 
+from _optional import needs_gxx
+
+pytestmark = needs_gxx
+
 REPO = Path(__file__).resolve().parents[1]
 OPS = {op.name: op for op in ex.REFERENCE_OPS}
 FLOATS = ("float16", "float32", "float64")
@@ -841,17 +845,52 @@ def test_wrong_input_count(kernels):
     assert "add_mul_div takes 2 inputs (x, y), got 1" in str(aot)
 
 
-def test_dtype_not_generated_names_the_combinations(kernels):
-    x = np.ones(3, np.int64)
-    with pytest.raises(DTypeError) as info:
-        kernels("add_mul_div")(x, x)
-    text = str(info.value)
-    assert "('int64', 'int64')" in text and "('float32', 'float32')" in text and "('int32', 'int32')" in text
-    assert "add_mul_div" in text and "dtypes=" in text
-    with pytest.raises(DTypeError, match="float32"):  # MindSpore's build has the float32 combination only
-        kernels("add_mul_div", "mindspore")(x.astype(np.float64), x.astype(np.float64))
-    with pytest.raises(DTypeError, match="float32"):  # mixed combinations are not generated
-        kernels("add_mul_div")(x.astype(np.float32), x.astype(np.float64))
+@fg.op
+def both_or_equal(a, b):
+    return fg.logical_and(a, b) | (a == b)
+
+
+def test_dtypes_a_call_brings_are_built_on_first_use(monkeypatch):
+    """Like the Numba backend: a dtype combination not built ahead (``dtypes=``, default the float
+    ones) is emitted and built on the first call that brings it, one library per combination
+    (content-keyed, so another process finds it in the build cache), and a combination already built
+    costs a call no more than before."""
+    k = fg.compile(ex.add_reduce_sum, backend="aot")
+    first, source = k.lib_path, k.source
+    x8 = (np.arange(20, dtype=np.int8).reshape(4, 5) * 13)  # x8 + x8 wraps in int8, as NumPy's does
+    got = k(x8, x8)
+    assert_close(got, np.sum(x8 + x8, axis=1))  # NumPy's dtypes too: the int8 sum is int64
+    x64 = np.arange(20, dtype=np.int64).reshape(4, 5) - 7
+    assert_close(k(x64, x64, axis=0, keep_dims=True), np.sum(x64 + x64, axis=0, keepdims=True))
+    f32, f64 = np.ones((2, 3), np.float32), np.full((2, 3), 0.5)
+    assert_close(k(f32, f64), np_ref(lambda a, b: np.sum(a + b, axis=1), f32, f64))  # a mixed combination
+    assert k.lib_path == first and k.source == source  # the library built ahead is unchanged
+    assert {("int8", "int8"), ("int64", "int64"), ("float32", "float64")} < k._combos
+    libs = {kk.lib_path for kk in k._by_attrs.values()}
+    assert len(libs) == 4 and first in libs  # one more library per new combination
+    # a combination seen before: no emit, no build, not even the lookup of its library
+    monkeypatch.setattr(type(k), "_func_for", lambda self, names: pytest.fail(f"rebuilt {names}"))
+    assert_close(k(x8, x8), np.sum(x8 + x8, axis=1))
+    again = fg.compile(ex.add_reduce_sum, backend="aot")  # a new kernel object: the build cache serves it
+    monkeypatch.undo()
+    assert_close(again(x8, x8), np.sum(x8 + x8, axis=1))
+    assert {kk.lib_path for kk in again._by_attrs.values()} == {first, next(p for p in libs if p != first and
+                                                                             "int8" in _source_of(p))}
+    a, b = np.array([True, False, True, False]), np.array([True, True, False, False])
+    kb = fg.compile(both_or_equal, backend="aot")
+    assert_close(kb(a, b), np.logical_and(a, b) | (a == b))
+    # dtypes= still builds ahead, and MindSpore's flags build on demand the same way
+    ms = fg.compile(ex.add_mul_div, backend="aot", dtypes="float32", flags="mindspore")
+    i32 = np.arange(6, dtype=np.int32).reshape(2, 3) + 1
+    assert_all_close(ms(i32, i32), tuple(np_ref(f, i32, i32) for f in (np.add, np.multiply, np.divide)))
+    with pytest.raises(DTypeError, match=r"input 'x' has dtype complex64"):
+        k(np.ones(3, np.complex64), np.ones(3, np.complex64))
+
+
+def _source_of(lib) -> str:
+    """The source a cached library was built from (its build.json names it)."""
+    import json
+    return Path(json.loads((Path(lib).parent / "build.json").read_text())["source"]).read_text()
 
 
 def test_unsupported_dtype(kernels):

@@ -10,7 +10,9 @@ import fusegen as fg
 from fusegen import examples as ex
 from fusegen.plan import build_plan, computed_nodes
 
-BACKENDS = ["numba", "aot"]
+from _optional import backends, needs_jax
+
+BACKENDS = backends("numba", "aot")
 
 
 def _tuple(x):
@@ -241,9 +243,10 @@ def test_sum_to_rejects_shapes_that_do_not_broadcast():
 
 
 # --- JAX: jax.grad through the XLA handlers runs fg.grad's fused backward -------------------------
+@needs_jax
 def test_jax_grad_uses_the_fused_backward_op():
-    jax = pytest.importorskip("jax")
-    jnp = pytest.importorskip("jax.numpy")
+    import jax
+    import jax.numpy as jnp
     f = fg.jax.function(ex.rms_norm, dtypes="float32")
     rng = np.random.default_rng(3)
     x = rng.standard_normal((4, 8)).astype(np.float32)
