@@ -29,7 +29,7 @@ import pytest
 
 import fusegen as fg
 import fusegen.examples as ex
-from conftest import TOL, assert_all_close, assert_close, np_ref
+from conftest import TOL, assert_all_close, assert_close, np_ref, strict_cpp_flags
 from fusegen import aot_kernel as ak
 from fusegen import build
 from fusegen.abi_emit import ERROR_CODES, ERRORS, c_name, emit
@@ -205,15 +205,18 @@ def no_whitelist():
 
 @pytest.fixture(scope="module")
 def kernels():
-    """``kernels(name, flags=None)``: the op compiled once per module. fusegen's flags get every
-    dtype combination of ``dtypes_of``; MindSpore's flags (``"mindspore"``) the float32 one."""
+    """``kernels(name, flags=None)``: the op compiled once per module, for every dtype combination
+    of ``dtypes_of``, with fusegen's flags or MindSpore's (``"mindspore"``), warnings as errors
+    (``conftest.strict_cpp_flags``: the same builds as test_abi_emit.py's warning checks, so the
+    build cache compiles each source once)."""
     built: dict = {}
 
     def get(name: str, flags: str | None = None):
         if (name, flags) not in built:
             op = OPS[name] if name in OPS else centered
-            dtypes = list(dtypes_of(name)) if flags is None and name in OPS else "float32"
-            built[(name, flags)] = fg.compile(op, backend="aot", dtypes=dtypes, flags=flags)
+            dtypes = list(dtypes_of(name)) if name in OPS else "float32"
+            built[(name, flags)] = fg.compile(op, backend="aot", dtypes=dtypes,
+                                              flags=strict_cpp_flags(flags or "fusegen"))
         return built[(name, flags)]
 
     yield get
@@ -324,7 +327,8 @@ def test_mindspore_flags_build_command(kernels, name):
     command = meta["command"]
     assert command[1:1 + len(build.MINDSPORE_CPU_FLAGS)] == list(build.MINDSPORE_CPU_FLAGS)
     source = Path(os.path.realpath(k.func.rpartition(":")[0]))
-    assert command[1 + len(build.MINDSPORE_CPU_FLAGS)] == f"-I{source.parent}"
+    # the source's folder first, then fusegen's custom_aot_extra.h's (as MindSpore adds its own)
+    assert command.index(f"-I{source.parent}") + 1 == command.index(f"-I{build.HEADER_PATH.parent}")
     assert not any(f.startswith("-O") or f.startswith("-march") for f in command)
     assert default_kernel(k).string_abi == 0
     assert k.lib_path != kernels(name).lib_path
@@ -881,6 +885,7 @@ def test_dtypes_a_call_brings_are_built_on_first_use(monkeypatch):
     assert_close(kb(a, b), np.logical_and(a, b) | (a == b))
     # dtypes= still builds ahead, and MindSpore's flags build on demand the same way
     ms = fg.compile(ex.add_mul_div, backend="aot", dtypes="float32", flags="mindspore")
+    assert ms.flags == list(build.MINDSPORE_CPU_FLAGS)
     i32 = np.arange(6, dtype=np.int32).reshape(2, 3) + 1
     assert_all_close(ms(i32, i32), tuple(np_ref(f, i32, i32) for f in (np.add, np.multiply, np.divide)))
     with pytest.raises(DTypeError, match=r"input 'x' has dtype complex64"):
