@@ -87,6 +87,16 @@ def strict_cpp_flags(kind: str) -> list[str]:
     return base + list(WARNINGS)
 
 
+def compile_for(op, backend: str, dtypes="float32", **options):
+    """``fg.compile(op, backend=backend)``; the AOT backend builds ahead only ``dtypes`` (the ones the
+    test calls with; any other a call brings is built on first use). The default three float
+    combinations cost g++ about three times the time of one, for combinations never called."""
+    import fusegen as fg
+    if backend == "aot":
+        options.setdefault("dtypes", dtypes)
+    return fg.compile(op, backend=backend, **options)
+
+
 def assert_close(got, want, *, rtol: float | None = None, atol: float | None = None, what: str = "") -> None:
     """``got`` (fusegen) equals ``want`` (NumPy): same type, shape and dtype; values exactly for
     bool/int, within ``TOL[dtype]`` (or the given overrides) for floats; NaN matches NaN."""

@@ -326,8 +326,10 @@ def test_mindspore_flags_build_command(kernels, name):
     meta = json.loads((Path(k.lib_path).parent / "build.json").read_text())
     command = meta["command"]
     assert command[1:1 + len(build.MINDSPORE_CPU_FLAGS)] == list(build.MINDSPORE_CPU_FLAGS)
-    source = Path(os.path.realpath(k.func.rpartition(":")[0]))
-    # the source's folder first, then fusegen's custom_aot_extra.h's (as MindSpore adds its own)
+    # the source's folder first, then fusegen's custom_aot_extra.h's (as MindSpore adds its own). (The
+    # entry may come from test_abi_emit.py's copy of the same source, elsewhere: the cache is by content.)
+    source = Path(command[-1])
+    assert source.name == Path(k.func.rpartition(":")[0]).name
     assert command.index(f"-I{source.parent}") + 1 == command.index(f"-I{build.HEADER_PATH.parent}")
     assert not any(f.startswith("-O") or f.startswith("-march") for f in command)
     assert default_kernel(k).string_abi == 0
@@ -405,7 +407,7 @@ def test_repeated_compile_is_a_cache_hit_and_attrs_share_one_library(kernels, mo
         raise AssertionError(f"recompiled {source}")
 
     monkeypatch.setattr(build, "_run_compiler", no_compiler)
-    again = fg.compile(ex.add_reduce_sum, backend="aot", dtypes=list(dtypes_of("add_reduce_sum")))
+    again = fg.compile(ex.add_reduce_sum, backend="aot", dtypes=list(dtypes_of("add_reduce_sum")), flags=k.flags)
     try:
         assert again.lib_path == k.lib_path and again.func == k.func
         assert again.source == k.source == emit(ex.add_reduce_sum, dtypes=list(dtypes_of("add_reduce_sum"))).source
@@ -849,11 +851,6 @@ def test_wrong_input_count(kernels):
     assert "add_mul_div takes 2 inputs (x, y), got 1" in str(aot)
 
 
-@fg.op
-def both_or_equal(a, b):
-    return fg.logical_and(a, b) | (a == b)
-
-
 def test_dtypes_a_call_brings_are_built_on_first_use(monkeypatch):
     """Like the Numba backend: a dtype combination not built ahead (``dtypes=``, default the float
     ones) is emitted and built on the first call that brings it, one library per combination
@@ -866,36 +863,25 @@ def test_dtypes_a_call_brings_are_built_on_first_use(monkeypatch):
     assert_close(got, np.sum(x8 + x8, axis=1))  # NumPy's dtypes too: the int8 sum is int64
     x64 = np.arange(20, dtype=np.int64).reshape(4, 5) - 7
     assert_close(k(x64, x64, axis=0, keep_dims=True), np.sum(x64 + x64, axis=0, keepdims=True))
-    f32, f64 = np.ones((2, 3), np.float32), np.full((2, 3), 0.5)
-    assert_close(k(f32, f64), np_ref(lambda a, b: np.sum(a + b, axis=1), f32, f64))  # a mixed combination
+    a, b = np.array([[True, False, True, False]]), np.array([[True, True, False, False]])
+    assert_close(k(a, b), np.sum(a + b, axis=1))  # bool + bool is logical or; its sum is int64
     assert k.lib_path == first and k.source == source  # the library built ahead is unchanged
-    assert {("int8", "int8"), ("int64", "int64"), ("float32", "float64")} < k._combos
+    assert {("int8", "int8"), ("int64", "int64"), ("bool", "bool")} < k._combos
     libs = {kk.lib_path for kk in k._by_attrs.values()}
     assert len(libs) == 4 and first in libs  # one more library per new combination
     # a combination seen before: no emit, no build, not even the lookup of its library
     monkeypatch.setattr(type(k), "_func_for", lambda self, names: pytest.fail(f"rebuilt {names}"))
     assert_close(k(x8, x8), np.sum(x8 + x8, axis=1))
-    again = fg.compile(ex.add_reduce_sum, backend="aot")  # a new kernel object: the build cache serves it
     monkeypatch.undo()
+    monkeypatch.setattr(build, "_run_compiler", lambda command, source: pytest.fail(f"recompiled {source}"))
+    again = fg.compile(ex.add_reduce_sum, backend="aot")  # a new kernel object: the build cache serves both
     assert_close(again(x8, x8), np.sum(x8 + x8, axis=1))
-    assert {kk.lib_path for kk in again._by_attrs.values()} == {first, next(p for p in libs if p != first and
-                                                                             "int8" in _source_of(p))}
-    a, b = np.array([True, False, True, False]), np.array([True, True, False, False])
-    kb = fg.compile(both_or_equal, backend="aot")
-    assert_close(kb(a, b), np.logical_and(a, b) | (a == b))
-    # dtypes= still builds ahead, and MindSpore's flags build on demand the same way
-    ms = fg.compile(ex.add_mul_div, backend="aot", dtypes="float32", flags="mindspore")
-    assert ms.flags == list(build.MINDSPORE_CPU_FLAGS)
-    i32 = np.arange(6, dtype=np.int32).reshape(2, 3) + 1
-    assert_all_close(ms(i32, i32), tuple(np_ref(f, i32, i32) for f in (np.add, np.multiply, np.divide)))
+    assert {kk.lib_path for kk in again._by_attrs.values()} < libs
     with pytest.raises(DTypeError, match=r"input 'x' has dtype complex64"):
         k(np.ones(3, np.complex64), np.ones(3, np.complex64))
-
-
-def _source_of(lib) -> str:
-    """The source a cached library was built from (its build.json names it)."""
-    import json
-    return Path(json.loads((Path(lib).parent / "build.json").read_text())["source"]).read_text()
+    # flags="mindspore" is MindSpore's command for every library, the first and those built on demand
+    # (centered has required attributes: nothing is built until a call names them)
+    assert fg.compile(centered, backend="aot", flags="mindspore").flags == list(build.MINDSPORE_CPU_FLAGS)
 
 
 def test_unsupported_dtype(kernels):

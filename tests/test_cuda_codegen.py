@@ -214,17 +214,22 @@ def test_compile_aot_cuda_builds_with_nvcc_and_needs_a_gpu_to_run():
         k(np.ones(3, np.float32), np.ones(3, np.float32))
 
 
+#: One architecture: enough to prove a .cu builds and carries device code (each more costs seconds).
+ONE_ARCH = ["--shared", "-Xcompiler", "-fPIC", "-O3", "--expt-relaxed-constexpr", "-D_GLIBCXX_USE_CXX11_ABI=0",
+            "-gencode", "arch=compute_90,code=sm_90"]
+
+
 @needs_nvcc
 def test_aot_kernel_takes_its_device_from_the_library(tmp_path):
     from fusegen.build import has_cuda_code
     # (bias_gelu float32: the .cu the next test builds too; the build cache shares it)
-    cu = fg.compile(ex.bias_gelu, backend="aot", device="cuda", dtypes="float32")
+    cu = fg.compile(ex.bias_gelu, backend="aot", device="cuda", dtypes="float32", flags=ONE_ARCH)
     cc = fg.compile(ex.bias_gelu, backend="aot", dtypes="float32")
     assert has_cuda_code(cu.lib_path) and not has_cuda_code(cc.lib_path)
-    assert fg.AotKernel(cu.func).device == "cuda" and fg.AotKernel(cc.func).device == "cpu"
+    assert fg.AotKernel(cu.func, flags=ONE_ARCH).device == "cuda" and fg.AotKernel(cc.func).device == "cpu"
     # a pairing that would hand a kernel pointers it cannot read is refused up front
     with pytest.raises(fg.LibraryError, match="holds CUDA device code.*device='cuda'"):
-        fg.AotKernel(cu.func, device="cpu")
+        fg.AotKernel(cu.func, device="cpu", flags=ONE_ARCH)
     if not SIMULATOR:  # (under the simulator, device arrays are host memory: allowed there)
         with pytest.raises(fg.LibraryError, match="holds no CUDA device code"):
             fg.AotKernel(cc.func, device="cuda")
@@ -242,7 +247,8 @@ def test_failed_launch_is_fg_err_cuda_naming_the_cuda_error(monkeypatch):
     the CUDA error's name, which AotKernel puts in the KernelError."""
     import fusegen.aot_cuda as aot_cuda
     from fusegen.abi_emit import ERROR_CODES
-    k = fg.AotKernel(fg.compile(ex.bias_gelu, backend="aot", device="cuda", dtypes="float32").func)
+    k = fg.AotKernel(fg.compile(ex.bias_gelu, backend="aot", device="cuda", dtypes="float32", flags=ONE_ARCH).func,
+                     flags=ONE_ARCH)
     monkeypatch.setattr(aot_cuda, "require_device", lambda kernel: None)  # no GPU: drive the host code only
     x = np.ones((4, 5), np.float32)
     signature, arrays = k.prepare(x, x)  # bias_gelu has no workspaces: nothing touches the device

@@ -130,7 +130,7 @@ def test_result_returns_what_the_kernel_returned(rng):
 
 @needs_gxx
 def test_aot_kernels_run_through_the_engine(rng):
-    aot = fg.compile(ex.smooth_l1, backend="aot")
+    aot = fg.compile(ex.smooth_l1, backend="aot", dtypes="float32")
     xs = [sample(rng, (16, 33), "float32") for _ in range(4)]
     outs = [np.empty_like(x) for x in xs]
     with Engine(2) as eng:

@@ -212,7 +212,7 @@ def numba_kernels():
 
 @pytest.fixture(scope="module")
 def aot_kernels():
-    return {name: fg.compile(op, backend="aot") for name, (op, _) in OPS.items()}
+    return {name: fg.compile(op, backend="aot", dtypes=["float32", "float16"]) for name, (op, _) in OPS.items()}
 
 
 @pytest.mark.parametrize("name", ["exp", "tanh"])
