@@ -620,15 +620,18 @@ def test_upstream_sample_keep_dim_true_is_caught(harness):
 #: sanitizers: each emitted for float32 and float64, built with ASan+UBSan, and run by the same
 #: driver on the graph's own shapes and on FUZZ_DRAWS drawn ones (size-0/size-1 dims, broadcasts
 #: the new dims keep or break), all cases of all graphs in one driver run.
-FUZZ_GRAPHS = 40 if LONG_TESTS else 8
+#: 5 is the smallest seeded sample that covers size-0 and size-1 dims, broadcasting and keep_dims both
+#: ways (the test checks it); the slow run tries 24.
+FUZZ_GRAPHS = 40 if LONG_TESTS else 5
+FUZZ_GRAPHS_SLOW = 24
 FUZZ_DRAWS = 8 if LONG_TESTS else 4
 
 
-def _fuzzed_graphs() -> list:
-    """A seeded sample of the strategy: [(op, outs, [(dtype, attrs, shapes), ...])]."""
+def _fuzzed_graphs(n: int) -> list:
+    """A seeded sample of ``n`` graphs of the strategy: [(op, outs, [(dtype, attrs, shapes), ...])]."""
     sample = []
 
-    @settings(max_examples=FUZZ_GRAPHS, derandomize=True, database=None, deadline=None, phases=[Phase.generate],
+    @settings(max_examples=n, derandomize=True, database=None, deadline=None, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))
     @given(g=graphs(), data=st.data())
     def collect(g, data):
@@ -645,14 +648,15 @@ def _fuzzed_graphs() -> list:
 
 
 @pytest.mark.filterwarnings("ignore:Mean of empty slice:RuntimeWarning")
-def test_fuzzed_graphs_under_asan_ubsan(harness):
+@pytest.mark.parametrize("n_graphs", [FUZZ_GRAPHS, pytest.param(FUZZ_GRAPHS_SLOW, marks=pytest.mark.slow)])
+def test_fuzzed_graphs_under_asan_ubsan(harness, n_graphs):
     """Every case clean; results equal NumPy's (``fuzz_graphs.check``'s tolerances); where NumPy
     refuses a draw (a broadcast the new dims break, max/min over an empty axis) the kernel reports
     an error through InferShape or its return code."""
-    sample = _fuzzed_graphs()
+    sample = _fuzzed_graphs(n_graphs)
     jobs, lines, cases = [], [], []
     for g, (op, outs, runs) in enumerate(sample):
-        lib, symbol, job = _san_library(op, ["float32", "float64"], harness.root / f"fuzz{g}")
+        lib, symbol, job = _san_library(op, ["float32", "float64"], harness.root / f"fuzz{n_graphs}-{g}")
         jobs.append(job)
         for dtype, attrs, shapes in runs:
             lines.append(_case_line(lib, symbol, dtype, len(outs), attrs, shapes))
