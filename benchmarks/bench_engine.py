@@ -31,7 +31,7 @@ import numpy as np
 
 import fusegen as fg
 import fusegen.examples as ex
-from fusegen.engine import Engine
+from fusegen.rt.engine import Engine
 from fusegen.runtime import PARALLEL_THRESHOLD
 
 #: (op, inputs by kind, attributes): "x"/"y" are (rows, cols) arrays, "w" a (cols,) row.

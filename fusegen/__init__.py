@@ -2,23 +2,22 @@
 MindSpore-AOT C++ sources and XLA FFI handlers, all run through one runtime."""
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 # The public API, registered once and visibly (names here are stable).
+from .version import __version__  # noqa: E402
 from .dtypes import DType, DTYPES, as_dtype  # noqa: E402
 from .errors import (  # noqa: E402
     ArgumentError, AttrError, CompileError, DTypeError, FusegenError, KernelError, LibraryError,
     ShapeError, TraceError,
 )
 from .ir import OpDef, Tensor, cast, cast_like, infer, op, sum_to, where  # noqa: E402
-from .ops import (  # noqa: E402
+from .graph.vocab import (  # noqa: E402
     abs, add, ceil, cos, divide, equal, erf, exp, floor, greater, greater_equal, less, less_equal,
     log, logical_and, logical_not, logical_or, max, maximum, mean, min, minimum, multiply, neg,
     not_equal, pow, power, prod, relu, rsqrt, sigmoid, sin, sqrt, subtract, sum, tanh,
 )
+from .graph.grad import grad  # noqa: E402
 from .runtime import Kernel, compile  # noqa: E402
-from .engine import Engine, EngineError  # noqa: E402
-from .grad import grad  # noqa: E402
+from .rt.engine import Engine, EngineError  # noqa: E402
 
 __all__ = [
     # describing ops
@@ -28,7 +27,7 @@ __all__ = [
     "min", "minimum", "multiply", "neg", "not_equal", "pow", "power", "prod", "relu", "rsqrt",
     "sigmoid", "sin", "sqrt", "subtract", "sum", "tanh",
     "DType", "DTYPES", "as_dtype",
-    # running and emitting (emit, AotKernel, jax and examples load lazily, see __getattr__)
+    # running and emitting (emit, AotKernel, jax, torch, examples and random load lazily, see __getattr__)
     "compile", "Kernel", "emit", "AotKernel", "Engine", "EngineError",
     # errors
     "FusegenError", "TraceError", "ShapeError", "DTypeError", "AttrError", "ArgumentError",
@@ -39,14 +38,17 @@ __all__ = [
 def __getattr__(name):
     # The native parts load lazily: importing fusegen must not need a compiler.
     if name == "AotKernel":
-        from .aot_kernel import AotKernel
+        from .native.aot_kernel import AotKernel
         return AotKernel
     if name == "emit":
         from .abi_emit import emit
         return emit
-    if name == "jax":  # optional: needs `pip install "fusegen[jax]"`
+    if name in ("jax", "torch"):  # optional: `pip install "fusegen[jax]"` / `"fusegen[torch]"`
         import importlib
-        return importlib.import_module(".jax", __name__)
+        return importlib.import_module("." + name, __name__)
+    if name == "random":  # fg.random.reference (the traced functions come with the IR integration)
+        import importlib
+        return importlib.import_module(".random", __name__)
     if name == "examples":
         import importlib
         return importlib.import_module(".examples", __name__)

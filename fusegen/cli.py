@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 # The table and time formats are shared with the bench report (re-exported here for callers).
-from .bench_report import Progress, fmt_check, fmt_ratio, fmt_time, format_table, versions_text  # noqa: F401
+from .bench.report import Progress, fmt_check, fmt_ratio, fmt_time, format_table, versions_text  # noqa: F401
 
 KNOWN_BACKENDS = ("numba", "aot")
 DEVICES = ("cpu", "cuda")
@@ -94,7 +94,7 @@ def _fail(command: str, message: str, code: int) -> int:
 # --- demo -----------------------------------------------------------------------------------------
 def cmd_demo(args: argparse.Namespace) -> int:
     """``fusegen demo``: one checked, timed run per backend (a table per device); 1 if any is wrong."""
-    from . import bench
+    from .bench import harness as bench
     if not -len(args.shape) <= args.axis < len(args.shape):
         return _fail("demo", f"axis {args.axis} is out of range for shape {args.shape}", 2)
     devices = devices_for(args.device)
@@ -122,7 +122,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def _demo_cuda(args: argparse.Namespace) -> dict:
     """The demo's GPU run, or the reason there is none."""
-    from . import bench_cuda
+    from .bench import cuda as bench_cuda
     why = bench_cuda.unavailable()
     if why is not None:
         return {"case": None, "skipped": {f"{b}-cuda": why for b in args.backends}}
@@ -164,7 +164,7 @@ def _print_demo(res: dict, args: argparse.Namespace) -> None:
 # --- bench ----------------------------------------------------------------------------------------
 def parse_ops(text: str) -> list[str]:
     """``softmax,rms_norm`` -> the names, each a reference op the bench knows."""
-    from .bench_cases import OPS
+    from .bench.cases import OPS
     return parse_names(text, list(OPS), "op")
 
 
@@ -182,7 +182,10 @@ def _write(path: str, text: str) -> Path:
 def cmd_bench(args: argparse.Namespace) -> int:
     """``fusegen bench``: print the tables, write JSON, Markdown and the chart; 1 if any result
     is wrong."""
-    from . import bench, bench_report
+    if args.bridges:  # the JAX and PyTorch bridges (fusegen.bench.bridges)
+        from .bench import bridges
+        return bridges.main(args, _write)
+    from .bench import harness as bench, report as bench_report
     cuda = args.device == "cuda"
     stem = "bench-results/bench" + ("-cuda" if cuda else "")  # the GPU's files beside the CPU's
     png = args.png
@@ -193,7 +196,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     json_path = f"{stem}.json" if args.json is None else args.json
     markdown = f"{stem}.md" if args.markdown is None else args.markdown
     if cuda:
-        from . import bench_cuda
+        from .bench import cuda as bench_cuda
         why = bench_cuda.unavailable()
         if why is not None:
             return _fail("bench", f"--device cuda cannot run here: {why}", 2)
@@ -299,9 +302,9 @@ def cmd_build(args: argparse.Namespace) -> int:
     """``fusegen build``: compile a source through the build cache and print the library."""
     from .errors import FusegenError
     try:
-        from .build import MINDSPORE_CPU_FLAGS, build_library
+        from .native.build import MINDSPORE_CPU_FLAGS, build_library
     except ImportError as e:
-        return _fail("build", f"fusegen.build.build_library is not available in this installation ({e})", 2)
+        return _fail("build", f"fusegen.native.build.build_library is not available in this installation ({e})", 2)
     flags = _flags(args.flags)
     if flags == "mindspore":
         flags = list(MINDSPORE_CPU_FLAGS)
@@ -316,7 +319,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 # --- the parser -----------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand (each sets ``func``, its handler)."""
-    from . import __version__
+    from .version import __version__
     p = argparse.ArgumentParser(prog="fusegen", description="JIT code generation for fused tensor kernels.")
     p.add_argument("--version", action="version", version=f"fusegen {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -355,6 +358,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="leave out torch even when it is installed (CPU: torch.compile; GPU: eager torch)")
     b.add_argument("--torch-compile", action="store_true",
                    help="GPU: also torch.compile (Inductor; its compiles take minutes)")
+    b.add_argument("--bridges", action="store_true",
+                   help="fused ops inside jax.jit and torch.compile vs jnp/torch code, and a sharded row "
+                        "(4 host devices): bench-results/bridges.json")
     b.add_argument("--compile-times", action="store_true",
                    help="also measure compile time, cold and warm cache, in new processes (minutes)")
     b.add_argument("--fresh-pages", action="store_true",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from . import ops as fg
+from .graph import vocab as fg
 from .ir import op
 
 

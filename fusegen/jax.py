@@ -41,9 +41,9 @@ import jax
 import numpy as np
 
 import fusegen as fg
-from .build import build_library, cache_dir, default_cpp_flags
+from .native.build import build_library, cache_dir, default_cpp_flags
 from .dtypes import AttrType
-from .xla_emit import XlaEmitted, legacy_opaque, workspace_bytes
+from .abi_emit import XlaEmitted, legacy_opaque, workspace_bytes
 
 __all__ = ["function", "JaxFunction", "build_flags", "VMAP_METHODS"]
 
@@ -72,8 +72,19 @@ def _register(name: str, lib: ctypes.CDLL, symbol: str, api_version: int) -> Non
         _registered[name] = lib
 
 
+@functools.lru_cache(maxsize=None)
+def _can_partition() -> bool:
+    """Whether the installed JAX has what fusegen.jax_sharding uses (custom_partitioning with
+    Shardy rules, typed shardings, custom_vmap: JAX 0.10 has them all)."""
+    try:
+        from . import jax_sharding  # noqa: F401
+        return hasattr(jax, "typeof") and hasattr(jax.sharding, "reshard")
+    except (ImportError, AttributeError):
+        return False
+
+
 def _ffi_attr(t: AttrType, value: Any) -> Any:
-    """A bound attribute value as the FFI decodes it (see fusegen.xla_emit.FFI_ATTRS)."""
+    """A bound attribute value as the FFI decodes it (see fusegen.emitters.xla.FFI_ATTRS)."""
     if t is AttrType.INTS:
         return np.asarray(value, np.int64)
     if t is AttrType.FLOATS:
@@ -142,12 +153,15 @@ class JaxFunction:
     """A fused op callable from JAX: ``f(*arrays, **attrs)``; see ``fusegen.jax.function``."""
 
     def __init__(self, op: fg.OpDef, dtypes=None, vmap_method: str | None = None,
-                 flags: list[str] | None = None, api: str = "ffi"):
+                 flags: list[str] | None = None, api: str = "ffi", partition: bool = True):
         if vmap_method is not None and vmap_method not in VMAP_METHODS:
             raise ValueError(f"vmap_method={vmap_method!r}: use None (fusegen chooses) or one of {VMAP_METHODS}")
         if api not in ("ffi", "legacy"):
             raise ValueError(f"api={api!r}: use 'ffi' (typed XLA FFI) or 'legacy' (custom_call_api_version=3)")
         self.op, self.vmap_method, self.api = op, vmap_method, api
+        # Sharded arrays: partitioned by rules derived from the IR (fusegen.jax_sharding); the
+        # legacy API's opaque string fixes the shapes, so it cannot run per shard.
+        self.partition = partition and api == "ffi" and _can_partition()
         self.emitted: XlaEmitted = fg.emit(op, abi="xla-ffi", device="cpu", dtypes=dtypes)
         self.flags = list(flags) if flags is not None else build_flags()
         directory = Path(cache_dir()) / "xla-src" / f"{op.name}-{self.emitted.digest}"
@@ -161,10 +175,14 @@ class JaxFunction:
                 symbol = symbol + "_legacy"
             self.targets[combo] = f"fusegen_{symbol}_{tag}"
             _register(self.targets[combo], self.library, symbol, 1 if api == "ffi" else 0)
-        self._batch = _BatchRule(op)
+        self.batch_rule = _BatchRule(op)
 
         def traced(*arrays, **attrs):
-            return self._trace(*arrays, **{n: v.value for n, v in attrs.items()})
+            values = {n: v.value for n, v in attrs.items()}
+            if self.partition:
+                from . import jax_sharding
+                return jax_sharding.call(self, arrays, values)
+            return self.ffi_call(arrays, values)
         traced.__name__ = f"fusegen_{op.name}"  # how the call reads in a jaxpr
         # One jit: JAX's C++ dispatch caches the traced call per input shapes, dtypes and (static)
         # attribute values, so a repeated eager call costs what a jitted JAX function does; inside
@@ -222,7 +240,11 @@ class JaxFunction:
             back = self.backward()
             needed = [a for n, a in zip(self.op.inputs, arrays) if n in back.op.needs]
             grads = back(*needed, *(cot if isinstance(cot, (tuple, list)) else (cot,)), **attrs)
-            return tuple(grads) if isinstance(grads, (tuple, list)) else (grads,)
+            grads = tuple(grads) if isinstance(grads, (tuple, list)) else (grads,)
+            if self.partition:  # a gradient is typed as its input is (Explicit mesh axes)
+                from .jax_sharding import typed_like
+                grads = tuple(map(typed_like, grads, arrays))
+            return grads
 
         f.defvjp(fwd, bwd)
         return f
@@ -231,12 +253,16 @@ class JaxFunction:
         """The JAX function of ``fg.grad(op)`` (built once, on first use)."""
         with _backward_lock:
             if self._backward is None:
-                self._backward = JaxFunction(fg.grad(self.op), flags=self.flags, api=self.api)
+                self._backward = JaxFunction(fg.grad(self.op), flags=self.flags, api=self.api,
+                                             partition=self.partition)
             return self._backward
 
     def _trace(self, *arrays, **attrs):
-        """Runs once per signature, while JAX traces: validate with the IR's rules, pick the
-        handler and the vmap method, and emit the ffi_call."""
+        """The op's FFI call on ``arrays`` (traced values), unpartitioned."""
+        return self.ffi_call(arrays, attrs)
+
+    def validate(self, arrays, attrs: dict):
+        """Check a call with the IR's rules: ``(dtype combination, bound attributes, Spec)``."""
         op = self.op
         if len(arrays) != len(op.inputs):
             raise fg.ArgumentError(f"op {op.name} takes {len(op.inputs)} inputs ({', '.join(op.inputs)}), "
@@ -254,12 +280,22 @@ class JaxFunction:
                                 f"{sorted(self.targets)}; got {combo}. Pass dtypes=... to fusegen.jax.function.")
         bound = op.bind_attrs(attrs)
         spec = fg.infer(op, names, [tuple(a.shape) for a in arrays], bound)  # names the op and node
+        return combo, bound, spec
+
+    def ffi_call(self, arrays, attrs: dict, out_shardings=None):
+        """Runs once per signature, while JAX traces: validate with the IR's rules, pick the
+        handler and the vmap method, and emit the ffi_call (``out_shardings``: the results'
+        shardings, stated on meshes with Explicit axes)."""
+        op = self.op
+        combo, bound, spec = self.validate(arrays, attrs)
         out_dtypes = self.emitted.out_dtypes[combo]
         for d in out_dtypes:
             if jax.dtypes.canonicalize_dtype(np.dtype(d)) != np.dtype(d):
                 raise fg.DTypeError(f"op {op.name}: an output is {d}, which JAX represents only with "
                                     "jax.config.update('jax_enable_x64', True)")
-        results = [jax.ShapeDtypeStruct(s, np.dtype(d)) for s, d in zip(spec.out_shapes, out_dtypes)]
+        shardings = out_shardings or [None] * len(out_dtypes)
+        results = [jax.ShapeDtypeStruct(s, np.dtype(d), sharding=sh)
+                   for s, d, sh in zip(spec.out_shapes, out_dtypes, shardings)]
         results += [jax.ShapeDtypeStruct((n,), np.uint8) for n in workspace_bytes(self.emitted, combo, spec)]
         if self.api == "legacy":
             # Shapes and attributes travel in the opaque string, fixed per signature, so a batch
@@ -269,8 +305,8 @@ class JaxFunction:
                                     custom_call_api_version=3, legacy_backend_config=opaque)
             ffi_attrs: dict = {}
         else:
-            normalized = self._batch.normalize(spec, bound)
-            batchable = self._batch.ok and normalized is not None and len({len(a.shape) for a in arrays}) <= 1
+            normalized = self.batch_rule.normalize(spec, bound)
+            batchable = self.batch_rule.ok and normalized is not None and len({len(a.shape) for a in arrays}) <= 1
             method = self.vmap_method or ("broadcast_all" if batchable else "sequential")
             values = normalized if normalized is not None else bound
             ffi_attrs = {n: _ffi_attr(op.attrs[n].type, v) for n, v in values.items()}
@@ -281,7 +317,7 @@ class JaxFunction:
 
 
 def function(op: fg.OpDef, *, dtypes=None, vmap_method: str | None = None,
-             flags: list[str] | None = None, api: str = "ffi") -> JaxFunction:
+             flags: list[str] | None = None, api: str = "ffi", partition: bool = True) -> JaxFunction:
     """A JAX-callable ``f(*arrays, **attrs)`` running ``op`` through XLA FFI handlers.
 
     ``dtypes``: the dtype combinations to build (as ``fusegen.emit``; default every float dtype).
@@ -293,8 +329,10 @@ def function(op: fg.OpDef, *, dtypes=None, vmap_method: str | None = None,
     is sequential, and jaxlib exports no ``XlaCustomCallStatusSetFailure``, so a handler error
     cannot reach Python (it is printed to stderr and the results are zeroed); the arguments
     are still validated here first.
+    ``partition``: on sharded arrays, run per shard with rules derived from the IR (see
+    ``fusegen.jax_sharding``); False: one FFI call on whole arrays (XLA gathers its inputs).
     """
     if not isinstance(op, fg.OpDef):
         raise TypeError(f"fusegen.jax.function expects an @fusegen.op, got {type(op).__name__}")
-    return JaxFunction(op, dtypes=dtypes, vmap_method=vmap_method, flags=flags, api=api)
+    return JaxFunction(op, dtypes=dtypes, vmap_method=vmap_method, flags=flags, api=api, partition=partition)
 

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import __version__, vmath
-from .exprs import PYTHON, ExprWriter, reduce_identity, reg_dtype
-from .pysource import NAN_HELPERS, combine, import_source
-from .ir import Node, Op, Spec
-from .plan import GroupRun, Plan
+from . import vmath
+from .ir import Node, Op, Spec, nodes_of
+from .lower.pysource import NAN_HELPERS, combine, import_source
+from .plan import GroupRun, Plan, slot_name
+from .plan.exprs import PYTHON, ExprWriter, reduce_identity, reg_dtype
+from .version import __version__
 
 # meta: nO, nRO, RI, I, ntiles, TILE, O_total, RO_total, count, nsplit, chunk; then extents, strides
 HEADER = 11
@@ -76,8 +77,15 @@ class GroupSource:
         # into its own partial accumulator row, combined at the end. Used when there are too
         # few outputs to give every thread a contiguous share (e.g. a column sum).
         self.split = split
-        self.ops = {key: _Op(_opname(key), key, p[0], p[1], k)
+        self.ops = {key: _Op(slot_name(key), key, p[0], p[1], k)
                     for k, (key, p) in enumerate(zip(run.operands, pattern))}
+        # the group's accesses: which operand a loaded leaf is, where a reduction's result goes
+        self.read_slot = {id(a.node): a.slot for st in self._stages() for a in st.reads}
+        self.store_slots: dict[int, list] = {}
+        for st in self._stages():
+            for a in st.stores:
+                if a.node.op is Op.REDUCE:
+                    self.store_slots.setdefault(id(a.node), []).append(a.slot)
         self.lines: list[str] = []
         self.attrs: list[str] = sorted({n.arg for st in self._stages() for n in _nodes_of(st) if n.op is Op.ATTR})
 
@@ -221,8 +229,7 @@ class GroupSource:
             def leaf(n, views=views):
                 if n.op is Op.ATTR:
                     return self._attr(n)
-                key = ("in", n.arg) if n.op is Op.INPUT else ("buf", self.plan.buffer_index(n))
-                return f"{views[key]}[i]"
+                return f"{views[self.read_slot[id(n)]]}[i]"
             ew = ExprWriter(self.spec, PYTHON, leaf, prefix=f"s{st.index}_k{k}_")
             vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
             for name, expr in ew.lines:
@@ -321,26 +328,18 @@ class GroupSource:
 
     # --- helpers -----------------------------------------------------------------------------
     def _read_keys(self, st) -> list[tuple]:
-        from .plan import _reads
-        keys = []
-        for l in _reads(st):
-            keys.append(("in", l.arg) if l.op is Op.INPUT else ("buf", self.plan.buffer_index(l)))
-        return keys
+        return [a.slot for a in st.reads]
 
     def _writes_elem(self, st, key) -> bool:
         return any(("out", k) == key for k, _ in st.writes)
 
     def _result_targets(self, r: Node) -> list[_Op]:
-        keys = [("out", k) for k in self.plan.reduce_outputs.get(id(r), ())]
-        if any(r is b for b in self.plan.buffers):
-            keys.append(("buf", self.plan.buffer_index(r)))
-        return [self.ops[k] for k in keys]
+        return [self.ops[k] for k in self.store_slots.get(id(r), ())]
 
     def _load(self, n: Node, mode: str) -> str:
         if n.op is Op.ATTR:
             return self._attr(n)
-        key = ("in", n.arg) if n.op is Op.INPUT else ("buf", self.plan.buffer_index(n))
-        o = self.ops[key]
+        o = self.ops[self.read_slot[id(n)]]
         cls = o.ri if mode == "row" else o.i
         return f"s_{o.name}" if cls == 0 else f"v_{o.name}[{'ri' if mode == 'row' else 'i'}]"
 
@@ -370,14 +369,8 @@ def _idx(cls, var: str, stride: str) -> str:
     return "0" if cls == 0 else (var if cls == 1 else f"{var} * {stride}")
 
 
-def _opname(key: tuple) -> str:
-    return {"in": "x", "out": "out", "buf": "ws"}[key[0]] + str(key[1])
-
-
 def _nodes_of(st) -> list[Node]:
-    from .ir import Graph
-    roots = [r for r in st.reductions] + [n for _, n in st.writes] + [n for _, n in st.finals]
-    return list(Graph(tuple(roots)).nodes) if roots else []
+    return nodes_of([r for r in st.reductions] + [n for _, n in st.writes] + [n for _, n in st.finals])
 
 
 PRELUDE = '''\

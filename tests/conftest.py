@@ -82,7 +82,7 @@ WARNINGS = ("-Wall", "-Wextra", "-Werror")
 
 def strict_cpp_flags(kind: str) -> list[str]:
     """MindSpore's auto-compile flags (``"mindspore"``) or fusegen's (``"fusegen"``), then ``WARNINGS``."""
-    from fusegen import build
+    from fusegen.native import build
     base = list(build.MINDSPORE_CPU_FLAGS) if kind == "mindspore" else build.default_cpp_flags()
     return base + list(WARNINGS)
 

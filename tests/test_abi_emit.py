@@ -20,9 +20,9 @@ import pytest
 
 import fusegen as fg
 import fusegen.examples as ex
-from fusegen import build
+from fusegen.native import build
 from fusegen.abi_emit import ERROR_CODES, ERRORS, HEADER_NAME, Emitted, c_name, emit, error_table
-from fusegen.aot_kernel import TYPE_IDS, detect_string_abi
+from fusegen.native.aot_kernel import TYPE_IDS, detect_string_abi
 from fusegen.errors import CompileError
 
 from conftest import strict_cpp_flags

@@ -30,10 +30,10 @@ import pytest
 import fusegen as fg
 import fusegen.examples as ex
 from conftest import TOL, assert_all_close, assert_close, np_ref, strict_cpp_flags
-from fusegen import aot_kernel as ak
-from fusegen import build
+from fusegen.native import host
+from fusegen.native import build
 from fusegen.abi_emit import ERROR_CODES, ERRORS, c_name, emit
-from fusegen.aot_kernel import TYPE_IDS, AotKernel
+from fusegen.native.aot_kernel import TYPE_IDS, AotKernel
 from fusegen.dtypes import AttrType
 from fusegen.errors import (ArgumentError, AttrError, DTypeError, FusegenError, KernelError, LibraryError,
                             ShapeError)
@@ -225,8 +225,8 @@ def kernels():
 
 
 def default_kernel(compiled, **attrs) -> AotKernel:
-    """The ``AotKernel`` an ``AotCompiled`` uses for these attribute values."""
-    return compiled._kernel(tuple(compiled.op.bind_attrs(attrs).items()))
+    """The ``AotKernel`` an AOT kernel uses for these attribute values."""
+    return compiled.executor.kernel_for(tuple(compiled.op.bind_attrs(attrs).items()))
 
 
 class Raw:
@@ -241,7 +241,7 @@ class Raw:
         """A new ``AotExtra`` holding ``attrs`` exactly as given (no binding to the op's types)."""
         extra = self.shim.fg_extra_new()
         self.k._loaded.extras.append(extra)  # destroyed (DestructKernelData) with the kernel
-        ak._set_attrs(self.shim, extra, ak._canonical_attrs(attrs or {}))
+        host.set_attrs(self.shim, extra, host.canonical_attrs(attrs or {}))
         return extra
 
     @staticmethod
@@ -251,7 +251,7 @@ class Raw:
     def init(self, shapes, dtypes, attrs: dict | None = None) -> int:
         """Runs ``<Name>Init``; returns the extra holding its kernel data."""
         extra = self.extra(attrs)
-        ndims, ptrs, _rows = ak._shape_block(shapes)
+        ndims, ptrs, _rows = host.shape_block(shapes)
         names = self._dtypes(dtypes)
         result, error = ctypes.c_int(0), ctypes.create_string_buffer(1024)
         status = self.shim.fg_call_init(self.k._init, ndims, ptrs, names, extra, ctypes.byref(result), error,
@@ -263,10 +263,10 @@ class Raw:
     def main(self, extra: int | None, arrays, shapes, dtypes, nparam: int | None = None) -> None:
         """Runs the main function on ``arrays`` (inputs, outputs, workspaces) described by
         ``shapes``/``dtypes`` (inputs and outputs only, as MindSpore passes them)."""
-        ndims, ptrs, _rows = ak._shape_block(shapes)
+        ndims, ptrs, _rows = host.shape_block(shapes)
         names = self._dtypes(dtypes)
         params = (ctypes.c_void_p * max(len(arrays), 1))(*[a.ctypes.data for a in arrays])
-        block = ak._FgCall(fn=self.k._main, nparam=len(arrays) if nparam is None else nparam,
+        block = host.FgCall(fn=self.k._main, nparam=len(arrays) if nparam is None else nparam,
                            params=ctypes.addressof(params), ndims=ctypes.addressof(ndims),
                            shapes=ctypes.addressof(ptrs), dtypes=ctypes.addressof(names), stream=None,
                            extra=extra)
@@ -401,7 +401,7 @@ def test_repeated_compile_is_a_cache_hit_and_attrs_share_one_library(kernels, mo
     x = np.ones((3, 4), np.float32)
     k(x, x, axis=0)
     k(x, x, axis=1, keep_dims=True)
-    assert len({kk.lib_path for kk in k._by_attrs.values()}) == 1 and len(k._by_attrs) >= 2
+    assert len({kk.lib_path for kk in k.executor.by_attrs.values()}) == 1 and len(k.executor.by_attrs) >= 2
 
     def no_compiler(command, source):
         raise AssertionError(f"recompiled {source}")
@@ -866,17 +866,17 @@ def test_dtypes_a_call_brings_are_built_on_first_use(monkeypatch):
     a, b = np.array([[True, False, True, False]]), np.array([[True, True, False, False]])
     assert_close(k(a, b), np.sum(a + b, axis=1))  # bool + bool is logical or; its sum is int64
     assert k.lib_path == first and k.source == source  # the library built ahead is unchanged
-    assert {("int8", "int8"), ("int64", "int64"), ("bool", "bool")} < k._combos
-    libs = {kk.lib_path for kk in k._by_attrs.values()}
+    assert {("int8", "int8"), ("int64", "int64"), ("bool", "bool")} < k.executor.combos
+    libs = {kk.lib_path for kk in k.executor.by_attrs.values()}
     assert len(libs) == 4 and first in libs  # one more library per new combination
     # a combination seen before: no emit, no build, not even the lookup of its library
-    monkeypatch.setattr(type(k), "_func_for", lambda self, names: pytest.fail(f"rebuilt {names}"))
+    monkeypatch.setattr(type(k.executor), "func_for", lambda self, names: pytest.fail(f"rebuilt {names}"))
     assert_close(k(x8, x8), np.sum(x8 + x8, axis=1))
     monkeypatch.undo()
     monkeypatch.setattr(build, "_run_compiler", lambda command, source: pytest.fail(f"recompiled {source}"))
     again = fg.compile(ex.add_reduce_sum, backend="aot")  # a new kernel object: the build cache serves both
     assert_close(again(x8, x8), np.sum(x8 + x8, axis=1))
-    assert {kk.lib_path for kk in again._by_attrs.values()} < libs
+    assert {kk.lib_path for kk in again.executor.by_attrs.values()} < libs
     with pytest.raises(DTypeError, match=r"input 'x' has dtype complex64"):
         k(np.ones(3, np.complex64), np.ones(3, np.complex64))
     # flags="mindspore" is MindSpore's command for every library, the first and those built on demand

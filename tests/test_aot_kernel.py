@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fusegen import build
-from fusegen.aot_kernel import AotKernel, detect_string_abi
+from fusegen.native import build
+from fusegen.native.aot_kernel import AotKernel, detect_string_abi
 from fusegen.errors import ArgumentError, AttrError, DTypeError, KernelError, LibraryError, ShapeError
 
 from _optional import needs_gxx
@@ -324,7 +324,7 @@ extern "C" int OmpAdd(int nparam, void **params, int *ndims, int64_t **shapes, c
 OPENMP_SCRIPT = """
 import sys, time
 import numpy as np
-from fusegen.aot_kernel import AotKernel
+from fusegen.native.aot_kernel import AotKernel
 a = np.ones(100_000, np.float32)
 for _ in range(3):
     op = AotKernel(sys.argv[1] + ":OmpAdd", out_shape=lambda x, y: x)
@@ -802,7 +802,7 @@ def test_close_waits_for_running_reentrant_calls(src):
 
 
 def test_evicted_signature_is_reprepared_and_dropped_only_when_idle(src, monkeypatch):
-    import fusegen.aot_kernel as ak
+    import fusegen.native.aot_kernel as ak
     monkeypatch.setattr(ak, "_MAX_SIGNATURES", 2)
     op = AotKernel(f"{src / 'add.cc'}:CustomAdd", out_shape=lambda x, _: x, out_dtype=lambda x, _: x)
     a = np.ones((2, 3), np.float32)

@@ -34,7 +34,7 @@ import numpy as np
 import pytest
 
 import fusegen as fg
-from fusegen import build
+from fusegen.native import build
 from fusegen.errors import (ArgumentError, AttrError, CompileError, DTypeError, KernelError, LibraryError,
                             ShapeError)
 

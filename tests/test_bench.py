@@ -17,7 +17,9 @@ import re
 import numpy as np
 import pytest
 
-from fusegen import bench, bench_cases, bench_report, cli
+from fusegen import cli
+
+from fusegen.bench import cases as bench_cases, harness as bench, report as bench_report
 
 from _optional import HAVE, gpu_present, needs, needs_gxx, no_simulator, require
 
@@ -331,7 +333,7 @@ def test_gpu_bench_without_a_gpu_says_so_quickly(capsys):
 def test_device_timing_rotates_and_uses_the_wall_clock_for_synchronous_methods():
     """``bench_cuda.time_on_device`` with a stand-in device clock: the prelude runs before every
     timed call, the start rotates, a synchronous method is timed by the wall clock."""
-    from fusegen import bench_cuda
+    from fusegen.bench import cuda as bench_cuda
 
     class Stream:
         def synchronize(self) -> None:
@@ -361,7 +363,7 @@ def test_device_timing_rotates_and_uses_the_wall_clock_for_synchronous_methods()
 def test_gpu_bench_kernels_compile_for_a_real_gpu():
     """The copy probe, the L2 flush and the spin kernel, compiled to PTX for sm_90 (no GPU needed)."""
     from numba import cuda
-    from fusegen import bench_cuda
+    from fusegen.bench import cuda as bench_cuda
     sigs = {bench_cuda._copy: "void(float32[::1], float32[::1])", bench_cuda._fill: "void(float32[::1], float32)",
             bench_cuda._spin: "void(int64, float32[::1])"}
     for kernel, sig in sigs.items():
@@ -374,7 +376,7 @@ def test_gpu_bench_kernels_compile_for_a_real_gpu():
 
 
 def test_issue_verdict_needs_both_cuda_backends():
-    from fusegen import bench_cuda
+    from fusegen.bench import cuda as bench_cuda
 
     def case(axis, fractions, ahead=1.3):
         results = {n: {"ok": True, "bandwidth_fraction": f} for n, f in fractions.items()}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fusegen import build
+from fusegen.native import build
 from fusegen.errors import CompileError, LibraryError
 
 from _optional import needs_gxx, needs_nvcc
@@ -131,7 +131,7 @@ def test_entry_with_damaged_sidecar_is_rebuilt(tmp_path, compiles):
 
 _CONCURRENT = """
 import sys
-from fusegen import build
+from fusegen.native import build
 print(build.build_library(sys.argv[1]))
 """
 

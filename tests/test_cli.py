@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 
 import fusegen
-import fusegen.build
-from fusegen import bench, cli
+import fusegen.native.build
+from fusegen import cli
+from fusegen.bench import harness as bench
 
 from _optional import require
 
@@ -141,7 +142,7 @@ def test_emit_and_build_report_missing_features(monkeypatch, tmp_path, capsys):
     monkeypatch.setitem(sys.modules, "fusegen.abi_emit", None)  # makes `from .abi_emit import emit` fail
     assert cli.main(["emit", "fusegen.examples:add_reduce_sum", "-o", str(tmp_path)]) == 2
     assert "fusegen.emit is not available" in capsys.readouterr().err
-    monkeypatch.delattr(fusegen.build, "build_library")
+    monkeypatch.delattr(fusegen.native.build, "build_library")
     assert cli.main(["build", str(tmp_path / "k.cc")]) == 2
     assert "build_library is not available" in capsys.readouterr().err
 

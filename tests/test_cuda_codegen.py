@@ -110,7 +110,7 @@ def test_numba_cuda_source_is_readable_and_shared_with_the_expression_table():
 @needs("numba-cuda")
 @pytest.mark.skipif(gpu_present(), reason="a GPU is present")
 def test_no_gpu_is_a_clear_error():
-    from fusegen.runtime_cuda import CudaUnavailableError
+    from fusegen.native.device import CudaUnavailableError
     k = fg.compile(ex.add_mul_div, backend="numba", device="cuda")
     with pytest.raises(CudaUnavailableError, match="no CUDA GPU"):
         k(np.ones(3, np.float32), np.ones(3, np.float32))
@@ -194,7 +194,7 @@ def test_every_emitted_cu_compiles_with_nvcc(tmp_path, every):
     failed = [(n, out) for n, rc, out in results if rc != 0]
     assert not failed, "\n\n".join(f"{n}:\n{out[-3000:]}" for n, out in failed)
     for op in ops:
-        from fusegen.build import dynamic_symbols
+        from fusegen.native.build import dynamic_symbols
         syms = dynamic_symbols(tmp_path / op.name / f"{op.name}.so")
         name = fg.abi_emit.c_name(op.name)
         assert {name, f"{name}Init", f"{name}InferShape", f"{name}InferType", f"{name}ErrorString"} <= set(syms)
@@ -204,12 +204,12 @@ def test_every_emitted_cu_compiles_with_nvcc(tmp_path, every):
 def test_compile_aot_cuda_builds_with_nvcc_and_needs_a_gpu_to_run():
     k = fg.compile(ex.add_mul_div, backend="aot", device="cuda", dtypes="float32")
     assert k.lib_path.is_file() and k.source.startswith("// add_mul_div.cu")
-    assert k.device == "cuda" and k._first.device == "cuda" and k._first.cuda_code
+    assert k.device == "cuda" and k.executor.first.device == "cuda" and k.executor.first.cuda_code
     # fg.compile's .cu is built without --use_fast_math (NumPy-accurate); flags="mindspore" keeps it
-    assert "--use_fast_math" not in k.flags and "--use_fast_math" in fg.build.default_cuda_flags()
+    assert "--use_fast_math" not in k.flags and "--use_fast_math" in fg.native.build.default_cuda_flags()
     if SIMULATOR or gpu_present():
         return  # tests/cuda/test_aot_cuda.py runs it
-    from fusegen.runtime_cuda import CudaUnavailableError
+    from fusegen.native.device import CudaUnavailableError
     with pytest.raises(CudaUnavailableError, match="no CUDA GPU" if HAVE["numba-cuda"] else "needs numba-cuda"):
         k(np.ones(3, np.float32), np.ones(3, np.float32))
 
@@ -221,7 +221,7 @@ ONE_ARCH = ["--shared", "-Xcompiler", "-fPIC", "-O3", "--expt-relaxed-constexpr"
 
 @needs_nvcc
 def test_aot_kernel_takes_its_device_from_the_library(tmp_path):
-    from fusegen.build import has_cuda_code
+    from fusegen.native.build import has_cuda_code
     # (bias_gelu float32: the .cu the next test builds too; the build cache shares it)
     cu = fg.compile(ex.bias_gelu, backend="aot", device="cuda", dtypes="float32", flags=ONE_ARCH)
     cc = fg.compile(ex.bias_gelu, backend="aot", dtypes="float32")
@@ -245,7 +245,7 @@ def test_aot_kernel_takes_its_device_from_the_library(tmp_path):
 def test_failed_launch_is_fg_err_cuda_naming_the_cuda_error(monkeypatch):
     """With no driver every launch fails: the .cu returns FG_ERR_CUDA and its error string carries
     the CUDA error's name, which AotKernel puts in the KernelError."""
-    import fusegen.aot_cuda as aot_cuda
+    import fusegen.native.aot_cuda as aot_cuda
     from fusegen.abi_emit import ERROR_CODES
     k = fg.AotKernel(fg.compile(ex.bias_gelu, backend="aot", device="cuda", dtypes="float32", flags=ONE_ARCH).func,
                      flags=ONE_ARCH)

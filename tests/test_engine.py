@@ -22,7 +22,7 @@ import pytest
 
 import fusegen as fg
 import fusegen.examples as ex
-from fusegen.engine import Engine, EngineError, extent
+from fusegen.rt.engine import Engine, EngineError, extent
 from fusegen.errors import ArgumentError, ShapeError
 
 from conftest import assert_all_close, assert_close, np_ref, sample
@@ -661,7 +661,7 @@ def test_the_readme_example_runs_as_written():
 
 def test_numba_kernels_take_turns_under_the_workqueue_layer(monkeypatch):
     import numba
-    from fusegen import engine
+    from fusegen.rt import engine
     from fusegen.examples import softmax
     monkeypatch.setattr(engine, "_layer_safe", None)
     monkeypatch.setattr(numba, "threading_layer", lambda: "workqueue")
@@ -676,7 +676,7 @@ def test_numba_kernels_take_turns_under_the_workqueue_layer(monkeypatch):
 def test_many_readers_of_one_array_cost_linear_bookkeeping(monkeypatch):
     """n calls reading one array (shared weights), pushed while none can run: the engine checks
     each earlier reader O(1) times on average, not once per later push (that was O(n^2))."""
-    import fusegen.engine as engine_module
+    import fusegen.rt.engine as engine_module
     checks = [0]
     real = engine_module._matters
 

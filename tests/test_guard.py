@@ -8,7 +8,7 @@ from _optional import needs_gxx
 
 pytestmark = needs_gxx
 
-HEADER = (fg.__path__[0] + "/templates/custom_aot_extra.h")
+HEADER = (fg.__path__[0] + "/emitters/templates/custom_aot_extra.h")
 
 # Writes one float past its single output when `overrun` is set; otherwise a clean copy.
 OVERRUN = r"""

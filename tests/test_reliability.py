@@ -3,7 +3,7 @@
 1. Sanitizers.  Every reference op's emitted MindSpore-AOT C++ (float32; layer_norm also
    float64) is built with ``-fsanitize=address,undefined -fno-omit-frame-pointer -g -O1`` and
    driven by a standalone C++ program, itself built with the same sanitizers, that #includes
-   fusegen's real host shim (fusegen/host/aot_host.cc, i.e. its AotExtra implementation) and
+   fusegen's real host shim (fusegen/native/host/aot_host.cc, i.e. its AotExtra implementation) and
    calls InferShape, InferType, Init, the main function (twice) and DestructKernelData through
    the shim's C API, on shapes covering keep_dims both ways, broadcasting, size-1 dims, 0-d
    tensors and size-0 dims.  Every buffer is its own exact-size malloc.  Outputs are checked
@@ -42,7 +42,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import fusegen as fg
-from fusegen import build
+from fusegen.native import build
 from fusegen import examples as ex
 
 from conftest import LONG_TESTS
@@ -50,7 +50,7 @@ from _optional import HAVE, PIECES, needs_gxx, require
 from fuzz_graphs import check, draws, graphs, make_op, pattern, reference, show, subtrees
 
 ROOT = Path(__file__).resolve().parents[1]
-HOST_DIR = ROOT / "fusegen" / "host"
+HOST_DIR = ROOT / "fusegen" / "native" / "host"
 SEED_GLOB = "000_*.txt"
 SEED_DIRS = [ROOT.parent / "shared" / "seeds", Path("/work/shared/seeds")]
 
@@ -62,7 +62,7 @@ SAN_ERRORS = ("ERROR: AddressSanitizer", "runtime error:", "ERROR: LeakSanitizer
 
 # The driver: fusegen's host shim + a table-driven loop over kernels (see its header comment).
 DRIVER_SOURCE = r'''// aot_asan_driver.cc -- standalone ASan/UBSan driver for MindSpore-AOT kernels (used by
-// tests/test_reliability.py).  It #includes fusegen's real host shim (fusegen/host/aot_host.cc),
+// tests/test_reliability.py).  It #includes fusegen's real host shim (fusegen/native/host/aot_host.cc),
 // so the shim's AotExtra implementation (HostExtra) is built with the same sanitizers as the
 // kernel, and drives each kernel through the shim's C API exactly as fusegen.aot_kernel does:
 //   dlopen -> AotExtra + attributes -> InferShape -> InferType -> Init -> main (twice)
@@ -892,7 +892,7 @@ def test_kernel_data_destructor_runs(tmp_path, cycles):
     assert inits == 2 * n
     assert ctors == inits and dtors == inits
     # Dropped without close(), and evicted beyond the signature cache limit, too.
-    from fusegen import aot_kernel
+    from fusegen.native import aot_kernel
     k = fg.AotKernel(func, out_shape=lambda s: s)
     for m in range(1, aot_kernel._MAX_SIGNATURES + 11):
         k(np.ones(m, np.float32))

@@ -9,7 +9,7 @@ import pytest
 import fusegen as fg
 from fusegen import examples as ex
 from fusegen.plan import build_plan
-from fusegen.requests import inplace_hazard
+from fusegen.rt.requests import inplace_hazard
 
 from conftest import compile_for
 from _optional import backends

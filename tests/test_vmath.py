@@ -26,7 +26,8 @@ import pytest
 
 import fusegen as fg
 from fusegen import dtypes as dt
-from fusegen import exprs, vmath
+from fusegen import vmath
+from fusegen.plan import exprs
 from fusegen.abi_emit import emit
 from fusegen.ir import Op
 from fusegen.lower_cpu import JIT_OPTIONS
@@ -191,7 +192,7 @@ def test_numba_loop_is_vectorized_without_libm_calls(name):
 @needs("g++", "objdump")
 def test_cpp_stage_loops_are_vectorized_without_libm_calls(tmp_path):
     import subprocess
-    from fusegen import build
+    from fusegen.native import build
     e = emit(v_sigmoid, dtypes=["float32"])
     e.write(tmp_path)
     lib = build.build_library(tmp_path / e.main, flags=build.default_cpp_flags())

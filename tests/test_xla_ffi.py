@@ -21,9 +21,9 @@ import pytest
 
 import fusegen as fg
 import fusegen.examples as ex
-from fusegen import build
+from fusegen.native import build
 from fusegen.abi_emit import emit
-from fusegen.xla_emit import FFI_DTYPES, XlaEmitted, legacy_opaque, workspace_bytes
+from fusegen.abi_emit import FFI_DTYPES, XlaEmitted, legacy_opaque, workspace_bytes
 
 from conftest import assert_all_close, assert_close, np_ref, sample
 from _optional import needs_nvcc, require

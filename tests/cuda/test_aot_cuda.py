@@ -2,7 +2,7 @@
 
 On a GPU (``FUSEGEN_CUDA_TESTS=1``) every test runs the emitted ``.cu``, built with nvcc. Under
 the simulator, whose "device" arrays are host memory, the same tests run the op's emitted C++
-source through the same device path (``AotCudaCompiled(op, emit_device="cpu")``): what is tested
+source through the same device path (``fg.compile(op, backend="aot", device="cuda", emit_device="cpu")``): what is tested
 there is everything but the device code itself (memory placement, copies, ``out=``, streams,
 workspaces, write requests, guard fences, errors); the ``.cu`` is compiled by nvcc in the default
 run (tests/test_cuda_codegen.py) and its PTX assembled by ptxas.
@@ -32,9 +32,9 @@ _KERNELS: dict = {}
 def compiled(op):
     """The op's AOT CUDA kernel: the emitted .cu on a GPU, its C++ twin on simulated device memory."""
     if op not in _KERNELS:
-        from fusegen.aot_cuda import AotCudaCompiled
         dtypes = list(aot.dtypes_of(op.name)) if op.name in aot.OPS else None
-        _KERNELS[op] = AotCudaCompiled(op, dtypes=dtypes, emit_device="cpu" if SIMULATOR else "cuda")
+        _KERNELS[op] = fg.compile(op, backend="aot", device="cuda", dtypes=dtypes,
+                                  emit_device="cpu" if SIMULATOR else "cuda")
     return _KERNELS[op]
 
 
@@ -67,7 +67,7 @@ def test_matches_numpy_from_host_arrays(name, case, rng):
 
 @pytest.mark.parametrize("name", list(aot.OPS))
 def test_device_arrays_in_device_arrays_out(name, rng):
-    from fusegen.runtime_cuda import is_device_array
+    from fusegen.native.device import is_device_array
     shapes, attrs = aot.CASES[name][min(1, len(aot.CASES[name]) - 1)]
     arrays = aot.make_inputs(name, shapes, "float32", rng)
     got = compiled(aot.OPS[name])(*on_device(*arrays), **attrs)
@@ -161,8 +161,9 @@ def test_attributes_and_workspaces(rng):
     for axis in (0, 1, -1):
         np.testing.assert_allclose(k(*on_device(x), axis=axis).copy_to_host(),
                                    aot.reference("softmax", [x], dict(axis=axis)), rtol=1e-5)
-    from fusegen.aot_cuda import DeviceBuffer
-    kernel, signature = next(v for v in k._calls.values())
+    from fusegen.native.buffers import DeviceBuffer
+    call = next(v for v in k._calls.values())
+    kernel, signature = call.kernel, call.signature
     held = [w for w, _ in signature.keep[4]]
     assert held and all(isinstance(w, DeviceBuffer) for w in held)
     assert [w.nbytes for w in held] == signature.workspace_sizes
@@ -224,7 +225,7 @@ _CUDA = dict(cuda_head="__global__ void twice(const float *in, float *out, int64
 
 @pytest.fixture(scope="module")
 def twice_source(tmp_path_factory):
-    from fusegen.build import HEADER_PATH
+    from fusegen.native.build import HEADER_PATH
     d = tmp_path_factory.mktemp("twice")
     (d / "custom_aot_extra.h").write_text(HEADER_PATH.read_text())
     path = d / ("twice.cc" if SIMULATOR else "twice.cu")
@@ -265,7 +266,7 @@ def test_aot_kernel_error_code_and_guard_on_device(twice_source):
 
 @pytest.mark.skipif(not SIMULATOR, reason="the simulator's refusal of native CUDA code")
 def test_native_cuda_library_under_the_simulator_is_a_clear_error():
-    from fusegen.runtime_cuda import CudaUnavailableError
+    from fusegen.native.device import CudaUnavailableError
     k = fg.compile(ex.add_mul_div, backend="aot", device="cuda", dtypes="float32")
     with pytest.raises(CudaUnavailableError, match="needs a real GPU"):
         k(np.ones(3, np.float32), np.ones(3, np.float32))

@@ -17,7 +17,9 @@ import re
 import numpy as np
 import pytest
 
-from fusegen import bench, bench_cases, bench_cuda, cli
+from fusegen import cli
+
+from fusegen.bench import cases as bench_cases, cuda as bench_cuda, harness as bench
 
 from conftest import SIMULATOR
 

@@ -12,7 +12,7 @@ import pytest
 
 import fusegen as fg
 import fusegen.examples as ex
-from fusegen.engine import Engine, extent
+from fusegen.rt.engine import Engine, extent
 
 from conftest import assert_close, np_ref, sample
 

@@ -1,0 +1,474 @@
+"""What ``fusegen bench`` measures: one row per reference op, and the methods it is compared with.
+
+Each op has one row in ``OPS`` (an ``OpBench``): how to make its inputs from the shape of
+``x``, the attribute variants to run (``axis`` 0 and 1 for add_reduce_sum), and its
+reference code. The reference is written *once*, against an array namespace ``xp``, the
+obvious way a NumPy user writes it (``np.exp(x - x.max(axis, keepdims=True))`` ...), and
+serves three methods: NumPy itself, ``jax.jit`` (with ``xp = jax.numpy``) and
+``torch.compile`` (with a thin namespace mapping ``axis``/``keepdims`` onto torch's
+``dim``/``keepdim``). The hand-written Numba versions are separate functions below: fused,
+``prange`` over rows (or over chunks of rows, with per-thread partial rows for a column
+sum), the code a competent Numba user writes for these 2-D shapes, not a strawman.
+
+The bench checks every method against NumPy evaluated on float64 copies of the inputs
+(``reference``), with a tolerance that grows with the number of terms reduced into each
+output (``tolerance``), before it times anything.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import types
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+from numba import get_num_threads, njit, prange
+
+Arrays = tuple  # of np.ndarray
+Thunk = Callable[[], Any]
+
+
+@dataclass
+class Method:
+    """One way of computing an op; ``bind(arrays, attrs)`` returns a zero-argument call."""
+
+    name: str                                   # "numpy", "njit-cpu", "numba-cpu", "aot-cpu", ...
+    bind: Callable[[Arrays, dict], Thunk]
+    setup_s: float = 0.0                        # fusegen.compile(...) and the like, once per op
+    fusegen: bool = False                       # one of fusegen's backends (vs a method it competes with)
+    synchronous: bool = False                   # the call waits for its result itself (GPU bench: wall-clock timed)
+
+
+# --- the reference code, once per op, for NumPy / jax.numpy / torch -------------------------------
+_GELU_C = math.sqrt(2.0 / math.pi)
+
+
+def xp_add_reduce_sum(xp, x, y, *, axis):
+    return xp.sum(x + y, axis=axis)
+
+
+def xp_add_mul_div(xp, x, y):
+    return x + y, x * y, x / y
+
+
+def xp_smooth_l1(xp, x, y, *, sigma):
+    d = x - y
+    s2 = sigma * sigma
+    ad = xp.abs(d)
+    return xp.where(ad < 1.0 / s2, 0.5 * s2 * d * d, ad - 0.5 / s2)
+
+
+def xp_softmax(xp, x, *, axis):
+    e = xp.exp(x - xp.max(x, axis=axis, keepdims=True))
+    return e / xp.sum(e, axis=axis, keepdims=True)
+
+
+def xp_layer_norm(xp, x, *, axis, eps):
+    mean = xp.mean(x, axis=axis, keepdims=True)
+    d = x - mean
+    rstd = 1.0 / xp.sqrt(xp.mean(d * d, axis=axis, keepdims=True) + eps)
+    return d * rstd, mean, rstd
+
+
+def xp_rms_norm(xp, x, w, *, eps):
+    return x / xp.sqrt(xp.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def xp_bias_gelu(xp, x, b):
+    h = x + b
+    return 0.5 * h * (1.0 + xp.tanh(_GELU_C * (h + 0.044715 * h * h * h)))
+
+
+def torch_namespace(torch: Any) -> Any:
+    """torch under NumPy's names for what the references use: its reductions say ``dim`` and
+    ``keepdim``, and its ``max`` with a dim returns (values, indices)."""
+    return types.SimpleNamespace(
+        sum=lambda a, axis, keepdims=False: torch.sum(a, dim=axis, keepdim=keepdims),
+        mean=lambda a, axis, keepdims=False: torch.mean(a, dim=axis, keepdim=keepdims),
+        max=lambda a, axis, keepdims=False: torch.amax(a, dim=axis, keepdim=keepdims),
+        exp=torch.exp, abs=torch.abs, sqrt=torch.sqrt, tanh=torch.tanh, where=torch.where)
+
+
+# --- the hand-written Numba versions --------------------------------------------------------------
+# fastmath lets LLVM vectorize the float reductions (reassociation), as a user chasing speed
+# writes it; cache=True keeps their compile out of every run but the first. Written for the
+# bench's float32 2-D inputs: constants are float32 (a float64 literal would make every
+# element's arithmetic float64, which no one tuning float32 code leaves in).
+_JIT = dict(parallel=True, fastmath=True, cache=True)
+_F0, _HALF, _ONE = np.float32(0.0), np.float32(0.5), np.float32(1.0)
+_GELU_A, _GELU_B = np.float32(_GELU_C), np.float32(0.044715)
+
+
+@njit(**_JIT)
+def nb_sum_rows(x, y):  # pragma: no cover - compiled by Numba
+    n, m = x.shape
+    out = np.empty(n, x.dtype)
+    for i in prange(n):
+        xi, yi = x[i], y[i]
+        s = _F0
+        for j in range(m):
+            s += xi[j] + yi[j]
+        out[i] = s
+    return out
+
+
+@njit(**_JIT)
+def nb_sum_cols(x, y, nblocks):  # pragma: no cover - compiled by Numba
+    # Blocks of rows (a few per thread), each summed into a private row, then the rows folded:
+    # every thread streams whole rows whatever the matrix's aspect.
+    n, m = x.shape
+    nt = max(1, min(n, nblocks))
+    step = (n + nt - 1) // nt
+    part = np.zeros((nt, m), x.dtype)
+    for t in prange(nt):
+        p = part[t]
+        for i in range(t * step, min(n, (t + 1) * step)):
+            xi, yi = x[i], y[i]
+            for j in range(m):
+                p[j] += xi[j] + yi[j]
+    return part.sum(axis=0)
+
+
+@njit(**_JIT)
+def nb_add_mul_div(x, y):  # pragma: no cover - compiled by Numba
+    n, m = x.shape
+    a, p, q = np.empty_like(x), np.empty_like(x), np.empty_like(x)
+    for i in prange(n):
+        for j in range(m):
+            a[i, j] = x[i, j] + y[i, j]
+            p[i, j] = x[i, j] * y[i, j]
+            q[i, j] = x[i, j] / y[i, j]
+    return a, p, q
+
+
+@njit(**_JIT)
+def nb_smooth_l1(x, y, lim, half, off):  # pragma: no cover - compiled by Numba
+    n, m = x.shape
+    out = np.empty_like(x)
+    for i in prange(n):
+        for j in range(m):
+            d = x[i, j] - y[i, j]
+            ad = abs(d)
+            out[i, j] = half * d * d if ad < lim else ad - off
+    return out
+
+
+@njit(**_JIT)
+def nb_softmax(x):  # pragma: no cover - compiled by Numba
+    n, m = x.shape
+    out = np.empty_like(x)
+    for i in prange(n):
+        xi, oi = x[i], out[i]
+        mx = xi[0]
+        for j in range(1, m):
+            mx = max(mx, xi[j])
+        s = _F0
+        for j in range(m):
+            e = np.exp(xi[j] - mx)
+            oi[j] = e
+            s += e
+        inv = _ONE / s
+        for j in range(m):
+            oi[j] *= inv
+    return out
+
+
+@njit(**_JIT)
+def nb_layer_norm(x, eps):  # pragma: no cover - compiled by Numba
+    n, m = x.shape
+    y = np.empty_like(x)
+    mean = np.empty((n, 1), x.dtype)
+    rstd = np.empty((n, 1), x.dtype)
+    for i in prange(n):
+        xi, yi = x[i], y[i]
+        s = _F0
+        for j in range(m):
+            s += xi[j]
+        mu = np.float32(s / m)
+        v = _F0
+        for j in range(m):
+            v += (xi[j] - mu) * (xi[j] - mu)
+        r = np.float32(1.0 / np.sqrt(v / m + eps))
+        for j in range(m):
+            yi[j] = (xi[j] - mu) * r
+        mean[i, 0], rstd[i, 0] = mu, r
+    return y, mean, rstd
+
+
+@njit(**_JIT)
+def nb_rms_norm(x, w, eps):  # pragma: no cover - compiled by Numba
+    n, m = x.shape
+    out = np.empty_like(x)
+    for i in prange(n):
+        xi, oi = x[i], out[i]
+        s = _F0
+        for j in range(m):
+            s += xi[j] * xi[j]
+        r = np.float32(1.0 / np.sqrt(s / m + eps))
+        for j in range(m):
+            oi[j] = xi[j] * r * w[j]
+    return out
+
+
+@njit(**_JIT)
+def nb_bias_gelu(x, b):  # pragma: no cover - compiled by Numba
+    n, m = x.shape
+    out = np.empty_like(x)
+    for i in prange(n):
+        for j in range(m):
+            h = x[i, j] + b[j]
+            out[i, j] = _HALF * h * (_ONE + np.tanh(_GELU_A * (h + _GELU_B * h * h * h)))
+    return out
+
+
+# --- one row per op -------------------------------------------------------------------------------
+def _uniform(lo: float, hi: float) -> Callable:
+    return lambda rng, shape, dtype: (lo + (hi - lo) * rng.random(shape, dtype=np.float32)).astype(dtype)
+
+
+@dataclass(frozen=True)
+class OpBench:
+    """How to benchmark one reference op (see the module docstring)."""
+
+    name: str
+    xp_ref: Callable                  # fn(xp, *arrays, **attrs): the obvious NumPy code
+    njit: Callable                    # fn(arrays, attrs) -> (hand-written @njit function, its args)
+    inputs: tuple[tuple[str, Callable], ...]  # per input: ("x" = x's shape, "row" = x's last dim), values
+    variants: tuple[dict, ...]        # attribute sets, each a case per shape
+    reduced: Callable = field(default=lambda shape, attrs: 1)  # terms summed into each output value
+
+    @property
+    def op(self) -> Any:
+        from .. import examples
+        return getattr(examples, self.name)
+
+    def make_inputs(self, shape: tuple[int, ...], dtype: str, seed: int = 0) -> Arrays:
+        rng = np.random.default_rng(seed)
+        return tuple(values(rng, shape if kind == "x" else shape[-1:], np.dtype(dtype))
+                     for kind, values in self.inputs)
+
+
+def _smooth_l1_consts(sigma: float) -> tuple:
+    """The branch limit and the two branches' constants, folded once per call, in float32."""
+    s2 = sigma * sigma
+    return np.float32(1.0 / s2), np.float32(0.5 * s2), np.float32(0.5 / s2)
+
+
+def _axis_len(shape: tuple[int, ...], attrs: dict) -> int:
+    return shape[attrs.get("axis", -1)]
+
+
+# Value ranges: positive summands (the sum's magnitude is then its tolerance's scale), y away
+# from 0 for x / y, both branches of smooth L1, softmax inputs whose exp spans many octaves.
+_X01 = ("x", _uniform(0.0, 1.0))
+OPS: dict[str, OpBench] = {b.name: b for b in (
+    OpBench("add_reduce_sum", xp_add_reduce_sum,
+            lambda a, at: (nb_sum_rows, a) if at["axis"] % 2 else (nb_sum_cols, (*a, 4 * get_num_threads())),
+            (_X01, _X01), ({"axis": 0}, {"axis": 1}), reduced=_axis_len),
+    OpBench("add_mul_div", xp_add_mul_div, lambda a, at: (nb_add_mul_div, a),
+            (("x", _uniform(-1.0, 1.0)), ("x", _uniform(1.0, 2.0))), ({},)),
+    OpBench("smooth_l1", xp_smooth_l1, lambda a, at: (nb_smooth_l1, (*a, *_smooth_l1_consts(at["sigma"]))),
+            (("x", _uniform(-2.0, 2.0)), ("x", _uniform(-2.0, 2.0))), ({"sigma": 1.0},)),
+    OpBench("softmax", xp_softmax, lambda a, at: (nb_softmax, a),
+            (("x", _uniform(-8.0, 8.0)),), ({"axis": -1},), reduced=_axis_len),
+    OpBench("layer_norm", xp_layer_norm, lambda a, at: (nb_layer_norm, (*a, at["eps"])),
+            (_X01,), ({"axis": -1, "eps": 1e-5},), reduced=_axis_len),
+    OpBench("rms_norm", xp_rms_norm, lambda a, at: (nb_rms_norm, (*a, at["eps"])),
+            (_X01, ("row", _uniform(0.5, 1.5))), ({"eps": 1e-6},), reduced=_axis_len),
+    OpBench("bias_gelu", xp_bias_gelu, lambda a, at: (nb_bias_gelu, a),
+            (("x", _uniform(-3.0, 3.0)), ("row", _uniform(-0.5, 0.5))), ({},)),
+)}
+
+
+# --- correctness ----------------------------------------------------------------------------------
+def as_outputs(result: Any) -> tuple[np.ndarray, ...]:
+    """Any method's result (an array, a tuple, JAX or torch arrays) as a tuple of NumPy arrays."""
+    items = result if isinstance(result, (tuple, list)) else (result,)
+    return tuple(np.asarray(r) for r in items)
+
+
+def reference(spec: OpBench, arrays: Arrays, attrs: dict) -> tuple[np.ndarray, ...]:
+    """NumPy's result on float64 copies of the inputs, rounded to the input dtype: the correctly
+    rounded answer every method (NumPy's own float32 code included) is compared with."""
+    wide = [a.astype(np.float64) for a in arrays]
+    with np.errstate(all="ignore"):
+        outs = as_outputs(spec.xp_ref(np, *wide, **attrs))
+    return tuple(o.astype(arrays[0].dtype) for o in outs)
+
+
+def tolerance(dtype: np.dtype, n_reduced: int) -> float:
+    """Allowed error relative to each output's largest magnitude.
+
+    Float sums in different orders differ by about ``eps * sqrt(n)`` relative (random
+    rounding); transcendental functions from different libraries by a few ulp; ``8 eps``
+    covers those, and twice the sum's spread still catches one dropped term of a positive
+    sum. Integers must agree exactly."""
+    if not np.issubdtype(dtype, np.floating):
+        return 0.0
+    return float(np.finfo(dtype).eps) * (8.0 + 2.0 * math.sqrt(max(1, n_reduced)))
+
+
+def check(result: Any, ref: tuple[np.ndarray, ...], rtol: float) -> tuple[float, bool]:
+    """(worst error relative to its output's scale, within ``rtol``). A wrong count, shape or
+    dtype, or a NaN, is an infinite error."""
+    got = as_outputs(result)
+    if len(got) != len(ref):
+        return math.inf, False
+    worst = 0.0
+    for g, r in zip(got, ref):
+        if g.shape != r.shape or g.dtype != r.dtype:
+            return math.inf, False
+        if r.size == 0:
+            continue
+        r64 = r.astype(np.float64)
+        scale = max(float(np.max(np.abs(r64))), np.finfo(np.float64).tiny)
+        err = float(np.max(np.abs(g.astype(np.float64) - r64))) / scale
+        if math.isnan(err):
+            return math.inf, False
+        worst = max(worst, err)
+    return worst, worst <= rtol
+
+
+# --- the competing methods ------------------------------------------------------------------------
+_probes: dict[str, bool] = {}
+
+
+def importable(module: str) -> bool:
+    """Whether ``module`` imports (optional extras: a broken install counts as an absent one)."""
+    if module not in _probes:
+        try:
+            __import__(module)
+            _probes[module] = True
+        except Exception:  # noqa: BLE001 - any failure to import means "not installed"
+            _probes[module] = False
+    return _probes[module]
+
+
+def jax_available() -> bool:
+    """Whether jax imports (the optional ``fusegen[jax]`` extra)."""
+    return importable("jax")
+
+
+_placed: dict[str, Any] = {}
+
+
+def jax_on_device(arrays: Arrays) -> tuple:
+    """``arrays`` put on JAX's device once, shared by every JAX method of a case (the largest
+    inputs are 2 x 64 MiB). The host arrays are held with their copies, so their ids, the
+    cache key, cannot be reused by new arrays meanwhile."""
+    import jax
+    key = tuple(id(a) for a in arrays)
+    if _placed.get("key") != key:
+        _placed.clear()
+        _placed.update(key=key, host=arrays, dev=tuple(jax.device_put(a) for a in arrays))
+    return _placed["dev"]
+
+
+def numpy_method(spec: OpBench) -> Method:
+    """NumPy, the obvious code: the baseline (and, on float64 copies, the reference)."""
+    return Method("numpy", lambda arrays, attrs: functools.partial(spec.xp_ref, np, *arrays, **attrs))
+
+
+def _njit_method(spec: OpBench) -> Method:
+    def bind(arrays: Arrays, attrs: dict) -> Thunk:
+        fn, args = spec.njit(arrays, attrs)
+        return lambda: fn(*args)
+    return Method("njit-cpu", bind)
+
+
+def _jax_method(spec: OpBench) -> Method:
+    import jax
+    import jax.numpy as jnp
+
+    def bind(arrays: Arrays, attrs: dict) -> Thunk:
+        fn = jax.jit(functools.partial(spec.xp_ref, jnp, **attrs))
+        dev = jax_on_device(arrays)
+        return lambda: jax.block_until_ready(fn(*dev))  # JAX dispatches asynchronously: wait
+    return Method("jax-cpu", bind)
+
+
+def torch_compiled(torch: Any, fn: Callable, **options: Any) -> Callable:
+    """``torch.compile(fn, dynamic=False, **options)`` for one bench case (one specialization per
+    shape, as the other methods get), returned as a function whose ``fallback()`` says whether
+    torch.compile really ran it: None, or why the case ran (partly) as eager PyTorch.
+
+    Dynamo keeps compiled code per Python code object, and every case of an op calls the same
+    code: after ``recompile_limit`` (8) shapes and axes it stops compiling and silently runs eager
+    PyTorch under the torch.compile label. So dynamo is reset first (each case starts with an
+    empty cache), and ``fallback()`` reads dynamo's counters since then: anything but exactly one
+    graph, captured whole, is reported (a graph break, the recompile limit, nothing compiled, a
+    recompile)."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    graphs0 = counters["stats"]["unique_graphs"]
+    breaks0, gave_up0 = dict(counters["graph_break"]), dict(counters["unimplemented"])
+    compiled = torch.compile(fn, dynamic=False, **options)
+
+    def new(now: dict, before: dict) -> list[str]:
+        return [reason.splitlines()[0] for reason, n in now.items() if n > before.get(reason, 0)]
+
+    def fallback() -> str | None:
+        breaks, gave_up = new(counters["graph_break"], breaks0), new(counters["unimplemented"], gave_up0)
+        graphs = counters["stats"]["unique_graphs"] - graphs0
+        if breaks:
+            return f"graph break ({breaks[0]}): {graphs} graph(s) with eager PyTorch between them"
+        if gave_up:
+            return f"dynamo gave up ({gave_up[0]}): eager PyTorch ran"
+        if graphs == 0:
+            return "dynamo compiled no graph: eager PyTorch ran"
+        if graphs > 1:
+            return f"dynamo recompiled ({graphs} graphs for one case)"
+        return None
+
+    def call(*args: Any) -> Any:
+        return compiled(*args)
+    call.fallback = fallback
+    return call
+
+
+def _torch_method(spec: OpBench) -> Method:
+    import torch
+    ns = torch_namespace(torch)
+
+    def bind(arrays: Arrays, attrs: dict) -> Thunk:
+        fn = torch_compiled(torch, functools.partial(spec.xp_ref, ns, **attrs))
+        tensors = [torch.from_numpy(a) for a in arrays]  # shares the memory: no copy
+        thunk = functools.partial(fn, *tensors)
+        thunk.fallback = fn.fallback
+        return thunk
+    return Method("torch-cpu", bind)
+
+
+def competitor_methods(spec: OpBench, dtype: str, kinds: list[str]) -> tuple[list[Method], dict[str, str]]:
+    """The methods fusegen is compared with, among ``kinds`` ("numpy", "njit", "jax", "torch"),
+    and ``{name: why it was skipped}`` for those not available here."""
+    methods: list[Method] = []
+    skipped: dict[str, str] = {}
+    for kind in kinds:
+        if kind == "numpy":
+            methods.append(numpy_method(spec))
+        elif kind == "njit":
+            if np.dtype(dtype) == np.float32:
+                methods.append(_njit_method(spec))
+            else:
+                skipped["njit-cpu"] = "the hand-written Numba code is float32 code"
+        elif kind == "jax":
+            if not jax_available():
+                skipped["jax-cpu"] = "jax is not installed (pip install 'fusegen[jax]')"
+            else:
+                import jax
+                if jax.dtypes.canonicalize_dtype(np.dtype(dtype)) != np.dtype(dtype):
+                    skipped["jax-cpu"] = f"{dtype} needs jax_enable_x64"
+                else:
+                    methods.append(_jax_method(spec))
+        elif kind == "torch":
+            if importable("torch"):
+                methods.append(_torch_method(spec))
+            else:
+                skipped["torch-cpu"] = "torch is not installed"
+        else:
+            raise ValueError(f"unknown method kind {kind!r}")
+    return methods, skipped

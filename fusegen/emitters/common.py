@@ -1,0 +1,267 @@
+"""What every C++ emitter shares: the plain data the templates read (the op's shape rules, its
+plan's stages, attributes, errors), the jinja2 environment, the dtype-combination parsing, the
+ABI's tables (MindSpore TypeIds, the error codes, operand ids) and the ``Emitted`` result.
+
+Python computes plain data (lists and dicts) and jinja2 templates render it; no template calls
+back into Python objects. The emitted kernel is rank-polymorphic and reads attributes at run
+time: what is fixed at emit time is the op's structure and the dtype combinations, each of
+which gets its own concretely-typed code (``mindspore_cpu.combo_data``, ``cuda.combo_data``).
+"""
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jinja2
+
+from .. import dtypes as dt
+from .. import vmath
+from ..dtypes import AttrType, DType
+from ..errors import DTypeError
+from ..ir import AttrRef, Node, Op, OpDef, ShapeOf, leaves_of, node_text
+from ..plan import Plan
+from ..version import __version__
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+HEADER_NAME = "custom_aot_extra.h"
+#: fusegen's ``custom_aot_extra.h``; copy it beside a kernel source that includes it.
+HEADER_PATH = TEMPLATES / HEADER_NAME
+
+#: GPU architectures a .cu source is built for when no GPU can be queried
+#: (all supported by CUDA 12/13), plus PTX for the newest so later GPUs can JIT it.
+CUDA_DEFAULT_ARCHS: tuple[str, ...] = ("75", "80", "86", "89", "90")
+
+#: dtype names of the ABI's ``dtypes`` strings, mapped to MindSpore TypeId values (established
+#: against MindSpore 2.10; see the notes). The emitters use the twelve fusegen dtypes; a hosted
+#: kernel (``fusegen.native``) may also name the others.
+TYPE_IDS: dict[str, int] = {
+    "bool": 30, "int8": 32, "int16": 33, "int32": 34, "int64": 35, "uint8": 37, "uint16": 38,
+    "uint32": 39, "uint64": 40, "float16": 42, "float32": 43, "float64": 44, "bfloat16": 45,
+    "complex64": 48, "complex128": 49,
+}
+
+# The error table: every code an emitted kernel can return. The runtime reads the
+# meanings back through the exported `<Name>ErrorString` symbol.
+ERRORS: list[tuple[str, str]] = [
+    ("FG_OK", "success"),
+    ("FG_ERR_NPARAM", "wrong number of parameters (inputs + outputs + workspaces)"),
+    ("FG_ERR_DTYPE", "input/output dtypes match none of the dtype combinations this file was generated for"),
+    ("FG_ERR_RANK", "a tensor has more dims than the kernel supports (8) or a negative rank"),
+    ("FG_ERR_BROADCAST", "input shapes cannot be broadcast together"),
+    ("FG_ERR_AXIS", "a reduction axis is out of range or repeated"),
+    ("FG_ERR_OUT_SHAPE", "an output's shape differs from the shape the op infers"),
+    ("FG_ERR_NOT_INITIALIZED", "the main function ran before <Name>Init (no kernel data)"),
+    ("FG_ERR_ATTR", "an attribute is missing or has the wrong type"),
+    ("FG_ERR_DYNAMIC_WORKSPACE", "Init saw an unknown dim (-1) or rank (-2), but the workspace size depends on it"),
+    ("FG_ERR_WORKSPACE", "the workspace given is smaller than the shapes now require (shapes grew after Init)"),
+    ("FG_ERR_UNKNOWN_DIM", "the main function got an unknown (-1/-2) dim"),
+    ("FG_ERR_EMPTY_REDUCTION", "max/min over an axis of size 0 has no identity"),
+    ("FG_ERR_EXCEPTION", "a C++ exception was thrown inside the kernel"),
+    # .cu files only; the error string then adds the CUDA error's name and text.
+    ("FG_ERR_CUDA", "a CUDA kernel launch failed"),
+]
+ERROR_CODES = {name: i for i, (name, _) in enumerate(ERRORS)}
+
+
+def error_table(name: str) -> dict[int, str]:
+    return {i: f"{n}: {m.replace('<Name>', name)}" for i, (n, m) in enumerate(ERRORS)}
+
+
+def c_name(op_name: str) -> str:
+    """add_reduce_sum -> AddReduceSum (the exported symbol prefix)."""
+    return "".join(p[:1].upper() + p[1:] for p in op_name.split("_") if p) or "FusedOp"
+
+
+@dataclass
+class Emitted:
+    """Generated files: name -> text. ``write(dir)`` puts them on disk."""
+
+    files: dict[str, str]
+    main: str                      # the source file's name
+    symbol: str                    # the main function's name
+    error_table: dict[int, str] = field(default_factory=dict)
+    dtypes: list = field(default_factory=list)
+
+    def write(self, directory) -> list[Path]:
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        paths = []
+        for name, text in self.files.items():
+            p = d / name
+            tmp = p.with_suffix(p.suffix + f".{os.getpid()}.tmp")
+            tmp.write_text(text)
+            os.replace(tmp, p)
+            paths.append(p)
+        return paths
+
+    @property
+    def source(self) -> str:
+        return self.files[self.main]
+
+    def func(self, directory) -> str:
+        """The ``path:Name`` string MindSpore and ``fg.AotKernel`` take."""
+        return f"{Path(directory) / self.main}:{self.symbol}"
+
+
+def default_dtypes(op: OpDef) -> list[tuple[DType, ...]]:
+    """Every float dtype, the same for all inputs."""
+    return [tuple([d] * len(op.inputs)) for d in dt.FLOAT_DTYPES]
+
+
+def parse_dtypes(op: OpDef, dtypes) -> list[tuple[DType, ...]]:
+    """Dtype combinations from: None (every float dtype); a dtype (all inputs alike);
+    a string "float32,int32" (one dtype per input); or a list of any of these."""
+    if dtypes is None:
+        return default_dtypes(op)
+    if not isinstance(dtypes, (str, DType, list, tuple)):
+        raise DTypeError(f"op {op.name}: dtypes= must be a dtype name, a 'float32,int32' string or a list "
+                         f"of these, got {type(dtypes).__name__} {dtypes!r}")
+    items = [dtypes] if isinstance(dtypes, (str, DType)) else list(dtypes)
+    out = []
+    for it in items:
+        if isinstance(it, str) and "," in it:
+            it = tuple(x.strip() for x in it.split(","))
+        if isinstance(it, (str, DType)):
+            it = (it,) * len(op.inputs)
+        it = tuple(it)
+        if len(it) != len(op.inputs):
+            raise ValueError(f"op {op.name}: dtype combination {it} has {len(it)} entries, the op has "
+                             f"{len(op.inputs)} inputs")
+        out.append(tuple(dt.as_dtype(x) for x in it))
+    return list(dict.fromkeys(out))
+
+
+@functools.cache
+def env() -> jinja2.Environment:
+    """The templates' environment (one per process: compiling the templates is most of the cost
+    of an emit). Undefined variables fail loudly."""
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
+                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+
+
+def operand_ids(op: OpDef):
+    """The ABI's operand numbering of an access slot: inputs, then outputs, then workspaces."""
+    nin, nout = len(op.inputs), len(op.graph.outputs)
+
+    def of(key):
+        kind, i = key
+        return i if kind == "in" else (nin + i if kind == "out" else nin + nout + i)
+    return of
+
+
+# ---------------------------------------------------------------------------------------------
+# Plain data for the templates
+# ---------------------------------------------------------------------------------------------
+def _attr_data(op: OpDef) -> list[dict]:
+    out = []
+    for s in op.attrs.values():
+        default = None if s.required else _cpp_attr_literal(s.type, s.default)
+        out.append(dict(name=s.name, cpp=s.type.cpp, default=default, required=s.required,
+                        py_type=s.type.value, py_default=None if s.required else repr(
+                            list(s.default) if isinstance(s.default, tuple) else s.default)))
+    return out
+
+
+def _cpp_attr_literal(t: AttrType, v) -> str:
+    if t is AttrType.BOOL:
+        return "true" if v else "false"
+    if t is AttrType.INT:
+        return f"INT64_C({v})"
+    if t is AttrType.FLOAT:
+        return repr(float(v)) + "f"
+    if t is AttrType.STR:
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if t in (AttrType.INTS, AttrType.FLOATS):
+        conv = (lambda x: f"INT64_C({x})") if t is AttrType.INTS else (lambda x: repr(float(x)) + "f")
+        return "{" + ", ".join(conv(x) for x in v) + "}"
+    conv = (lambda x: f"INT64_C({x})") if t is AttrType.INTS2 else (lambda x: repr(float(x)) + "f")
+    return "{" + ", ".join("{" + ", ".join(conv(x) for x in row) + "}" for row in v) + "}"
+
+
+def _shape_rules(op: OpDef) -> list[dict]:
+    """One entry per node: how its shape follows from its sources' (mirrors ir.infer)."""
+    g = op.graph
+    rules = []
+    for i, n in enumerate(g.nodes):
+        srcs = [g.idx(s) for s in n.srcs]
+        text = f"%{i} = " + _node_text(op, n)
+        if n.op is Op.INPUT:
+            rules.append(dict(kind="input", index=n.arg, text=text))
+        elif n.op in (Op.CONST, Op.ATTR):
+            rules.append(dict(kind="scalar", text=text))
+        elif n.op is Op.CAST:
+            rules.append(dict(kind="same", src=srcs[0], text=text))
+        elif n.op is Op.REDUCE and isinstance(n.arg.axes, ShapeOf):
+            rule = "sum_to" if n.arg.axes.rule == "broadcast" else "unreduce"
+            rules.append(dict(kind=rule, srcs=srcs, src=srcs[0], like=srcs[1], like_src=g.idx(n.srcs[1].srcs[0])
+                              if rule == "unreduce" else None, text=text))
+        elif n.op is Op.REDUCE:
+            a = n.arg
+            if a.axes is None:
+                axes = dict(kind="all")
+            elif isinstance(a.axes, AttrRef):
+                vec = op.attrs[a.axes.name].type is AttrType.INTS
+                axes = dict(kind="attr_vec" if vec else "attr_int", name=a.axes.name)
+            else:
+                axes = dict(kind="const", values=list(a.axes))
+            keep = f"a.{a.keep_dims.name}" if isinstance(a.keep_dims, AttrRef) else \
+                ("true" if a.keep_dims else "false")
+            rules.append(dict(kind="reduce", src=srcs[0], axes=axes, keep=keep, text=text, idx=i,
+                              nonempty=a.kind in ("max", "min")))
+        else:
+            rules.append(dict(kind="broadcast", srcs=srcs, text=text))
+    return rules
+
+
+def _node_text(op: OpDef, n: Node) -> str:
+    return node_text(n, [f"%{op.graph.idx(s)}" for s in n.srcs], op)
+
+
+def _stage_data(op: OpDef, plan: Plan) -> list[dict]:
+    """The plan's stages as the templates' stage table: each access's operand id and node (the
+    emitted runtime evaluates their maps: reads broadcast, reduction results ``reduced``)."""
+    g = op.graph
+    of = operand_ids(op)
+    stages = []
+    for st in plan.stages:
+        reads = [dict(op=of(a.slot), node=g.idx(a.node)) for a in st.reads]
+        rwrites = [dict(op=of(a.slot), node=g.idx(a.node)) for a in st.stores if a.node.op is Op.REDUCE]
+        finals = [dict(op=of(("out", k)), node=g.idx(_final_leaf(n)), out=k) for k, n in st.finals]
+        writes = [dict(op=of(("out", k)), out=k) for k, _ in st.writes]
+        stages.append(dict(index=st.index, leaves=[g.idx(l) for l in st.leaves],
+                           axes_node=g.idx(st.reductions[0]) if st.reductions else -1,
+                           reads=reads, rwrites=rwrites, finals=finals, writes=writes,
+                           n_reductions=len(st.reductions),
+                           text=_stage_text(op, st)))
+    return stages
+
+
+def _final_leaf(n: Node) -> Node:
+    """The reduction whose shape a final output has (every leaf of a final has it)."""
+    return leaves_of(n)[0]
+
+
+def _stage_text(op: OpDef, st) -> str:
+    g = op.graph
+    parts = [f"{r.arg.kind} (%{g.idx(r)})" for r in st.reductions]
+    parts += [f"output {k} (%{g.idx(n)})" for k, n in st.writes]
+    parts += [f"output {k} (%{g.idx(n)}) from the results" for k, n in st.finals]
+    return ", ".join(parts)
+
+
+def template_data(op: OpDef, plan: Plan, combos: list[dict], errors=None, **extra) -> dict:
+    """What every C++/CUDA template and the shared partials read: the op's tables, its
+    plan's stages and one entry per dtype combination (``combos``: already rendered by the
+    caller, as their stage code differs between CPU and CUDA). ``extra``: template-specific."""
+    name = c_name(op.name)
+    return dict(
+        version=__version__, op=op.name, name=name, text=op.text(), inputs=op.inputs,
+        n_in=len(op.inputs), n_out=len(op.graph.outputs), n_ws=len(plan.buffers),
+        n_nodes=len(op.graph.nodes), attrs=_attr_data(op), rules=_shape_rules(op),
+        checks=[dict(a=op.graph.idx(a), b=op.graph.idx(b), text=what) for a, b, what in op.graph.checks],
+        outputs=[op.graph.idx(o) for o in op.graph.outputs], stages=_stage_data(op, plan),
+        combos=combos, errors=[(n, m.replace("<Name>", name)) for n, m in (errors or ERRORS)],
+        # the ABI picks the infer signature by output count (a 1-tuple is one output)
+        multi=len(op.graph.outputs) > 1, vmath=vmath.template_data(), **extra)

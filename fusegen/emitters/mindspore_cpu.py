@@ -1,0 +1,88 @@
+"""Plan -> the MindSpore-AOT ``.cc`` (``mindspore_aot_cpu.cc.j2``): the CPU stage code of each
+dtype combination (C++ expressions from the shared tables, ``plan.exprs.CPP``), and the file.
+
+The XLA FFI CPU handlers (``emitters.xla``) include the same stage code, byte for byte.
+"""
+from __future__ import annotations
+
+from .. import dtypes as dt
+from ..dtypes import DType
+from ..ir import Node, Op, OpDef, infer
+from ..plan import Plan, build_plan
+from ..plan.exprs import CPP, ExprWriter, reduce_identity, reg_dtype
+from .common import (HEADER_NAME, TEMPLATES, TYPE_IDS, Emitted, c_name, env, error_table, operand_ids,
+                     parse_dtypes, template_data)
+
+
+def combo_data(op: OpDef, plan: Plan, combo: tuple[DType, ...]) -> dict:
+    """Concrete types and expression code of one dtype combination."""
+    g = op.graph
+    spec = infer(op, combo, [None] * len(combo), {n: s.default for n, s in op.attrs.items()})
+    of = operand_ids(op)
+    out_dtypes = list(spec.out_dtypes)
+    op_types = [d for d in combo] + out_dtypes + [reg_dtype(spec.of(b).acc) for b in plan.buffers]
+    stages = []
+    for st in plan.stages:
+        params = []
+        for a in st.reads:
+            # invariant: a reduction result, so often constant along the row a fused stage
+            # walks (the template then hoists it: see _cpu_stages.inc.j2, row mode)
+            params.append(dict(op=of(a.slot), name=f"v{of(a.slot)}", reg=CPP.type_name(
+                reg_dtype(op_types[of(a.slot)])), invariant=a.slot[0] == "buf"))
+        names = {id(a.node): p["name"] for a, p in zip(st.reads, params)}
+        values = []
+        for j, r in enumerate(st.reductions):
+            info = spec.of(r)
+            acc = reg_dtype(info.acc)
+            values.append(dict(kind="reduce", fn=f"s{st.index}_r{j}", reduce=r.arg.kind, node=g.idx(r),
+                               acc=CPP.type_name(acc), init=CPP.literal(reduce_identity(r.arg.kind, acc), acc),
+                               body=expr_fn(spec, r.srcs[0], acc, names),
+                               out_type=CPP.type_name(reg_dtype(dt.materialize(info.dtype))),
+                               targets=[of(a.slot) for a in st.stores if a.node is r]))
+        for k, n in st.writes:
+            out = reg_dtype(dt.materialize(spec.of(n).dtype))
+            values.append(dict(kind="write", fn=f"s{st.index}_w{k}", op=of(("out", k)),
+                               reg=CPP.type_name(out), body=expr_fn(spec, n, out, names)))
+        finals = []
+        for k, n in st.finals:
+            rs = st.reductions
+            rnames = {id(r): f"r{j}" for j, r in enumerate(rs)}
+            fparams = [dict(name=f"r{j}", reg=CPP.type_name(reg_dtype(spec.of(r).acc))) for j, r in enumerate(rs)]
+            out = reg_dtype(dt.materialize(spec.of(n).dtype))
+            finals.append(dict(fn=f"s{st.index}_f{k}", op=of(("out", k)), reg=CPP.type_name(out),
+                               params=fparams, body=expr_fn(spec, n, out, rnames)))
+        stages.append(dict(index=st.index, params=params, values=values, finals=finals))
+    suffix = "_".join(d.name for d in combo)
+    return dict(suffix=suffix, inputs=[d.name for d in combo], outputs=[d.name for d in out_dtypes],
+                types=[CPP.type_name(d) for d in op_types],
+                regs=[CPP.type_name(reg_dtype(d)) for d in op_types],
+                type_ids=[TYPE_IDS[d.name] for d in out_dtypes],
+                in_type_ids=[TYPE_IDS[d.name] for d in combo],
+                ws_itemsize=[reg_dtype(spec.of(b).acc).itemsize for b in plan.buffers],
+                ws_nodes=[g.idx(b) for b in plan.buffers],
+                stages=stages)
+
+
+def expr_fn(spec, node: Node, want: DType, names: dict) -> list[str]:
+    """Body lines of an inline function computing ``node`` from its leaves."""
+    # An attribute is stored as the ABI gives it (float, int64_t, bool); the expression table
+    # expects the weak scalar's materialized dtype (double, int64_t, bool), so convert once.
+    attr_text = {"float": "double({})", "int": "int64_t({})", "bool": "{}"}
+    w = ExprWriter(spec, CPP, lambda n: names[id(n)] if n.op is not Op.ATTR else
+                   attr_text[spec.of(n).dtype].format(f"a.{n.arg}"), prefix="t")
+    v = w.value(node, want)
+    lines = [f"const auto {name} = {expr};" for name, expr in w.lines]
+    return lines + [f"return {v};"]
+
+
+def emit_cpu(op: OpDef, dtypes=None, dynamic_workspace: str = "kernel") -> Emitted:
+    """``fg.emit(op, abi="mindspore-aot", device="cpu")``: the ``.cc`` and its header."""
+    plan = build_plan(op)
+    combos = parse_dtypes(op, dtypes)
+    name = c_name(op.name)
+    data = template_data(op, plan, [combo_data(op, plan, c) for c in combos], dynamic_workspace=dynamic_workspace)
+    src = env().get_template("mindspore_aot_cpu.cc.j2").render(**data)
+    header = (TEMPLATES / HEADER_NAME).read_text()
+    main = f"{op.name}.cc"
+    return Emitted({main: src, HEADER_NAME: header}, main, name, error_table(name),
+                   [tuple(d.name for d in c) for c in combos])

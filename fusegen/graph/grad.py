@@ -1,0 +1,273 @@
+"""Reverse-mode gradients of a fused op, as another fused op: ``fg.grad(op)``.
+
+The backward op takes the forward op's inputs (only those it needs) and one cotangent per
+forward output, and returns the gradient of each input. It is an ordinary ``OpDef``:
+traced, planned and fused like any op, so every backend and emitter takes it, and a
+MindSpore ``bprop`` or a ``jax.custom_vjp`` can ship forward and backward kernels side by
+side.
+
+How it is built: the forward body is replayed inside the backward trace (fused kernels
+recompute forward values instead of storing them: recomputation costs arithmetic, storing
+costs memory traffic), then adjoints flow back through the nodes in reverse topological
+order. Shapes are unknown while tracing, so the two shape-dependent steps are IR nodes that
+run-time shapes resolve:
+
+* **broadcasting**'s adjoint is ``fg.sum_to(g, like)``. It is applied late: an adjoint may
+  stay broadcast-shaped through elementwise nodes (linearity makes that exact) and is summed
+  only where a shape must be met: at a reduction's result, and at an input;
+* **dropping reduced dims** (``keep_dims=False``)'s adjoint is ``unreduce(g, r)``, which puts
+  the dims back as 1s so ``g`` broadcasts against the reduction's source.
+
+Like MXNet's ``DeclareBackwardDependency``, the result says what it needs: ``.needs`` maps
+each forward input to ``"value"`` (read), ``"shape"`` (only measured: any array of that
+shape will do) or is absent (not an input of the backward op).
+"""
+from __future__ import annotations
+
+import math
+
+from ..errors import TraceError
+from . import vocab as fg
+from .nodes import Graph, Node, Op, ReduceArg, ShapeOf, computed_nodes, leaves_of, value_srcs
+from .opdef import OpDef
+from .trace import Tensor, cast_like, expect_same_shape, make as _make, sum_to, unreduce, where
+
+# Ops whose derivative is zero almost everywhere: adjoints stop there.
+_ZERO_GRAD = {Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE, Op.AND, Op.OR, Op.NOT, Op.FLOOR, Op.CEIL,
+              Op.INPUT, Op.ATTR, Op.CONST}
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+
+
+def grad(op: OpDef, wrt=None, *, name: str | None = None) -> OpDef:
+    """The backward op of ``op``: ``(needed inputs..., cotangents...) -> d_inputs``.
+
+    ``wrt``: the inputs to differentiate (names or positions; default all), returned in
+    that order. Cotangents are named ``d_out`` (one output) or ``d_out0, d_out1, ...``,
+    and must have their outputs' shapes (checked at run time). Attributes are the forward
+    op's. Gradients have their inputs' dtypes; they are meaningful for float inputs.
+    """
+    if not isinstance(op, OpDef):
+        raise TraceError(f"fg.grad takes an op made with @fg.op, got {type(op).__name__}")
+    wrt_idx = _wrt_indices(op, wrt)
+    n_out = len(op.graph.outputs)
+    cots = ["d_out"] if n_out == 1 and not op.multi_output else [f"d_out{k}" for k in range(n_out)]
+    name = name or f"{op.name}_grad"
+    # Pass 1 finds which forward inputs the gradients touch at all; pass 2 drops the others.
+    probe = OpDef(_backward_fn(op, wrt_idx, list(range(len(op.inputs))), cots), name)
+    used = sorted({n.arg for n in probe.graph.nodes if n.op is Op.INPUT and n.arg < len(op.inputs)})
+    bwd = OpDef(_backward_fn(op, wrt_idx, used, cots), name)
+    computed = computed_nodes(bwd.graph)
+    bwd.forward, bwd.wrt, bwd.cotangents = op, tuple(op.inputs[i] for i in wrt_idx), tuple(cots)
+    bwd.needs = {op.inputs[i]: ("value" if any(n.op is Op.INPUT and n.arg == j and id(n) in computed
+                                               for n in bwd.graph.nodes) else "shape")
+                 for j, i in enumerate(used)}
+    return bwd
+
+
+def _wrt_indices(op: OpDef, wrt) -> list[int]:
+    if wrt is None:
+        return list(range(len(op.inputs)))
+    items = [wrt] if isinstance(wrt, (str, int)) else list(wrt)
+    out = []
+    for w in items:
+        if isinstance(w, str) and w in op.inputs:
+            out.append(op.inputs.index(w))
+        elif isinstance(w, int) and not isinstance(w, bool) and -len(op.inputs) <= w < len(op.inputs):
+            out.append(w % len(op.inputs))
+        else:
+            raise TraceError(f"fg.grad({op.name}): wrt={w!r} names no input (inputs: {', '.join(op.inputs)})")
+    if len(set(out)) != len(out):
+        raise TraceError(f"fg.grad({op.name}): wrt={wrt!r} repeats an input")
+    return out
+
+
+def _backward_fn(op: OpDef, wrt_idx: list[int], used: list[int], cots: list[str]):
+    """A Python function with the backward op's signature, for ``OpDef`` to trace."""
+    def backward(*args, **attrs):
+        unused = Tensor(Node(Op.INPUT, (), -1))  # never reached: pass 1 proved it
+        fwd_in = [unused] * len(op.inputs)
+        for j, i in enumerate(used):
+            fwd_in[i] = args[j]
+        out = op.fn(*fwd_in, **attrs)
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        return _reverse(op, fwd_in, outs, list(args[len(used):]), wrt_idx)
+
+    backward.__signature__ = op.signature_for([op.inputs[i] for i in used] + cots)
+    backward.__name__ = f"{op.name}_grad"
+    return backward
+
+
+def _reverse(op: OpDef, fwd_in: list[Tensor], outs: list[Tensor], cots: list[Tensor], wrt_idx: list[int]):
+    nodes = Graph(tuple(o.node for o in outs)).nodes
+    wanted = {id(fwd_in[i].node) for i in wrt_idx}
+    live: set[int] = set()          # nodes whose value depends on a wanted input, differentiably
+    for n in nodes:
+        if id(n) in wanted or (n.op not in _ZERO_GRAD and any(id(s) in live for s in value_srcs(n))):
+            live.add(id(n))
+    acc = _Adjoints(nodes)
+    for k, (o, c) in enumerate(zip(outs, cots)):
+        expect_same_shape(c, o, f"cotangent {k} must have the shape of output {k} of {op.name}")
+        acc.alias[id(c.node)] = acc.extent(o.node)
+        if id(o.node) in live:
+            acc.add(o.node, c, ())
+    for n in reversed(nodes):
+        if id(n) not in live or n.op is Op.INPUT or not acc.parts.get(id(n)):
+            continue
+        g, spans = acc.total(n)
+        if n.op is Op.REDUCE:   # the adjoint goes back to the source's shape, not the result's
+            spans = ()
+        for src, contribution, extra in _rules(n, g):
+            if id(src) in live:
+                acc.add(src, contribution, spans + extra)
+    grads = []
+    for i in wrt_idx:
+        x = fwd_in[i]
+        if not acc.parts.get(id(x.node)):   # no differentiable path: zeros (x == x keeps NaNs out)
+            grads.append(cast_like(where(x == x, 0.0, 0.0), x))
+            continue
+        g, spans = acc.total(x.node)
+        # exactly x's shape unless every part was smaller (a constant, a broadcast operand)
+        grads.append(cast_like(g if acc.label(g, ()) == acc.extent(x.node) else sum_to(g, x, spans), x))
+    return tuple(grads)
+
+
+class _Adjoints:
+    """Adjoint contributions per forward node, and the bookkeeping of their *extents*.
+
+    A contribution to node ``n`` stands for itself broadcast over its extent, then summed
+    down to ``n``'s shape. Shapes are unknown while tracing, so an extent is named by the
+    set of leaves whose broadcast shape it is (forward INPUT/REDUCE nodes). A contribution
+    whose extent's leaves are among ``n``'s own *fits* (it only needs broadcasting); one
+    whose extent is larger must be summed. Contributions with one common larger extent are
+    added first and summed once, as late as possible (where ``n``'s adjoint must take ``n``'s
+    shape: at a reduction's result or an input); mixed extents are each summed at once, as
+    adding them would count the smaller one repeatedly.
+    """
+
+    def __init__(self, nodes):
+        self.forward = {id(n) for n in nodes}
+        self.alias: dict[int, frozenset] = {}   # extents of leaves fg.grad made (cotangents, sums)
+        self.parts: dict[int, list[tuple[Tensor, tuple]]] = {}
+
+    def extent(self, n: Node) -> frozenset:
+        return frozenset({id(n)}) if n.op in (Op.INPUT, Op.REDUCE) else \
+            frozenset().union(*(self._leaf(l) for l in leaves_of(n)))
+
+    def _leaf(self, l: Node) -> frozenset:
+        if id(l) in self.alias:
+            return self.alias[id(l)]
+        # A reduction the reduce rule made (unreduce, counts, ties) lies within the reduction's
+        # source, which the contribution carries as a span.
+        return frozenset({id(l)}) if id(l) in self.forward else frozenset()
+
+    def label(self, t: Tensor, spans: tuple) -> frozenset:
+        return frozenset().union(*(self._leaf(l) for l in leaves_of(t.node)),
+                                 *(self.extent(s.node) for s in spans))
+
+    def add(self, n: Node, t: Tensor, spans: tuple) -> None:
+        self.parts.setdefault(id(n), []).append((t, spans))
+
+    def total(self, n: Node) -> tuple[Tensor, tuple]:
+        """``n``'s adjoint and its spans (the shapes it implicitly broadcasts over)."""
+        mine = self.extent(n)
+        groups: dict[frozenset, list[tuple[Tensor, tuple]]] = {}
+        for t, spans in self.parts[id(n)]:
+            lab = self.label(t, spans)
+            groups.setdefault(frozenset() if lab <= mine else lab, []).append((t, spans))
+        big = [k for k in groups if k]
+        if len(groups) == 1 and big and n.op not in (Op.REDUCE, Op.INPUT):
+            return _add(groups[big[0]])   # one larger extent: keep it, sum later
+        fitting = groups.pop(frozenset(), [])
+        for parts in groups.values():
+            g, spans = _add(parts)
+            summed = sum_to(g, Tensor(n), spans)
+            self.alias[id(summed.node)] = mine
+            fitting.append((summed, ()))
+        g, _ = _add(fitting)
+        return g, (Tensor(n),)
+
+
+def _add(parts: list[tuple[Tensor, tuple]]) -> tuple[Tensor, tuple]:
+    total, spans = parts[0][0], list(parts[0][1])
+    for t, sp in parts[1:]:
+        total = total + t
+        spans += [s for s in sp if all(s.node is not u.node for u in spans)]
+    return total, tuple(spans)
+
+
+def _rules(n: Node, g: Tensor) -> list[tuple[Node, Tensor, tuple]]:
+    """(source, adjoint contribution, extra spans) for node ``n`` with adjoint ``g``."""
+    T = Tensor
+    v = T(n)
+    a = T(n.srcs[0]) if n.srcs else None
+    b = T(n.srcs[1]) if len(n.srcs) > 1 else None
+    o = n.op
+    if o is Op.REDUCE:   # the result broadcasts back to the source: the source spans it
+        return [(n.srcs[0], _reduce_rule(n, g), (a,))]
+    if o is Op.CAST:
+        return [(n.srcs[0], cast_like(g, a), ())]
+    unary = {
+        Op.NEG: lambda: -g,
+        Op.ABS: lambda: where(a > 0, g, where(a < 0, -g, 0)),
+        Op.EXP: lambda: g * v,
+        Op.LOG: lambda: g / a,
+        Op.SQRT: lambda: g * 0.5 / v,
+        Op.RSQRT: lambda: -0.5 * g * v / a,
+        Op.SIN: lambda: g * fg.cos(a),
+        Op.COS: lambda: -g * fg.sin(a),
+        Op.TANH: lambda: g * (1.0 - v * v),
+        Op.SIGMOID: lambda: g * v * (1.0 - v),
+        Op.RELU: lambda: where(a > 0, g, 0),
+        Op.ERF: lambda: g * _TWO_OVER_SQRT_PI * fg.exp(-a * a),
+    }
+    if o in unary:
+        return [(n.srcs[0], unary[o](), ())]
+    binary = {
+        Op.ADD: lambda: (g, g),
+        Op.SUB: lambda: (g, -g),
+        Op.MUL: lambda: (g * b, g * a),
+        Op.DIV: lambda: (g / b, -g * v / b),
+        Op.POW: lambda: (g * b * a ** (b - 1), g * v * fg.log(a)),
+        # ties split the adjoint evenly, as JAX does
+        Op.MAX: lambda: (where(a > b, g, where(a == b, 0.5 * g, 0)), where(b > a, g, where(a == b, 0.5 * g, 0))),
+        Op.MIN: lambda: (where(a < b, g, where(a == b, 0.5 * g, 0)), where(b < a, g, where(a == b, 0.5 * g, 0))),
+    }
+    if o in binary:
+        ga, gb = binary[o]()
+        return [(n.srcs[0], ga, ()), (n.srcs[1], gb, ())]
+    if o is Op.WHERE:
+        return [(n.srcs[1], where(T(n.srcs[0]), g, 0), ()), (n.srcs[2], where(T(n.srcs[0]), 0, g), ())]
+    raise TraceError(f"fg.grad: no derivative rule for {o.value}")  # pragma: no cover - table is complete
+
+
+def _reduce_rule(r: Node, g: Tensor) -> Tensor:
+    """Adjoint of a reduction's source, given the adjoint ``g`` (shaped like the result)."""
+    a, arg = Tensor(r.srcs[0]), r.arg
+    if isinstance(arg.axes, ShapeOf):
+        if arg.axes.rule == "broadcast":   # sum_to: the adjoint broadcasts back by itself
+            return g
+        inner = r.srcs[1]                  # unreduce: drop the size-1 dims again
+        return Tensor(_make(Op.REDUCE, (g.node,), ReduceArg("sum", inner.arg.axes, inner.arg.keep_dims)))
+
+    def like_r(x: Tensor) -> Tensor:
+        """A reduction over r's axes, shaped like r (so it shares r's loop)."""
+        return Tensor(_make(Op.REDUCE, (x.node,), ReduceArg("sum", arg.axes, arg.keep_dims)))
+
+    def up(x: Tensor) -> Tensor:
+        """``x`` (shaped like r) made to broadcast against r's source."""
+        return x if arg.keep_dims is True else unreduce(x, Tensor(r))
+
+    if arg.kind == "sum":
+        return up(g)
+    if arg.kind == "mean":
+        # The element count as a reduction of ones: it shares r's loop, and compilers fold the
+        # loop body to a constant (no load survives `x == x ? 1 : 1`).
+        count = like_r(where(a == a, 1.0, 1.0))
+        return up(cast_like(g / count, g))
+    kept = Tensor(_make(Op.REDUCE, (r.srcs[0],), ReduceArg(arg.kind, arg.axes, True)))
+    if arg.kind == "prod":
+        return up(g) * kept / a
+    # max/min: the adjoint goes to the extremal elements, split evenly among ties
+    hit = a == kept
+    ties = Tensor(_make(Op.REDUCE, (where(hit, 1.0, 0.0).node,), ReduceArg("sum", arg.axes, True)))
+    return where(hit, cast_like(up(g) / ties, g), 0)

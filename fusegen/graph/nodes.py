@@ -1,0 +1,248 @@
+"""The IR's data: the ``Op`` enum, frozen hashable ``Node``s and their arguments, the ``Graph`` of
+an op (nodes in topological order), and the queries every later layer asks of a graph (which
+leaves an expression reads, which nodes the outputs need, a process-independent node key).
+
+A traced op is a small DAG of nodes. It is *rank- and dtype-polymorphic*: inputs carry neither,
+and attributes stay symbolic (an ``ATTR`` node, or an ``AttrRef`` in a reduction's
+axes/keep_dims), because an emitted AOT kernel only learns them at Init/run time.
+"""
+from __future__ import annotations
+
+import enum
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..dtypes import AttrType
+
+UNKNOWN_DIM = -1   # the AOT ABI's marker for a dim unknown until run time
+UNKNOWN_RANK = -2  # the AOT ABI's shape [-2]: rank unknown
+
+
+class Op(enum.Enum):
+    INPUT = "input"
+    ATTR = "attr"
+    CONST = "const"
+    # unary
+    NEG = "neg"
+    ABS = "abs"
+    EXP = "exp"
+    LOG = "log"
+    SQRT = "sqrt"
+    RSQRT = "rsqrt"
+    SIN = "sin"
+    COS = "cos"
+    TANH = "tanh"
+    SIGMOID = "sigmoid"
+    RELU = "relu"
+    ERF = "erf"
+    FLOOR = "floor"
+    CEIL = "ceil"
+    NOT = "logical_not"
+    # binary
+    ADD = "add"
+    SUB = "sub"
+    MUL = "mul"
+    DIV = "div"
+    POW = "pow"
+    MAX = "maximum"
+    MIN = "minimum"
+    LT = "lt"
+    LE = "le"
+    GT = "gt"
+    GE = "ge"
+    EQ = "eq"
+    NE = "ne"
+    AND = "logical_and"
+    OR = "logical_or"
+    # others
+    WHERE = "where"
+    CAST = "cast"
+    REDUCE = "reduce"
+
+
+# Each elementwise op's dtype rule is the NumPy ufunc whose type resolution it follows.
+UNARY_UFUNC = {
+    Op.NEG: "negative", Op.ABS: "absolute", Op.EXP: "exp", Op.LOG: "log", Op.SQRT: "sqrt",
+    Op.RSQRT: "sqrt", Op.SIN: "sin", Op.COS: "cos", Op.TANH: "tanh", Op.SIGMOID: "exp",
+    Op.RELU: "absolute", Op.ERF: "exp", Op.FLOOR: "floor", Op.CEIL: "ceil", Op.NOT: "logical_not",
+}
+BINARY_UFUNC = {
+    Op.ADD: "add", Op.SUB: "subtract", Op.MUL: "multiply", Op.DIV: "true_divide", Op.POW: "power",
+    Op.MAX: "maximum", Op.MIN: "minimum", Op.LT: "less", Op.LE: "less_equal", Op.GT: "greater",
+    Op.GE: "greater_equal", Op.EQ: "equal", Op.NE: "not_equal", Op.AND: "logical_and",
+    Op.OR: "logical_or",
+}
+REDUCE_KINDS = ("sum", "mean", "prod", "max", "min")
+
+
+@dataclass(frozen=True, slots=True)
+class AttrRef:
+    """A reduction axis or keep_dims flag that names an attribute instead of a value."""
+
+    name: str
+
+    def __repr__(self) -> str:
+        return f"@{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class ShapeOf:
+    """Reduction axes read off a *shape-only* second source (``srcs[1]``), which the
+    kernel never loads: gradients need them, and only the shapes known at run time say
+    which axes they are.
+
+    * ``"broadcast"`` (``fg.sum_to(x, like)``): the axes along which ``like`` was
+      broadcast to ``x``'s shape; the result has ``like``'s shape. The adjoint of
+      broadcasting.
+    * ``"unreduce"``: none; the result is ``x`` (shaped like the reduction ``srcs[1]``)
+      with that reduction's axes put back as size-1 dims, so it broadcasts against the
+      reduction's source. The adjoint of dropping dims (``keep_dims=False``).
+    """
+
+    rule: str
+
+    def __repr__(self) -> str:
+        return f"{self.rule}(%like)"
+
+
+@dataclass(frozen=True, slots=True)
+class DTypeOf:
+    """A cast's target: the dtype of the shape-only second source (``fg.cast_like``)."""
+
+    def __repr__(self) -> str:
+        return "dtype(%like)"
+
+
+@dataclass(frozen=True, slots=True)
+class ReduceArg:
+    kind: str                                  # one of REDUCE_KINDS
+    axes: tuple[int, ...] | AttrRef | ShapeOf | None   # None: every axis
+    keep_dims: bool | AttrRef = False
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One IR node. Structural equality and a cached hash; ``loc`` is not part of either."""
+
+    op: Op
+    srcs: tuple[Node, ...] = ()
+    arg: Any = None
+    loc: str = field(default="", compare=False, repr=False)
+    _hash: int = field(default=0, compare=False, repr=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "_hash", hash((self.op, self.srcs, self.arg)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+
+def value_srcs(n: Node) -> tuple[Node, ...]:
+    """The sources whose *values* ``n`` reads. A ``sum_to``/``unreduce``/``cast_like``
+    node's second source is shape- or dtype-only: shape inference visits it, kernels don't."""
+    if (n.op is Op.REDUCE and isinstance(n.arg.axes, ShapeOf)) or (n.op is Op.CAST and isinstance(n.arg, DTypeOf)):
+        return n.srcs[:1]
+    return n.srcs
+
+
+@dataclass(frozen=True, slots=True)
+class AttrSpec:
+    name: str
+    type: AttrType
+    default: Any = None
+    required: bool = False
+
+
+class Graph:
+    """An op's nodes in topological order, with its outputs."""
+
+    def __init__(self, outputs: tuple[Node, ...], checks: tuple = ()):
+        self.outputs = outputs
+        # (a, b, message): nodes whose shapes must agree at run time (fg.grad's cotangents)
+        self.checks = checks
+        order: list[Node] = []
+        seen: set[int] = set()
+        roots = tuple(outputs) + tuple(n for c in checks for n in c[:2])
+        stack: list[tuple[Node, bool]] = [(o, False) for o in reversed(roots)]
+        while stack:  # iterative DFS: deep chains must not hit the recursion limit
+            n, done = stack.pop()
+            if done:
+                order.append(n)
+                continue
+            if id(n) in seen:
+                continue
+            seen.add(id(n))
+            stack.append((n, True))
+            stack.extend((s, False) for s in reversed(n.srcs) if id(s) not in seen)
+        self.nodes: tuple[Node, ...] = tuple(order)
+        self.index: dict[int, int] = {id(n): i for i, n in enumerate(self.nodes)}
+
+    def idx(self, node: Node) -> int:
+        return self.index[id(node)]
+
+
+# --- queries on a graph --------------------------------------------------------------------------
+def leaves_of(node: Node) -> tuple[Node, ...]:
+    """The INPUT and REDUCE nodes an elementwise expression reads (REDUCE nodes are opaque)."""
+    out: dict[int, Node] = {}
+    stack, seen = [node], set()
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if n.op in (Op.INPUT, Op.REDUCE):
+            out[id(n)] = n
+        else:
+            stack.extend(value_srcs(n))
+    return tuple(sorted(out.values(), key=_leaf_key))
+
+
+def _leaf_key(n: Node):
+    return (0, n.arg) if n.op is Op.INPUT else (1, stable_key(n))
+
+
+_STABLE: dict[Node, str] = {}
+
+
+def stable_key(node: Node) -> str:
+    """A digest of a node's structure that is the same in every process. ``hash(node)`` is not
+    (it mixes in string hashes, salted per process), and leaf order decides the generated
+    source, hence the disk cache's key: ordering by it recompiled in half the processes."""
+    if node in _STABLE:
+        return _STABLE[node]
+    if len(_STABLE) > 1 << 16:  # a bound for long-lived processes that trace many ops
+        _STABLE.clear()
+    stack = [node]
+    while stack:  # post-order without recursion: graphs may be deep chains
+        n = stack[-1]
+        todo = [s for s in n.srcs if s not in _STABLE]
+        if todo:
+            stack.extend(todo)
+            continue
+        stack.pop()
+        h = hashlib.sha1(f"{n.op.value}|{n.arg!r}".encode())
+        for s in n.srcs:
+            h.update(_STABLE[s].encode())
+        _STABLE[n] = h.hexdigest()
+    return _STABLE[node]
+
+
+def computed_nodes(g) -> set[int]:
+    """ids of the nodes whose values the outputs need: shape-only sources (``value_srcs``)
+    and shape checks are measured, never computed."""
+    seen: set[int] = set()
+    stack = list(g.outputs)
+    while stack:
+        n = stack.pop()
+        if id(n) not in seen:
+            seen.add(id(n))
+            stack.extend(value_srcs(n))
+    return seen
+
+
+def nodes_of(roots) -> list[Node]:
+    """Every node the expressions ``roots`` are made of, in topological order."""
+    roots = tuple(roots)
+    return list(Graph(roots).nodes) if roots else []

@@ -1,0 +1,219 @@
+"""Shape and dtype rules: ``infer`` evaluates them for concrete (or partly unknown: -1 dims, an
+unknown rank) inputs and gives a ``Spec``, the op specialized to a signature. The C++ emitters
+render the very same rules (``NameInferShape``, the emitted kernel's checks), so the two cannot
+drift; a change here is a change to ``emitters/templates/_fg_runtime.inc.j2`` too.
+"""
+from __future__ import annotations
+
+import typing
+from dataclasses import dataclass
+
+from .. import dtypes as dt
+from ..dtypes import AttrType, DType
+from ..errors import ArgumentError, DTypeError, ShapeError
+from .nodes import (AttrRef, BINARY_UFUNC, DTypeOf, Graph, Node, Op, ShapeOf, UNARY_UFUNC, UNKNOWN_DIM,
+                    UNKNOWN_RANK)
+from .opdef import OpDef
+from .text import where_text
+
+Shape = typing.Optional[tuple]  # None: unknown rank; -1 entries: unknown dims
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    dtype: DType | str         # a DType, or a weak scalar kind "bool"/"int"/"float"
+    shape: Shape
+    compute: DType | str | None = None   # elementwise: the dtype the op computes in
+    acc: DType | None = None             # reductions: the accumulation dtype
+    axes: tuple[int, ...] | None = None  # reductions: normalized axes (None if rank unknown)
+    keep_dims: bool = False
+
+
+@dataclass(frozen=True)
+class Spec:
+    """The op specialized to input dtypes, shapes and attribute values."""
+
+    opdef: OpDef
+    dtypes: tuple[DType, ...]
+    attrs: tuple
+    info: tuple[NodeInfo, ...]
+
+    def of(self, node: Node) -> NodeInfo:
+        return self.info[self.opdef.graph.idx(node)]
+
+    @property
+    def out_shapes(self) -> tuple[Shape, ...]:
+        return tuple(self.of(o).shape for o in self.opdef.graph.outputs)
+
+    @property
+    def out_dtypes(self) -> tuple[DType, ...]:
+        return tuple(dt.materialize(self.of(o).dtype) for o in self.opdef.graph.outputs)
+
+
+def broadcast_shapes(shapes, fail) -> Shape:
+    """NumPy broadcasting with the AOT ABI's unknowns (-1 dims; None for unknown rank)."""
+    if any(s is None for s in shapes):
+        return None
+    rank = max((len(s) for s in shapes), default=0)
+    out = []
+    for k in range(rank):
+        dims = [s[len(s) - rank + k] for s in shapes if len(s) - rank + k >= 0]
+        known = {d for d in dims if d not in (1, UNKNOWN_DIM)}
+        if len(known) > 1:
+            fail(f"cannot broadcast shapes {' and '.join(map(str, shapes))}: dims {sorted(known)} "
+                 f"at axis {k - rank}")
+        if known:
+            out.append(known.pop())
+        elif UNKNOWN_DIM in dims:
+            out.append(UNKNOWN_DIM)
+        else:
+            out.append(1)
+    return tuple(out)
+
+
+def normalize_axes(axes, rank: int, fail) -> tuple[int, ...]:
+    """Canonical reduction axes: sorted, non-negative, unique. ``None`` means all axes."""
+    if axes is None:
+        return tuple(range(rank))
+    out = []
+    for a in axes:
+        if not -rank <= a < rank:
+            fail(f"axis {a} is out of range for rank {rank} (valid: {-rank}..{rank - 1})" if rank
+                 else f"axis {a} is out of range: the operand is a scalar (rank 0)")
+        out.append(a % rank)
+    if len(set(out)) != len(out):
+        fail(f"repeated axis in {tuple(axes)}")
+    return tuple(sorted(out))
+
+
+def reduce_dtypes(kind: str, x: DType) -> tuple[DType, DType]:
+    """(output dtype, accumulation dtype) of a reduction, as NumPy's np.<kind> gives."""
+    if kind in ("max", "min"):
+        out = x
+    elif kind == "mean":
+        out = x if x.is_float else dt.float64
+    elif x.kind == "u":
+        out = dt.uint64
+    elif x.kind in "ib":
+        out = dt.int64
+    else:
+        out = x
+    acc = dt.float32 if out is dt.float16 else out
+    return out, acc
+
+
+def infer(opdef: OpDef, in_dtypes, in_shapes, attrs: dict) -> Spec:
+    """Evaluate the op's dtype and shape rules.
+
+    ``in_shapes`` entries are tuples (with -1 for unknown dims) or None / ``(-2,)`` for an
+    unknown rank. ``attrs`` must already be bound (``opdef.bind_attrs``).
+    """
+    g = opdef.graph
+    if len(in_dtypes) != len(opdef.inputs) or len(in_shapes) != len(opdef.inputs):
+        raise ArgumentError(f"op {opdef.name} takes {len(opdef.inputs)} inputs "
+                            f"({', '.join(opdef.inputs)}), got {len(in_dtypes)}")
+    in_dtypes = tuple(dt.as_dtype(d) for d in in_dtypes)
+    shapes = [None if (s is None or tuple(s) == (UNKNOWN_RANK,)) else tuple(int(d) for d in s)
+              for s in in_shapes]
+    info: list[NodeInfo] = []
+    for n in g.nodes:
+        def fail(msg, _n=n, exc=ShapeError):
+            raise exc(f"{where_text(opdef, _n)}: {msg}")
+
+        srcs = [info[g.idx(s)] for s in n.srcs]
+        if n.op is Op.INPUT:
+            info.append(NodeInfo(in_dtypes[n.arg], shapes[n.arg]))
+        elif n.op is Op.ATTR:
+            kind = {AttrType.BOOL: "bool", AttrType.INT: "int", AttrType.FLOAT: "float"}[opdef.attrs[n.arg].type]
+            info.append(NodeInfo(kind, ()))
+        elif n.op is Op.CONST:
+            info.append(NodeInfo(n.arg[0], ()))
+        elif n.op is Op.CAST:
+            to = dt.materialize(srcs[1].dtype) if isinstance(n.arg, DTypeOf) else n.arg
+            info.append(NodeInfo(to, srcs[0].shape))
+        elif n.op is Op.REDUCE and isinstance(n.arg.axes, ShapeOf):
+            info.append(_infer_shape_of(n, srcs, info, g, fail))
+        elif n.op is Op.REDUCE:
+            a, x = n.arg, srcs[0]
+            axes = attrs[a.axes.name] if isinstance(a.axes, AttrRef) else a.axes
+            if isinstance(axes, int):
+                axes = (axes,)
+            keep = attrs[a.keep_dims.name] if isinstance(a.keep_dims, AttrRef) else a.keep_dims
+            xd = dt.materialize(x.dtype)
+            out_dt, acc = reduce_dtypes(a.kind, xd)
+            if x.shape is None:
+                info.append(NodeInfo(out_dt, None, xd, acc, None, keep))
+                continue
+            ax = normalize_axes(axes, len(x.shape), fail)
+            if keep:
+                shp = tuple(1 if k in ax else d for k, d in enumerate(x.shape))
+            else:
+                shp = tuple(d for k, d in enumerate(x.shape) if k not in ax)
+            if a.kind in ("max", "min") and any(x.shape[k] == 0 for k in ax):
+                fail(f"{a.kind} over an axis of size 0 has no identity", exc=ShapeError)
+            info.append(NodeInfo(out_dt, shp, xd, acc, ax, keep))
+        else:
+            if n.op in UNARY_UFUNC:
+                uf = UNARY_UFUNC[n.op]
+            elif n.op in BINARY_UFUNC:
+                uf = BINARY_UFUNC[n.op]
+            else:  # WHERE: the branches promote as np.where's do; the condition is tested != 0
+                uf = "add"
+            operands = tuple(s.dtype for s in (srcs[1:] if n.op is Op.WHERE else srcs))
+            if n.op is Op.WHERE and len({str(o) for o in operands}) == 1:
+                comp = out = operands[0]  # np.where(c, a, a) keeps a's dtype (bool included)
+            else:
+                try:
+                    comp, out = dt.resolve_ufunc(uf, operands)
+                except DTypeError as e:
+                    fail(str(e), exc=DTypeError)
+                if n.op is Op.WHERE:
+                    comp = out
+            if n.op is Op.RELU and comp == "bool" or (isinstance(comp, DType) and comp.kind == "b"
+                                                       and n.op is Op.RELU):
+                fail("relu is not defined for bool", exc=DTypeError)
+            info.append(NodeInfo(out, broadcast_shapes([s.shape for s in srcs], fail), comp))
+    for n, i in zip(g.nodes, info):  # kernels index with int64: refuse before anything is allocated
+        if i.shape is not None and UNKNOWN_DIM not in i.shape:
+            count = 1
+            for d in i.shape:
+                count *= d
+            if count >= 2 ** 62:
+                raise ShapeError(f"{where_text(opdef, n)}: shape {i.shape} is too large: {count} elements "
+                                 "overflow a kernel's int64 indexing")
+    for a, b, what in g.checks:
+        sa, sb = info[g.idx(a)].shape, info[g.idx(b)].shape
+        if not same_shape(sa, sb):
+            raise ShapeError(f"op {opdef.name}: {what}: {sa} != {sb}")
+    spec = Spec(opdef, in_dtypes, tuple(sorted(attrs.items())), tuple(info))
+    return spec
+
+
+def same_shape(a: Shape, b: Shape) -> bool:
+    """Equal shapes, where an unknown rank or dim (known only at run time) matches anything."""
+    if a is None or b is None:
+        return True
+    return len(a) == len(b) and all(x == y or UNKNOWN_DIM in (x, y) for x, y in zip(a, b))
+
+
+def _infer_shape_of(n: Node, srcs: list[NodeInfo], info: list[NodeInfo], g: Graph, fail) -> NodeInfo:
+    """sum_to and unreduce: a sum whose axes (and result shape) come from ``srcs[1]``'s shape."""
+    x, like = srcs[:2]
+    out_dt, acc = reduce_dtypes("sum", dt.materialize(x.dtype))
+    if n.arg.axes.rule == "broadcast":
+        if any(s.shape is None for s in srcs):
+            return NodeInfo(out_dt, like.shape, dt.materialize(x.dtype), acc, None, True)
+        # The loop runs over all the shapes broadcast (the value may be smaller than ``like``
+        # or the span); ``like``'s size-1 and missing leading dims are summed.
+        dom = broadcast_shapes([s.shape for s in srcs], fail)
+        off = len(dom) - len(like.shape)
+        axes = tuple(k for k in range(len(dom)) if k < off or like.shape[k - off] == 1)
+        return NodeInfo(out_dt, like.shape, dt.materialize(x.dtype), acc, axes, True)
+    r = n.srcs[1]
+    rinfo, src = info[g.idx(r)], info[g.idx(r.srcs[0])]
+    if not same_shape(x.shape, rinfo.shape):
+        fail(f"the value has shape {x.shape}, but the reduction it undoes gives {rinfo.shape}")
+    if src.shape is None or rinfo.axes is None:
+        return NodeInfo(out_dt, None, dt.materialize(x.dtype), acc, None, True)
+    shape = tuple(1 if k in rinfo.axes else d for k, d in enumerate(src.shape))
+    return NodeInfo(out_dt, shape, dt.materialize(x.dtype), acc, (), True)

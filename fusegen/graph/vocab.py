@@ -1,0 +1,74 @@
+"""The op vocabulary: the functions an op body calls, ``fg.exp(x)``, ``fg.sum(x, axis=...)``,
+``fg.where(...)``; ``fusegen/__init__.py`` re-exports them as the public ``fg.`` functions.
+
+Generated from the IR's op table so a new op costs one line here.
+"""
+from __future__ import annotations
+
+from .nodes import Op
+from .trace import Tensor, binary, cast, reduce, unary, where  # noqa: F401
+
+
+def _unary_fn(op: Op, name: str):
+    def f(x) -> Tensor:
+        return unary(op, x)
+    f.__name__ = f.__qualname__ = name
+    f.__doc__ = f"Elementwise {name} (traced)."
+    return f
+
+
+def _binary_fn(op: Op, name: str):
+    def f(a, b) -> Tensor:
+        return binary(op, a, b)
+    f.__name__ = f.__qualname__ = name
+    f.__doc__ = f"Elementwise {name} with NumPy broadcasting and promotion (traced)."
+    return f
+
+
+def _reduce_fn(kind: str):
+    def f(x, axis=None, keep_dims: bool = False) -> Tensor:
+        return reduce(kind, x, axis, keep_dims)
+    f.__name__ = f.__qualname__ = kind
+    f.__doc__ = (f"np.{kind} over ``axis`` (None: all; an int, a tuple of ints or an attribute; "
+                 "negative axes count from the end), keeping reduced dims if ``keep_dims``.")
+    return f
+
+
+neg = _unary_fn(Op.NEG, "neg")
+abs = _unary_fn(Op.ABS, "abs")  # noqa: A001 - the fg. namespace mirrors NumPy's names
+exp = _unary_fn(Op.EXP, "exp")
+log = _unary_fn(Op.LOG, "log")
+sqrt = _unary_fn(Op.SQRT, "sqrt")
+rsqrt = _unary_fn(Op.RSQRT, "rsqrt")
+sin = _unary_fn(Op.SIN, "sin")
+cos = _unary_fn(Op.COS, "cos")
+tanh = _unary_fn(Op.TANH, "tanh")
+sigmoid = _unary_fn(Op.SIGMOID, "sigmoid")
+relu = _unary_fn(Op.RELU, "relu")
+erf = _unary_fn(Op.ERF, "erf")
+floor = _unary_fn(Op.FLOOR, "floor")
+ceil = _unary_fn(Op.CEIL, "ceil")
+logical_not = _unary_fn(Op.NOT, "logical_not")
+
+add = _binary_fn(Op.ADD, "add")
+subtract = _binary_fn(Op.SUB, "subtract")
+multiply = _binary_fn(Op.MUL, "multiply")
+divide = _binary_fn(Op.DIV, "divide")
+pow = _binary_fn(Op.POW, "pow")  # noqa: A001
+power = pow
+maximum = _binary_fn(Op.MAX, "maximum")
+minimum = _binary_fn(Op.MIN, "minimum")
+less = _binary_fn(Op.LT, "less")
+less_equal = _binary_fn(Op.LE, "less_equal")
+greater = _binary_fn(Op.GT, "greater")
+greater_equal = _binary_fn(Op.GE, "greater_equal")
+equal = _binary_fn(Op.EQ, "equal")
+not_equal = _binary_fn(Op.NE, "not_equal")
+logical_and = _binary_fn(Op.AND, "logical_and")
+logical_or = _binary_fn(Op.OR, "logical_or")
+
+sum = _reduce_fn("sum")  # noqa: A001
+mean = _reduce_fn("mean")
+prod = _reduce_fn("prod")
+max = _reduce_fn("max")  # noqa: A001
+min = _reduce_fn("min")  # noqa: A001

@@ -1,0 +1,313 @@
+"""The numba-cuda kernel source of one fused group (``CudaGroupSource``): thread mode, block mode
+(a shared-memory tree finished with warp shuffles) and the combine kernel of a split reduction,
+written as Python for ``numba.cuda.jit``. ``fusegen.lower_cuda`` (the face) chooses the launch,
+writes and loads the source, and explains the kernel shapes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import dtypes as dt
+from ..dtypes import DType
+from ..ir import Node, Op, Spec, nodes_of
+from ..plan import GroupRun, Plan, slot_name
+from ..plan.exprs import CUDA_PY, ExprWriter, reduce_identity, reg_dtype
+from .pysource import combine
+
+# meta: nO, nRO, RI, I, O_total, RO_total, count, nsplit, chunk; then extents, then strides
+HEADER = 9
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How one group is launched: decided on the host from the layout, baked into the source."""
+
+    mode: str         # "thread" or "block"
+    block: int        # threads per block (a power of two in block mode)
+    nsplit: int       # chunks of the reduced range (1: no split)
+    warp: bool        # block mode: finish the tree with warp shuffles
+
+
+
+def _nodes_of(st) -> list[Node]:
+    return nodes_of([r for r in st.reductions] + [n for _, n in st.writes] + [n for _, n in st.finals])
+
+
+def numba_type_name(d: DType) -> str:
+    return "numba.types.boolean" if d.kind == "b" else f"numba.types.{d.name}"
+
+
+class CudaGroupSource:
+    """Builds the source of one group's kernel (and its combine kernel when split)."""
+
+    def __init__(self, plan: Plan, spec: Spec, run: GroupRun, launch: Launch):
+        self.plan, self.spec, self.run, self.launch = plan, spec, run, launch
+        self.stages = [plan.stages[i] for i in run.stages]
+        self.ops = {key: (slot_name(key), k) for k, key in enumerate(run.operands)}
+        # the group's accesses: which operand a loaded leaf is, where a reduction's result goes
+        self.read_slot = {id(a.node): a.slot for st in self.stages for a in st.reads}
+        self.store_slots: dict[int, list] = {}
+        for st in self.stages:
+            for a in st.stores:
+                if a.node.op is Op.REDUCE:
+                    self.store_slots.setdefault(id(a.node), []).append(a.slot)
+        self.attrs = sorted({n.arg for st in self.stages for n in _nodes_of(st) if n.op is Op.ATTR})
+        self.reductions = [r for st in self.stages for r in st.reductions]
+        self.split = launch.nsplit > 1
+        self.lines: list[str] = []
+
+    # --- public -----------------------------------------------------------------------------
+    def params(self) -> list[str]:
+        parts = [f"p{j}" for j in range(len(self.stages[0].reductions))] if self.split else []
+        return [n for n, _ in self.ops.values()] + parts + ["meta"] + [f"a_{a}" for a in self.attrs]
+
+    def emit(self) -> str:
+        self.lines = []
+        self._kernel()
+        if self.split:
+            self.lines.append("")
+            self._combine_kernel()
+        return "\n".join(self.lines) + "\n"
+
+    # --- pieces -------------------------------------------------------------------------------
+    def _w(self, pad: int, text: str) -> None:
+        self.lines.append("    " * pad + text)
+
+    def _header(self, name: str, what: str) -> None:
+        w = self._w
+        w(0, f"def {name}({', '.join(self.params())}):")
+        w(1, f"# {what}")
+        w(1, "nO = meta[0]")
+        w(1, "nRO = meta[1]")
+        w(1, "RI = meta[2]")
+        w(1, "I = meta[3]")
+        w(1, "OT = meta[4]")
+        w(1, "count = meta[6]")
+        w(1, "nsplit = meta[7]")
+        w(1, "chunk = meta[8]")
+        w(1, "W = nO + nRO + 2")
+        w(1, f"SB = {HEADER} + nO + nRO")
+        for n, k in self.ops.values():
+            w(1, f"sri_{n} = meta[SB + {k} * W + nO + nRO]")
+            w(1, f"si_{n} = meta[SB + {k} * W + nO + nRO + 1]")
+
+    def _base(self, pad: int) -> None:
+        """Offsets of every operand at outer index ``o`` and inner index ``i``."""
+        w = self._w
+        for n, _ in self.ops.values():
+            w(pad, f"b_{n} = i * si_{n}")
+        w(pad, "rem = o")
+        w(pad, "for d in range(nO - 1, -1, -1):")
+        w(pad + 1, f"e = meta[{HEADER} + d]")
+        w(pad + 1, "q = rem // e")
+        w(pad + 1, "ix = rem - q * e")
+        w(pad + 1, "rem = q")
+        for n, k in self.ops.values():
+            w(pad + 1, f"b_{n} += ix * meta[SB + {k} * W + d]")
+
+    def _point(self, pad: int, names: list[str]) -> None:
+        """Offsets ``c_<op>`` at reduced index ``r`` (-> ro, ri) for the operands in ``names``."""
+        w = self._w
+        if not self.run.axes:  # nothing reduced in this group: r is always 0
+            for n in names:
+                w(pad, f"c_{n} = b_{n}")
+            return
+        w(pad, "ro = r // RI")
+        w(pad, "ri = r - ro * RI")
+        for n in names:
+            w(pad, f"c_{n} = b_{n} + ri * sri_{n}")
+        w(pad, "rem = ro")
+        w(pad, "for d in range(nRO - 1, -1, -1):")
+        w(pad + 1, f"e = meta[{HEADER} + nO + d]")
+        w(pad + 1, "q = rem // e")
+        w(pad + 1, "ix = rem - q * e")
+        w(pad + 1, "rem = q")
+        for n in names:
+            k = dict(self.ops.values())[n]
+            w(pad + 1, f"c_{n} += ix * meta[SB + {k} * W + nO + d]")
+
+    def _reads(self, st) -> list[str]:
+        return [self.ops[a.slot][0] for a in st.reads]
+
+    def _load(self, n: Node) -> str:
+        if n.op is Op.ATTR:
+            return f"a_{n.arg}"
+        name = self.ops[self.read_slot[id(n)]][0]
+        d = dt.materialize(self.spec.of(n).dtype) if n.op is Op.INPUT else None
+        text = f"{name}[c_{name}]"
+        # half is loaded as half and widened: the expression table computes in float32
+        return CUDA_PY.cast(text, dt.float32) if d is dt.float16 else text
+
+    def _store(self, value: str, have: DType, want: DType) -> str:
+        return value if reg_dtype(want) is want and want is have else CUDA_PY.cast(value, want)
+
+    def _body(self, pad: int, st, tag: str) -> tuple[list[str], list[tuple[str, str]]]:
+        """Emit one loop body of stage ``st``: returns (reduction values, (store target, value))."""
+        ew = ExprWriter(self.spec, CUDA_PY, self._load, prefix=f"{tag}{st.index}_")
+        vals = [ew.value(r.srcs[0], reg_dtype(self.spec.of(r).acc)) for r in st.reductions]
+        stores = []
+        for k, n in st.writes:
+            out = dt.materialize(self.spec.of(n).dtype)
+            stores.append((self.ops[("out", k)][0], self._store(ew.value(n), reg_dtype(out), out)))
+        for name, expr in ew.lines:
+            self._w(pad, f"{name} = {expr}")
+        return vals, stores
+
+    def _targets(self, r: Node) -> list[str]:
+        return [self.ops[k][0] for k in self.store_slots.get(id(r), ())]
+
+    def _finalize(self, pad: int, st, accs: list[str]) -> None:
+        """Mean, casts and the stores of a stage's results at the base offsets; then its finals."""
+        w = self._w
+        results = {}
+        for j, (r, a) in enumerate(zip(st.reductions, accs)):
+            acc = reg_dtype(self.spec.of(r).acc)
+            name = f"r{st.index}_{j}"
+            val = a if r.arg.kind != "mean" else CUDA_PY.cast(f"{a} / {CUDA_PY.cast('count', acc)}", acc)
+            w(pad, f"{name} = {val}")
+            results[id(r)] = name
+            out = dt.materialize(self.spec.of(r).dtype)
+            for t in self._targets(r):
+                v = name if t.startswith("ws") else self._store(name, acc, out)
+                w(pad, f"{t}[b_{t}] = {v}")
+        ew = ExprWriter(self.spec, CUDA_PY, lambda n: results[id(n)] if n.op is Op.REDUCE else f"a_{n.arg}",
+                        prefix=f"f{st.index}_")
+        outs = []
+        for k, n in st.finals:
+            out = dt.materialize(self.spec.of(n).dtype)
+            outs.append((self.ops[("out", k)][0], self._store(ew.value(n), reg_dtype(out), out)))
+        for name, expr in ew.lines:
+            w(pad, f"{name} = {expr}")
+        for t, v in outs:
+            w(pad, f"{t}[b_{t}] = {v}")
+
+    def _init(self, r: Node) -> str:
+        acc = reg_dtype(self.spec.of(r).acc)
+        return CUDA_PY.literal(reduce_identity(r.arg.kind, acc), acc)
+
+    def _writes(self, pad: int, st, first: str, step: str) -> None:
+        w = self._w
+        outs = [self.ops[("out", k)][0] for k, _ in st.writes]
+        w(pad, f"for r in range({first}, count, {step}):")
+        self._point(pad + 1, self._reads(st) + outs)
+        _, stores = self._body(pad + 1, st, "s")
+        for t, v in stores:
+            w(pad + 1, f"{t}[c_{t}] = {v}")
+
+    # --- thread mode --------------------------------------------------------------------------
+    def _kernel(self) -> None:
+        if self.launch.mode == "block":
+            return self._block_kernel()
+        w = self._w
+        self._header("kernel", f"stages {', '.join(map(str, self.run.stages))} of op "
+                     f"{self.plan.opdef.name}: one thread per output point"
+                     + (", reduced dim split into chunks" if self.split else ""))
+        w(1, "for t in range(cuda.grid(1), OT * I * nsplit, cuda.gridsize(1)):")
+        w(2, "i = t % I")
+        w(2, "v = t // I")
+        w(2, "s = v % nsplit")
+        w(2, "o = v // nsplit")
+        self._base(2)
+        for st in self.stages:
+            w(2, f"# stage {st.index}")
+            accs = [f"acc{st.index}_{j}" for j in range(len(st.reductions))]
+            if st.reductions:
+                for a, r in zip(accs, st.reductions):
+                    w(2, f"{a} = {self._init(r)}")
+                w(2, "r_lo = s * chunk")
+                w(2, "for r in range(r_lo, min(count, r_lo + chunk)):")
+                self._point(3, self._reads(st))
+                vals, _ = self._body(3, st, "s")
+                for a, r, v in zip(accs, st.reductions, vals):
+                    w(3, combine(r.arg.kind, a, v))
+                if self.split:
+                    for j, a in enumerate(accs):
+                        w(2, f"p{j}[(o * I + i) * nsplit + s] = {a}")
+                else:
+                    self._finalize(2, st, accs)
+            if st.writes:
+                self._writes(2, st, "0", "1")
+
+    # --- block mode ---------------------------------------------------------------------------
+    def _block_kernel(self) -> None:
+        w, B = self._w, self.launch.block
+        self._header("kernel", f"stages {', '.join(map(str, self.run.stages))} of op "
+                     f"{self.plan.opdef.name}: one block of {B} threads per output row"
+                     + (", reduced dim split into chunks" if self.split else ""))
+        w(1, "tid = cuda.threadIdx.x")
+        for st in self.stages:
+            for j, r in enumerate(st.reductions):
+                acc = reg_dtype(self.spec.of(r).acc)
+                w(1, f"sh{st.index}_{j} = cuda.shared.array({B}, {numba_type_name(acc)})")
+        w(1, "i = 0")
+        w(1, "for blk in range(cuda.blockIdx.x, OT * nsplit, cuda.gridDim.x):")
+        w(2, "o = blk // nsplit")
+        w(2, "s = blk - o * nsplit")
+        self._base(2)
+        for st in self.stages:
+            w(2, f"# stage {st.index}")
+            accs = [f"acc{st.index}_{j}" for j in range(len(st.reductions))]
+            if st.reductions:
+                for a, r in zip(accs, st.reductions):
+                    w(2, f"{a} = {self._init(r)}")
+                w(2, "r_lo = s * chunk")
+                w(2, f"for r in range(r_lo + tid, min(count, r_lo + chunk), {B}):")
+                self._point(3, self._reads(st))
+                vals, _ = self._body(3, st, "s")
+                for a, r, v in zip(accs, st.reductions, vals):
+                    w(3, combine(r.arg.kind, a, v))
+                self._tree(2, st, accs)
+            if st.writes:
+                self._writes(2, st, "tid", str(B))
+                w(2, "cuda.syncthreads()")
+
+    def _tree(self, pad: int, st, accs: list[str]) -> None:
+        """Shared-memory tree down to one warp, then shuffles (or shared memory to the end)."""
+        w, B = self._w, self.launch.block
+        shs = [f"sh{st.index}_{j}" for j in range(len(accs))]
+        for sh, a in zip(shs, accs):
+            w(pad, f"{sh}[tid] = {a}")
+        w(pad, "cuda.syncthreads()")
+        step, stop = B // 2, (32 if self.launch.warp else 1)
+        while step >= stop:
+            w(pad, f"if tid < {step}:")
+            for sh, r in zip(shs, st.reductions):
+                w(pad + 1, combine(r.arg.kind, f"{sh}[tid]", f"{sh}[tid + {step}]"))
+            w(pad, "cuda.syncthreads()")
+            step //= 2
+        if self.launch.warp:
+            w(pad, "if tid < 32:")
+            for sh, a in zip(shs, accs):
+                w(pad + 1, f"{a} = {sh}[tid]")
+            for off in (16, 8, 4, 2, 1):
+                for a, r in zip(accs, st.reductions):
+                    w(pad + 1, combine(r.arg.kind, a, f"cuda.shfl_down_sync(0xffffffff, {a}, {off})"))
+            w(pad + 1, "if tid == 0:")
+            inner = pad + 2
+        else:
+            w(pad, "if tid == 0:")
+            for sh, a in zip(shs, accs):
+                w(pad + 1, f"{a} = {sh}[0]")
+            inner = pad + 1
+        if self.split:
+            for j, a in enumerate(accs):
+                w(inner, f"p{j}[blk] = {a}")
+        else:
+            self._finalize(inner, st, accs)
+        w(pad, "cuda.syncthreads()")  # results (workspaces) visible to the block; shared reusable
+
+    # --- split: fold the partials -------------------------------------------------------------
+    def _combine_kernel(self) -> None:
+        w = self._w
+        st = self.stages[0]
+        self._header("combine", "folds the partial accumulators of the split reduced dim and finishes")
+        w(1, "for u in range(cuda.grid(1), OT * I, cuda.gridsize(1)):")
+        w(2, "i = u % I")
+        w(2, "o = u // I")
+        self._base(2)
+        accs = [f"acc{st.index}_{j}" for j in range(len(st.reductions))]
+        for j, (a, r) in enumerate(zip(accs, st.reductions)):
+            w(2, f"{a} = p{j}[u * nsplit]")
+            w(2, "for s in range(1, nsplit):")
+            w(3, combine(r.arg.kind, a, f"p{j}[u * nsplit + s]"))
+        self._finalize(2, st, accs)

@@ -1,0 +1,16 @@
+"""The Plan layer: the schedule every backend shares. Its face re-exports the public names of
+
+* ``plan.stages``: ``build_plan``, ``Plan`` and ``Stage`` (stages, their reads and stores);
+* ``plan.access``: ``Access`` and the index-map steps;
+* ``plan.layout``: run-time layouts (``evaluate``, ``collapse``, ``schedule``);
+* ``plan.exprs``: the op -> expression-text tables every renderer shares.
+"""
+from __future__ import annotations
+
+from ..ir import computed_nodes, leaves_of, stable_key  # noqa: F401  (graph queries plans are built from)
+from .access import BROADCAST, REDUCED, Access, Broadcast, Reduced, slot_name  # noqa: F401
+from .layout import (  # noqa: F401
+    STEP_RULES, GroupRun, Layout, access_layout, c_strides, collapse, evaluate, read_strides, schedule,
+    stage_domain, write_strides,
+)
+from .stages import Plan, Stage, build_plan, read_leaves  # noqa: F401

@@ -1,0 +1,68 @@
+"""Accesses: how a stage's loop nest reads and writes arrays, each through an *index map* from
+the stage's domain to the array.
+
+An ``Access`` is one operand slot of a loop nest: the array (an input ``("in", i)``, an output
+``("out", k)``, a workspace ``("buf", b)``), the IR node it carries, and the map's *steps*,
+frozen and hashable, decided at plan time without shapes. ``fusegen.plan.layout.evaluate`` turns
+the steps into ``(offset, strides over the domain)`` once shapes are known; every renderer
+consumes that result (the emitted C++ has the twin evaluators, ``fg::read_strides`` and
+``fg::write_strides``). Today's steps:
+
+* ``()``, the identity: the array has the domain's shape (an elementwise output);
+* ``(Broadcast(),)``: the array broadcast into the domain, NumPy's rule (reads);
+* ``(Reduced(),)``: a reduction result over the domain (its writes, and reads of it at the
+  index where it was written).
+
+The README's "Index maps" section lists the kinds designed next (permute, slice, reshape,
+piecewise, gather, iota); each is one more step class here and one more case in ``evaluate``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..ir import Node
+
+
+@dataclass(frozen=True, slots=True)
+class Broadcast:
+    """Read the array broadcast into the domain: its dims align with the domain's last dims;
+    a missing leading dim or a size-1 dim repeats (stride 0)."""
+
+    def __str__(self) -> str:
+        return "broadcast"
+
+
+@dataclass(frozen=True, slots=True)
+class Reduced:
+    """The array is a reduction result over the domain: its dims other than 1 are the domain's
+    kept (not reduced) dims other than 1, in order, however its size-1 dims sit (kept, dropped,
+    missing in front as for ``sum_to``, or put back as for ``unreduce``). Reduced dims get
+    stride 0: every reduced index lands on the same element."""
+
+    def __str__(self) -> str:
+        return "reduced"
+
+
+BROADCAST = Broadcast()
+REDUCED = Reduced()
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """One array a stage's loop nest touches, and the map from the domain to its elements."""
+
+    slot: tuple          # ("in", i) | ("out", k) | ("buf", b): which array
+    node: Node           # the leaf read (INPUT/REDUCE), or the node whose value is stored
+    steps: tuple = ()    # the index map, domain -> array; () is the identity
+
+    @property
+    def name(self) -> str:
+        """The operand's name in generated code: x<i>, out<k>, ws<b>."""
+        return slot_name(self.slot)
+
+    def map_text(self) -> str:
+        return " then ".join(str(s) for s in self.steps) or "identity"
+
+
+def slot_name(slot: tuple) -> str:
+    return {"in": "x", "out": "out", "buf": "ws"}[slot[0]] + str(slot[1])

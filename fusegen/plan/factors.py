@@ -1,0 +1,264 @@
+"""Dim flow, part 1: the factors of an op (which dims walk one index space) and which of them a
+mesh splits. The face is ``fusegen.plan.dimflow``, whose docstring explains the whole analysis."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from ..errors import ShapeError
+from ..ir import (BINARY_UFUNC, UNARY_UFUNC, Node, NodeInfo, Op, ReduceArg, ShapeOf, Spec, broadcast_shapes,
+                 computed_nodes, value_srcs)
+
+KEEP, REDUCE, REPLICATE, MAJOR = "keep", "reduce", "replicate", "major"
+
+
+@dataclass(frozen=True)
+class LoopDim:
+    """One dim a node iterates over: the source dims read along it (``(source position, dim)``),
+    the node's own dim it becomes (``out``; None for a reduced or replicated one) and its role."""
+
+    members: tuple[tuple[int, int], ...] = ()
+    out: int | None = None
+    role: str = KEEP
+    kind: str = ""   # REDUCE: how the node folds it (sum, mean, prod, max, min)
+
+
+# --- the rules, per IR op kind -----------------------------------------------------------------
+def _aligned(srcs: Sequence[NodeInfo], dom: tuple[int, ...], d: int) -> tuple[tuple[int, int], ...]:
+    """The source dims read along dim ``d`` of a broadcast domain: right-aligned, same size
+    (a size-1 dim broadcast against a larger one is read at index 0, not along ``d``)."""
+    out = []
+    for p, s in enumerate(srcs):
+        k = d - (len(dom) - len(s.shape))
+        if k >= 0 and s.shape[k] == dom[d]:
+            out.append((p, k))
+    return tuple(out)
+
+
+def elementwise_rule(n: Node, info: NodeInfo, srcs: list[NodeInfo]) -> list[LoopDim]:
+    """Unary, binary, ``where``, casts: NumPy broadcasting of the value sources (a ``cast_like``'s
+    second source gives a dtype, not a shape)."""
+    vals = srcs[:len(value_srcs(n))]
+    return [LoopDim(_aligned(vals, info.shape, d), d) for d in range(len(info.shape))]
+
+
+def reduce_rule(n: Node, info: NodeInfo, srcs: list[NodeInfo]) -> list[LoopDim]:
+    """Reductions over axes, and the gradient helpers that share the REDUCE node kind."""
+    arg: ReduceArg = n.arg
+    if isinstance(arg.axes, ShapeOf) and arg.axes.rule == "unreduce":
+        # srcs[0] is shaped like the reduction srcs[1]; the result puts its axes back as 1s
+        red = srcs[1]
+        kept = [d for d in range(len(info.shape)) if red.keep_dims or d not in red.axes]
+        loops = [LoopDim(((0, k), (1, k)), d) for k, d in enumerate(kept)]
+        return loops + [LoopDim((), d) for d in range(len(info.shape)) if d not in kept]
+    if isinstance(arg.axes, ShapeOf):   # sum_to: a sum over the broadcast of every source
+        dom = broadcast_shapes([s.shape for s in srcs], _unreachable)
+        off = len(dom) - len(info.shape)
+        return [LoopDim(_aligned(srcs, dom, d), None, REDUCE, "sum") if d in info.axes
+                else LoopDim(_aligned(srcs, dom, d), d - off) for d in range(len(dom))]
+    x, loops, j = srcs[0], [], 0
+    for k in range(len(x.shape)):
+        if k in info.axes:
+            loops.append(LoopDim(((0, k),), None, REDUCE, arg.kind))
+            if info.keep_dims:
+                loops.append(LoopDim((), k))
+        else:
+            loops.append(LoopDim(((0, k),), k if info.keep_dims else j))
+            j += 1
+    return loops
+
+
+def _unreachable(msg: str):  # pragma: no cover - infer has checked broadcasting already
+    raise ShapeError(msg)
+
+
+DimRule = Callable[[Node, NodeInfo, list], list]
+
+#: IR op kind -> its rule: ``rule(node, its NodeInfo, its sources' NodeInfos) -> [LoopDim]``.
+#: INPUT, ATTR and CONST are leaves: their dims start factors.
+DIM_RULES: dict[Op, DimRule] = {
+    **{o: elementwise_rule for o in (*UNARY_UFUNC, *BINARY_UFUNC, Op.WHERE, Op.CAST)},
+    Op.REDUCE: reduce_rule,
+}
+_LEAVES = (Op.INPUT, Op.ATTR, Op.CONST)
+
+
+def rule_for(op: Op) -> DimRule:
+    try:
+        return DIM_RULES[op]
+    except KeyError:
+        raise NotImplementedError(f"fusegen.plan.dimflow has no rule for IR op {op.value!r}: add an entry to "
+                                  "DIM_RULES saying how its dims relate to its sources' dims") from None
+
+
+# --- the analysis --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Factor:
+    index: int
+    sizes: tuple[int, ...]        # the sizes of its dims (one, unless a MAJOR link joined two)
+    replicate: bool               # some node needs all of it on one device
+    reduced_by: tuple[int, ...]   # graph indices of the computed reductions that fold it
+    in_outputs: bool
+
+
+@dataclass(frozen=True)
+class Reduction:
+    kind: str                     # sum, mean, prod, max, min
+    factors: tuple[int, ...]      # the factors it folds
+    count: int                    # how many elements each result folds (mean divides by it)
+
+
+@dataclass(frozen=True)
+class DimFlow:
+    """An op's dims grouped into factors, for one specialization (``analyze``)."""
+
+    spec: Spec
+    factors: tuple[Factor, ...]
+    node_dims: tuple[tuple[int, ...], ...]   # per graph node, per dim: its factor
+    reductions: dict                         # graph index of a computed reduction -> Reduction
+
+    @property
+    def inputs(self) -> tuple[tuple[int, ...], ...]:
+        g = self.spec.opdef.graph
+        ins = {n.arg: self.node_dims[i] for i, n in enumerate(g.nodes) if n.op is Op.INPUT}
+        return tuple(ins.get(i, ()) for i in range(len(self.spec.opdef.inputs)))
+
+    @property
+    def outputs(self) -> tuple[tuple[int, ...], ...]:
+        g = self.spec.opdef.graph
+        return tuple(self.node_dims[g.idx(o)] for o in g.outputs)
+
+    def text(self) -> str:
+        """A readable summary: one line per input and output, factors named f0, f1, ..."""
+        op = self.spec.opdef
+        name = lambda f: f"f{f}" + ("!" if self.factors[f].replicate else "")  # noqa: E731
+        lines = [f"{op.inputs[i]}: ({', '.join(map(name, d))})" for i, d in enumerate(self.inputs)]
+        lines += [f"out{k}: ({', '.join(map(name, d))})" for k, d in enumerate(self.outputs)]
+        for i, r in sorted(self.reductions.items()):
+            lines.append(f"%{i} {r.kind} over {', '.join(map(name, r.factors))} ({r.count} each)")
+        return "\n".join(lines)
+
+
+class _Sets:
+    """Union-find over (node, dim) keys."""
+
+    def __init__(self):
+        self.parent: dict = {}
+
+    def add(self, k) -> None:
+        self.parent.setdefault(k, k)
+
+    def find(self, k):
+        while self.parent[k] != k:
+            self.parent[k] = self.parent[self.parent[k]]
+            k = self.parent[k]
+        return k
+
+    def union(self, a, b) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[max(ra, rb)] = min(ra, rb)   # the earlier key names the set
+
+
+def analyze(spec: Spec) -> DimFlow:
+    """Group the dims of ``spec``'s op (shapes fully known) into factors."""
+    op, g = spec.opdef, spec.opdef.graph
+    for i, info in enumerate(spec.info):
+        if info.shape is None or any(d < 0 for d in info.shape):
+            raise ShapeError(f"op {op.name}: dims can only be traced across devices for known shapes, got "
+                             f"{info.shape} at node %{i}")
+    sets, replicate, reduced = _Sets(), set(), {}
+    for i, info in enumerate(spec.info):
+        for d in range(len(info.shape)):
+            sets.add((i, d))
+    computed = computed_nodes(g)
+    for i, n in enumerate(g.nodes):
+        if n.op in _LEAVES:
+            continue
+        src_idx = [g.idx(s) for s in n.srcs]
+        for loop in rule_for(n.op)(n, spec.info[i], [spec.info[s] for s in src_idx]):
+            keys = [(src_idx[p], k) for p, k in loop.members]
+            if loop.role == REPLICATE:
+                replicate.update(keys)
+                continue
+            if loop.out is not None:
+                keys.append((i, loop.out))
+            for k in keys[1:]:
+                sets.union(keys[0], k)
+            if loop.role == REDUCE and id(n) in computed and keys:
+                reduced.setdefault(i, (loop.kind, []))[1].append(keys[0])
+    # Factors are numbered in order of first appearance (inputs come first in the graph).
+    number: dict = {}
+    node_dims = tuple(tuple(number.setdefault(sets.find((i, d)), len(number)) for d in range(len(info.shape)))
+                      for i, info in enumerate(spec.info))
+    sizes: dict[int, set] = {}
+    for i, info in enumerate(spec.info):
+        for d, f in enumerate(node_dims[i]):
+            sizes.setdefault(f, set()).add(info.shape[d])
+    rep = {node_dims[i][d] for i, d in replicate}
+    for i, n in enumerate(g.nodes):  # a factor twice in one tensor cannot be split (a transpose of a square)
+        if n.op is Op.INPUT or any(o is n for o in g.outputs):
+            seen = node_dims[i]
+            rep.update(f for f in seen if seen.count(f) > 1)
+    reductions = {}
+    for i, (kind, keys) in reduced.items():
+        fs = tuple(dict.fromkeys(node_dims[k[0]][k[1]] for k in keys))
+        count = math.prod(spec.info[k[0]].shape[k[1]] for k in keys)
+        reductions[i] = Reduction(kind, fs, count)
+    outs = {f for o in g.outputs for f in node_dims[g.idx(o)]}
+    factors = tuple(Factor(f, tuple(sorted(sizes[f])), f in rep,
+                           tuple(i for i, r in reductions.items() if f in r.factors), f in outs)
+                    for f in range(len(number)))
+    return DimFlow(spec, factors, node_dims, reductions)
+
+
+# --- which factors a mesh splits --------------------------------------------------------------
+Axes = tuple  # mesh axis names, major to minor; () = not split
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """Split factors and the resulting per-dim mesh axes of every input and output."""
+
+    factor_axes: dict             # factor -> Axes
+    inputs: tuple[tuple[Axes, ...], ...]
+    outputs: tuple[tuple[Axes, ...], ...]
+    dropped: tuple[str, ...] = () # why a sharding the inputs asked for was not kept
+
+    @property
+    def trivial(self) -> bool:
+        return not self.factor_axes
+
+
+def assign(flow: DimFlow, in_axes: Sequence[Sequence[Axes]], axis_sizes: dict) -> Sharding:
+    """Split factors from the mesh axes sharding each input dim (``in_axes[i][d]``): inputs in
+    order, dims in order, the first sharding seen for a factor wins; a factor is split only when
+    each of its sizes divides by the axes' device count, no other factor uses those axes and no
+    node needs it whole (``dropped`` says why a sharding was not kept: XLA or DTensor gathers
+    that dim of that input)."""
+    chosen: dict[int, Axes] = {}
+    used: set = set()
+    dropped = []
+    names = flow.spec.opdef.inputs
+    for i, dims in enumerate(in_axes):
+        for d, axes in enumerate(dims):
+            axes = tuple(axes or ())
+            if not axes:
+                continue
+            f = flow.inputs[i][d]
+            if chosen.get(f) == axes:
+                continue
+            n = math.prod(axis_sizes[a] for a in axes)
+            fac = flow.factors[f]
+            why = ("another input splits this dim differently" if f in chosen else
+                   "a mesh axis is already used by another dim" if used & set(axes) else
+                   "the op needs this dim whole on each device" if fac.replicate else
+                   f"size {fac.sizes} does not divide by {n} devices" if any(s % n for s in fac.sizes) else None)
+            if why:
+                dropped.append(f"input {names[i]!r} dim {d} over {axes}: {why}")
+                continue
+            chosen[f] = axes
+            used.update(axes)
+    per = lambda dims: tuple(chosen.get(f, ()) for f in dims)  # noqa: E731
+    return Sharding(chosen, tuple(map(per, flow.inputs)), tuple(map(per, flow.outputs)), tuple(dropped))

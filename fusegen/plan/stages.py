@@ -1,0 +1,172 @@
+"""Graph -> Plan: the schedule every backend shares.
+
+A Plan is rank-agnostic (it is decided before shapes are known, so an emitted AOT kernel can
+carry it). It is a list of *stages*; each stage is one loop nest over one iteration *domain*
+(the broadcast shape of the stage's leaf tensors):
+
+* a reduction stage computes one or more reductions that share domain, axes and dependency
+  level (e.g. ``max`` and ``min`` of the same ``x``), plus *finals*: elementwise outputs
+  computed from its results alone (layer_norm's ``rstd``);
+* an elementwise stage writes outputs that share the same leaves (hence shape).
+
+Elementwise nodes are recomputed inline wherever they are consumed; only a reduction result
+that a later stage reads is kept, in a declared workspace. Every array a stage touches is an
+``Access`` (``fusegen.plan.access``): ``Stage.reads`` and ``Stage.stores``, each with its index
+map; ``print(plan)`` shows them. How stages fuse and what the maps evaluate to once shapes are
+known is ``fusegen.plan.layout``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..ir import AttrRef, Node, Op, OpDef, ShapeOf, computed_nodes, leaves_of
+from .access import BROADCAST, REDUCED, Access
+
+
+@dataclass(frozen=True)
+class Stage:
+    index: int
+    level: int
+    leaves: tuple[Node, ...]           # INPUT and REDUCE nodes whose broadcast is the domain
+    axes: tuple[int, ...] | AttrRef | None | str  # reduction axes spec; "elementwise" for none
+    reductions: tuple[Node, ...] = ()  # computed here
+    writes: tuple[tuple[int, Node], ...] = ()   # (output index, node) written over the domain
+    finals: tuple[tuple[int, Node], ...] = ()   # (output index, node) written per reduced index
+    reads: tuple[Access, ...] = ()     # the arrays the loop body loads (inputs, workspaces)
+    stores: tuple[Access, ...] = ()    # where results land: reductions', then finals', then writes'
+
+    @property
+    def is_reduction(self) -> bool:
+        return bool(self.reductions)
+
+
+@dataclass(frozen=True)
+class Plan:
+    opdef: OpDef
+    stages: tuple[Stage, ...]
+    buffers: tuple[Node, ...]          # reductions read by later stages: workspaces (acc dtype)
+    reduce_outputs: dict               # id(reduction node) -> output indices it is written to
+
+    def buffer_index(self, node: Node) -> int:
+        return next(i for i, b in enumerate(self.buffers) if b is node)
+
+    def stage_of(self, node: Node) -> Stage:
+        return next(s for s in self.stages if any(r is node for r in s.reductions))
+
+    def text(self) -> str:
+        """Every stage with what it computes and the arrays it reads and stores, each with its map."""
+        g = self.opdef.graph
+
+        def node(n: Node) -> str:
+            return f"%{g.idx(n)}"
+
+        ws = ", ".join(f"ws{i} = {node(b)} ({b.arg.kind})" for i, b in enumerate(self.buffers)) or "none"
+        lines = [f"plan {self.opdef.name}: {len(self.stages)} stage(s); workspaces: {ws}"]
+        for st in self.stages:
+            what = [f"{r.arg.kind} {node(r)}" for r in st.reductions]
+            what += [f"output {k} = {node(n)}" for k, n in st.writes]
+            what += [f"output {k} = {node(n)} from the results" for k, n in st.finals]
+            over = "" if st.axes == "elementwise" else f" over axes {st.axes!r}"
+            lines.append(f"  stage {st.index} (level {st.level}){over}: {', '.join(what)}")
+            for a in st.reads:
+                lines.append(f"    read  {a.name:<6} {node(a.node):<5} through {a.map_text()}")
+            for a in st.stores:
+                lines.append(f"    store {a.name:<6} {node(a.node):<5} through {a.map_text()}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.text()
+
+
+def read_leaves(st: Stage) -> list[Node]:
+    """The INPUT and REDUCE nodes a stage's loop body loads, in first-use order."""
+    exprs = [r.srcs[0] for r in st.reductions] + [n for _, n in st.writes]
+    seen: dict[int, Node] = {}
+    for e in exprs:
+        for l in leaves_of(e):
+            seen[id(l)] = l
+    return list(seen.values())
+
+
+def _stage_key(r: Node):
+    """What reductions must share to share a loop: the axes spec, and for a ``ShapeOf``
+    spec also the node whose shape decides the axes."""
+    return (r.arg.axes, tuple(map(id, r.srcs[1:]))) if isinstance(r.arg.axes, ShapeOf) else r.arg.axes
+
+
+def build_plan(opdef: OpDef) -> Plan:
+    g = opdef.graph
+    level: dict[int, int] = {}
+    computed = computed_nodes(g)
+    reductions = [n for n in g.nodes if n.op is Op.REDUCE and id(n) in computed]
+    for r in reductions:  # topological order: a reduction's sources are levelled first
+        deps = [level[id(l)] for l in leaves_of(r.srcs[0]) if l.op is Op.REDUCE]
+        level[id(r)] = 1 + max(deps, default=0)
+
+    # Reductions that share (level, leaves, axes spec) share a stage, hence one loop.
+    groups: dict[tuple, list[Node]] = {}
+    for r in reductions:
+        key = (level[id(r)], tuple(id(l) for l in leaves_of(r.srcs[0])), _stage_key(r))
+        groups.setdefault(key, []).append(r)
+    stages: list[dict] = []
+    for (lvl, _, _), rs in groups.items():
+        leaves = leaves_of(rs[0].srcs[0])
+        if isinstance(rs[0].arg.axes, ShapeOf) and rs[0].arg.axes.rule == "broadcast":
+            # sum_to's loop spans like's (and the span's) shapes: measured, not read
+            leaves += tuple(n for i, n in enumerate(rs[0].srcs[1:], 1)
+                            if all(n is not m for m in leaves + rs[0].srcs[1:i]))
+        stages.append(dict(level=lvl, leaves=leaves, axes=rs[0].arg.axes, reductions=tuple(rs),
+                           writes=[], finals=[]))
+
+    reduce_outputs: dict[int, list[int]] = {}
+    ew_groups: dict[tuple, dict] = {}
+    for k, o in enumerate(g.outputs):
+        if o.op is Op.REDUCE:
+            reduce_outputs.setdefault(id(o), []).append(k)
+            continue
+        lv = leaves_of(o)
+        # An output computed only from one stage's reductions (same keep_dims, so one
+        # shape) is finished in that stage's epilogue instead of a pass of its own.
+        owners = {id(_stage_for(stages, l)) for l in lv if l.op is Op.REDUCE}
+        if lv and all(l.op is Op.REDUCE for l in lv) and len(owners) == 1 and \
+                len({repr(l.arg.keep_dims) for l in lv}) == 1:
+            _stage_for(stages, lv[0])["finals"].append((k, o))
+            continue
+        key = tuple(id(l) for l in lv)
+        if key not in ew_groups:
+            lvl = 1 + max((level[id(l)] for l in lv if l.op is Op.REDUCE), default=0)
+            ew_groups[key] = dict(level=lvl, leaves=lv, axes="elementwise", reductions=(), writes=[], finals=[])
+            stages.append(ew_groups[key])
+        ew_groups[key]["writes"].append((k, o))
+
+    stages.sort(key=lambda s: (s["level"], not s["reductions"]))
+    final = tuple(Stage(i, s["level"], s["leaves"], s["axes"], s["reductions"], tuple(s["writes"]),
+                        tuple(s["finals"])) for i, s in enumerate(stages))
+    # A reduction gets a workspace when a later stage reads it (outputs are written directly).
+    read_later = []
+    for s in final:
+        for l in read_leaves(s):
+            if l.op is Op.REDUCE and all(l is not b for b in read_later):
+                read_later.append(l)
+    outs = {k: tuple(v) for k, v in reduce_outputs.items()}
+    final = tuple(_with_accesses(s, tuple(read_later), outs) for s in final)
+    return Plan(opdef, final, tuple(read_later), outs)
+
+
+def _with_accesses(st: Stage, buffers: tuple[Node, ...], reduce_outputs: dict) -> Stage:
+    def buf(n: Node) -> tuple:
+        return ("buf", next(i for i, b in enumerate(buffers) if b is n))
+
+    reads = tuple(Access(("in", l.arg) if l.op is Op.INPUT else buf(l), l, (BROADCAST,)) for l in read_leaves(st))
+    stores = []
+    for r in st.reductions:
+        stores += [Access(("out", k), r, (REDUCED,)) for k in reduce_outputs.get(id(r), ())]
+        if any(r is b for b in buffers):
+            stores.append(Access(buf(r), r, (REDUCED,)))
+    stores += [Access(("out", k), n, (REDUCED,)) for k, n in st.finals]
+    stores += [Access(("out", k), n, ()) for k, n in st.writes]
+    return replace(st, reads=reads, stores=tuple(stores))
+
+
+def _stage_for(stages: list[dict], r: Node) -> dict:
+    return next(s for s in stages if any(x is r for x in s["reductions"]))

@@ -1,0 +1,192 @@
+"""The AOT backend's executor (``backend="aot"``): emit the MindSpore-AOT source (``fg.emit``),
+build it, and run it through ``AotKernel``, behind the same call interface as the Numba backend.
+
+The emitted library reads attributes at Init time (as MindSpore's do), so one ``AotKernel``
+(one ``AotExtra``) exists per distinct attribute value set; all of them share the one compiled
+library. Per signature the runner calls the prepared argument block (``AotKernel.run_prepared``).
+
+Dtypes on demand: the library built at construction holds the ``dtypes=`` combinations (default:
+every float dtype). A call bringing another combination (int8, bool, ...) emits and builds a
+library for that combination alone, on first use, as the Numba backend compiles per signature.
+One library per new combination, rather than one library regenerated with the union, because a
+library's content then depends only on its combination: the build cache serves it in any later
+process whatever order the calls come in, nothing already loaded is rebuilt or reloaded, and a
+combination already built costs a call exactly what it cost before (the kernel's signature cache
+is looked up first).
+
+On a GPU (``device="cuda"``) the ``.cu`` is built with nvcc (``flags``: None builds without
+``--use_fast_math``, so results agree with NumPy as the other backends' do; ``"mindspore"`` keeps
+MindSpore's GPU flags) and called on device memory. ``emit_device="cpu"`` runs the op's C++ twin
+on the simulator's device arrays instead (how CI exercises the device path without a GPU).
+"""
+from __future__ import annotations
+
+import builtins
+import hashlib
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..abi_emit import emit
+from ..cache import cache_dir
+from ..ir import infer
+from ..native.aot_kernel import AotKernel
+from ..native.build import MINDSPORE_CPU_FLAGS, default_cuda_flags
+from ..native.device import is_device_array
+from .call import Call, Executor
+from .cuda import classify
+
+
+@dataclass
+class AotCall(Call):
+    """A signature's ``AotKernel`` (the one for its attribute values) and prepared signature."""
+
+    kernel: object = None
+    signature: object = None
+
+
+class AotExecutor(Executor):
+    """Options: ``dtypes`` (the dtype combinations to emit; see ``fg.emit``), ``flags`` (compiler
+    flags, or ``"mindspore"``), ``dynamic_workspace`` (passed to ``fg.emit``), ``emit_device``
+    (CUDA only: ``"cpu"`` runs the C++ source on simulated device memory)."""
+
+    def __init__(self, kernel, dtypes=None, flags=None, dynamic_workspace="kernel", emit_device: str | None = None):
+        op = kernel.op
+        emit_device = emit_device or kernel.device
+        if emit_device not in ("cuda", "cpu") or (kernel.device == "cpu" and emit_device != "cpu"):
+            raise ValueError(f"emit_device must be 'cuda' or 'cpu' (a CUDA kernel's), got {emit_device!r}")
+        if emit_device == "cuda":
+            flags = default_cuda_flags(fast_math=flags == "mindspore") if flags in (None, "mindspore") else flags
+        elif flags == "mindspore":
+            flags = list(MINDSPORE_CPU_FLAGS)
+        super().__init__(kernel)
+        self.op, self.flags, self._dynamic_workspace = op, flags, dynamic_workspace
+        self.emit_device = emit_device
+        self.emitted, self.directory, self.func = self._emit(dtypes)
+        # each input dtype combination -> the "lib.cc:Name" that holds it (the first library's,
+        # then one more library per combination a call brings: see the module docstring)
+        self.funcs: dict[tuple[str, ...], str] = {tuple(c): self.func for c in self.emitted.dtypes}
+        # An op that returns a 1-tuple gets a 1-tuple back (AotKernel returns a bare array).
+        self._one_tuple = op.multi_output and len(op.graph.outputs) == 1
+        self.by_attrs: dict[tuple, AotKernel] = {}
+        self._lock = threading.Lock()
+        self.first = self.kernel_for(tuple(op.bind_attrs({}).items()) if not any(
+            s.required for s in op.attrs.values()) else None)
+
+    def _emit(self, dtypes):
+        """Emit the op's source for ``dtypes`` into the cache (named by its content); returns the
+        ``Emitted``, its directory and its ``"path.cc:Name"``."""
+        emitted = emit(self.op, abi="mindspore-aot", device=self.emit_device, dtypes=dtypes,
+                       dynamic_workspace=self._dynamic_workspace)
+        digest = hashlib.sha256(emitted.source.encode()).hexdigest()[:16]
+        directory = Path(cache_dir()) / "aot-src" / f"{self.op.name}-{digest}"
+        emitted.write(directory)
+        return emitted, directory, emitted.func(directory)
+
+    @property
+    def combos(self) -> set[tuple[str, ...]]:
+        """Every input dtype combination built so far."""
+        return set(self.funcs)
+
+    def func_for(self, names: tuple[str, ...]) -> str:
+        """The library holding dtype combination ``names``, emitted and built on first use."""
+        func = self.funcs.get(names)
+        if func is None:
+            with self._lock:
+                func = self.funcs.get(names)
+                if func is None:
+                    func = self._emit([names])[2]
+                    self.funcs[names] = func
+        return func
+
+    def describe(self) -> str:
+        return f" func={self.func}"
+
+    def source(self, last=None) -> str:
+        """The source of the library built at construction (for the ``dtypes=`` combinations)."""
+        return self.emitted.source
+
+    @property
+    def lib_path(self):
+        k = next((k for (func, _), k in self.by_attrs.items() if func == self.func), None)
+        return k.lib_path if k is not None else None
+
+    def kernel_for(self, attrs: tuple | None, func: str | None = None) -> AotKernel | None:
+        """The ``AotKernel`` of library ``func`` (default: the first one) for these bound attribute
+        values (created on first use)."""
+        if attrs is None:
+            return None
+        key = (func or self.func, attrs)
+        k = self.by_attrs.get(key)
+        if k is None:
+            with self._lock:
+                k = self.by_attrs.get(key)
+                if k is None:
+                    k = AotKernel(key[0], attrs={n: (list(v) if isinstance(v, tuple) else v) for n, v in attrs},
+                                  out_shape=None, out_dtype=None, flags=self.flags,
+                                  n_outputs=len(self.op.graph.outputs), n_inputs=len(self.op.inputs),
+                                  name=self.op.name, device=self.kernel.device, reentrant=True)
+                    self.by_attrs[key] = k
+        return k
+
+    def variant_options(self, op) -> dict:
+        """A write-request variant's options: this op's dtype combinations, each with the
+        accumulated outputs' dtypes appended (their ``prev`` inputs)."""
+        combos = []
+        for combo in sorted(self.combos):
+            spec = infer(self.op, combo, [None] * len(combo), {n: s.default for n, s in self.op.attrs.items()})
+            combos.append(combo + tuple(spec.out_dtypes[j].name for j in sorted(op.accumulate)))
+        options = dict(dtypes=combos, flags=self.flags, dynamic_workspace=self._dynamic_workspace)
+        if self.kernel.device == "cuda":
+            options["emit_device"] = self.emit_device
+        return options
+
+    def prepare(self, spec, bound: dict, arrs, key) -> AotCall:
+        kernel = self.kernel_for(tuple(bound.items()), self.func_for(tuple(np.dtype(a.dtype).name for a in arrs)))
+        call = AotCall(spec.out_shapes, tuple(d.np for d in spec.out_dtypes), bound)
+        call.kernel = kernel
+        if key is not None:
+            call.signature, _ = kernel.prepare(*self._contiguous(arrs))
+        call.run = self._runner(call)
+        return call
+
+    def _contiguous(self, arrays) -> list:
+        return [a if is_device_array(a) or a.flags.c_contiguous else np.ascontiguousarray(a) for a in arrays]
+
+    def _runner(self, call: AotCall):
+        kernel, signature, one_tuple = call.kernel, call.signature, self._one_tuple
+        run_prepared = kernel.run_prepared
+        if self.kernel.device == "cuda":
+            contiguous, op = self._contiguous, self.op
+
+            def run(arrays, out, stream=None):
+                arrays = contiguous(classify(op, arrays))
+                res = kernel(*arrays, out=out, stream=stream) if signature is None else \
+                    run_prepared(signature, arrays, out, stream=stream)
+                return (res,) if one_tuple else res
+            return run
+
+        if signature is None:  # an unhashable attribute: AotKernel prepares the call itself
+            def run(arrays, out):
+                res = kernel(*arrays, out=out)
+                return (res,) if one_tuple else res
+            return run
+        # The hot path, generated for this signature's input count (see numba_cpu.make_runner): a
+        # non-contiguous input is copied by AotKernel itself.
+        contiguous = " and ".join(f"arrays[{i}].flags.c_contiguous" for i in range(len(self.op.inputs)))
+        wrap = ("(", ",)") if one_tuple else ("", "")
+        src = (f"def run(arrays, out):\n"
+               f"    if {contiguous}:\n"
+               f"        return {wrap[0]}_run_prepared(_signature, arrays, out){wrap[1]}\n"
+               f"    return {wrap[0]}_kernel(*arrays, out=out){wrap[1]}\n")
+        g = {"_run_prepared": run_prepared, "_signature": signature, "_kernel": kernel}
+        exec(builtins.compile(src, f"<fusegen aot runner {self.op.name}>", "exec"), g)
+        g["run"].source = src
+        return g["run"]
+
+    def close(self) -> None:
+        for k in self.by_attrs.values():
+            k.close()
+        self.by_attrs.clear()

@@ -1,0 +1,198 @@
+"""The one ``Kernel``: a compiled op for a (backend, device), and the call path every backend
+and device shares.
+
+A call goes: the *signature key* (dtypes and shapes, then attribute values and their types) is
+looked up in a per-kernel dict -> the runner generated for that signature runs. On the first
+call with a signature (``_prepare``) everything that depends only on it is done once: inputs
+classified and validated, attributes bound, shapes and dtypes inferred with the IR's rules,
+then the backend prepares its code and returns the runner. Write requests (``accumulate=``,
+``skip=``, ``inplace=``) are rewrites of the op (``fusegen.rt.requests``), compiled as variants
+of this kernel.
+
+What differs is contributed, not copied:
+
+* the *device* (``rt.cpu.HOST``, ``rt.cuda.CUDA``): how arguments are classified (NumPy arrays;
+  device arrays and a ``stream=``), hence the signature key;
+* the *executor* of a backend (``rt.numba_cpu``, ``rt.numba_cuda``, ``rt.aot``): what a signature
+  prepares (Numba functions, CUDA launches, an emitted library) and the runner, which allocates
+  outputs the device's way and launches.
+"""
+from __future__ import annotations
+
+import threading
+
+from .. import dtypes as dt
+from ..errors import DTypeError
+from ..ir import OpDef, infer, set_eager_executor
+from ..plan import Plan, build_plan
+from . import requests
+from .call import Call
+
+BACKENDS = ("numba", "aot")
+DEVICES = ("cpu", "cuda")
+
+
+class Kernel:
+    """A compiled fused op: ``kernel(*arrays, out=None, **attrs)`` (CUDA: also ``stream=``).
+
+    ``backend``: ``"numba"`` (generated Numba functions) or ``"aot"`` (the emitted MindSpore-AOT
+    source, built and hosted); ``device``: ``"cpu"`` or ``"cuda"``. ``options`` go to the
+    backend (numba-cuda: ``threads``, ``max_blocks``, ``split``; aot: ``dtypes``, ``flags``,
+    ``dynamic_workspace``, ``emit_device``). An AOT kernel's ``func``, ``lib_path``, ``flags``
+    and ``emitted`` are its executor's (``kernel.executor``).
+    """
+
+    def __init__(self, op: OpDef, backend: str = "numba", device: str = "cpu", **options):
+        if not isinstance(op, OpDef):
+            raise TypeError(f"fusegen.compile expects an @fusegen.op, got {type(op).__name__}")
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend {backend!r}: use 'numba' or 'aot'")
+        if device not in DEVICES:
+            raise ValueError(f"unknown device {device!r}: use 'cpu' or 'cuda'")
+        self.op = op
+        self.backend = backend
+        self.device = device
+        self.options = options
+        self.plan: Plan = build_plan(op)
+        self._calls: dict = {}
+        self._variants: dict = {}   # write-request variants of the op -> their kernels
+        self._lock = threading.Lock()
+        self._last: Call | None = None
+        self.place = _device(device)          # what the device contributes: rt.cpu.HOST or rt.cuda.CUDA
+        self.executor = _executor(backend, device)(self, **options)
+
+    def __repr__(self) -> str:
+        return f"<fusegen.Kernel {self.op.name} backend={self.backend} device={self.device}{self.executor.describe()}>"
+
+    # An AOT kernel's own attributes are its executor's (explicit properties, not __getattr__: a
+    # class with __getattr__ pays for it on every attribute access, the hot path's included).
+    @property
+    def func(self) -> str:
+        """AOT: the ``path:Name`` of the emitted source (what MindSpore and ``fg.AotKernel`` take)."""
+        return self.executor.func
+
+    @property
+    def lib_path(self):
+        """AOT: the built library."""
+        return self.executor.lib_path
+
+    @property
+    def flags(self):
+        """AOT: the compiler flags the library is built with."""
+        return self.executor.flags
+
+    @property
+    def emitted(self):
+        """AOT: the emitted files (``fg.emit``'s result)."""
+        return self.executor.emitted
+
+    @property
+    def source(self) -> str:
+        """The generated source: the emitted file (AOT), or the most recently prepared signature's
+        Numba functions."""
+        return self.executor.source(self._last)
+
+    def sources(self) -> dict:
+        """Numba: every prepared signature's generated source, by signature key."""
+        return {k: "\n\n".join(g.source for g in c.groups) for k, c in self._calls.items()}
+
+    def close(self) -> None:
+        """Release native resources (AOT: unload the libraries); the kernel is unusable afterwards."""
+        self.executor.close()
+        self._calls.clear()
+
+    # --- the call path ------------------------------------------------------------------------
+    def __call__(self, *arrays, out=None, accumulate=False, skip=None, inplace=False, **attrs):
+        if accumulate is not False or skip is not None or inplace:
+            return requests.call(self, self._derived, arrays, out, accumulate, skip, inplace, attrs)
+        try:
+            # The signature key: dtypes and shapes, then attribute values *and types*
+            # (1, 1.0 and True are equal as dict keys but must not share an entry).
+            key = tuple([(a.dtype, a.shape) for a in arrays])
+            if attrs:
+                key = (key, *attrs.items(), *map(type, attrs.values()))
+            run = self._calls[key].run
+        except (KeyError, AttributeError, TypeError):
+            # first call with this signature, a non-array input, an unhashable attribute, a stream
+            return self._slow_call(arrays, out, attrs)
+        return run(arrays, out)
+
+    def _derived(self, op: OpDef) -> Kernel:
+        """The kernel of a write-request variant of this op (``fusegen.rt.requests``), cached."""
+        with self._lock:
+            k = self._variants.get(op)
+        if k is None:
+            k = Kernel(op, self.backend, self.device, **self.executor.variant_options(op))
+            with self._lock:
+                k = self._variants.setdefault(op, k)
+        return k
+
+    def _slow_call(self, arrays, out, attrs):
+        arrs, key, stream = self.place.arguments(self, arrays, attrs)
+        call = self._calls.get(key) if key is not None else None
+        if call is None:
+            call = self._prepare(arrs, attrs, key)
+        return call.run(arrs, out) if stream is None else call.run(arrs, out, stream)
+
+    def _prepare(self, arrs, attrs, key) -> Call:
+        """Everything a signature needs, once: validation, the IR's rules, the backend's code."""
+        op = self.op
+        for i, a in enumerate(arrs):
+            try:
+                dt.as_dtype(a.dtype)
+            except DTypeError:
+                raise DTypeError(f"op {op.name}: input {op.inputs[i]!r} has dtype {a.dtype}, which fusegen "
+                                 f"does not support ({', '.join(dt.DTYPES)})") from None
+        self.executor.check(arrs)
+        bound = op.bind_attrs(attrs)
+        spec = infer(op, [a.dtype for a in arrs], [tuple(a.shape) for a in arrs], bound)
+        call = self.executor.prepare(spec, bound, arrs, key)
+        if key is not None:
+            with self._lock:
+                self._calls[key] = call
+        self._last = call
+        return call
+
+
+def _device(device: str):
+    if device == "cpu":
+        from .cpu import HOST
+        return HOST
+    from .cuda import CUDA
+    return CUDA
+
+
+def _executor(backend: str, device: str):
+    if backend == "aot":
+        from .aot import AotExecutor
+        return AotExecutor
+    if device == "cpu":
+        from .numba_cpu import NumbaCpuExecutor
+        return NumbaCpuExecutor
+    from .numba_cuda import NumbaCudaExecutor
+    return NumbaCudaExecutor
+
+
+_DEFAULT: dict[int, Kernel] = {}
+
+
+def default_kernel(op: OpDef) -> Kernel:
+    """The kernel an op uses when called directly on arrays (Numba, CPU)."""
+    k = _DEFAULT.get(id(op))
+    if k is None:
+        k = _DEFAULT[id(op)] = Kernel(op)
+    return k
+
+
+def run_eagerly(op: OpDef, *arrays, **kwargs):
+    """``op(*arrays)``: a call of the op's default kernel."""
+    return default_kernel(op)(*arrays, **kwargs)
+
+
+def compile(op: OpDef, backend: str = "numba", device: str = "cpu", **options) -> Kernel:
+    """Compile ``op`` for a backend and device; returns a callable kernel."""
+    return Kernel(op, backend, device, **options)
+
+
+# The IR runs an op called on arrays through the runtime, which registers itself here.
+set_eager_executor(run_eagerly)

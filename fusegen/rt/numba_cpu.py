@@ -1,0 +1,123 @@
+"""The Numba CPU backend's executor: for a signature, schedule the plan, compile one Numba
+function per fused group (``fusegen.lower_cpu``) with the thread, tile and split policy below,
+and generate the *runner*: a small function specialized to that signature (the thread policy is
+``rt.policy``).
+
+The runner is generated because a generic loop over inputs, outputs and groups costs more than
+the native call itself at small sizes (the per-call target is a few microseconds). Workspaces
+(reduction results later stages read) are allocated once per signature and reused from a pool.
+"""
+from __future__ import annotations
+
+import builtins
+import functools
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..lower_cpu import compile_group, meta_array
+from ..plan import schedule
+from ..plan.exprs import reg_dtype
+from .cpu import finish, host_outputs
+from .policy import PARALLEL_THRESHOLD, choose_tile, num_threads, split_count
+from .call import Call, Executor
+
+@dataclass
+class Group:
+    func: object
+    meta: np.ndarray
+    sources: tuple      # per operand: (kind, index)
+    attrs: tuple        # attribute names passed as scalars
+    source: str
+
+
+@dataclass
+class NumbaCpuCall(Call):
+    reg_out_dtypes: tuple = ()     # what the kernel writes (float16 -> float32)
+    in_reg: tuple = ()             # per input: the dtype to convert to (None: as is)
+    ws: list = field(default_factory=list)       # workspace (shape, dtype) per plan buffer
+    groups: list = field(default_factory=list)
+    pool: list = field(default_factory=list)     # workspace sets, reused between calls
+
+
+class NumbaCpuExecutor(Executor):
+    """``backend="numba", device="cpu"``. It takes no options (any given are ignored, as before)."""
+
+    def __init__(self, kernel, **_ignored):
+        super().__init__(kernel)
+
+    def prepare(self, spec, bound: dict, arrs, key) -> NumbaCpuCall:
+        plan = self.kernel.plan
+        nthreads = num_threads()
+        groups = []
+        for run in schedule(plan, spec):
+            numel = int(np.prod(run.dom)) if run.dom else 1
+            big = numel >= PARALLEL_THRESHOLD and nthreads > 1
+            nsplit = split_count(plan, run, nthreads) if big else 1
+            tile = run.layout.inner if nsplit > 1 else choose_tile(run.layout, nthreads)
+            meta = meta_array(run, tile, nsplit)
+            ntasks = int(meta[6] * meta[4] * nsplit)
+            parallel = big and ntasks > 1
+            gk = compile_group(plan, spec, run, parallel, nsplit > 1)
+            groups.append(Group(gk.func, meta, tuple(run.operands), gk.attrs, gk.source))
+        ws = [(spec.of(b).shape, reg_dtype(spec.of(b).acc).np) for b in plan.buffers]
+        call = NumbaCpuCall(spec.out_shapes, tuple(d.np for d in spec.out_dtypes), bound,
+                            reg_out_dtypes=tuple(reg_dtype(d).np for d in spec.out_dtypes),
+                            in_reg=tuple(np.dtype(np.float32) if a.dtype == np.float16 else None for a in arrs),
+                            ws=ws, groups=groups)
+        call.run = make_runner(self.kernel.op, call)
+        return call
+
+
+def make_runner(op, call: NumbaCpuCall):
+    """A small function specialized to one signature: no loops or lookups on the hot path."""
+    nin, nout = len(op.inputs), len(call.out_shapes)
+    g = {"np": np, "_ascontig": np.ascontiguousarray, "_nd": np.ndarray, "_pool": call.pool, "_call": call,
+         "_outputs": functools.partial(host_outputs, op.name, shapes=call.out_shapes, dtypes=call.out_dtypes,
+                                       reg_dtypes=call.reg_out_dtypes),
+         "_finish": functools.partial(finish, dtypes=call.out_dtypes, multi=op.multi_output)}
+    ins = ", ".join(f"a{i}" for i in range(nin)) + ("," if nin == 1 else "")
+    lines = ["def run(arrays, out):", f"    {ins} = arrays"]
+    for i, conv in enumerate(call.in_reg):
+        lines.append(f"    if type(a{i}) is not _nd:")
+        lines.append(f"        a{i} = np.asarray(a{i})")
+        if conv is not None:  # float16: Numba has no CPU float16, the kernel reads float32
+            g[f"_c{i}"] = conv
+            lines.append(f"    a{i} = a{i}.astype(_c{i})")
+        else:
+            lines.append(f"    if not a{i}.flags.c_contiguous:")
+            lines.append(f"        a{i} = _ascontig(a{i})")
+    outs = ", ".join(f"o{k}" for k in range(nout)) + ("," if nout == 1 else "")
+    lines.append("    if out is None:")
+    for k, (shp, d) in enumerate(zip(call.out_shapes, call.reg_out_dtypes)):
+        g[f"_S{k}"], g[f"_D{k}"] = tuple(shp), d
+        lines.append(f"        o{k} = np.empty(_S{k}, _D{k})")
+    lines.append("    else:")
+    lines.append(f"        {outs} = _outputs(out)")
+    if call.ws:
+        lines.append("    try:")  # pop, not check-then-pop: another thread may empty the pool between
+        lines.append("        ws = _pool.pop()")
+        lines.append("    except IndexError:")
+        lines.append("        ws = [np.empty(s, d) for s, d in _call.ws]")
+    names = {"in": "a", "out": "o"}
+    for j, grp in enumerate(call.groups):
+        g[f"_f{j}"], g[f"_m{j}"] = grp.func, grp.meta
+        args = [f"ws[{i}]" if k == "buf" else f"{names[k]}{i}" for k, i in grp.sources]
+        args.append(f"_m{j}")
+        for a in grp.attrs:
+            g[f"_A{j}_{a}"] = call.attr_values[a]
+            args.append(f"_A{j}_{a}")
+        lines.append(f"    _f{j}({', '.join(args)})")
+    if call.ws:
+        lines.append("    _pool.append(ws)")
+    if call.reg_out_dtypes != call.out_dtypes:
+        lines.append(f"    return _finish([{outs}], out)")
+    else:
+        lines.append("    if out is not None:")
+        lines.append(f"        return _finish([{outs}], out)")
+        lines.append(f"    return {'(' + outs + ')' if op.multi_output else 'o0'}")
+    src = "\n".join(lines) + "\n"
+    exec(builtins.compile(src, f"<fusegen runner {op.name}>", "exec"), g)
+    run = g["run"]
+    run.source = src
+    return run

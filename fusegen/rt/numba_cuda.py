@@ -1,0 +1,117 @@
+"""The numba-cuda backend's executor (``backend="numba", device="cuda"``): for a signature,
+schedule the plan, generate and JIT one kernel per fused group (``fusegen.lower_cuda``), choose
+each group's launch (thread or block mode, block size, split), upload each group's ``meta``
+layout once; the runner copies NumPy inputs to the device, allocates outputs and workspaces
+there, launches every group on the stream and delivers the results (``fusegen.native.device``).
+
+numba.cuda is imported only when a CUDA kernel is prepared, so the CPU backends never pay for it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..lower_cuda import choose_launch, load_group, meta_array, simulator
+from ..native.device import deliver, device_outputs, flat, is_device_array, resolve_stream
+from ..plan import schedule
+from ..plan.exprs import reg_dtype
+from .call import Call, Executor
+from .cuda import classify
+
+
+@dataclass
+class CudaGroup:
+    kernel: object
+    combine: object
+    meta_host: np.ndarray
+    meta: object               # the device copy, uploaded once per signature
+    operands: tuple
+    attrs: tuple
+    grid: int
+    block: int
+    combine_grid: int
+    partials: list             # (size, numpy dtype) per split reduction
+    source: str
+    skip: bool
+
+
+@dataclass
+class NumbaCudaCall(Call):
+    ws: list = field(default_factory=list)       # (size, numpy dtype) per plan buffer
+    groups: list = field(default_factory=list)
+
+
+class NumbaCudaExecutor(Executor):
+    """Options: ``threads`` (max threads per block; default 256, 16 under the simulator),
+    ``max_blocks`` (grid cap; the kernels grid-stride), ``split`` (force a chunk count on
+    splittable reductions; for tests)."""
+
+    def __init__(self, kernel, threads: int | None = None, max_blocks: int | None = None, split: int | None = None):
+        if threads is not None and (threads < 1 or threads & (threads - 1) or threads > 1024):
+            raise ValueError(f"threads must be a power of two in 1..1024, got {threads}")
+        for name, v in (("max_blocks", max_blocks), ("split", split)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"{name} must be a positive int, got {v!r}")
+        super().__init__(kernel)
+        self.threads, self.max_blocks, self.split = threads, max_blocks, split
+
+    def variant_options(self, op) -> dict:
+        return dict(threads=self.threads, max_blocks=self.max_blocks, split=self.split)
+
+    def prepare(self, spec, bound: dict, arrs, key) -> NumbaCudaCall:
+        from numba import cuda
+        plan = self.kernel.plan
+        sim = simulator()
+        threads = self.threads or (16 if sim else 256)
+        max_blocks = self.max_blocks or (4 if sim else 4096)
+        groups = []
+        for run in schedule(plan, spec):
+            launch = choose_launch(plan, run, threads, self.split, not sim, spec)
+            gk = load_group(plan, spec, run, launch)
+            meta = meta_array(run, launch.nsplit)
+            L = run.layout
+            outputs = L.o_total * L.inner
+            if launch.mode == "block":
+                grid = min(max(L.o_total * launch.nsplit, 1), max_blocks)
+            else:
+                grid = min(max(-(-outputs * launch.nsplit // launch.block), 1), max_blocks)
+            stage0 = plan.stages[run.stages[0]]
+            partials = [(outputs * launch.nsplit, reg_dtype(spec.of(r).acc).np)
+                        for r in stage0.reductions] if launch.nsplit > 1 else []
+            cgrid = min(max(-(-outputs // launch.block), 1), max_blocks)
+            groups.append(CudaGroup(gk.kernel, gk.combine, meta, cuda.to_device(meta), tuple(run.operands),
+                                    gk.attrs, grid, launch.block, cgrid, partials, gk.source, skip=outputs == 0))
+        ws = [(int(np.prod(spec.of(b).shape)) if spec.of(b).shape else 1, reg_dtype(spec.of(b).acc).np)
+              for b in plan.buffers]
+        call = NumbaCudaCall(spec.out_shapes, tuple(d.np for d in spec.out_dtypes), bound, ws=ws, groups=groups)
+        call.run = _runner(self.kernel.op, call)
+        return call
+
+
+def _runner(op, call: NumbaCudaCall):
+    """The call of one signature: inputs to the device, outputs and workspaces allocated there,
+    every group launched on the stream, results delivered."""
+    def run(arrays, out, stream=None):
+        from numba import cuda
+        st = resolve_stream(stream)
+        ins = classify(op, arrays)
+        on_device = any(is_device_array(a) for a in ins)
+        dev_in = [flat(a) if is_device_array(a) else
+                  cuda.to_device(np.ascontiguousarray(a).reshape(-1), stream=st) for a in ins]
+        outs, given = device_outputs(f"op {op.name}", call.out_shapes, call.out_dtypes, out, on_device, st)
+        flat_outs = [flat(o) for o in outs]
+        ws = [cuda.device_array(max(n, 1), d, stream=st) for n, d in call.ws]
+        names = {"in": dev_in, "out": flat_outs, "buf": ws}
+        for g in call.groups:
+            if g.skip:
+                continue
+            args = [names[k][i] for k, i in g.operands]
+            parts = [cuda.device_array(max(n, 1), d, stream=st) for n, d in g.partials]
+            tail = [g.meta] + [call.attr_values[a] for a in g.attrs]
+            g.kernel[g.grid, g.block, st](*args, *parts, *tail)
+            if g.combine is not None:
+                g.combine[g.combine_grid, g.block, st](*args, *parts, *tail)
+        results = deliver([o.reshape(s) for o, s in zip(outs, call.out_shapes)], given, on_device, st)
+        return tuple(results) if op.multi_output else results[0]
+    return run

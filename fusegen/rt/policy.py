@@ -1,0 +1,50 @@
+"""The Numba CPU backend's thread policy: when a group runs on several threads, how wide a task's
+tile is, and when a lone reduction splits its reduced dim across threads. The emitted C++ runtime
+copies it (``fg::choose_tile``, ``fg::split_count``); ``fusegen.runtime`` re-exports it.
+"""
+from __future__ import annotations
+
+import os
+
+from ..plan import Plan
+
+
+#: Below this many domain elements a group runs on the calling thread: waking a
+#: thread pool costs more than it saves on small inputs.
+PARALLEL_THRESHOLD = int(os.environ.get("FUSEGEN_PARALLEL_THRESHOLD", 1 << 17))
+
+
+def num_threads() -> int:
+    import numba
+    return numba.get_num_threads()
+
+
+def choose_tile(layout, nthreads: int) -> int:
+    """Width of the inner-dim tile a task handles. Wide tiles stream memory well (a task
+    reads rows, not 512-byte pieces of them), so cut only as many tiles as it takes to give
+    every thread work, and keep col-mode accumulator tiles within L1/L2."""
+    inner = layout.inner
+    if inner <= 1:
+        return 1
+    cap = 2048 if layout.ri * layout.ro_total > 1 else 16384
+    tiles = max(1, -(-nthreads // max(1, layout.o_total)))  # tiles per outer index
+    per = -(-inner // tiles)
+    per = -(-per // 64) * 64
+    return max(min(256, inner), min(per, cap, inner))
+
+
+def split_count(plan: Plan, run, nthreads: int) -> int:
+    """How many chunks to cut a group's reduced dim into (1: don't).
+
+    Splitting pays when a lone reduction has too few outputs to keep every thread on
+    contiguous memory (a column sum of a tall matrix, a full reduction): each task then
+    streams whole rows into a private partial row, and the partials are folded at the end.
+    """
+    L = run.layout
+    stages = [plan.stages[i] for i in run.stages]
+    if len(stages) != 1 or not stages[0].reductions or stages[0].writes:
+        return 1
+    if L.o_total >= 2 * nthreads or L.ri < 64 * nthreads:
+        return 1
+    per_outer = -(-4 * nthreads // L.o_total)
+    return max(1, min(per_outer, L.ri // 32))

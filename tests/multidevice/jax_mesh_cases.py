@@ -1,0 +1,305 @@
+"""Fused ops on sharded JAX arrays, on 8 host CPU devices in one process.
+
+Not collected by the default run (the name does not match ``test_*.py``): JAX fixes its device
+count when it is first imported, so ``tests/test_jax_sharding.py`` runs this file in a pytest
+process of its own with ``XLA_FLAGS=--xla_force_host_platform_device_count=8`` (it can also be
+run directly: the flag is set below when missing). Every case is compared with the unsharded
+call (or NumPy), and the compiled HLO is checked for the collectives the IR's rules imply:
+no all-gather of an input, an all-reduce per combined reduction.
+"""
+from __future__ import annotations
+
+import os
+import re
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from jax.sharding import AxisType, NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+import fusegen as fg  # noqa: E402
+import fusegen.examples as ex  # noqa: E402
+from fusegen.plan import dimflow  # noqa: E402
+
+pytestmark = pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 devices: jax was imported before "
+                                "XLA_FLAGS=--xla_force_host_platform_device_count=8 was set")
+
+AUTO = (AxisType.Auto, AxisType.Auto)
+_FNS: dict = {}
+
+
+def function(op):
+    """One JaxFunction per op for the whole module (float32 handlers only: builds cost seconds)."""
+    if op not in _FNS:
+        _FNS[op] = fg.jax.function(op, dtypes="float32")
+    return _FNS[op]
+
+
+def collectives(hlo: str) -> list[tuple[str, str]]:
+    """(kind, result shape) of every collective in compiled HLO text."""
+    return re.findall(r"= (\S+) (all-gather|all-reduce|all-to-all|reduce-scatter|collective-permute)(?:-start)?\(",
+                      hlo)
+
+
+def kinds(hlo: str) -> list[str]:
+    return [k for _, k in collectives(hlo)]
+
+
+def spec_of(a) -> tuple:
+    """An array's PartitionSpec as a tuple without trailing Nones (P('a') == P('a', None))."""
+    t = tuple(a.sharding.spec)
+    while t and t[-1] is None:
+        t = t[:-1]
+    return t
+
+
+def put(mesh, x, spec):
+    return jax.device_put(x, NamedSharding(mesh, spec))
+
+
+def close(got, want, rtol=2e-5, atol=2e-6):
+    got = got if isinstance(got, tuple) else (got,)
+    want = want if isinstance(want, tuple) else (want,)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=rtol, atol=atol)
+
+
+def _np_layer_norm(x, eps=1e-5):
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps), mean, 1 / np.sqrt(var + eps)
+
+
+# --- the default cases ------------------------------------------------------------------------
+
+def test_layer_norm_on_a_2x4_mesh_with_explicit_axes():
+    """jax.make_mesh's default axis types are Explicit: the result shardings are in the types.
+    The normalized dim is split 4 ways: two rounds of partial sums, two all-reduces, no gather."""
+    mesh = jax.make_mesh((2, 4), ("a", "b"))
+    assert mesh.axis_types == (AxisType.Explicit,) * 2
+    x = np.random.default_rng(0).standard_normal((8, 16)).astype(np.float32)
+    xs = put(mesh, x, P("a", "b"))
+    f = function(ex.layer_norm)
+    with jax.set_mesh(mesh):
+        g = jax.jit(lambda v: f(v, eps=1e-5))
+        y, mean, rstd = g(xs)
+        hlo = g.lower(xs).compile().as_text()
+    close((y, mean, rstd), _np_layer_norm(x))
+    assert [spec_of(o) for o in (y, mean, rstd)] == [("a", "b"), ("a",), ("a",)]
+    assert jax.typeof(y).sharding.spec == P("a", "b")
+    assert kinds(hlo) == ["all-reduce", "all-reduce"], collectives(hlo)
+    assert hlo.count("replica_groups={{0,1,2,3},{4,5,6,7}}") == 2   # over 'b', within each row of the mesh
+
+
+def test_add_reduce_sum_with_auto_axes_and_without_a_mesh_context():
+    x = np.random.default_rng(1).uniform(size=(8, 16)).astype(np.float32)
+    f = function(ex.add_reduce_sum)
+    mesh = jax.make_mesh((2, 4), ("a", "b"), axis_types=AUTO)
+    xs = put(mesh, x, P("a", "b"))
+    with jax.set_mesh(mesh):
+        g = jax.jit(lambda u, v: f(u, v, axis=1))
+        out = g(xs, xs)
+        hlo = g.lower(xs, xs).compile().as_text()
+    close(out, 2 * x.sum(1), rtol=1e-5)
+    assert spec_of(out) == ("a",) and kinds(hlo) == ["all-reduce"]
+    g = jax.jit(lambda u, v: f(u, v, axis=0))   # no mesh context: the shardings say it all
+    out = g(xs, xs)
+    close(out, 2 * x.sum(0), rtol=1e-5)
+    assert spec_of(out) == ("b",) and kinds(g.lower(xs, xs).compile().as_text()) == ["all-reduce"]
+
+
+def test_gradient_of_a_sharded_rms_norm_sums_the_weight_gradient_across_rows():
+    """fg.grad's op is partitioned like any op: dw is a sum over the split rows (one all-reduce);
+    the weight, replicated, follows the split of x's last dim nowhere (that dim is not split)."""
+    rng = np.random.default_rng(2)
+    x, w = rng.standard_normal((8, 16)).astype(np.float32), rng.standard_normal(16).astype(np.float32)
+    c = rng.standard_normal((8, 16)).astype(np.float32)
+    f = function(ex.rms_norm)
+
+    def loss(u, v, cot):
+        return jnp.sum(f(u, v) * cot)
+
+    want = jax.grad(loss, argnums=(0, 1))(x, w, c)
+    mesh = jax.make_mesh((2, 4), ("a", "b"))
+    args = put(mesh, x, P(("a", "b"))), put(mesh, w, P()), put(mesh, c, P(("a", "b")))
+    with jax.set_mesh(mesh):
+        g = jax.jit(jax.grad(loss, argnums=(0, 1)))
+        got = g(*args)
+        hlo = g.lower(*args).compile().as_text()
+    close(got, want, rtol=1e-4, atol=1e-5)
+    assert "all-gather" not in kinds(hlo), collectives(hlo)
+    assert spec_of(got[0]) == (("a", "b"),) and spec_of(got[1]) == ()
+
+
+def test_vmap_inside_shard_map():
+    f = function(ex.add_reduce_sum)
+    mesh = jax.make_mesh((2, 4), ("a", "b"))
+    x = np.random.default_rng(3).uniform(size=(4, 8, 16)).astype(np.float32)
+    xs = put(mesh, x, P(None, "a", None))
+    body = jax.shard_map(lambda u: jax.vmap(lambda v: f(v, v, axis=1))(u), mesh=mesh,
+                         in_specs=P(None, "a", None), out_specs=P(None, "a"))
+    close(jax.jit(body)(xs), 2 * x.sum(2), rtol=1e-5)
+
+
+# --- the matrix (slow) ---------------------------------------------------------------------------
+
+CASES = [
+    (ex.add_reduce_sum, [(8, 16), (8, 16)], dict(axis=0)),
+    (ex.add_reduce_sum, [(8, 16), (8, 16)], dict(axis=1, keep_dims=True)),
+    (ex.add_mul_div, [(8, 16), (1, 16)], {}),
+    (ex.smooth_l1, [(8, 16), (8, 16)], dict(sigma=0.7)),
+    (ex.softmax, [(8, 16)], {}),
+    (ex.softmax, [(8, 16)], dict(axis=0)),
+    (ex.layer_norm, [(8, 16)], {}),
+    (ex.layer_norm, [(8, 16)], dict(axis=0)),
+    (ex.rms_norm, [(8, 16), (16,)], {}),
+    (ex.bias_gelu, [(8, 16), (16,)], {}),
+]
+SPECS = [P(("a", "b"), None), P(None, ("a", "b")), P("a", "b")]
+
+
+def _inputs(shapes, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.uniform(0.5, 1.5, s).astype(np.float32) for s in shapes]
+
+
+def _spec_for(x, spec):
+    """The main input's spec; a lower-rank or size-1-dim input (a broadcast partner) replicated."""
+    return spec if x.ndim == 2 and 1 not in x.shape else P()
+
+
+def _expected_collectives(op, xs, attrs, spec, mesh):
+    spec_ = fg.infer(op, ["float32"] * len(xs), [x.shape for x in xs], op.bind_attrs(attrs))
+    flow = dimflow.analyze(spec_)
+    axes = [[(e,) if isinstance(e, str) else tuple(e or ()) for e in (tuple(_spec_for(x, spec)) + (None,) * x.ndim)[:x.ndim]]
+            for x in xs]
+    prog = dimflow.program(flow, dimflow.assign(flow, axes, dict(mesh.shape)))
+    return [] if prog is None else prog.collectives
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("types", [None, AUTO], ids=["explicit", "auto"])
+@pytest.mark.parametrize("spec", SPECS, ids=["dim0", "dim1", "both"])
+@pytest.mark.parametrize("case", CASES, ids=[f"{c[0].name}-{i}" for i, c in enumerate(CASES)])
+def test_every_reference_op_sharded_along_each_dim(case, spec, types):
+    op, shapes, attrs = case
+    xs = _inputs(shapes)
+    f = function(op)
+    want = f(*xs, **attrs)
+    mesh = jax.make_mesh((2, 4), ("a", "b"), axis_types=types)
+    args = [put(mesh, x, _spec_for(x, spec)) for x in xs]
+    with jax.set_mesh(mesh):
+        g = jax.jit(lambda *a: f(*a, **attrs))
+        got = g(*args)
+        hlo = g.lower(*args).compile().as_text()
+    close(got, want)
+    found = kinds(hlo)
+    assert "all-gather" not in found, collectives(hlo)
+    expected = _expected_collectives(op, xs, attrs, spec, mesh)
+    assert ("all-reduce" in found) == bool(expected), (found, expected)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CASES, ids=[f"{c[0].name}-{i}" for i, c in enumerate(CASES)])
+def test_every_gradient_sharded_on_two_mesh_axes(case):
+    op, shapes, attrs = case
+    xs = _inputs(shapes, seed=1)
+    f = function(op)
+    outs = f(*xs, **attrs)
+    cots = [np.random.default_rng(2).standard_normal(np.shape(o)).astype(np.float32)
+            for o in (outs if isinstance(outs, tuple) else (outs,))]
+
+    def pullback(*a):
+        y, vjp = jax.vjp(lambda *v: f(*v, **attrs), *a[:len(xs)])
+        return vjp(tuple(a[len(xs):]) if isinstance(y, tuple) else a[len(xs)])
+
+    want = pullback(*xs, *cots)
+    mesh = jax.make_mesh((2, 4), ("a", "b"))
+    args = [put(mesh, x, _spec_for(x, P("a", "b"))) for x in xs]
+    with jax.set_mesh(mesh):   # cotangents typed as the outputs are (Explicit axes)
+        ys = jax.jit(lambda *a: f(*a, **attrs))(*args)
+    args += [put(mesh, c, y.sharding.spec) for c, y in zip(cots, ys if isinstance(ys, tuple) else (ys,))]
+    with jax.set_mesh(mesh):
+        g = jax.jit(pullback)
+        got = g(*args)
+        hlo = g.lower(*args).compile().as_text()
+    close(got, want, rtol=1e-4, atol=1e-5)
+    # A replicated input (a broadcast weight) has a replicated gradient: its gradient, computed
+    # split like its partner dim, is gathered (a few floats). Nothing else is gathered.
+    replicated = {"f32[" + ",".join(map(str, x.shape)) + "]" for x in xs if _spec_for(x, P("a", "b")) == P()}
+    gathered = {shape.split("{")[0] for shape, kind in collectives(hlo) if kind == "all-gather"}
+    assert gathered <= replicated, collectives(hlo)
+
+
+@fg.op
+def row_prod(x):
+    return fg.prod(x, axis=-1)
+
+
+@pytest.mark.slow
+def test_a_product_gathers_partial_products_not_inputs():
+    x = _inputs([(8, 16)])[0]
+    f = function(row_prod)
+    mesh = jax.make_mesh((2, 4), ("a", "b"))
+    xs = put(mesh, x, P("a", "b"))
+    with jax.set_mesh(mesh):
+        g = jax.jit(f)
+        got = g(xs)
+        hlo = g.lower(xs).compile().as_text()
+    close(got, np.prod(x, -1), rtol=1e-5)
+    (shape, kind), = collectives(hlo)
+    assert kind == "all-gather" and shape.startswith("f32[4,4]")   # 4 partial products per device, not x
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("types", [None, AUTO], ids=["explicit", "auto"])
+def test_inputs_split_differently_are_resharded_to_one_split(types):
+    """x and y split their dims over crossed axes: the first input's split wins and y is moved
+    to it (a collective, not a gather of x); the results are right either way."""
+    x, y = _inputs([(8, 16), (8, 16)])
+    f = function(ex.add_mul_div)
+    mesh = jax.make_mesh((2, 4), ("a", "b"), axis_types=types)
+    args = put(mesh, x, P("a", "b")), put(mesh, y, P("b", "a"))
+    with jax.set_mesh(mesh):
+        got = jax.jit(f)(*args)
+    close(got, f(x, y))
+    if types is None:   # Explicit: the types say where the results are; Auto: propagation decides
+        assert [spec_of(o) for o in got] == [("a", "b")] * 3
+
+
+@pytest.mark.slow
+def test_vmap_of_a_sharded_batch_keeps_the_batch_split():
+    f = function(ex.softmax)
+    mesh = jax.make_mesh((2, 4), ("a", "b"))
+    x = _inputs([(4, 8, 16)])[0]
+    xs = put(mesh, x, P(None, "a", "b"))
+    with jax.set_mesh(mesh):
+        g = jax.jit(jax.vmap(f))
+        got = g(xs)
+        hlo = g.lower(xs).compile().as_text()
+    close(got, f(x, axis=-1))
+    assert spec_of(got) == (None, "a", "b")
+    assert "all-gather" not in kinds(hlo) and kinds(hlo).count("all-reduce") == 2
+
+
+@pytest.mark.slow
+def test_the_gspmd_partitioner_gets_the_same_rules():
+    f = function(ex.add_reduce_sum)
+    x = _inputs([(8, 16)])[0]
+    mesh = jax.make_mesh((2, 4), ("a", "b"), axis_types=AUTO)
+    xs = put(mesh, x, P("a", "b"))
+    jax.config.update("jax_use_shardy_partitioner", False)
+    try:
+        with jax.set_mesh(mesh):
+            g = jax.jit(lambda u: f(u, u, axis=1))
+            got = g(xs)
+            hlo = g.lower(xs).compile().as_text()
+    finally:
+        jax.config.update("jax_use_shardy_partitioner", True)
+    close(got, 2 * x.sum(1), rtol=1e-5)
+    assert kinds(hlo) == ["all-reduce"] and spec_of(got) == ("a",)
