@@ -57,7 +57,7 @@ PIECES: dict[str, tuple[bool, str]] = {
                    'numba-cuda (Numba\'s own numba.cuda is not enough): pip install -e ".[cuda]"'),
     "nvcc": (on_path("nvcc"), "nvcc on PATH (the CUDA toolkit, 12 or 13)"),
     "ptxas": (on_path("ptxas"), "ptxas on PATH (the CUDA toolkit, 12 or 13)"),
-    "torch": (installed("torch"), "torch: pip install torch"),
+    "torch": (installed("torch"), 'torch: pip install -e ".[torch]"'),
     "matplotlib": (installed("matplotlib"), 'matplotlib: pip install -e ".[plot]"'),
     "mpmath": (installed("mpmath"), "mpmath: pip install mpmath"),
     "objdump": (on_path("objdump"), "objdump on PATH (binutils: e.g. apt install binutils)"),
