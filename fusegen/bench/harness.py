@@ -276,7 +276,7 @@ def measure_compile_times(cases: list[Case], method_names: list[str], dtype: str
     """Cold and warm compile time of each (op, method): two new processes each, the first with an
     empty ``FUSEGEN_CACHE_DIR`` and ``NUMBA_CACHE_DIR`` (cold), the second with what it left (warm).
     Returns ``{op: {method: {"cold": child result, "warm": child result}}}``."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this fusegen, not another one
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this fusegen's parent, not another one
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     by_op: dict[str, list[Case]] = {}
     for c in cases:
