@@ -485,8 +485,12 @@ def run_demo(shape: tuple[int, ...], axis: int, dtype: str, rounds: int, backend
     say(3, 3, "running")
     case = Case(spec, tuple(shape), {"axis": axis})
     arrays = spec.make_inputs(case.shape, dtype)
+    load_start = os.getloadavg() if hasattr(os, "getloadavg") else None
     doc["case"] = finish_case(measure_case([numpy_method(spec)] + methods, case, arrays, rounds, probe=probe,
                                            probe_each=True), None)
-    doc.update(bandwidth=doc["case"]["read_bandwidth"], machine=machine_info(),
-               warnings=probe_warnings(doc["case"]))
+    machine = machine_info()
+    machine["load_avg_start"] = list(load_start) if load_start else None
+    # a busy machine (the load average, rounds that disagree) and a bound beaten: said, not hidden
+    doc.update(bandwidth=doc["case"]["read_bandwidth"], machine=machine,
+               warnings=noise_warnings(machine, round_spread([doc["case"]])) + probe_warnings(doc["case"]))
     return doc
