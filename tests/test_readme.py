@@ -21,3 +21,21 @@ def test_first_example_runs_as_written(tmp_path):
     quoted = re.search(r"```\n(op add_reduce_sum.*?\n})\n```", text, re.S).group(1)
     assert quoted in out
     assert (tmp_path / "add_reduce_sum_aot" / "add_reduce_sum.cc").exists()
+
+
+def test_ci_reads_the_quick_start_commands():
+    """.ci/run walks the newcomer's path with the commands of the README's Quick start block, read by
+    a Python snippet inside it: that snippet finds the install with only [test], the demo and the test
+    command in this README (it would fail CI's first step otherwise)."""
+    script = (README.parent / ".ci" / "run").read_text()
+    snippet = re.search(r"<<'EOF'\n(.*?)^EOF$", script, re.S | re.M).group(1)
+    proc = subprocess.run([sys.executable, "-c", snippet], cwd=README.parent, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    commands = proc.stdout.splitlines()
+    assert commands == ['pip install -e ".[test]" && fusegen demo', "pytest"], commands
+    elsewhere = snippet.replace("## Quick start", "## No such section")
+    assert elsewhere != snippet
+    broken = subprocess.run([sys.executable, "-c", elsewhere], cwd=README.parent, capture_output=True, text=True,
+                            timeout=60)
+    assert broken.returncode != 0 and "has no ```bash block" in broken.stderr  # never a silently empty path
