@@ -12,6 +12,7 @@ from ..dtypes import DType
 from ..ir import Node, Op, OpDef, infer
 from ..plan import Plan, build_plan
 from ..plan.exprs import CUDA_CPP, ExprWriter, reduce_identity, reg_dtype
+from . import layout
 from .common import (CUDA_DEFAULT_ARCHS, HEADER_NAME, TEMPLATES, TYPE_IDS, Emitted, c_name, env, error_table,
                      operand_ids, parse_dtypes, template_data)
 
@@ -74,8 +75,12 @@ def nvcc_command(op_name: str) -> str:
             f"-I. -o {op_name}.so {op_name}.cu")
 
 
-def emit_cuda(op: OpDef, dtypes=None) -> Emitted:
+def emit_cuda(op: OpDef, dtypes=None, ranks=None, shapes=None) -> Emitted:
     """``fg.emit(op, abi="mindspore-aot", device="cuda")``: the ``.cu`` and its header."""
+    op, ranks, shapes = layout.specialization(op, ranks, shapes)
+    if layout.is_layout_op(op):
+        raise NotImplementedError(f"op {op.name}: layout ops (views, concat/pad, iota, dims) are not yet emitted "
+                                  f"in .cu sources; use device='cpu' or backend='numba'")
     plan = build_plan(op)
     combos = parse_dtypes(op, dtypes)
     name = c_name(op.name)

@@ -56,6 +56,14 @@ class AotExecutor(Executor):
         super().__init__(kernel)
         self.op, self.flags, self._dynamic_workspace = op, flags, dynamic_workspace
         self.emit_device = emit_device
+        self.by_attrs: dict[tuple, AotKernel] = {}
+        self._lock = threading.Lock()
+        if op.graph is None:
+            # traced per input rank or shape: each specialization's kernel (rt.kernel's children)
+            # emits and builds its own source; this one only dispatches to them
+            self.emitted = self.func = self.first = None
+            self.combos = set()
+            return
         self.emitted = emit(op, abi="mindspore-aot", device=self.emit_device, dtypes=dtypes,
                             dynamic_workspace=dynamic_workspace)
         digest = hashlib.sha256(self.emitted.source.encode()).hexdigest()[:16]
@@ -65,8 +73,6 @@ class AotExecutor(Executor):
         self.combos = {tuple(c) for c in self.emitted.dtypes}
         # An op that returns a 1-tuple gets a 1-tuple back (AotKernel returns a bare array).
         self._one_tuple = op.multi_output and len(op.graph.outputs) == 1
-        self.by_attrs: dict[tuple, AotKernel] = {}
-        self._lock = threading.Lock()
         self.first = self.kernel_for(tuple(op.bind_attrs({}).items()) if not any(
             s.required for s in op.attrs.values()) else None)
 
@@ -74,7 +80,7 @@ class AotExecutor(Executor):
         return f" func={self.func}"
 
     def source(self, last=None) -> str:
-        return self.emitted.source
+        return self.emitted.source if self.emitted is not None else ""
 
     @property
     def lib_path(self):
