@@ -130,7 +130,8 @@ def _static_expr(op: OpDef, spec: Spec, n: Node) -> str | None:
     make = "fg::float_value" if out == "f" else "fg::int_value"
     if n.op is Op.CONST:
         v = n.arg[1]
-        return f"{make}(true, {float(v)!r})" if out == "f" else f"{make}(true, INT64_C({int(v)}))"
+        return f"{make}(true, {CPP.literal(float(v), dt.float64)})" if out == "f" else \
+            f"{make}(true, INT64_C({int(v)}))"
     if n.op is Op.ATTR:
         if op.attrs[n.arg].type not in (AttrType.INT, AttrType.BOOL, AttrType.FLOAT):
             return None
