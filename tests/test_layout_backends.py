@@ -133,8 +133,8 @@ def _batched(cases, name: str):
 
 
 #: The default run's share of the table (the whole table is slow: ``-m slow``).
-QUICK = {"x+y.T", "rope", "causal softmax", "pad 2d", "modular reshape", "roll", "int index", "x/x.shape",
-         "sum of slice", "stack", "eye", "heads", "group norm"}
+QUICK = {"x+y.T", "rope", "causal softmax", "pad 2d", "modular reshape", "int index", "x/x.shape", "stack",
+         "heads", "group norm"}
 
 
 def _table(quick: bool, per_rank: bool) -> list:

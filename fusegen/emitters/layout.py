@@ -297,7 +297,7 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
                 return f"int64_t({at})"
             # a modular map (a reshape whose radices do not nest) unravels the linear index: the
             # slow path; the test is loop-invariant
-            return f"{r['reg']}(p{k}[mod{k} ? inner{k}.address({at}) : {at}])"
+            return f"{r['reg']}(p{k}[mod{k} ? fg::modular_address(inner{k}, {at}) : {at}])"
 
         nreads = len(st.reads)
         stores = []
