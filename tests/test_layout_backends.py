@@ -267,3 +267,12 @@ def test_emitted_infer_shape_matches_infer(shapes):
             continue
         want = [(-2,) if s is None else tuple(s) for s in spec.out_shapes]
         assert _infer_shape(k, variant) == want, variant
+
+
+def test_cuda_sources_refuse_layout_ops():
+    """Not yet emitted in .cu sources: a clear error, never a kernel that ignores the index maps."""
+    op = fg.op(lambda x, y: x + y.T, name="x_plus_yt_cuda")
+    with pytest.raises(NotImplementedError, match="layout ops"):
+        fg.emit(op, device="cuda")
+    with pytest.raises(NotImplementedError, match="layout ops"):
+        fg.emit(op, abi="xla-ffi", device="cuda")
