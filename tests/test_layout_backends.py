@@ -9,12 +9,15 @@ input rank (``x.shape`` unpacked, ``x.ndim``) in another.
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 
 import numpy as np
 import pytest
 
 import fusegen as fg
 from fusegen.native import host
+from test_aot_backend import dynamic_variants
 
 _rng = np.random.default_rng(16)
 
@@ -174,21 +177,13 @@ def _run(backend: str, quick: bool, per_rank: bool) -> None:
     _check(cases, f(*_inputs(cases)))
 
 
+@pytest.mark.parametrize("quick", [True, pytest.param(False, marks=pytest.mark.slow)], ids=["quick", "all"])
 @pytest.mark.parametrize("backend", ["numba", "aot", "xla"])
 @pytest.mark.parametrize("per_rank", [False, True], ids=["generic", "per_rank"])
-def test_layout_cases_against_numpy(backend, per_rank):
+def test_layout_cases_against_numpy(backend, per_rank, quick):
     if backend == "xla" and per_rank:
         pytest.skip("fusegen.jax does not yet specialize ops traced per input rank")
-    _run(backend, True, per_rank)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("backend", ["numba", "aot", "xla"])
-@pytest.mark.parametrize("per_rank", [False, True], ids=["generic", "per_rank"])
-def test_all_layout_cases_against_numpy(backend, per_rank):
-    if backend == "xla" and per_rank:
-        pytest.skip("fusegen.jax does not yet specialize ops traced per input rank")
-    _run(backend, False, per_rank)
+    _run(backend, quick, per_rank)
 
 
 # --- the emitted source ----------------------------------------------------------------------
@@ -244,24 +239,14 @@ def _twin(x, y):
 TWIN = fg.op(_twin, name="infer_twin")
 
 
-def _variants(shapes):
-    """The shapes, each dim unknown in turn, every dim unknown, each input of unknown rank."""
-    yield shapes
-    for i, s in enumerate(shapes):
-        for d in range(len(s)):
-            yield [tuple(-1 if (j == i and e == d) else v for e, v in enumerate(t)) for j, t in enumerate(shapes)]
-        yield [(-2,) if j == i else t for j, t in enumerate(shapes)]
-    yield [tuple(-1 for _ in t) for t in shapes]
-
-
 @pytest.mark.parametrize("shapes", [[(6, 4), (4, 2)], [(3, 8), (2, 4)], [(5, 2), (2, 1)]])
 def test_emitted_infer_shape_matches_infer(shapes):
     """NameInferShape of the emitted library against fusegen.infer, with unknown dims and ranks."""
     k = fg.compile(TWIN, backend="aot", dtypes="float32")
-    for variant in _variants(shapes):
+    for variant in dynamic_variants(shapes):
         try:
             spec = fg.infer(TWIN, ["float32"] * 2, [None if s == (-2,) else s for s in variant], {})
-        except fg.FusegenError as e:
+        except fg.FusegenError:
             with pytest.raises(fg.KernelError):
                 _infer_shape(k, variant)
             continue
@@ -269,10 +254,21 @@ def test_emitted_infer_shape_matches_infer(shapes):
         assert _infer_shape(k, variant) == want, variant
 
 
-def test_cuda_sources_refuse_layout_ops():
-    """Not yet emitted in .cu sources: a clear error, never a kernel that ignores the index maps."""
-    op = fg.op(lambda x, y: x + y.T, name="x_plus_yt_cuda")
-    with pytest.raises(NotImplementedError, match="layout ops"):
-        fg.emit(op, device="cuda")
-    with pytest.raises(NotImplementedError, match="layout ops"):
-        fg.emit(op, abi="xla-ffi", device="cuda")
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (CUDA toolkit)")
+@pytest.mark.parametrize("abi", ["mindspore-aot", pytest.param("xla-ffi", marks=pytest.mark.slow)])
+def test_emitted_layout_cu_compiles_with_nvcc(abi, tmp_path):
+    """The .cu of views, pieces, an iota mask, a modular reshape under a reduction and a dim as a
+    value (the device code cannot run here: no GPU; the simulator runs the C++ twin)."""
+    op = fg.op(lambda x, y: (x + y.T, fg.concat([-x[..., 2:], x[..., :2]], axis=-1),
+                             fg.where(fg.arange(4)[None, :] <= fg.arange(5)[:, None], x, 0.0),
+                             fg.sum(x.T.reshape(2, -1), axis=1), fg.pad(x, 1) * x.shape[-1]), name="layout_cu")
+    e = fg.emit(op, abi=abi, device="cuda", dtypes="float32")
+    e.write(tmp_path)
+    assert "<<<unsigned(blocks), kBlock, 0, stream>>>" in e.source and "fg::views::refine<" in e.source
+    cmd = ["nvcc", "-std=c++17", "--shared", "-Xcompiler", "-fPIC", "-O1", "--expt-relaxed-constexpr",
+           "-gencode", "arch=compute_80,code=sm_80", f"-I{tmp_path}", "-o", str(tmp_path / "k.so"), str(tmp_path / e.main)]
+    if abi == "xla-ffi":
+        jax = pytest.importorskip("jax")
+        cmd[1:1] = ["-isystem", jax.ffi.include_dir()]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]

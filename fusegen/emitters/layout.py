@@ -266,9 +266,11 @@ def variants(st) -> list[dict]:
     return out
 
 
-def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id) -> list[dict]:
+def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id, dialect=CPP,
+                 device: bool = False) -> list[dict]:
     """Per stage, for one dtype combination: the typed operand pointers and one body per variant
-    (lines computing the reductions' values, the written outputs' values)."""
+    (lines computing the reductions' values, the written outputs' values) in ``dialect``;
+    ``device``: CUDA kernels, which read the modular maps from their ``M`` argument."""
     g = op.graph
     attr_text = {"float": "double({})", "int": "int64_t({})", "bool": "{}"}
     out = []
@@ -280,7 +282,7 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
         for k, a in enumerate(st.reads):
             kind = "iota" if a.slot[0] == "iota" else "array"
             t = None if kind == "iota" else types[operand_id(a.slot)]
-            reg = CPP.type_name(reg_dtype(spec.of(a.node).acc if a.node.op is Op.REDUCE and spec.of(a.node).acc
+            reg = dialect.type_name(reg_dtype(spec.of(a.node).acc if a.node.op is Op.REDUCE and spec.of(a.node).acc
                                           else dt.materialize(spec.of(a.node).dtype)))
             reads.append(dict(k=k, kind=kind, type=t, reg=reg, id=None if kind == "iota" else operand_id(a.slot)))
         slot_of = {id(a.node): a.slot for a in st.reads}
@@ -297,7 +299,8 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
                 return f"int64_t({at})"
             # a modular map (a reshape whose radices do not nest) unravels the linear index: the
             # slow path; the test is loop-invariant
-            return f"{r['reg']}(p{k}[mod{k} ? fg::modular_address(inner{k}, {at}) : {at}])"
+            mod, inner = (f"M.mod[{k}]", f"M.inner[{k}]") if device else (f"mod{k}", f"inner{k}")
+            return f"{r['reg']}(p{k}[{mod} ? fg::modular_address({inner}, {at}) : {at}])"
 
         nreads = len(st.reads)
         stores = []
@@ -306,15 +309,16 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
                                node=g.idx(a.node), kind=a.slot[0]))
         bodies = []
         for variant in variants(st):
-            w = ExprWriter(spec, CPP, leaf, prefix="t", variant=variant)
+            w = ExprWriter(spec, dialect, leaf, prefix="t", variant=variant)
             reds = []
             for j, r in enumerate(st.reductions):
                 info = spec.of(r)
                 acc = reg_dtype(info.acc)
                 v = w.value(r.srcs[0], acc)
                 targets = [s["k"] for s, a in zip(stores, st.stores) if a.node is r]
-                reds.append(dict(j=j, kind=r.arg.kind, acc=CPP.type_name(acc),
-                                 init=CPP.literal(reduce_identity(r.arg.kind, acc), acc), value=v, targets=targets))
+                reds.append(dict(j=j, kind=r.arg.kind, acc=dialect.type_name(acc),
+                                 init=dialect.literal(reduce_identity(r.arg.kind, acc), acc), value=v,
+                                 targets=targets))
             writes = []
             for k, n in st.writes:
                 want = reg_dtype(dt.materialize(spec.of(n).dtype))
@@ -327,7 +331,7 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
         finals = []
         if st.finals:
             results = {id(r): f"r{j}" for j, r in enumerate(st.reductions)}
-            fw = ExprWriter(spec, CPP, lambda n, ctx=(): results[id(n)] if n.op is Op.REDUCE else
+            fw = ExprWriter(spec, dialect, lambda n, ctx=(): results[id(n)] if n.op is Op.REDUCE else
                             attr_text[spec.of(n).dtype].format(f"a.{n.arg}"), prefix="f")
             for k, n in st.finals:
                 want = reg_dtype(dt.materialize(spec.of(n).dtype))

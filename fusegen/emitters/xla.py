@@ -118,9 +118,6 @@ def emit_xla(op: OpDef, device: str = "cpu", dtypes=None, ranks=None, shapes=Non
     if device not in SUPPORTED_DEVICES:
         raise NotImplementedError(f"abi='xla-ffi' device={device!r} is not available: use 'cpu' or 'cuda'")
     op, ranks, shapes = layout.specialization(op, ranks, shapes)
-    if device == "cuda" and layout.is_layout_op(op):
-        raise NotImplementedError(f"op {op.name}: layout ops (views, concat/pad, iota, dims) are not yet emitted "
-                                  f"for XLA on CUDA; use device='cpu' or the numba backends")
     _check_attrs(op)
     plan = build_plan(op)
     combos = parse_dtypes(op, dtypes)
@@ -128,7 +125,7 @@ def emit_xla(op: OpDef, device: str = "cpu", dtypes=None, ranks=None, shapes=Non
     n_ws = len(plan.buffers)
     extra: dict = {}
     if device == "cuda":
-        combo_data = [cuda.combo_data(op, plan, c) for c in combos]
+        combo_data = [cuda.combo_data(op, plan, c, ranks) for c in combos]
         extra = dict(nvcc_command=nvcc_command(op.name))
     else:
         combo_data = [mindspore_cpu.combo_data(op, plan, c, ranks) for c in combos]
