@@ -284,7 +284,8 @@ def template_data(op: OpDef, plan: Plan, combos: list[dict], errors=None, spec_r
         n_in=len(op.inputs), n_out=len(op.graph.outputs), n_ws=len(plan.buffers),
         n_nodes=len(op.graph.nodes), attrs=_attr_data(op), rules=rules,
         checks=[dict(a=op.graph.idx(a), b=op.graph.idx(b), text=what) for a, b, what in op.graph.checks],
-        outputs=[op.graph.idx(o) for o in op.graph.outputs], stages=_stage_data(op, plan),
+        outputs=[op.graph.idx(o) for o in op.graph.outputs],
+        stages=_stage_data(op, plan) if not general else [dict(text=_stage_text(op, st)) for st in plan.stages],
         combos=combos, errors=[(n, m.replace("<Name>", name)) for n, m in (errors or ERRORS)],
         # the ABI picks the infer signature by output count (a 1-tuple is one output)
         multi=len(op.graph.outputs) > 1, vmath=vmath.template_data(), **extra)
