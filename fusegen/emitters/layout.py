@@ -300,7 +300,7 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
             # a modular map (a reshape whose radices do not nest) unravels the linear index: the
             # slow path; the test is loop-invariant
             mod, inner = (f"M.mod[{k}]", f"M.inner[{k}]") if device else (f"mod{k}", f"inner{k}")
-            return f"{r['reg']}(p{k}[{mod} ? fg::modular_address({inner}, {at}) : {at}])"
+            return f"{r['reg']}(fg::at(p{k}, {mod}, {inner}, {at}))"
 
         nreads = len(st.reads)
         stores = []
