@@ -104,6 +104,7 @@ class GroupSource:
         self.lines: list[str] = []
         self.attrs: list[str] = sorted({n.arg for st in self._stages() for n in _nodes_of(st) if n.op is Op.ATTR})
         self.params = [n for st in self._stages() for n in st.params]
+        self._init_gathers()
 
     def _stages(self):
         return [self.plan.stages[i] for i in self.run.stages]
@@ -114,6 +115,7 @@ class GroupSource:
     def emit(self, fname: str) -> str:
         args = [o.name for o in self.ops.values() if o.is_array] + ["meta"] + [f"a_{a}" for a in self.attrs]
         args += [self.param_name(n) for n in self.params]
+        args += [f"gn{k}" for k in range(len(self.gnodes))] + [f"gs{m}" for m in range(len(self.gterms))]
         w = self.lines.append
         w(f"def {fname}({', '.join(args)}):")
         w(f"    # stages {', '.join(str(s) for s in self.run.stages)} of op {self.plan.opdef.name}, "
@@ -129,6 +131,8 @@ class GroupSource:
         w("    ntiles = meta[4]; TILE = meta[5]; ROT = meta[7]; count = meta[8]")
         w(f"    nsplit = meta[9]; chunk = meta[10]; W = nO + nRO + 2; SB = {HEADER} + nO + nRO")
         w("    ntasks = meta[6] * ntiles * nsplit")
+        if self.gchecks:   # per task: how many indices were out of range, and one of them
+            w(f"    gerr = np.zeros((ntasks, {2 * len(self.gchecks)}), dtype=np.int64)")
         for o in self.ops.values():
             if o.ri == "n":
                 w(f"    {o.name}_sri = meta[SB + {o.k} * W + nO + nRO]")
@@ -152,11 +156,24 @@ class GroupSource:
             else:
                 w(f"        b_{o.name} = i0 * meta[SB + {o.k} * W + nO + nRO + 1]")
         self._unravel("        ", "o", "nO", "", "b", self.ops.values())
+        for k in range(len(self.gchecks)):
+            w(f"        gb{k} = 0")
+            w(f"        gv{k} = 0")
         for st in self._stages():
             self._stage(st)
+        for k in range(len(self.gchecks)):
+            w(f"        gerr[t, {2 * k}] = gb{k}")
+            w(f"        gerr[t, {2 * k + 1}] = gv{k}")
         if self.split:
             self._combine_partials(self._stages()[0])
-        w("    return 0")
+        if self.gchecks:   # (which checked gather + 1, the bad index), or (0, 0)
+            w("    for t in range(ntasks):")
+            for k in range(len(self.gchecks)):
+                w(f"        if gerr[t, {2 * k}] != 0:")
+                w(f"            return ({k + 1}, gerr[t, {2 * k + 1}])")
+            w("    return (0, 0)")
+        else:
+            w("    return 0")
         return "\n".join(self.lines) + "\n"
 
     # --- one stage ----------------------------------------------------------------------------
@@ -196,10 +213,13 @@ class GroupSource:
             for o in moving:
                 at = f"c_{o.name} + {_idx(o.ri, 'r_lo', o.name + '_sri')}"
                 w(f"{p2}{_view(o, o.ri, at, o.name + '_sri')}" if o.kind == "array" else f"{p2}q_{o.name} = {at}")
+                if o.key in self.gathered_ops:
+                    w(f"{p2}ga_{o.name} = {at}")
             w(f"{p2}for ri in range(r_hi - r_lo):")
             p3 = p2 + "    "
             ew = ExprWriter(self.spec, PYTHON, lambda n, ctx: self._load(n, ctx, "row"), prefix=f"s{st.index}_",
-                            variant=self.run.variant)
+                            variant=self.run.variant, gather=self._gather_index)
+            self._ew = ew
             vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
             outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.writes]
             for name, expr in ew.lines:
@@ -215,7 +235,7 @@ class GroupSource:
                 self._finalize_row(st, accs, pad)
         else:
             r_start = "r_lo"
-            if accs and not st.writes and all(o.i == 1 and o.kind == "array" for o in moving):
+            if accs and not st.writes and all(o.i == 1 and o.kind == "array" for o in moving) and not self.gnodes:
                 self._fold4(st, accs, moving, p2)
                 r_start = "ri"
             w(f"{p2}for ri in range({r_start}, r_hi):")
@@ -223,10 +243,13 @@ class GroupSource:
             for o in moving:
                 at = f"c_{o.name} + {_idx(o.ri, 'ri', o.name + '_sri')}"
                 w(f"{p3}{_view(o, o.i, at, o.name + '_si')}" if o.kind == "array" else f"{p3}q_{o.name} = {at}")
+                if o.key in self.gathered_ops:
+                    w(f"{p3}ga_{o.name} = {at}")
             w(f"{p3}for i in range(n):")
             p4 = p3 + "    "
             ew = ExprWriter(self.spec, PYTHON, lambda n, ctx: self._load(n, ctx, "col"), prefix=f"s{st.index}_",
-                            variant=self.run.variant)
+                            variant=self.run.variant, gather=self._gather_index)
+            self._ew = ew
             vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
             outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.writes]
             for name, expr in ew.lines:
@@ -385,6 +408,14 @@ class GroupSource:
         o = self.ops[self._operand(n, ctx)]
         cls = o.ri if mode == "row" else o.i
         var = "ri" if mode == "row" else "i"
+        terms = self._gather_terms(n, ctx)
+        if terms:
+            if o.kind != "array":
+                from .errors import FusegenError
+                raise FusegenError(f"op {self.plan.opdef.name}: a gather from an iota or a modular view is not "
+                                   "supported yet (issue #17)")
+            step = {0: "", 1: f" + {var}"}.get(cls, f" + {var} * {o.name}_s{var}")
+            return f"{o.name}_[ga_{o.name}{step}{terms}]"
         if o.kind == "array":
             return f"s_{o.name}" if cls == 0 else f"v_{o.name}[{var}]"
         stride = f"{o.name}_s{var}"
@@ -396,6 +427,60 @@ class GroupSource:
 
     def _attr(self, n: Node) -> str:
         return f"a_{n.arg}"
+
+    # --- gathers (issue #17) --------------------------------------------------------------------
+    def _init_gathers(self) -> None:
+        """The group's gather nodes (each gets its axis extent ``gn<k>``; the raise-mode ones a
+        per-task count and value of bad indices), and the gathered reads: per (leaf, steps up to a
+        ``Gather`` step) the stride ``gs<m>`` of the gathered axis, and the operands that need an
+        absolute base ``ga_<name>``."""
+        from .plan.access import Gather
+        self.gnodes = [n for n in nodes_of([e for st in self._stages() for e in _roots(st)]) if n.op is Op.GATHER]
+        self.gchecks = [n for n in self.gnodes if n.arg.mode == "raise"]
+        self.gterms: list[tuple] = []       # (access, step index)
+        self.gterm_of: dict[tuple, int] = {}
+        self.gathered_ops: set = set()
+        for st in self._stages():
+            for a in st.reads:
+                for k, step in enumerate(a.steps):
+                    if isinstance(step, Gather) and step.index == 0:
+                        key = (a.node, a.steps[:k + 1])
+                        if key not in self.gterm_of:
+                            self.gterm_of[key] = len(self.gterms)
+                            self.gterms.append((a, k))
+                        self.gathered_ops.add(self.run.operand_of[(a.slot, a.steps)])
+
+    def _gather_index(self, node: Node, ctx: tuple, raw: str, ew: ExprWriter) -> str:
+        """Lines that turn the raw index into one inside the axis: checked (a bad one counted and
+        kept, the address clamped: no branch), wrapped or clipped."""
+        k = self.gnodes.index(node)
+        n, mode = f"gn{k}", node.arg.mode
+        name = f"g{k}_{len(ew.gathered)}_{ew.prefix}"
+        if mode == "wrap":
+            ew.lines.append((name, f"{raw} % {n}"))
+        elif mode == "clip":
+            ew.lines.append((name, f"min(max({raw}, 0), {n} - 1)"))
+        else:
+            c = self.gchecks.index(node)
+            ew.lines.append((name + "r", raw))
+            ew.lines.append((name + "a", f"{name}r + {n} if {name}r < 0 else {name}r"))
+            ew.lines.append((name + "b", f"({name}a < 0) | ({name}a >= {n})"))
+            ew.lines.append((f"gb{c}", f"gb{c} + {name}b"))
+            ew.lines.append((f"gv{c}", f"{name}r if {name}b else gv{c}"))
+            ew.lines.append((name, f"min(max({name}a, 0), {n} - 1)"))
+        return name
+
+    def _gather_terms(self, n: Node, ctx: tuple) -> str:
+        """`` + j * gs<m>`` for every gather between the leaf ``n`` and the stage root in ``ctx``."""
+        from .plan.access import Gather
+        steps = path_steps(ctx, n)
+        out = ""
+        for k, step in enumerate(steps):
+            if isinstance(step, Gather) and step.index == 0:
+                pos = next(p for p, (g, i) in enumerate(ctx) if g is step.node and i == 0)
+                j = self._ew.gathered[(id(step.node), ctx[:pos])]
+                out += f" + {j} * gs{self.gterm_of[(n, steps[:k + 1])]}"
+        return out
 
     def _store_result(self, r: Node, dst: _Op, v: str) -> str:
         if dst.key[0] == "buf":
@@ -418,6 +503,10 @@ def _view(o: _Op, cls, at: str, stride: str, prefix: str = "") -> str:
 
 def _idx(cls, var: str, stride: str) -> str:
     return "0" if cls == 0 else (var if cls == 1 else f"{var} * {stride}")
+
+
+def _roots(st) -> list[Node]:
+    return [r.srcs[0] for r in st.reductions] + [n for _, n in st.writes]
 
 
 def _nodes_of(st) -> list[Node]:
@@ -451,6 +540,9 @@ class GroupKernel:
     func: object           # the numba dispatcher
     attrs: tuple           # attribute names, in the order the function takes them
     params: tuple = ()     # static scalars (dims) the function takes after the attributes
+    gathers: tuple = ()    # gather nodes: the function takes each one's axis extent, then
+    gterms: tuple = ()     # (access, step index): the stride of each gathered axis
+    checks: tuple = ()     # raise-mode gathers: the function returns (which + 1, bad index)
 
 
 def compile_group(plan: Plan, spec: Spec, run: GroupRun, parallel: bool, split: bool = False) -> GroupKernel:
@@ -477,4 +569,5 @@ def compile_group(plan: Plan, spec: Spec, run: GroupRun, parallel: bool, split: 
         mod.kernel = numba.njit(**jit)(mod.kernel)
 
     mod = import_source(src, "numba", "fusegen_k", setup)
-    return GroupKernel(src, mod.__file__, mod.kernel, tuple(gs.attrs), tuple(gs.params))
+    return GroupKernel(src, mod.__file__, mod.kernel, tuple(gs.attrs), tuple(gs.params), tuple(gs.gnodes),
+                       tuple(gs.gterms), tuple(gs.gchecks))

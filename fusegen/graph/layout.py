@@ -193,9 +193,9 @@ def index(x, key) -> Tensor:
         elif is_int(it) or isinstance(it, Attr) or (isinstance(it, Tensor) and is_static(it.node)):
             nodes.append(scalar(it, "an index"))
             arg.append(Item("int"))
-        elif isinstance(it, Tensor):
-            raise TraceError(f"{op_prefix()}integer-array indexing (a gather) is not supported here: index with "
-                             f"ints, slices, None and ...{_where()}")
+        elif isinstance(it, Tensor):   # integer-array indexing: a gather (fusegen.graph.gathers)
+            from .gathers import advanced_index
+            return advanced_index(x, items)
         else:
             raise TraceError(f"{op_prefix()}cannot index with {type(it).__name__} {it!r}: use ints, slices, "
                              f"None, ... or an integer tensor{_where()}")
