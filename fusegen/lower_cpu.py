@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from . import vmath
 from .ir import Node, Op, Spec, nodes_of
+from .lower.gathers import GatherSlots
 from .lower.pysource import INNER_HELPER, NAN_HELPERS, combine, general_maps, import_source, layout_tail, operand_name
 from .plan import GroupRun, Plan
 from .plan.paths import is_param, path_steps
@@ -104,7 +105,8 @@ class GroupSource:
         self.lines: list[str] = []
         self.attrs: list[str] = sorted({n.arg for st in self._stages() for n in _nodes_of(st) if n.op is Op.ATTR})
         self.params = [n for st in self._stages() for n in st.params]
-        self._init_gathers()
+        self.g = GatherSlots(self._stages(), run)
+        self.gnodes, self.gchecks, self.gathered_ops = self.g.nodes, self.g.checks, self.g.operands
 
     def _stages(self):
         return [self.plan.stages[i] for i in self.run.stages]
@@ -115,7 +117,7 @@ class GroupSource:
     def emit(self, fname: str) -> str:
         args = [o.name for o in self.ops.values() if o.is_array] + ["meta"] + [f"a_{a}" for a in self.attrs]
         args += [self.param_name(n) for n in self.params]
-        args += [f"gn{k}" for k in range(len(self.gnodes))] + [f"gs{m}" for m in range(len(self.gterms))]
+        args += self.g.args()
         w = self.lines.append
         w(f"def {fname}({', '.join(args)}):")
         w(f"    # stages {', '.join(str(s) for s in self.run.stages)} of op {self.plan.opdef.name}, "
@@ -408,7 +410,7 @@ class GroupSource:
         o = self.ops[self._operand(n, ctx)]
         cls = o.ri if mode == "row" else o.i
         var = "ri" if mode == "row" else "i"
-        terms = self._gather_terms(n, ctx)
+        terms = self.g.address_terms(n, ctx, self._ew)
         if terms:
             if o.kind != "array":
                 from .errors import FusegenError
@@ -428,59 +430,10 @@ class GroupSource:
     def _attr(self, n: Node) -> str:
         return f"a_{n.arg}"
 
-    # --- gathers (issue #17) --------------------------------------------------------------------
-    def _init_gathers(self) -> None:
-        """The group's gather nodes (each gets its axis extent ``gn<k>``; the raise-mode ones a
-        per-task count and value of bad indices), and the gathered reads: per (leaf, steps up to a
-        ``Gather`` step) the stride ``gs<m>`` of the gathered axis, and the operands that need an
-        absolute base ``ga_<name>``."""
-        from .plan.access import Gather
-        self.gnodes = [n for n in nodes_of([e for st in self._stages() for e in _roots(st)]) if n.op is Op.GATHER]
-        self.gchecks = [n for n in self.gnodes if n.arg.mode == "raise"]
-        self.gterms: list[tuple] = []       # (access, step index)
-        self.gterm_of: dict[tuple, int] = {}
-        self.gathered_ops: set = set()
-        for st in self._stages():
-            for a in st.reads:
-                for k, step in enumerate(a.steps):
-                    if isinstance(step, Gather) and step.index == 0:
-                        key = (a.node, a.steps[:k + 1])
-                        if key not in self.gterm_of:
-                            self.gterm_of[key] = len(self.gterms)
-                            self.gterms.append((a, k))
-                        self.gathered_ops.add(self.run.operand_of[(a.slot, a.steps)])
-
+    # --- gathers (issue #17): fusegen.lower.gathers; bad indices counted per task -------------
     def _gather_index(self, node: Node, ctx: tuple, raw: str, ew: ExprWriter) -> str:
-        """Lines that turn the raw index into one inside the axis: checked (a bad one counted and
-        kept, the address clamped: no branch), wrapped or clipped."""
-        k = self.gnodes.index(node)
-        n, mode = f"gn{k}", node.arg.mode
-        name = f"g{k}_{len(ew.gathered)}_{ew.prefix}"
-        if mode == "wrap":
-            ew.lines.append((name, f"{raw} % {n}"))
-        elif mode == "clip":
-            ew.lines.append((name, f"min(max({raw}, 0), {n} - 1)"))
-        else:
-            c = self.gchecks.index(node)
-            ew.lines.append((name + "r", raw))
-            ew.lines.append((name + "a", f"{name}r + {n} if {name}r < 0 else {name}r"))
-            ew.lines.append((name + "b", f"({name}a < 0) | ({name}a >= {n})"))
-            ew.lines.append((f"gb{c}", f"gb{c} + {name}b"))
-            ew.lines.append((f"gv{c}", f"{name}r if {name}b else gv{c}"))
-            ew.lines.append((name, f"min(max({name}a, 0), {n} - 1)"))
-        return name
-
-    def _gather_terms(self, n: Node, ctx: tuple) -> str:
-        """`` + j * gs<m>`` for every gather between the leaf ``n`` and the stage root in ``ctx``."""
-        from .plan.access import Gather
-        steps = path_steps(ctx, n)
-        out = ""
-        for k, step in enumerate(steps):
-            if isinstance(step, Gather) and step.index == 0:
-                pos = next(p for p, (g, i) in enumerate(ctx) if g is step.node and i == 0)
-                j = self._ew.gathered[(id(step.node), ctx[:pos])]
-                out += f" + {j} * gs{self.gterm_of[(n, steps[:k + 1])]}"
-        return out
+        return self.g.index_lines(node, raw, ew, lambda c, bad, r: [
+            (f"gb{c}", f"gb{c} + {bad}"), (f"gv{c}", f"{r} if {bad} else gv{c}")])
 
     def _store_result(self, r: Node, dst: _Op, v: str) -> str:
         if dst.key[0] == "buf":
@@ -503,10 +456,6 @@ def _view(o: _Op, cls, at: str, stride: str, prefix: str = "") -> str:
 
 def _idx(cls, var: str, stride: str) -> str:
     return "0" if cls == 0 else (var if cls == 1 else f"{var} * {stride}")
-
-
-def _roots(st) -> list[Node]:
-    return [r.srcs[0] for r in st.reductions] + [n for _, n in st.writes]
 
 
 def _nodes_of(st) -> list[Node]:
@@ -570,4 +519,4 @@ def compile_group(plan: Plan, spec: Spec, run: GroupRun, parallel: bool, split: 
 
     mod = import_source(src, "numba", "fusegen_k", setup)
     return GroupKernel(src, mod.__file__, mod.kernel, tuple(gs.attrs), tuple(gs.params), tuple(gs.gnodes),
-                       tuple(gs.gterms), tuple(gs.gchecks))
+                       tuple(gs.g.terms), tuple(gs.gchecks))
