@@ -182,3 +182,20 @@ def test_emit_refuses():
     for abi, device in (("mindspore-aot", "cpu"), ("mindspore-aot", "cuda"), ("xla-ffi", "cpu"), ("xla-ffi", "cuda")):
         with pytest.raises(fg.FusegenError, match=r"node %\d+ = take .*cannot be emitted as C\+\+/CUDA/XLA yet"):
             fg.emit(takes, abi=abi, device=device, dtypes=[("float32", "int64")])
+
+
+def test_numba_cuda_ptx_assembles(tmp_path):
+    import subprocess
+    from test_cuda_codegen import _nvrtc_ok, needs_ptx
+    if needs_ptx.args[0]:
+        pytest.skip(needs_ptx.kwargs["reason"])
+    _nvrtc_ok()
+    from fusegen.lower_cuda import compile_ptx
+    ptxs = compile_ptx(takes, ["float32", "int32"], [(64, 50), (30,)])
+    assert any("atom.global" in p for _, p in ptxs)   # a bad index is recorded with atomics
+    for name, ptx in ptxs:
+        path = tmp_path / f"{name}.ptx"
+        path.write_text(ptx)
+        proc = subprocess.run(["ptxas", "-arch=sm_90", str(path), "-o", str(tmp_path / f"{name}.cubin")],
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
