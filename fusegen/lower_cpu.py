@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from . import vmath
 from .ir import Node, Op, Spec, nodes_of
 from .lower.gathers import GatherSlots
-from .lower.pysource import INNER_HELPER, NAN_HELPERS, combine, general_maps, import_source, layout_tail, operand_name
+from .lower.pysource import INNER_HELPER, NAN_HELPERS, combine, general_maps, group_params, import_source, layout_tail, operand_name
 from .plan import GroupRun, Plan
 from .plan.paths import is_param, path_steps
 from .plan.exprs import PYTHON, ExprWriter, reduce_identity, reg_dtype
@@ -104,7 +104,7 @@ class GroupSource:
         self.general = general_maps(self._stages(), inners)
         self.lines: list[str] = []
         self.attrs: list[str] = sorted({n.arg for st in self._stages() for n in _nodes_of(st) if n.op is Op.ATTR})
-        self.params = [n for st in self._stages() for n in st.params]
+        self.params = group_params(self._stages())
         self.g = GatherSlots(self._stages(), run)
         self.gnodes, self.gchecks, self.gathered_ops = self.g.nodes, self.g.checks, self.g.operands
 

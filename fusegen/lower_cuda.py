@@ -29,7 +29,7 @@ import numpy as np
 from .dtypes import DType
 from .ir import Spec
 from .lower.cuda_source import HEADER, CudaGroupSource, Launch  # noqa: F401  (HEADER, Launch: part of the face)
-from .lower.pysource import INNER_HELPER, NAN_HELPERS, import_source, layout_tail
+from .lower.pysource import INNER_HELPER, NAN_HELPERS, group_params, import_source, layout_tail
 from .plan import GroupRun, Plan, build_plan, schedule
 from .plan.exprs import reg_dtype
 from .version import __version__
@@ -191,8 +191,7 @@ def kernel_signature(spec: Spec, plan: Plan, run: GroupRun, gs_attrs: tuple, n_p
     scalar = {"bool": types.boolean, "int": types.int64, "float": types.float64}
     for a in gs_attrs:
         args.append(scalar[plan.opdef.attrs[a].type.value])
-    for st in (plan.stages[i] for i in run.stages):
-        args += [types.int64 for _ in st.params]   # dims (static scalars) come as int64
+    args += [types.int64 for _ in group_params([plan.stages[i] for i in run.stages])]   # dims come as int64
     if gathers is not None and gathers.nodes:     # issue #17: error block, extents, strides
         args += [types.Array(types.int64, 1, "C")] if gathers.checks else []
         args += [types.int64] * (len(gathers.nodes) + len(gathers.terms))

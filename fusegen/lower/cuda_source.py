@@ -14,7 +14,7 @@ from ..plan import GroupRun, Plan
 from ..plan.paths import is_param, path_steps
 from ..plan.exprs import CUDA_PY, ExprWriter, reduce_identity, reg_dtype
 from .gathers import GatherSlots
-from .pysource import combine, general_maps, operand_name
+from .pysource import combine, general_maps, group_params, operand_name
 
 # meta: nO, nRO, RI, I, O_total, RO_total, count, nsplit, chunk; then extents, then strides
 HEADER = 9
@@ -60,7 +60,7 @@ class CudaGroupSource:
                 if a.node.op is Op.REDUCE:
                     self.store_slots.setdefault(id(a.node), []).append(run.operand_of[(a.slot, a.steps)])
         self.attrs = sorted({n.arg for st in self.stages for n in _nodes_of(st) if n.op is Op.ATTR})
-        self.dim_params = [n for st in self.stages for n in st.params]
+        self.dim_params = group_params(self.stages)
         self.reductions = [r for st in self.stages for r in st.reductions]
         self.split = launch.nsplit > 1
         self.lines: list[str] = []

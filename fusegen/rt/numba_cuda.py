@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..lower.pysource import group_params
 from ..lower_cuda import choose_launch, load_group, meta_array, simulator
 from ..native.device import deliver, device_outputs, flat, is_device_array, resolve_stream
 from ..plan import schedule
@@ -85,7 +86,7 @@ class NumbaCudaExecutor(Executor):
                         for r in stage0.reductions] if launch.nsplit > 1 else []
             cgrid = min(max(-(-outputs // launch.block), 1), max_blocks)
             arrays = tuple(k[:2] for k in run.operands if k[0] != "iota")
-            dims = tuple(spec.of(n).value for i in run.stages for n in plan.stages[i].params)
+            dims = tuple(spec.of(n).value for n in group_params([plan.stages[i] for i in run.stages]))
             groups.append(CudaGroup(gk.kernel, gk.combine, meta, cuda.to_device(meta), arrays,
                                     gk.attrs, grid, launch.block, cgrid, partials, gk.source, skip=outputs == 0,
                                     dims=dims, **_gather_fields(plan, spec, gk.gathers)))
