@@ -84,3 +84,57 @@ def advanced_index(x: Tensor, items: tuple) -> Tensor:
     else:
         axis = sum(1 for it in items[:k])
     return take(basic, items[k], axis=axis)
+
+
+# --- the adjoint (fg.grad) -----------------------------------------------------------------------
+def _normalized(idx: Tensor, n, mode: str) -> Tensor:
+    """The index each element really read (as the kernel computes it; a bad one never got here)."""
+    from .trace import where
+    from .vocab import maximum, minimum
+    if mode == "wrap":
+        return idx % n
+    if mode == "clip":
+        return minimum(maximum(idx, 0), n - 1)
+    return where(idx < 0, idx + n, idx)
+
+
+def gather_adjoint(node, g: Tensor) -> Tensor:
+    """The adjoint of a gather with respect to its source: a scatter-add, computed
+    *owner-computes*: each element of ``dx`` sums the cotangents of the result elements whose
+    index selects it (``sum(where(index == c, g, 0))`` over the gathered positions). Repeated
+    indices accumulate; no two threads write one element, so it is correct in parallel and on
+    CUDA without atomics. It reads every index once per element of the gathered axis: O(extent x
+    indices) per row, fine for ``take_along_axis`` with few indices per row (cross-entropy's one
+    label: an elementwise one-hot), slow for big embedding tables."""
+    from .layout import dim, expand_dims, moveaxis
+    from .trace import reduce, sum_to, where
+    x, idx = Tensor(node.srcs[0]), Tensor(node.srcs[1])
+    axis, kind = node.arg.axis, node.arg.kind
+    n = dim(x, axis)
+    c = iota_like(n)
+    if kind == "along":
+        gi = expand_dims(moveaxis(g, axis, -1), axis=-2)                                 # (..., 1, K)
+        ii = expand_dims(moveaxis(_normalized(idx, n, node.arg.mode), axis, -1), axis=-2)
+        hit = ii == c[:, None]                                                            # (..., C, K)
+        return sum_to(moveaxis(reduce("sum", where(hit, gi, 0), -1, False), -1, axis), x)  # x may broadcast
+    from .trace import NeedsRank
+    try:
+        r = idx.ndim                      # the indices' rank
+    except NeedsRank:
+        raise TraceError(f"{op_prefix()}fg.grad of take / x[idx] needs the indices' rank, which fg.grad's "
+                         f"generic trace does not know (not supported yet, issue #17): use take_along_axis "
+                         f"[at {node.loc}]") from None
+    a = axis % x.ndim
+    gm = moveaxis(g, tuple(range(a, a + r)), tuple(range(-r, 0))) if r else g           # pre+post+idx dims
+    gm = expand_dims(gm, axis=-(r + 1))                                                   # ... 1, idx dims
+    cc = c
+    for _ in range(r):
+        cc = cc[:, None]                                                                  # (C, 1, ..., 1)
+    hit = _normalized(idx, n, node.arg.mode) == cc
+    total = reduce("sum", where(hit, gm, 0), tuple(range(-r, 0)), False) if r else where(hit, gm, 0)
+    return sum_to(moveaxis(total, -1, a), x)
+
+
+def iota_like(n) -> Tensor:
+    from .layout import iota
+    return iota(n)

@@ -116,7 +116,11 @@ def _reverse(op: OpDef, fwd_in: list[Tensor], outs: list[Tensor], cots: list[Ten
         g, spans = acc.total(n)
         if n.op is Op.REDUCE:   # the adjoint goes back to the source's shape, not the result's
             spans = ()
+        if n.op is Op.GATHER:   # the scatter-add is summed to the source's shape (issue #17)
+            spans = ()
         for src, contribution, extra in _rules(n, g):
+            if n.op is Op.GATHER:
+                acc.alias[id(contribution.node)] = acc.extent(src)
             if id(src) in live:
                 acc.add(src, contribution, spans + extra)
     grads = []
@@ -237,6 +241,9 @@ def _rules(n: Node, g: Tensor) -> list[tuple[Node, Tensor, tuple]]:
         return [(n.srcs[0], ga, ()), (n.srcs[1], gb, ())]
     if o is Op.WHERE:
         return [(n.srcs[1], where(T(n.srcs[0]), g, 0), ()), (n.srcs[2], where(T(n.srcs[0]), 0, g), ())]
+    if o is Op.GATHER:   # issue #17: a scatter-add, owner-computes (fusegen.graph.gathers)
+        from .gathers import gather_adjoint
+        return [(n.srcs[0], gather_adjoint(n, g), ())]
     raise TraceError(f"fg.grad: no derivative rule for {o.value}")  # pragma: no cover - table is complete
 
 
