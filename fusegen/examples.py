@@ -93,7 +93,7 @@ def cross_entropy(logits, labels):
 @op
 def accuracy(logits, labels):
     """Top-1 accuracy: the fraction of rows whose argmax is the label."""
-    return fg.mean(fg.where(argmax(logits, axis=-1) == labels, 1.0, 0.0))
+    return fg.mean(fg.cast(argmax(logits, axis=-1) == labels, "float32"))
 
 
 @op

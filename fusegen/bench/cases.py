@@ -234,7 +234,7 @@ class OpBench:
     name: str
     xp_ref: Callable                  # fn(xp, *arrays, **attrs): the obvious NumPy code
     njit: Callable                    # fn(arrays, attrs) -> (hand-written @njit function, its args)
-    inputs: tuple[tuple[str, Callable], ...]  # per input: ("x" = x's shape, "row" = x's last dim), values
+    inputs: tuple[tuple[str, Callable], ...]  # per input: ("x" = x's shape, "row" = x's last dim, other), values
     variants: tuple[dict, ...]        # attribute sets, each a case per shape
     reduced: Callable = field(default=lambda shape, attrs: 1)  # terms summed into each output value
 
@@ -245,7 +245,9 @@ class OpBench:
 
     def make_inputs(self, shape: tuple[int, ...], dtype: str, seed: int = 0) -> Arrays:
         rng = np.random.default_rng(seed)
-        return tuple(values(rng, shape if kind == "x" else shape[-1:], np.dtype(dtype))
+        # "x": x's shape, "row": its last dim; any other kind: the values get x's whole shape (and
+        # pick their own, e.g. int labels for the rows: fusegen.bench.cases_i17)
+        return tuple(values(rng, shape if kind not in ("row",) else shape[-1:], np.dtype(dtype))
                      for kind, values in self.inputs)
 
 
@@ -281,6 +283,12 @@ OPS: dict[str, OpBench] = {b.name: b for b in (
 )}
 
 
+# issue #17's rows (gathers, arg-reductions): fusegen.bench.cases_i17
+from .cases_i17 import I17_OPS  # noqa: E402
+
+OPS.update(I17_OPS)
+
+
 # --- correctness ----------------------------------------------------------------------------------
 def as_outputs(result: Any) -> tuple[np.ndarray, ...]:
     """Any method's result (an array, a tuple, JAX or torch arrays) as a tuple of NumPy arrays."""
@@ -291,7 +299,7 @@ def as_outputs(result: Any) -> tuple[np.ndarray, ...]:
 def reference(spec: OpBench, arrays: Arrays, attrs: dict) -> tuple[np.ndarray, ...]:
     """NumPy's result on float64 copies of the inputs, rounded to the input dtype: the correctly
     rounded answer every method (NumPy's own float32 code included) is compared with."""
-    wide = [a.astype(np.float64) for a in arrays]
+    wide = [a.astype(np.float64) if a.dtype.kind == "f" else a for a in arrays]   # int indices stay
     with np.errstate(all="ignore"):
         outs = as_outputs(spec.xp_ref(np, *wide, **attrs))
     return tuple(o.astype(arrays[0].dtype) for o in outs)
