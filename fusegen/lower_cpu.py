@@ -75,8 +75,6 @@ class _Op:
         return self.kind != "iota"
 
 
-
-
 class GroupSource:
     """Builds the source of one group function."""
 
@@ -106,7 +104,6 @@ class GroupSource:
         self.attrs: list[str] = sorted({n.arg for st in self._stages() for n in _nodes_of(st) if n.op is Op.ATTR})
         self.params = group_params(self._stages())
         self.g = GatherSlots(self._stages(), run)
-        self.gnodes, self.gchecks, self.gathered_ops = self.g.nodes, self.g.checks, self.g.operands
 
     def _stages(self):
         return [self.plan.stages[i] for i in self.run.stages]
@@ -133,8 +130,7 @@ class GroupSource:
         w("    ntiles = meta[4]; TILE = meta[5]; ROT = meta[7]; count = meta[8]")
         w(f"    nsplit = meta[9]; chunk = meta[10]; W = nO + nRO + 2; SB = {HEADER} + nO + nRO")
         w("    ntasks = meta[6] * ntiles * nsplit")
-        if self.gchecks:   # per task: how many indices were out of range, and one of them
-            w(f"    gerr = np.zeros((ntasks, {2 * len(self.gchecks)}), dtype=np.int64)")
+        self.lines += self.g.cpu_lines("alloc")
         for o in self.ops.values():
             if o.ri == "n":
                 w(f"    {o.name}_sri = meta[SB + {o.k} * W + nO + nRO]")
@@ -158,24 +154,13 @@ class GroupSource:
             else:
                 w(f"        b_{o.name} = i0 * meta[SB + {o.k} * W + nO + nRO + 1]")
         self._unravel("        ", "o", "nO", "", "b", self.ops.values())
-        for k in range(len(self.gchecks)):
-            w(f"        gb{k} = 0")
-            w(f"        gv{k} = 0")
+        self.lines += self.g.cpu_lines("task start")
         for st in self._stages():
             self._stage(st)
-        for k in range(len(self.gchecks)):
-            w(f"        gerr[t, {2 * k}] = gb{k}")
-            w(f"        gerr[t, {2 * k + 1}] = gv{k}")
+        self.lines += self.g.cpu_lines("task end")
         if self.split:
             self._combine_partials(self._stages()[0])
-        if self.gchecks:   # (which checked gather + 1, the bad index), or (0, 0)
-            w("    for t in range(ntasks):")
-            for k in range(len(self.gchecks)):
-                w(f"        if gerr[t, {2 * k}] != 0:")
-                w(f"            return ({k + 1}, gerr[t, {2 * k + 1}])")
-            w("    return (0, 0)")
-        else:
-            w("    return 0")
+        self.lines += self.g.cpu_lines("return") if self.g.checks else ["    return 0"]
         return "\n".join(self.lines) + "\n"
 
     # --- one stage ----------------------------------------------------------------------------
@@ -215,12 +200,12 @@ class GroupSource:
             for o in moving:
                 at = f"c_{o.name} + {_idx(o.ri, 'r_lo', o.name + '_sri')}"
                 w(f"{p2}{_view(o, o.ri, at, o.name + '_sri')}" if o.kind == "array" else f"{p2}q_{o.name} = {at}")
-                if o.key in self.gathered_ops:
+                if o.key in self.g.operands:
                     w(f"{p2}ga_{o.name} = {at}")
             w(f"{p2}for ri in range(r_hi - r_lo):")
             p3 = p2 + "    "
             ew = ExprWriter(self.spec, PYTHON, lambda n, ctx: self._load(n, ctx, "row"), prefix=f"s{st.index}_",
-                            variant=self.run.variant, gather=self._gather_index)
+                            variant=self.run.variant, gather=self.g.cpu_index)
             self._ew = ew
             vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
             outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.writes]
@@ -237,7 +222,7 @@ class GroupSource:
                 self._finalize_row(st, accs, pad)
         else:
             r_start = "r_lo"
-            if accs and not st.writes and all(o.i == 1 and o.kind == "array" for o in moving) and not self.gnodes:
+            if accs and not st.writes and all(o.i == 1 and o.kind == "array" for o in moving) and not self.g.nodes:
                 self._fold4(st, accs, moving, p2)
                 r_start = "ri"
             w(f"{p2}for ri in range({r_start}, r_hi):")
@@ -245,12 +230,12 @@ class GroupSource:
             for o in moving:
                 at = f"c_{o.name} + {_idx(o.ri, 'ri', o.name + '_sri')}"
                 w(f"{p3}{_view(o, o.i, at, o.name + '_si')}" if o.kind == "array" else f"{p3}q_{o.name} = {at}")
-                if o.key in self.gathered_ops:
+                if o.key in self.g.operands:
                     w(f"{p3}ga_{o.name} = {at}")
             w(f"{p3}for i in range(n):")
             p4 = p3 + "    "
             ew = ExprWriter(self.spec, PYTHON, lambda n, ctx: self._load(n, ctx, "col"), prefix=f"s{st.index}_",
-                            variant=self.run.variant, gather=self._gather_index)
+                            variant=self.run.variant, gather=self.g.cpu_index)
             self._ew = ew
             vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
             outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.writes]
@@ -413,9 +398,7 @@ class GroupSource:
         terms = self.g.address_terms(n, ctx, self._ew)
         if terms:
             if o.kind != "array":
-                from .errors import FusegenError
-                raise FusegenError(f"op {self.plan.opdef.name}: a gather from an iota or a modular view is not "
-                                   "supported yet (issue #17)")
+                self.g.refuse(self.plan.opdef.name)
             step = {0: "", 1: f" + {var}"}.get(cls, f" + {var} * {o.name}_s{var}")
             return f"{o.name}_[ga_{o.name}{step}{terms}]"
         if o.kind == "array":
@@ -429,11 +412,6 @@ class GroupSource:
 
     def _attr(self, n: Node) -> str:
         return f"a_{n.arg}"
-
-    # --- gathers (issue #17): fusegen.lower.gathers; bad indices counted per task -------------
-    def _gather_index(self, node: Node, ctx: tuple, raw: str, ew: ExprWriter) -> str:
-        return self.g.index_lines(node, raw, ew, lambda c, bad, r: [
-            (f"gb{c}", f"gb{c} + {bad}"), (f"gv{c}", f"{r} if {bad} else gv{c}")])
 
     def _store_result(self, r: Node, dst: _Op, v: str) -> str:
         if dst.key[0] == "buf":
@@ -489,9 +467,7 @@ class GroupKernel:
     func: object           # the numba dispatcher
     attrs: tuple           # attribute names, in the order the function takes them
     params: tuple = ()     # static scalars (dims) the function takes after the attributes
-    gathers: tuple = ()    # gather nodes: the function takes each one's axis extent, then
-    gterms: tuple = ()     # (access, step index): the stride of each gathered axis
-    checks: tuple = ()     # raise-mode gathers: the function returns (which + 1, bad index)
+    gathers: object = None  # fusegen.lower.gathers.GatherSlots: what the function's gathers take
 
 
 def compile_group(plan: Plan, spec: Spec, run: GroupRun, parallel: bool, split: bool = False) -> GroupKernel:
@@ -518,5 +494,4 @@ def compile_group(plan: Plan, spec: Spec, run: GroupRun, parallel: bool, split: 
         mod.kernel = numba.njit(**jit)(mod.kernel)
 
     mod = import_source(src, "numba", "fusegen_k", setup)
-    return GroupKernel(src, mod.__file__, mod.kernel, tuple(gs.attrs), tuple(gs.params), tuple(gs.gnodes),
-                       tuple(gs.g.terms), tuple(gs.gchecks))
+    return GroupKernel(src, mod.__file__, mod.kernel, tuple(gs.attrs), tuple(gs.params), gs.g)

@@ -284,9 +284,9 @@ OPS: dict[str, OpBench] = {b.name: b for b in (
 
 
 # issue #17's rows (gathers, arg-reductions): fusegen.bench.cases_i17
-from .cases_i17 import I17_OPS  # noqa: E402
+from .cases_i17 import I17_ROWS  # noqa: E402
 
-OPS.update(I17_OPS)
+OPS.update({row["name"]: OpBench(**row) for row in I17_ROWS})
 
 
 # --- correctness ----------------------------------------------------------------------------------

@@ -10,7 +10,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .cases import _JIT, _F0, _ONE, OpBench, _axis_len, _uniform
+# as fusegen.bench.cases's hand-written versions: fused, prange over rows, float32 constants
+_JIT = dict(parallel=True, fastmath=True, cache=True)
+_F0, _ONE = np.float32(0.0), np.float32(1.0)
 
 
 def xp_cross_entropy(xp, z, y):
@@ -93,12 +95,20 @@ def _ids(rng, shape, dtype):
     return rng.integers(0, shape[0], shape[:1], dtype=np.int64)
 
 
-I17_OPS = {b.name: b for b in (
-    OpBench("cross_entropy", xp_cross_entropy, lambda a, at: (_f32(nb_cross_entropy), a),
-            (("x", _uniform(-8.0, 8.0)), ("labels", _labels)), ({},), reduced=lambda shape, at: shape[0] * shape[1]),
-    OpBench("accuracy", xp_accuracy, lambda a, at: (_f32(nb_accuracy), a),
-            (("x", _uniform(-8.0, 8.0)), ("labels", _labels)), ({},), reduced=lambda shape, at: shape[0]),
-    OpBench("embedding_layer_norm", xp_embedding_layer_norm, lambda a, at: (nb_embedding_layer_norm, (*a, at["eps"])),
-            (("x", _uniform(0.0, 1.0)), ("ids", _ids), ("row", _uniform(0.5, 1.5)), ("row", _uniform(-0.5, 0.5))),
-            ({"eps": 1e-5},), reduced=_axis_len),
-)}
+def _uniform(lo: float, hi: float):
+    return lambda rng, shape, dtype: (lo + (hi - lo) * rng.random(shape, dtype=np.float32)).astype(dtype)
+
+
+#: ``fusegen.bench.cases.OpBench`` fields per row (cases.py makes the rows: no import back).
+I17_ROWS = (
+    dict(name="cross_entropy", xp_ref=xp_cross_entropy, njit=lambda a, at: (_f32(nb_cross_entropy), a),
+         inputs=(("x", _uniform(-8.0, 8.0)), ("labels", _labels)), variants=({},),
+         reduced=lambda shape, at: shape[0] * shape[1]),
+    dict(name="accuracy", xp_ref=xp_accuracy, njit=lambda a, at: (_f32(nb_accuracy), a),
+         inputs=(("x", _uniform(-8.0, 8.0)), ("labels", _labels)), variants=({},),
+         reduced=lambda shape, at: shape[0]),
+    dict(name="embedding_layer_norm", xp_ref=xp_embedding_layer_norm,
+         njit=lambda a, at: (nb_embedding_layer_norm, (*a, at["eps"])),
+         inputs=(("x", _uniform(0.0, 1.0)), ("ids", _ids), ("row", _uniform(0.5, 1.5)), ("row", _uniform(-0.5, 0.5))),
+         variants=({"eps": 1e-5},), reduced=lambda shape, at: shape[-1]),
+)

@@ -12,7 +12,8 @@ read in the gather's context. Indices of any integer dtype; negative ones count 
 from __future__ import annotations
 
 from ..errors import TraceError
-from .nodes import GatherArg, Op
+from .layout import as_tensor, dim, expand_dims, gather, iota, is_int, moveaxis, reshape
+from .nodes import GatherArg, Op  # noqa: F401
 from .trace import Tensor, make, op_prefix, user_loc
 
 MODES = ("raise", "wrap", "clip")
@@ -23,7 +24,6 @@ def _where() -> str:
 
 
 def _indices(indices, fn: str) -> Tensor:
-    from .layout import is_int
     if isinstance(indices, Tensor):
         return indices
     if is_int(indices):
@@ -33,7 +33,6 @@ def _indices(indices, fn: str) -> Tensor:
 
 
 def _check(x, fn: str, axis, mode: str) -> Tensor:
-    from .layout import as_tensor, is_int
     x = as_tensor(x, fn)
     if not is_int(axis):
         raise TraceError(f"{op_prefix()}{fn}: axis must be an int, got {axis!r}{_where()}")
@@ -47,11 +46,10 @@ def take(x, indices, /, *, axis=None, mode: str = "raise") -> Tensor:
     """The array API's ``take`` with NumPy's N-d indices: ``out[a, j..., b] = x[a, indices[j...], b]``
     (the indices' dims replace ``axis``). ``axis=None`` takes from the flattened ``x`` (NumPy)."""
     if axis is None:
-        from .layout import as_tensor, reshape
         x, axis = reshape(as_tensor(x, "take"), (-1,)), 0
     x = _check(x, "take", axis, mode)
     idx = _indices(indices, "take")
-    return Tensor(make(Op.GATHER, (x.node, idx.node), GatherArg("take", int(axis), mode)))
+    return gather(x, idx, GatherArg("take", int(axis), mode))
 
 
 def take_along_axis(x, indices, /, *, axis: int = -1, mode: str = "raise") -> Tensor:
@@ -60,41 +58,17 @@ def take_along_axis(x, indices, /, *, axis: int = -1, mode: str = "raise") -> Te
     x = _check(x, "take_along_axis", axis, mode)
     if not isinstance(indices, Tensor):
         raise TraceError(f"{op_prefix()}take_along_axis: indices must be a traced integer tensor{_where()}")
-    return Tensor(make(Op.GATHER, (x.node, indices.node), GatherArg("along", int(axis), "raise" if mode is None
-                                                                    else mode)))
-
-
-def advanced_index(x: Tensor, items: tuple) -> Tensor:
-    """``x[items]`` where one item is an integer tensor and the others are slices, ``None`` and
-    ``...``: the basic part as a view, then a take along the advanced item's axis (NumPy's result
-    shape for a single advanced index)."""
-    from .layout import index
-    arrays = [k for k, it in enumerate(items) if isinstance(it, Tensor)]
-    if len(arrays) != 1:
-        raise TraceError(f"{op_prefix()}indexing with {len(arrays)} integer arrays is not supported: use one "
-                         f"(with slices, None and ...) or fg.take / fg.take_along_axis{_where()}")
-    k = arrays[0]
-    others = items[:k] + items[k + 1:]
-    if any(not (it is None or it is Ellipsis or isinstance(it, slice)) for it in others):
-        raise TraceError(f"{op_prefix()}an integer array index can only be combined with slices, None and ...; "
-                         f"index the other dims first{_where()}")
-    basic = index(x, items[:k] + (slice(None),) + items[k + 1:])
-    if any(it is Ellipsis for it in items[:k]):   # the axis counts from the end
-        axis = -1 - sum(1 for it in items[k + 1:] if it is not Ellipsis)
-    else:
-        axis = sum(1 for it in items[:k])
-    return take(basic, items[k], axis=axis)
+    return gather(x, indices, GatherArg("along", int(axis), mode))
 
 
 # --- the adjoint (fg.grad) -----------------------------------------------------------------------
 def _normalized(idx: Tensor, n, mode: str) -> Tensor:
     """The index each element really read (as the kernel computes it; a bad one never got here)."""
-    from .trace import where
-    from .vocab import maximum, minimum
+    from .trace import binary, where
     if mode == "wrap":
         return idx % n
     if mode == "clip":
-        return minimum(maximum(idx, 0), n - 1)
+        return binary(Op.MIN, binary(Op.MAX, idx, 0), n - 1)
     return where(idx < 0, idx + n, idx)
 
 
@@ -106,12 +80,11 @@ def gather_adjoint(node, g: Tensor) -> Tensor:
     CUDA without atomics. It reads every index once per element of the gathered axis: O(extent x
     indices) per row, fine for ``take_along_axis`` with few indices per row (cross-entropy's one
     label: an elementwise one-hot), slow for big embedding tables."""
-    from .layout import dim, expand_dims, moveaxis
     from .trace import reduce, sum_to, where
     x, idx = Tensor(node.srcs[0]), Tensor(node.srcs[1])
     axis, kind = node.arg.axis, node.arg.kind
     n = dim(x, axis)
-    c = iota_like(n)
+    c = iota(n)
     if kind == "along":
         gi = expand_dims(moveaxis(g, axis, -1), axis=-2)                                 # (..., 1, K)
         ii = expand_dims(moveaxis(_normalized(idx, n, node.arg.mode), axis, -1), axis=-2)
@@ -133,8 +106,3 @@ def gather_adjoint(node, g: Tensor) -> Tensor:
     hit = _normalized(idx, n, node.arg.mode) == cc
     total = reduce("sum", where(hit, gm, 0), tuple(range(-r, 0)), False) if r else where(hit, gm, 0)
     return sum_to(moveaxis(total, -1, a), x)
-
-
-def iota_like(n) -> Tensor:
-    from .layout import iota
-    return iota(n)

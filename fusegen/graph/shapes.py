@@ -348,8 +348,12 @@ def _gather(n: Node, srcs, fail) -> NodeInfo:
             fail(f"{name}: indices must have the rank of x ({len(x.shape)}), got rank {len(idx.shape)}")
         a = _axis(n.arg.axis, len(x.shape), fail)
         xs = tuple(1 if k == a else d for k, d in enumerate(x.shape))
-        from .rules import broadcast_shapes
-        shape = broadcast_shapes([xs, idx.shape], fail)
+        shape = []
+        for k, (p, q) in enumerate(zip(xs, idx.shape)):
+            if p not in (1, UNKNOWN_DIM) and q not in (1, UNKNOWN_DIM) and p != q:
+                fail(f"{name}: cannot broadcast x {x.shape} and indices {idx.shape} at axis {k}")
+            shape.append(q if p == 1 else (p if q in (1, UNKNOWN_DIM) else q))
+        shape = tuple(shape)
     if x.shape[a] == 0 and UNKNOWN_DIM not in shape and math.prod(shape) > 0:
         fail(f"{name}: cannot take from axis {a} of size 0", exc=BoundsError)
     return NodeInfo(x.dtype, shape, params=(a, x.shape[a]))

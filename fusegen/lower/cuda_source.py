@@ -161,9 +161,7 @@ class CudaGroupSource:
         key = self.run.operand_of[(self.slot_of[id(n)], path_steps(ctx, n))]
         name, k = self.ops[key]
         if self.kind[key] != "array" and self.g.nodes and self.g.address_terms(n, ctx, self._ew):
-            from ..errors import FusegenError
-            raise FusegenError(f"op {self.plan.opdef.name}: a gather from an iota or a modular view is not "
-                               "supported yet (issue #17)")
+            self.g.refuse(self.plan.opdef.name)
         if self.kind[key] == "iota":
             return f"c_{name}"
         d = dt.materialize(self.spec.of(n).dtype) if n.op is Op.INPUT else None

@@ -64,3 +64,31 @@ class GatherSlots:
                 pos = next(p for p, (g, i) in enumerate(ctx) if g is step.node and i == 0)
                 out += f" + {ew.gathered[(id(step.node), ctx[:pos])]} * gs{self.term_of[(n, steps[:k + 1])]}"
         return out
+
+    @staticmethod
+    def refuse(op_name: str):
+        from ..errors import FusegenError
+        raise FusegenError(f"op {op_name}: a gather from an iota or a modular view is not supported yet (issue #17)")
+
+    # --- Numba CPU: per task, a count of bad indices and one of them per checked gather; the
+    # function returns (which checked gather + 1, the bad index), or (0, 0)
+    @staticmethod
+    def cpu_flag(c: int, bad: str, raw: str) -> list[tuple[str, str]]:
+        return [(f"gb{c}", f"gb{c} + {bad}"), (f"gv{c}", f"{raw} if {bad} else gv{c}")]
+
+    def cpu_index(self, node: Node, ctx: tuple, raw: str, ew) -> str:
+        """The CPU's ExprWriter gather hook."""
+        return self.index_lines(node, raw, ew, self.cpu_flag)
+
+    def cpu_lines(self, where: str) -> list[str]:
+        k = range(len(self.checks))
+        if not self.checks:
+            return []
+        if where == "alloc":
+            return [f"    gerr = np.zeros((ntasks, {2 * len(self.checks)}), dtype=np.int64)"]
+        if where == "task start":
+            return [line for c in k for line in (f"        gb{c} = 0", f"        gv{c} = 0")]
+        if where == "task end":
+            return [line for c in k for line in (f"        gerr[t, {2 * c}] = gb{c}", f"        gerr[t, {2 * c + 1}] = gv{c}")]
+        return ["    for t in range(ntasks):"] + [line for c in k for line in (
+            f"        if gerr[t, {2 * c}] != 0:", f"            return ({c + 1}, gerr[t, {2 * c + 1}])")] + ["    return (0, 0)"]

@@ -63,7 +63,7 @@ class NumbaCpuExecutor(Executor):
             gk = compile_group(plan, spec, run, parallel, nsplit > 1)
             groups.append(Group(gk.func, meta, tuple(k[:2] for k in run.operands if k[0] != "iota"), gk.attrs,
                                 gk.source, tuple(spec.of(n).value for n in gk.params) + gather_args(gk, spec),
-                                gather_error(plan.opdef, spec, gk.checks)))
+                                gather_error(plan.opdef, spec, tuple(gk.gathers.checks))))
         ws = [(spec.of(b).shape, reg_dtype(spec.of(b).acc).np) for b in plan.buffers]
         call = NumbaCpuCall(spec.out_shapes, tuple(d.np for d in spec.out_dtypes), bound,
                             reg_out_dtypes=tuple(reg_dtype(d).np for d in spec.out_dtypes),
@@ -141,8 +141,8 @@ def gather_args(gk, spec) -> tuple:
     """The values a group function with gathers takes after its params: each gather's axis extent,
     then each gathered read's axis stride."""
     from ..plan.layout import gather_stride
-    return tuple(int(spec.of(n).params[1]) for n in gk.gathers) + \
-        tuple(int(gather_stride(a, k, spec, None, ())) for a, k in gk.gterms)
+    return tuple(int(spec.of(n).params[1]) for n in gk.gathers.nodes) + \
+        tuple(int(gather_stride(a, k, spec, None, ())) for a, k in gk.gathers.terms)
 
 
 def gather_error(opdef, spec, checks):
