@@ -110,7 +110,7 @@ def _plain(n: Node) -> bool:
         if id(m) in seen or m.op is Op.REDUCE:
             continue
         seen.add(id(m))
-        if m.op in VIEWS or m.op in PIECEWISE or m.op is Op.IOTA:
+        if m.op in VIEWS or m.op in PIECEWISE or m.op in (Op.IOTA, Op.GATHER):
             return False
         stack.extend(m.srcs)
     return True
