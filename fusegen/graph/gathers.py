@@ -90,13 +90,7 @@ def gather_adjoint(node, g: Tensor) -> Tensor:
         ii = expand_dims(moveaxis(_normalized(idx, n, node.arg.mode), axis, -1), axis=-2)
         hit = ii == c[:, None]                                                            # (..., C, K)
         return sum_to(moveaxis(reduce("sum", where(hit, gi, 0), -1, False), -1, axis), x)  # x may broadcast
-    from .trace import NeedsRank
-    try:
-        r = idx.ndim                      # the indices' rank
-    except NeedsRank:
-        raise TraceError(f"{op_prefix()}fg.grad of take / x[idx] needs the indices' rank, which fg.grad's "
-                         f"generic trace does not know (not supported yet, issue #17): use take_along_axis "
-                         f"[at {node.loc}]") from None
+    r = idx.ndim                          # the indices' rank: the backward op specializes on it
     a = axis % x.ndim
     gm = moveaxis(g, tuple(range(a, a + r)), tuple(range(-r, 0))) if r else g           # pre+post+idx dims
     gm = expand_dims(gm, axis=-(r + 1))                                                   # ... 1, idx dims
