@@ -47,10 +47,9 @@ def tiny_run(tmp_path_factory):
 
 # --- the cases --------------------------------------------------------------------------------------
 def test_every_reference_op_has_a_case():
-    from fusegen.examples import REFERENCE_OPS
-    from fusegen.examples import GATHER_OPS
+    from fusegen.examples import GATHER_OPS, LAYOUT_OPS, REFERENCE_OPS
     rows = [op.name for op in GATHER_OPS if op.name not in ("cumsum_last", "cumsum_first")]  # scans: O(n^2) yet
-    assert list(bench_cases.OPS) == [op.name for op in REFERENCE_OPS] + rows
+    assert list(bench_cases.OPS) == [op.name for op in REFERENCE_OPS + LAYOUT_OPS] + rows
     for spec in bench_cases.OPS.values():
         assert spec.op.name == spec.name and spec.variants
 
@@ -105,12 +104,17 @@ def test_tiny_run_writes_a_complete_json(tiny_run):
     assert len(small) == len(bench_cases.OPS) and all(c["calls_per_round"] > 1 for c in small)
 
 
+def _quick_shapes():
+    """(op, shape label) of every case a quick run makes: the rows with shapes of their own (the
+    layout ops') take their small ones."""
+    return {(c.spec.name, "(" + ",".join(map(str, c.shape)) + ")") for c in bench.BenchConfig.quick().cases()}
+
+
 def test_tiny_run_prints_tables_and_progress(tiny_run):
     _, out, err, _ = tiny_run
     assert re.search(r"^op\s+case\s+read GB/s\s+bound\s+fusegen numba\s+numpy\s+numba @njit", out, re.MULTILINE)
-    for op in bench_cases.OPS:
-        assert re.search(rf"^{op}\s+\(256,256\)", out, re.MULTILINE), op
-        assert re.search(rf"^{op}\s+\(4,5\)", out, re.MULTILINE), op
+    for op, shape in _quick_shapes():
+        assert re.search(rf"^{op}\s+{re.escape(shape)}", out, re.MULTILINE), (op, shape)
     assert "(256,256) axis 0" in out and "targets (" in out and "cases met" in out
     # --progress plain: one line per step, numbered, ending with the closing bandwidth probe
     steps = re.findall(r"^\[(\d+)/(\d+)\] (.*) \(\d+s\)$", err, re.MULTILINE)
@@ -127,8 +131,8 @@ def test_tiny_run_writes_markdown(tiny_run):
         assert heading in md
     assert "| op | case | read GB/s | bound | fusegen numba |" in md
     assert re.search(r"\| \*\*\d+\.\d\dx\*\* \|", md)  # the best method of a row in bold
-    for op in bench_cases.OPS:
-        assert f"| {op} | (256,256)" in md
+    for op, shape in _quick_shapes():
+        assert f"| {op} | {shape}" in md
     assert ("![" in md) is HAS_MPL
 
 

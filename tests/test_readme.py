@@ -21,3 +21,17 @@ def test_first_example_runs_as_written(tmp_path):
     quoted = re.search(r"```\n(op add_reduce_sum.*?\n})\n```", text, re.S).group(1)
     assert quoted in out
     assert (tmp_path / "add_reduce_sum_aot" / "add_reduce_sum.cc").exists()
+
+
+def test_layout_example_runs_as_written(tmp_path):
+    """The newcomer's layout example (RoPE and a causal mask) runs as written and is right."""
+    text = README.read_text()
+    section = text[text.index("## Layout ops and shapes"):]
+    example = re.findall(r"```python\n(.*?)```", section, re.S)[0]
+    example += ("\nh = 4\nwant = q * cos + np.concatenate([-q[:, h:], q[:, :h]], -1) * sin\n"
+                "assert np.allclose(r, want, atol=1e-6)\n"
+                "assert np.allclose(lower, np.tril(want[:, :4]), atol=1e-6)\nprint('checked')\n")
+    (tmp_path / "layout.py").write_text(example)
+    proc = subprocess.run([sys.executable, "layout.py"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().endswith("checked")

@@ -25,6 +25,8 @@ from typing import Any, Callable
 import numpy as np
 from numba import get_num_threads, njit, prange
 
+from . import layout_cases as lc
+
 Arrays = tuple  # of np.ndarray
 Thunk = Callable[[], Any]
 
@@ -87,7 +89,9 @@ def torch_namespace(torch: Any) -> Any:
         sum=lambda a, axis, keepdims=False: torch.sum(a, dim=axis, keepdim=keepdims),
         mean=lambda a, axis, keepdims=False: torch.mean(a, dim=axis, keepdim=keepdims),
         max=lambda a, axis, keepdims=False: torch.amax(a, dim=axis, keepdim=keepdims),
-        exp=torch.exp, abs=torch.abs, sqrt=torch.sqrt, tanh=torch.tanh, where=torch.where)
+        exp=torch.exp, abs=torch.abs, sqrt=torch.sqrt, tanh=torch.tanh, where=torch.where,
+        concat=lambda arrays, axis=0: torch.cat(arrays, dim=axis), arange=torch.arange,
+        permute_dims=lambda a, axes: a.permute(axes))
 
 
 # --- the hand-written Numba versions --------------------------------------------------------------
@@ -237,6 +241,10 @@ class OpBench:
     inputs: tuple[tuple[str, Callable], ...]  # per input: ("x" = x's shape, "row" = x's last dim, other), values
     variants: tuple[dict, ...]        # attribute sets, each a case per shape
     reduced: Callable = field(default=lambda shape, attrs: 1)  # terms summed into each output value
+    # An op with shapes of its own (the layout rows' 3-D and 4-D tensors): its large shapes, and
+    # the small ones quick runs and the per-call case use. Empty: the config's 2-D shapes.
+    shapes: tuple = ()
+    small_shapes: tuple = ()
 
     @property
     def op(self) -> Any:
@@ -245,9 +253,8 @@ class OpBench:
 
     def make_inputs(self, shape: tuple[int, ...], dtype: str, seed: int = 0) -> Arrays:
         rng = np.random.default_rng(seed)
-        # "x": x's shape, "row": its last dim; any other kind: the values get x's whole shape (and
-        # pick their own, e.g. int labels for the rows: fusegen.bench.cases_i17)
-        return tuple(values(rng, shape if kind not in ("row",) else shape[-1:], np.dtype(dtype))
+        return tuple(values(rng, shape if kind == "x" else shape[-1:] if kind == "row" else kind(shape),
+                            np.dtype(dtype))
                      for kind, values in self.inputs)
 
 
@@ -280,6 +287,25 @@ OPS: dict[str, OpBench] = {b.name: b for b in (
             (_X01, ("row", _uniform(0.5, 1.5))), ({"eps": 1e-6},), reduced=_axis_len),
     OpBench("bias_gelu", xp_bias_gelu, lambda a, at: (nb_bias_gelu, a),
             (("x", _uniform(-3.0, 3.0)), ("row", _uniform(-0.5, 0.5))), ({},)),
+    # --- layout ops (issue #16), with the issue's shapes ---
+    OpBench("transpose_add", lc.xp_transpose_add, lambda a, at: (lc.nb_transpose_add, a),
+            (("x", _uniform(-1.0, 1.0)), (lc.transposed, _uniform(-1.0, 1.0))), ({},),
+            shapes=((4096, 4096),), small_shapes=((256, 256), (4, 5))),
+    OpBench("rope", lc.xp_rope, lambda a, at: (lc.nb_rope, a),
+            (("x", _uniform(-1.0, 1.0)), (lc.last_two, _uniform(-1.0, 1.0)), (lc.last_two, _uniform(-1.0, 1.0))),
+            ({},), shapes=((8, 16, 1024, 128),), small_shapes=((2, 4, 32, 16), (1, 1, 2, 4))),
+    OpBench("heads_split", lc.xp_heads_split, lambda a, at: (lc.nb_heads_split, (*a, at["heads"], at["scale"])),
+            (("x", _uniform(-1.0, 1.0)),), ({"heads": 16, "scale": 0.125},),
+            shapes=((8, 1024, 2048),), small_shapes=((2, 32, 256), (1, 2, 16))),
+    OpBench("causal_softmax", lc.xp_causal_softmax, lambda a, at: (lc.nb_causal_softmax, a),
+            (("x", _uniform(-8.0, 8.0)),), ({},), reduced=lambda shape, at: shape[-1],
+            shapes=((8, 16, 512, 512),), small_shapes=((2, 2, 64, 64), (1, 1, 4, 4))),
+    OpBench("swiglu", lc.xp_swiglu, lambda a, at: (lc.nb_swiglu, a), (("x", _uniform(-3.0, 3.0)),), ({},),
+            shapes=((8192, 8192),), small_shapes=((256, 256), (4, 6))),
+    OpBench("group_norm", lc.xp_group_norm, lambda a, at: (lc.nb_group_norm, (*a, at["groups"], at["eps"])),
+            (_X01, (lc.channels, _uniform(0.5, 1.5)), (lc.channels, _uniform(-0.5, 0.5))),
+            ({"groups": 32, "eps": 1e-5},), reduced=lambda shape, at: math.prod(shape[1:]) // at["groups"],
+            shapes=((32, 256, 32, 32),), small_shapes=((2, 64, 8, 8), (1, 32, 1, 2))),
 )}
 
 

@@ -87,6 +87,11 @@ def _f32(fn):
     return lambda *a: np.float32(fn(*a))
 
 
+def _whole(shape):
+    """The input kind whose values get the case's whole shape (and pick their own)."""
+    return shape
+
+
 def _labels(rng, shape, dtype):
     return rng.integers(0, shape[-1], shape[:-1], dtype=np.int64)
 
@@ -102,13 +107,13 @@ def _uniform(lo: float, hi: float):
 #: ``fusegen.bench.cases.OpBench`` fields per row (cases.py makes the rows: no import back).
 I17_ROWS = (
     dict(name="cross_entropy", xp_ref=xp_cross_entropy, njit=lambda a, at: (_f32(nb_cross_entropy), a),
-         inputs=(("x", _uniform(-8.0, 8.0)), ("labels", _labels)), variants=({},),
+         inputs=(("x", _uniform(-8.0, 8.0)), (_whole, _labels)), variants=({},),
          reduced=lambda shape, at: shape[0] * shape[1]),
     dict(name="accuracy", xp_ref=xp_accuracy, njit=lambda a, at: (_f32(nb_accuracy), a),
-         inputs=(("x", _uniform(-8.0, 8.0)), ("labels", _labels)), variants=({},),
+         inputs=(("x", _uniform(-8.0, 8.0)), (_whole, _labels)), variants=({},),
          reduced=lambda shape, at: shape[0]),
     dict(name="embedding_layer_norm", xp_ref=xp_embedding_layer_norm,
          njit=lambda a, at: (nb_embedding_layer_norm, (*a, at["eps"])),
-         inputs=(("x", _uniform(0.0, 1.0)), ("ids", _ids), ("row", _uniform(0.5, 1.5)), ("row", _uniform(-0.5, 0.5))),
+         inputs=(("x", _uniform(0.0, 1.0)), (_whole, _ids), ("row", _uniform(0.5, 1.5)), ("row", _uniform(-0.5, 0.5))),
          variants=({"eps": 1e-5},), reduced=lambda shape, at: shape[-1]),
 )

@@ -314,11 +314,13 @@ class BenchConfig:
     torch_compile: bool = False  # on the GPU: torch.compile too (Inductor compiles take minutes)
     compile_times: bool = False
     fresh_pages: bool = False
+    quick: bool = False  # rows with shapes of their own take their small ones
 
     @classmethod
     def quick(cls, **kw: Any) -> BenchConfig:
         # Below FUSEGEN_PARALLEL_THRESHOLD: fusegen's serial kernels, quick to compile.
-        small = dict(shapes=((256, 256),), rounds=3, per_call_rounds=3, per_call_calls=50, bandwidth_reps=3)
+        small = dict(shapes=((256, 256),), rounds=3, per_call_rounds=3, per_call_calls=50, bandwidth_reps=3,
+                     quick=True)
         return cls(**{**small, **kw})
 
     def plan(self) -> tuple[list[Case], list[str], int]:
@@ -333,8 +335,10 @@ class BenchConfig:
         out = []
         for name in self.ops:
             spec = OPS[name]
-            out += [Case(spec, s, a) for s in self.shapes for a in spec.variants]
-            out.append(Case(spec, self.small_shape, spec.variants[-1], small=True))
+            shapes = self.shapes if not spec.shapes else spec.small_shapes[:1] if self.quick else spec.shapes
+            out += [Case(spec, s, a) for s in shapes for a in spec.variants]
+            small = spec.small_shapes[-1] if spec.shapes else self.small_shape
+            out.append(Case(spec, small, spec.variants[-1], small=True))
         return out
 
 

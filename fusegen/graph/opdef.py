@@ -233,6 +233,10 @@ class OpDef:
 
     # --- text form ----------------------------------------------------------------------------
     def text(self, locations: bool = True) -> str:
+        if self.graph is None:   # traced per rank or shape: say why, and show what was traced so far
+            head = (f"op {self.name}({', '.join(self.inputs)}): traced per input {self.specializes} "
+                    f"({self.why}); {len(self._children)} specialization(s) so far")
+            return "\n".join([head] + [c.text(locations) for c in self._children.values()])
         return op_text(self, locations)
 
     def __str__(self) -> str:
