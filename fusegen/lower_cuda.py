@@ -21,6 +21,7 @@ float16 is loaded and stored as half and computed in float32 (``exprs.reg_dtype`
 """
 from __future__ import annotations
 
+import importlib.metadata
 import math
 from dataclasses import dataclass
 
@@ -36,6 +37,20 @@ from .version import __version__
 
 #: Accumulator dtypes ``cuda.shfl_down_sync`` can move (32- and 64-bit ints and floats).
 SHUFFLE_DTYPES = {"float32", "float64", "int32", "int64", "uint32", "uint64"}
+
+
+def numba_cuda_missing() -> str | None:
+    """Why the numba-cuda backend cannot be used here (what to install), or None.
+
+    The ``numba-cuda`` distribution decides, not ``import numba.cuda``: Numba still ships its own
+    deprecated CUDA target under that name, which imports without numba-cuda and fails only
+    later (``CudaSupportError`` in ``compile_ptx``, no GPU found on a machine that has one)."""
+    try:
+        importlib.metadata.version("numba-cuda")
+    except importlib.metadata.PackageNotFoundError:
+        return ("the CUDA backend needs numba-cuda (Numba's own built-in numba.cuda is not enough): "
+                "pip install 'fusegen[cuda]'")
+    return None
 
 
 def simulator() -> bool:
@@ -202,8 +217,13 @@ def compile_ptx(op, dtypes, shapes, attrs: dict | None = None, cc=(9, 0), max_th
                 split: int | None = None) -> list[tuple[str, str]]:
     """PTX of every kernel ``op`` runs for these input dtypes/shapes: ``[(name, ptx), ...]``.
 
-    Works without a GPU (not under the simulator): ``numba.cuda.compile_ptx``.
+    Works without a GPU (not under the simulator): ``numba.cuda.compile_ptx``; a ``CompileError``
+    saying what to install without numba-cuda.
     """
+    missing = numba_cuda_missing()
+    if missing:
+        from .errors import CompileError
+        raise CompileError(f"op {op.name}: {missing}")
     from numba import cuda
     from .ir import infer
     plan = build_plan(op)

@@ -35,3 +35,21 @@ def test_layout_example_runs_as_written(tmp_path):
     proc = subprocess.run([sys.executable, "layout.py"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().endswith("checked")
+
+
+def test_ci_reads_the_quick_start_commands():
+    """.ci/run walks the newcomer's path with the commands of the README's Quick start block, read by
+    a Python snippet inside it: that snippet finds the install with only [test], the demo and the test
+    command in this README (it would fail CI's first step otherwise)."""
+    script = (README.parent / ".ci" / "run").read_text()
+    snippet = re.search(r"<<'EOF'\n(.*?)^EOF$", script, re.S | re.M).group(1)
+    proc = subprocess.run([sys.executable, "-c", snippet], cwd=README.parent, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    commands = proc.stdout.splitlines()
+    assert commands == ['pip install -e ".[test]" && fusegen demo', "pytest"], commands
+    elsewhere = snippet.replace("## Quick start", "## No such section")
+    assert elsewhere != snippet
+    broken = subprocess.run([sys.executable, "-c", elsewhere], cwd=README.parent, capture_output=True, text=True,
+                            timeout=60)
+    assert broken.returncode != 0 and "has no ```bash block" in broken.stderr  # never a silently empty path

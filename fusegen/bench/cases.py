@@ -422,16 +422,57 @@ def _jax_method(spec: OpBench) -> Method:
     return Method("jax-cpu", bind)
 
 
+def torch_compiled(torch: Any, fn: Callable, **options: Any) -> Callable:
+    """``torch.compile(fn, dynamic=False, **options)`` for one bench case (one specialization per
+    shape, as the other methods get), returned as a function whose ``fallback()`` says whether
+    torch.compile really ran it: None, or why the case ran (partly) as eager PyTorch.
+
+    Dynamo keeps compiled code per Python code object, and every case of an op calls the same
+    code: after ``recompile_limit`` (8) shapes and axes it stops compiling and silently runs eager
+    PyTorch under the torch.compile label. So dynamo is reset first (each case starts with an
+    empty cache), and ``fallback()`` reads dynamo's counters since then: anything but exactly one
+    graph, captured whole, is reported (a graph break, the recompile limit, nothing compiled, a
+    recompile)."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    graphs0 = counters["stats"]["unique_graphs"]
+    breaks0, gave_up0 = dict(counters["graph_break"]), dict(counters["unimplemented"])
+    compiled = torch.compile(fn, dynamic=False, **options)
+
+    def new(now: dict, before: dict) -> list[str]:
+        return [reason.splitlines()[0] for reason, n in now.items() if n > before.get(reason, 0)]
+
+    def fallback() -> str | None:
+        breaks, gave_up = new(counters["graph_break"], breaks0), new(counters["unimplemented"], gave_up0)
+        graphs = counters["stats"]["unique_graphs"] - graphs0
+        if breaks:
+            return f"graph break ({breaks[0]}): {graphs} graph(s) with eager PyTorch between them"
+        if gave_up:
+            return f"dynamo gave up ({gave_up[0]}): eager PyTorch ran"
+        if graphs == 0:
+            return "dynamo compiled no graph: eager PyTorch ran"
+        if graphs > 1:
+            return f"dynamo recompiled ({graphs} graphs for one case)"
+        return None
+
+    def call(*args: Any) -> Any:
+        return compiled(*args)
+    call.fallback = fallback
+    return call
+
+
 def _torch_method(spec: OpBench) -> Method:
     import torch
     ns = torch_namespace(torch)
 
     def bind(arrays: Arrays, attrs: dict) -> Thunk:
-        def traced(*tensors):
-            return spec.xp_ref(ns, *tensors, **attrs)
-        fn = torch.compile(traced, dynamic=False)  # one specialization per shape, as the others
+        fn = torch_compiled(torch, functools.partial(spec.xp_ref, ns, **attrs))
         tensors = [torch.from_numpy(a) for a in arrays]  # shares the memory: no copy
-        return lambda: fn(*tensors)
+        thunk = functools.partial(fn, *tensors)
+        thunk.fallback = fn.fallback
+        return thunk
     return Method("torch-cpu", bind)
 
 

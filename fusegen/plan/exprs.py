@@ -60,6 +60,11 @@ def _vmath_rows(exp: str, tanh: str) -> dict[Op, str]:
 PY_F32_ROWS = _vmath_rows("_exp_f32", "_tanh_f32")
 CPP_F32_ROWS = _vmath_rows("fg::exp_f32", "fg::tanh_f32")
 
+# bool + bool is logical or and bool * bool logical and (NumPy's), and must stay a bool: in both
+# languages they would give an int (True + True == 2), wrong as soon as a reduction sums it.
+PY_BOOL_ROWS = {Op.ADD: "({0} | {1})", Op.MUL: "({0} & {1})"}
+CPP_BOOL_ROWS = {Op.ADD: "({0} || {1})", Op.MUL: "({0} && {1})"}
+
 
 def reduce_identity(kind: str, acc: DType):
     """The value a reduction's accumulator starts from, in accumulation dtype ``acc``."""
@@ -114,7 +119,8 @@ def _py_cast(text: str, d: DType) -> str:
 
 
 PYTHON = Dialect(PY_TABLE, lambda d: f"np.{d.name}", _py_cast, _py_literal,
-                 frozenset({dt.float32, dt.float64, dt.bool_, dt.int64, dt.uint64}), {dt.float32: PY_F32_ROWS})
+                 frozenset({dt.float32, dt.float64, dt.bool_, dt.int64, dt.uint64}),
+                 {dt.float32: PY_F32_ROWS, dt.bool_: PY_BOOL_ROWS})
 
 _CPP_TYPES = {"bool": "bool", "float16": "_Float16", "float32": "float", "float64": "double",
               **{f"{s}int{b}": f"{s}int{b}_t" for s in ("", "u") for b in (8, 16, 32, 64)}}
@@ -145,7 +151,7 @@ def _cpp_literal(v, d: DType) -> str:
 CPP = Dialect(CPP_TABLE, lambda d: _CPP_TYPES[d.name],
               lambda t, d: f"({t} != 0)" if d.kind == "b" else f"({_CPP_TYPES[d.name]})({t})",
               _cpp_literal, frozenset({dt.float32, dt.float64, dt.bool_, dt.int64, dt.uint64, dt.int32,
-                                       dt.uint32}), {dt.float32: CPP_F32_ROWS})
+                                       dt.uint32}), {dt.float32: CPP_F32_ROWS, dt.bool_: CPP_BOOL_ROWS})
 
 
 class ExprWriter:
@@ -252,7 +258,8 @@ CUDA_PY_TABLE = {**PY_TABLE,
                  Op.TANH: "math.tanh({0})", Op.SIGMOID: "({one} / ({one} + math.exp(-{0})))",
                  Op.FLOOR: "math.floor({0})", Op.CEIL: "math.ceil({0})"}
 
-CUDA_PY = Dialect(CUDA_PY_TABLE, PYTHON.type_name, _py_cast, _py_literal, PYTHON.exact_types)
+CUDA_PY = Dialect(CUDA_PY_TABLE, PYTHON.type_name, _py_cast, _py_literal, PYTHON.exact_types,
+                  {dt.bool_: PY_BOOL_ROWS})
 
 # CUDA C++ device code: CUDA's math API overloads exp/log/... for float and double in the global
 # namespace (std:: versions are host functions), and fusegen's NumPy-compatible helpers live in
@@ -266,4 +273,4 @@ _CUDA_TYPES = {**_CPP_TYPES, "float16": "__half"}
 
 CUDA_CPP = Dialect(CUDA_CPP_TABLE, lambda d: _CUDA_TYPES[d.name],
                    lambda t, d: f"({t} != 0)" if d.kind == "b" else f"({_CUDA_TYPES[d.name]})({t})",
-                   _cpp_literal, CPP.exact_types)
+                   _cpp_literal, CPP.exact_types, {dt.bool_: CPP_BOOL_ROWS})
