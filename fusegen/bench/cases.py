@@ -309,9 +309,7 @@ OPS: dict[str, OpBench] = {b.name: b for b in (
 )}
 
 
-# issue #17's rows (gathers, arg-reductions): fusegen.bench.cases_i17
-from .cases_i17 import I17_ROWS  # noqa: E402
-
+from .cases_i17 import I17_ROWS  # noqa: E402  (issue #17's rows: gathers, arg-reductions)
 OPS.update({row["name"]: OpBench(**row) for row in I17_ROWS})
 
 
