@@ -238,7 +238,7 @@ class OpBench:
     name: str
     xp_ref: Callable                  # fn(xp, *arrays, **attrs): the obvious NumPy code
     njit: Callable                    # fn(arrays, attrs) -> (hand-written @njit function, its args)
-    inputs: tuple[tuple[str, Callable], ...]  # per input: ("x" = x's shape, "row" = x's last dim), values
+    inputs: tuple[tuple[str, Callable], ...]  # per input: ("x" = x's shape, "row" = x's last dim, other), values
     variants: tuple[dict, ...]        # attribute sets, each a case per shape
     reduced: Callable = field(default=lambda shape, attrs: 1)  # terms summed into each output value
     # An op with shapes of its own (the layout rows' 3-D and 4-D tensors): its large shapes, and
@@ -309,6 +309,10 @@ OPS: dict[str, OpBench] = {b.name: b for b in (
 )}
 
 
+from .cases_i17 import I17_ROWS  # noqa: E402  (issue #17's rows: gathers, arg-reductions)
+OPS.update({row["name"]: OpBench(**row) for row in I17_ROWS})
+
+
 # --- correctness ----------------------------------------------------------------------------------
 def as_outputs(result: Any) -> tuple[np.ndarray, ...]:
     """Any method's result (an array, a tuple, JAX or torch arrays) as a tuple of NumPy arrays."""
@@ -319,7 +323,7 @@ def as_outputs(result: Any) -> tuple[np.ndarray, ...]:
 def reference(spec: OpBench, arrays: Arrays, attrs: dict) -> tuple[np.ndarray, ...]:
     """NumPy's result on float64 copies of the inputs, rounded to the input dtype: the correctly
     rounded answer every method (NumPy's own float32 code included) is compared with."""
-    wide = [a.astype(np.float64) for a in arrays]
+    wide = [a.astype(np.float64) if a.dtype.kind == "f" else a for a in arrays]   # int indices stay
     with np.errstate(all="ignore"):
         outs = as_outputs(spec.xp_ref(np, *wide, **attrs))
     return tuple(o.astype(arrays[0].dtype) for o in outs)

@@ -117,9 +117,23 @@ def default_dtypes(op: OpDef) -> list[tuple[DType, ...]]:
     return [tuple([d] * len(op.inputs)) for d in dt.FLOAT_DTYPES]
 
 
+def refuse_unemitted(op: OpDef) -> None:
+    """Issue #17's ops (gathers) run on Numba only so far: the emitted C++/CUDA/XLA refuses them
+    by name instead of emitting wrong code."""
+    from ..errors import FusegenError
+    from ..graph.text import where_text
+    from ..ir import Op
+    for n in op.graph.nodes:
+        if n.op is Op.GATHER:
+            fn = "take" if n.arg.kind == "take" else "take_along_axis"
+            raise FusegenError(f"{where_text(op, n)}: {fn} (a gather) cannot be emitted as C++/CUDA/XLA yet "
+                               f"(issue #17): run it with fg.compile (Numba CPU)")
+
+
 def parse_dtypes(op: OpDef, dtypes) -> list[tuple[DType, ...]]:
     """Dtype combinations from: None (every float dtype); a dtype (all inputs alike);
     a string "float32,int32" (one dtype per input); or a list of any of these."""
+    refuse_unemitted(op)
     if dtypes is None:
         return default_dtypes(op)
     if not isinstance(dtypes, (str, DType, list, tuple)):
