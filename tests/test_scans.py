@@ -57,3 +57,20 @@ def test_errors():
         fg.compile(fg.op(lambda x: fg.cumulative_sum(x), name="noaxis"))(np.zeros((2, 2)))
     with pytest.raises(fg.ShapeError, match="out of range"):
         fg.compile(fg.op(lambda x: fg.cummax(x, axis=3), name="badaxis"))(np.zeros((2, 2)))
+
+
+@fg.op
+def scan_extremes(x):
+    return fg.cummax(x, axis=1), fg.cummin(x, axis=1), fg.logcumsumexp(x, axis=1)
+
+
+@pytest.mark.parametrize("shape", [(3, 0), (0, 4), (2, 5)])
+def test_running_extremes_on_empty_axes(shape):
+    # a scan over an empty axis is empty, as np.maximum.accumulate's is; a plain max is refused
+    x = np.arange(np.prod(shape), dtype=np.float64).reshape(shape) % 3
+    a, b, c = fg.compile(scan_extremes)(x)
+    np.testing.assert_array_equal(a, np.maximum.accumulate(x, axis=1))
+    np.testing.assert_array_equal(b, np.minimum.accumulate(x, axis=1))
+    np.testing.assert_allclose(c, np.logaddexp.accumulate(x, axis=1))
+    with pytest.raises(fg.ShapeError, match="no identity"):
+        fg.compile(fg.op(lambda x: fg.max(x, axis=1), name="emptymax"))(np.zeros((0, 0)))

@@ -305,7 +305,7 @@ def _reduce_rule(r: Node, g: Tensor) -> Tensor:
         # loop body to a constant (no load survives `x == x ? 1 : 1`).
         count = like_r(where(a == a, 1.0, 1.0))
         return up(cast_like(g / count, g))
-    kept = Tensor(_make(Op.REDUCE, (r.srcs[0],), ReduceArg(arg.kind, arg.axes, True)))
+    kept = Tensor(_make(Op.REDUCE, (r.srcs[0],), ReduceArg(arg.kind, arg.axes, True, arg.empty_ok)))
     if arg.kind == "prod":
         return up(g) * kept / a
     # max/min: the adjoint goes to the extremal elements, split evenly among ties

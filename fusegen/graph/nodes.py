@@ -135,6 +135,9 @@ class ReduceArg:
     kind: str                                  # one of REDUCE_KINDS
     axes: tuple[int, ...] | AttrRef | ShapeOf | None   # None: every axis
     keep_dims: bool | AttrRef = False
+    # max/min over an empty axis is refused (NumPy has no identity for them); a scan's internal
+    # running max sets this, as its result is empty exactly when the axis is
+    empty_ok: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,7 +71,7 @@ def _extreme(kind: str, x, axis, fn: str) -> Tensor:
     x, axis = _setup(x, axis, fn)
     y, yy, keep = _masked(x, axis, False)
     # masked-out inputs read the first element, which every output includes: neutral for max/min
-    return _back(reduce(kind, where(keep, yy, y[..., None, :1]), -1, False), axis)
+    return _back(reduce(kind, where(keep, yy, y[..., None, :1]), -1, False, empty_ok=True), axis)
 
 
 def cummax(x, /, *, axis=None) -> Tensor:
@@ -89,6 +89,6 @@ def logcumsumexp(x, /, *, axis=None) -> Tensor:
     maximum of its inputs."""
     x, axis = _setup(x, axis, "logcumsumexp")
     y, yy, keep = _masked(x, axis, False)
-    m = reduce("max", where(keep, yy, y[..., None, :1]), -1, True)       # (..., n, 1)
+    m = reduce("max", where(keep, yy, y[..., None, :1]), -1, True, empty_ok=True)   # (..., n, 1)
     s = reduce("sum", where(keep, exp(yy - m), 0), -1, False)
     return _back(log(s) + m[..., 0], axis)

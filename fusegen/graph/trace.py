@@ -252,11 +252,12 @@ def _keep_arg(keep_dims):
     raise TraceError(f"keep_dims must be a bool or a bool attribute, got {keep_dims!r} [at {user_loc()}]")
 
 
-def reduce(kind: str, x, axis=None, keep_dims=False) -> Tensor:
+def reduce(kind: str, x, axis=None, keep_dims=False, empty_ok=False) -> Tensor:
     """Reduce ``x`` over ``axis`` (None: all) with ``kind`` in sum/mean/prod/max/min."""
     if kind not in REDUCE_KINDS:
         raise TraceError(f"unknown reduction {kind!r}")
-    return Tensor(make(Op.REDUCE, (operand(x),), ReduceArg(kind, _axes_arg(axis), _keep_arg(keep_dims))))
+    arg = ReduceArg(kind, _axes_arg(axis), _keep_arg(keep_dims), bool(empty_ok))
+    return Tensor(make(Op.REDUCE, (operand(x),), arg))
 
 
 def where(cond, a, b) -> Tensor:
