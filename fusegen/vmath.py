@@ -18,9 +18,12 @@ subnormals are normal float64 numbers, so no function needs a subnormal path. Sp
 (signed zeros, infinities, NaN, domain errors) are the Python array API standard's (2024.12),
 produced by selects at the end, never by branches.
 
-Bit-identity across backends: every multiply-add whose product is inexact is an explicit fused
-multiply-add (``_fma`` / ``fg::vm_fma``) in both; every other ``a * b + c`` has an exact product,
-so the contraction that g++ and nvcc apply by default cannot change a result.
+Bit-identity across backends: g++ and nvcc contract ``a * b + c`` into a fused multiply-add by
+default, which rounds differently from Numba's separate operations. So no product in the library
+feeds an addition except through an explicit fma (``_fma`` / ``fg::vm_fma``) in both backends, or
+through ``vm_mul`` (fma(a, b, +0.0): a rounded product no compiler fuses further). The tests
+compile the C++ with -ffp-contract=fast and =off and require the same instructions, and check
+nvcc's PTX for a multiply feeding an addition.
 
 The functions (``VMATH_F32`` lists them with their measured accuracy):
 
@@ -50,6 +53,12 @@ small correction terms; R: LOG_POLY); log(x) = k ln2 + log1p(f) with ln2 in two 
 log10 scale log1p(f) and add k (times log10(2) in two parts), so log2(2^k) and log10(10^k) are
 exact. log1p(x): h = 1 + x and its rounding error l = x - (h - 1) (exact: Fast2Sum, |x| <= 1 or
 1 + x exact), folded into f; that keeps tiny and subnormal x exact without a second path.
+
+``erf``: below 1, x P(x^2) (odd, so exact for -0.0 and subnormals); from 1 to 3.92 (where float32
+erf reaches 1), 1 - exp(-x^2) G(x - 2.46) with G ~= exp(x^2) erfc(x), x^2 exact in float64; both
+computed, one selected, the sign restored by copysign. erfc would need G accurate relative to
+erfc itself out to 10.05 (float32 erfc's underflow), which one polynomial in x or 1/x cannot
+give cheaply (20+ terms do not reach 1e-13 there), so it is not provided.
 
 float64 arguments keep libm: there is no wider type to hide the polynomial's error in, and
 accuracy comes first. float16 values are computed in float32 registers (fusegen/exprs.py),
@@ -110,6 +119,26 @@ LOG10_2_HI = 0.3010299956640665        # log10(2) to 40 bits: k * LOG10_2_HI exa
 LOG10_2_LO = -8.532344317057107e-14    # log10(2) - LOG10_2_HI
 LOG10E = 0.4342944819032518            # 1 / ln 10
 
+# --- erf ---------------------------------------------------------------------------------------
+#: erf(x) = x P(x^2) for |x| < 1: P's 12 coefficients, relative error of erf 2.4e-17.
+ERF_SMALL = (1.1283791670955126, -0.3761263890318352, 0.11283791670944185, -0.026866170643111423,
+             0.0052239776061181265, -0.00085483259292985, 0.0001205529357644023,
+             -1.4924712293486824e-05, 1.644713146982052e-06, -1.620631300791565e-07,
+             1.3710977257901768e-08, -7.77946281255953e-10)
+#: erf(x) = 1 - exp(-x^2) G(x - ERF_MID) for 1 <= x <= ERF_CLAMP: G ~= exp(x^2) erfc(x), 20
+#: coefficients, weighted by exp(-x^2) / erf(x) in the fit: relative error of erf 1.1e-17.
+ERF_BIG = (0.21382067722012132, -0.07638143517246354, 0.025922346696118474, -0.008408308201366817,
+           0.0026189542522616666, -0.0007862722944155986, 0.00022824153201831583,
+           -6.422797540505972e-05, 1.75600070732088e-05, -4.673712618546989e-06,
+           1.2126758750579151e-06, -3.0681547017716374e-07, 7.643798983520035e-08,
+           -1.8744263758346103e-08, 4.050876118162053e-09, -9.98970730036839e-10,
+           3.807798237043386e-10, -1.482304701279789e-11, -9.910781187937084e-12,
+           -1.3101994845076802e-11)
+ERF_MID = 2.46
+# float32 erf(x) is 1 from x = 3.9192059 on (erfc(x) < 2^-25 there): clamping |x| to 3.92 keeps
+# x^2 small and the polynomial inside its fitted range; inf -> 1, and NaN passes.
+ERF_CLAMP = 3.92
+
 
 def _entry(numba: str, deps: tuple[str, ...], max_ulp: int, measured: str, arity: int = 1) -> dict:
     return dict(numba=numba, cpp="fg::" + numba, deps=deps, arity=arity, max_ulp=max_ulp, measured=measured)
@@ -130,10 +159,12 @@ VMATH_F32: dict[str, dict] = {
     "log1p": _entry("log1p_f32", ("log_core",), 0, "sweep"),
     "log2": _entry("log2_f32", ("log_core",), 0, "sweep"),
     "log10": _entry("log10_f32", ("log_core",), 0, "sweep"),
+    "erf": _entry("erf_f32", ("exp_core",), 0, "sweep"),
 }
 
 #: The C++ partial's blocks in the order it defines them (a helper before its users).
-CPP_BLOCKS = ("exp_core", "exp", "tanh", "sigmoid", "expm1", "log_core", "log", "log1p", "log2", "log10")
+CPP_BLOCKS = ("exp_core", "exp", "tanh", "sigmoid", "expm1", "log_core", "log", "log1p", "log2", "log10",
+              "erf")
 
 
 def blocks_for(functions) -> list[str]:
@@ -161,7 +192,8 @@ def template_data(functions=("exp", "tanh")) -> dict:
         log2e=lit(LOG2E), ln2_hi=lit(LN2_HI), ln2_lo=lit(LN2_LO), shifter=lit(SHIFTER),
         shifter_bits=hex(SHIFTER_BITS), exp_limit=lit(EXP_LIMIT), tanh_small=lit(TANH_SMALL),
         tanh_clamp=lit(TANH_CLAMP), sqrt_half_bits=hex(SQRT_HALF_BITS), log10_2_hi=lit(LOG10_2_HI),
-        log10_2_lo=lit(LOG10_2_LO), log10e=lit(LOG10E))
+        log10_2_lo=lit(LOG10_2_LO), log10e=lit(LOG10E), erf_small=lits(ERF_SMALL), erf_big=lits(ERF_BIG),
+        erf_mid=lit(ERF_MID), erf_clamp=lit(ERF_CLAMP))
 
 
 def render_cpp(functions=None) -> str:

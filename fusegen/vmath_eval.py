@@ -70,6 +70,8 @@ REFS: dict[str, Ref] = {
                  (-0.29289322, 0.41421357, 2.0 ** -29, -2.0 ** -29, 2.0 ** 24, 2.0 ** 53) + _FLT),
     "log2": Ref("log2", "std::log2({0})", lambda mp, x: mp.log(x, 2), (0.0, 10.0), _LOG_EDGES),
     "log10": Ref("log10", "std::log10({0})", lambda mp, x: mp.log10(x), (0.0, 10.0), _LOG_EDGES),
+    "erf": Ref(np.frompyfunc(math.erf, 1, 1), "std::erf({0})", lambda mp, x: mp.erf(x), (-5.0, 5.0),
+               (1.0, 3.9192059, 3.92, 0.5, 2.46) + _FLT),
 }
 
 
@@ -135,6 +137,17 @@ def harness_source() -> str:
     return "\n".join(lines)
 
 
+def cuda_source() -> str:
+    """CUDA: every function of VMATH_F32 in a __global__ kernel (device code compiles, nothing more)."""
+    kernels = []
+    for name, e in vmath.VMATH_F32.items():
+        args = "x[i]" if e["arity"] == 1 else "x[i], y[i]"
+        kernels.append(f"__global__ void vm_{name}(const float *x, const float *y, float *out, int n) {{\n"
+                       f"  const int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                       f"  if (i < n) out[i] = {e['cpp']}({args});\n}}")
+    return vmath.render_cpp() + "\n".join(kernels) + "\n"
+
+
 @functools.lru_cache(maxsize=None)
 def cpp_library() -> ctypes.CDLL:
     """The harness, built (and cached by content) with fusegen's default C++ flags."""
@@ -179,8 +192,8 @@ def numpy_impl(name: str, dtype=F32):
     f = getattr(np, f) if isinstance(f, str) else f
 
     def call(*args):
-        with np.errstate(all="ignore"):
-            return f(*(np.asarray(a, dtype) for a in args)).astype(dtype)
+        with np.errstate(all="ignore"):  # (NumPy has no erf: math.erf, element by element)
+            return np.asarray(f(*(np.asarray(a, dtype) for a in args))).astype(np.float64).astype(dtype)
     return call
 
 

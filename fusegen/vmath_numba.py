@@ -24,11 +24,11 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-from .vmath import (EXP_LIMIT, EXP_POLY, EXPM1_POLY, LN2_HI, LN2_LO, LOG2E, LOG10_2_HI, LOG10_2_LO, LOG10E,
+from .vmath import (ERF_BIG, ERF_CLAMP, ERF_MID, ERF_SMALL, EXP_LIMIT, EXP_POLY, EXPM1_POLY, LN2_HI, LN2_LO, LOG2E, LOG10_2_HI, LOG10_2_LO, LOG10E,
                     LOG_POLY, SHIFTER, SHIFTER_BITS, SIGMOID_POLY, SIGMOID_SMALL, SQRT_HALF_BITS, TANH_CLAMP, TANH_POLY, TANH_SMALL)
 
 __all__ = ["exp_f32", "expm1_f32", "tanh_f32", "sigmoid_f32", "log_f32", "log1p_f32", "log2_f32",
-           "log10_f32"]
+           "log10_f32", "erf_f32"]
 
 
 @intrinsic
@@ -68,11 +68,36 @@ _JIT = dict(fastmath=False, forceinline=True, error_model="numpy", nogil=True)
 INF = np.inf
 NAN = np.nan
 
-C2, C3, C4, C5, C6, C7, C8, C9, C10 = EXP_POLY
-E2, E3, E4, E5, E6, E7, E8, E9, E10, E11 = EXPM1_POLY
-T3, T5, T7, T9 = TANH_POLY
-S3, S5, S7, S9 = SIGMOID_POLY
-G1, G2, G3, G4, G5, G6, G7 = LOG_POLY
+
+@njit(**_JIT)
+def _mul(a, b):
+    """a * b as the C++ twins write it (vm_mul: fma(a, b, +0.0), a product g++ and nvcc cannot
+    fuse into a following addition); +0.0 where a plain product would be -0.0."""
+    return _fma(a, b, 0.0)
+
+
+def _horner(coeffs):
+    """An inlined function t -> c[0] + t (c[1] + t (c[2] + ...)), one fma per coefficient (the
+    loop over the constant array is unrolled and its loads folded by LLVM)."""
+    c = np.array(coeffs, np.float64)
+    n = len(c)
+
+    @njit(**_JIT)
+    def poly(t):
+        s = c[n - 1]
+        for i in range(n - 2, -1, -1):
+            s = _fma(s, t, c[i])
+        return s
+    return poly
+
+
+_exp_poly = _horner(EXP_POLY)
+_expm1_poly = _horner(EXPM1_POLY)
+_tanh_poly = _horner((1.0,) + TANH_POLY)
+_sigmoid_poly = _horner(SIGMOID_POLY)
+_log_poly = _horner(LOG_POLY)
+_erf_small = _horner(ERF_SMALL)
+_erf_big = _horner(ERF_BIG)
 
 
 # --- exp, tanh, sigmoid, expm1 -----------------------------------------------------------------
@@ -82,7 +107,7 @@ def _exp_reduce(x):
     r = x - n ln2 with |r| <= ln2 / 2 (x is a float64 with |x| <= EXP_LIMIT, or NaN)."""
     k = _fma(x, LOG2E, SHIFTER)
     n = k - SHIFTER
-    r = _fma(-n, LN2_LO, x - n * LN2_HI)   # n * LN2_HI is exact
+    r = _fma(-n, LN2_LO, _fma(-n, LN2_HI, x))   # n * LN2_HI is exact
     return k, n, r
 
 
@@ -97,15 +122,7 @@ def _pow2(k):
 def _exp_core(x):
     """exp(x) for a float64 |x| <= EXP_LIMIT (or NaN, which propagates)."""
     k, n, r = _exp_reduce(x)
-    s = _fma(C10, r, C9)
-    s = _fma(s, r, C8)
-    s = _fma(s, r, C7)
-    s = _fma(s, r, C6)
-    s = _fma(s, r, C5)
-    s = _fma(s, r, C4)
-    s = _fma(s, r, C3)
-    s = _fma(s, r, C2)
-    return (1.0 + _fma(r * r, s, r)) * _pow2(k)
+    return _mul(1.0 + _fma(r * r, _exp_poly(r), r), _pow2(k))
 
 
 @njit(**_JIT)
@@ -124,16 +141,7 @@ def exp_f32(x):
 def _expm1_core(xd):
     """expm1(x) for a float64 |x| <= EXP_LIMIT (or NaN); exact for +-0 only up to the sign."""
     k, n, r = _exp_reduce(xd)
-    s = _fma(E11, r, E10)
-    s = _fma(s, r, E9)
-    s = _fma(s, r, E8)
-    s = _fma(s, r, E7)
-    s = _fma(s, r, E6)
-    s = _fma(s, r, E5)
-    s = _fma(s, r, E4)
-    s = _fma(s, r, E3)
-    s = _fma(s, r, E2)
-    q = _fma(r * r, s, r)                  # expm1(r); r = x exactly when n = 0
+    q = _fma(r * r, _expm1_poly(r), r)     # expm1(r); r = x exactly when n = 0
     scale = _pow2(k)
     big = _fma(scale, q, scale - 1.0)      # 2^n (q + 1) - 1; scale - 1 is exact for n <= 53
     return q if n == 0.0 else big
@@ -153,7 +161,7 @@ def tanh_f32(x):
     xd = np.float64(x)
     a = abs(xd)
     x2 = xd * xd
-    small = xd * _fma(x2, _fma(x2, _fma(x2, _fma(x2, T9, T7), T5), T3), 1.0)  # keeps -0.0, subnormals
+    small = xd * _tanh_poly(x2)          # keeps -0.0, subnormals
     a = TANH_CLAMP if a > TANH_CLAMP else a  # inf -> 1; NaN passes
     e = _exp_core(2.0 * a)
     big = (e - 1.0) / (e + 1.0)
@@ -182,9 +190,10 @@ def sigmoid_f32(x):
     big = 1.0 / (1.0 + _exp_core(_clamp_exp_arg(-xd)))
     x2 = xd * xd
     head = _fma(xd, 0.25, 0.5)                           # exact for |x| >= 2^-27
-    tail = xd * x2 * _fma(x2, _fma(x2, _fma(x2, S9, S7), S5), S3)
-    hi = head + tail
-    small = _round_odd(hi, tail - (hi - head))               # Fast2Sum: |head| >= |tail|
+    x3 = xd * x2
+    p = _sigmoid_poly(x2)
+    hi = _fma(x3, p, head)                               # 1/2 + x/4 + x^3 p, and what rounding it
+    small = _round_odd(hi, _fma(x3, p, head - hi))       # lost (head - hi is exact: |x^3 p| < |x/4|)
     return np.float32(small if abs(xd) < SIGMOID_SMALL else big)
 
 
@@ -199,10 +208,9 @@ def _log_parts(h, lo):
     f = _fma(lo, _from_bits((1023 - k) << 52), m - 1.0)  # m - 1 is exact; lo 2^-k too
     s = f / (2.0 + f)
     z = s * s
-    big_r = z * _fma(z, _fma(z, _fma(z, _fma(z, _fma(z, _fma(z, G7, G6), G5), G4), G3), G2), G1)
     hf = 0.5 * f * f
     kd = _from_bits(SHIFTER_BITS + k) - SHIFTER          # k as a float64, without a conversion
-    return kd, f - _fma(-s, hf + big_r, hf)
+    return kd, f - _fma(-s, _fma(z, _log_poly(z), hf), hf)
 
 
 @njit(**_JIT)
@@ -215,7 +223,7 @@ def _log_special(h, r):
 
 @njit(**_JIT)
 def _ln(kd, p):
-    return _fma(kd, LN2_LO, p) + kd * LN2_HI             # kd * LN2_HI is exact
+    return _fma(kd, LN2_HI, _fma(kd, LN2_LO, p))         # kd * LN2_HI is exact
 
 
 @njit(**_JIT)
@@ -249,4 +257,16 @@ def log10_f32(x):
     """np.log10 for a float32 x, vectorizable (see fusegen/vmath.py)."""
     xd = np.float64(x)
     kd, p = _log_parts(xd, 0.0)
-    return np.float32(_log_special(xd, _fma(kd, LOG10_2_LO, p * LOG10E) + kd * LOG10_2_HI))
+    return np.float32(_log_special(xd, _fma(kd, LOG10_2_HI, _fma(kd, LOG10_2_LO, p * LOG10E))))
+
+
+# --- erf -----------------------------------------------------------------------------------------
+@njit(**_JIT)
+def erf_f32(x):
+    """math.erf for a float32 x (scipy.special.erf), vectorizable (see fusegen/vmath.py)."""
+    xd = np.float64(x)
+    a = abs(xd)
+    small = xd * _erf_small(xd * xd)                     # |x| < 1; keeps -0.0, subnormals
+    a = ERF_CLAMP if a > ERF_CLAMP else a                # float32 erf is +-1 there; inf too; NaN passes
+    big = _fma(-_exp_core(-(a * a)), _erf_big(a - ERF_MID), 1.0)   # a * a is exact
+    return np.float32(small if abs(xd) < 1.0 else np.copysign(big, xd))

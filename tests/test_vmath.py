@@ -289,6 +289,7 @@ SPECIAL = {
              (2.0 ** -149, -149.0), (2.0 ** 127, 127.0), (0.5, -1.0)],
     "log10": [(NAN, NAN), (-1.0, NAN), (-INF, NAN), (0.0, -INF), (-0.0, -INF), (1.0, 0.0), (INF, INF)]
     + [(10.0 ** k, float(k)) for k in range(11)],
+    "erf": [(NAN, NAN), (0.0, 0.0), (-0.0, -0.0), (INF, 1.0), (-INF, -1.0), (3.92, 1.0), (-1e30, -1.0)],
 }
 
 
@@ -374,7 +375,7 @@ def test_sampled_inputs_against_mpmath_and_backends_bit_identical(name):
     assert bits_equal(got["numba"], got["cpp"]).all()
 
 
-ODD = ["tanh"]
+ODD = ["tanh", "erf"]
 EVEN: list[str] = []
 
 
@@ -418,6 +419,60 @@ def test_gcc_reports_every_function_loop_vectorized(tmp_path):
     missed = [n for n in NAMES if loops[("fgvm", n)] not in vectorized]
     assert not missed, f"g++ left these loops scalar: {missed}"
     assert loops[("libm", "log")] not in vectorized  # the report does tell a libm call's loop apart
+
+
+def _disassembly(obj) -> dict[str, list[str]]:
+    """objdump of the harness's fgvm_* functions, addresses and offsets blanked."""
+    import subprocess
+    text = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(obj)], capture_output=True, text=True,
+                          check=True).stdout
+    out = {}
+    for m in re.finditer(r"<(fgvm_\w+)>:\n(.*?)(?=\n\n|\Z)", text, re.S):
+        out[m.group(1)] = [re.sub(r"0x[0-9a-f]+|\b[0-9a-f]+ <", "N", re.sub(r"^\s*[0-9a-f]+:\s*", "", line))
+                           for line in m.group(2).splitlines()]
+    return out
+
+
+def test_gcc_contraction_changes_no_instruction(tmp_path):
+    # g++ fuses a * b + c into an fma by default (-ffp-contract=fast), which rounds differently
+    # from Numba's separate multiply and add unless the product is exact; the library writes
+    # every multiply-add as an explicit vm_fma, so there must be nothing left to contract.
+    import shutil
+    import subprocess
+    if shutil.which("g++") is None or shutil.which("objdump") is None:
+        pytest.skip("g++ and objdump are needed")
+    src = tmp_path / "harness.cc"
+    src.write_text(vmath_eval.harness_source())
+    code = {}
+    for mode in ("fast", "off"):
+        obj = tmp_path / f"h_{mode}.o"
+        subprocess.run(["g++", "-std=c++17", "-O3", "-march=x86-64-v3", "-fno-math-errno", f"-ffp-contract={mode}",
+                        "-c", str(src), "-o", str(obj)], check=True)
+        code[mode] = _disassembly(obj)
+    assert set(code["fast"]) == {f"fgvm_{n}" for n in NAMES}
+    changed = [f for f in code["fast"] if code["fast"][f] != code["off"][f]]
+    assert not changed, f"g++ contracted a multiply-add in {changed}"
+
+
+def test_nvcc_compiles_them_as_device_code_with_nothing_to_contract(tmp_path):
+    # ptxas fuses a mul.f64 whose result feeds an add.f64/sub.f64 (nvcc's default --fmad=true);
+    # the PTX must have no such pair
+    import shutil
+    import subprocess
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc (the CUDA toolkit) is not installed")
+    src = tmp_path / "vm.cu"
+    src.write_text(vmath_eval.cuda_source())
+    subprocess.run(["nvcc", "-arch=sm_90", "-c", str(src), "-o", str(tmp_path / "vm.o")], check=True)
+    subprocess.run(["nvcc", "-arch=sm_90", "-ptx", str(src), "-o", str(tmp_path / "vm.ptx")], check=True)
+    ptx = (tmp_path / "vm.ptx").read_text()
+    entries = dict(re.findall(r"\.entry (\w+)\((.*?)\n}", ptx, re.S))
+    assert len(entries) == len(NAMES)
+    for entry, body in entries.items():
+        products = set(re.findall(r"\bmul\.f64\s+(%fd\d+),", body))
+        fused = [line for line in body.splitlines() if re.match(r"\s*(add|sub)\.f64\s", line)
+                 and any(re.search(re.escape(r) + r"\b", line.split(",", 1)[1]) for r in products)]
+        assert not fused, f"{entry}: {fused[:2]}"
 
 
 @pytest.mark.parametrize("fit", sorted(f for f in vmath_fit._fits() if hasattr(vmath, f))
