@@ -60,6 +60,22 @@ computed, one selected, the sign restored by copysign. erfc would need G accurat
 erfc itself out to 10.05 (float32 erfc's underflow), which one polynomial in x or 1/x cannot
 give cheaply (20+ terms do not reach 1e-13 there), so it is not provided.
 
+``sin``, ``cos``, ``tan``: the argument reduction is exact enough for every float32, with no
+table and no branch. x * 2/pi is summed chunk by chunk: 2/pi is held as 8 chunks of 28 bits
+(TRIG_CHUNKS), so each x * chunk is exact in float64 (24 + 28 bits); after each of the first 5
+the running sum is split into its nearest integer (whole quarter turns, kept mod 4) and the
+remaining fraction in [-1/2, 1/2], and that split is exact: the fraction never carries more than
+53 significant bits into the next step. The last 3 chunks add less than 2^-12 and are summed
+apart, off the dependency chain. The result r = f pi/2, |r| <= pi/4, is within 2^-66 (relative)
+even for 16367173 * 2^72, the float32 closest to a multiple of pi/2 (2^-29.9 quarter turns). sin
+and cos of r are two polynomials, both computed; the quadrant selects and signs them; tan is one
+division of the two. Why not Cody-Waite (x - n pi/2 with pi/2 in parts) with a select for huge
+|x|: a branch-free loop computes both paths for every element, so the rare path's cost is paid
+everywhere anyway, and Cody-Waite alone is exact only while n pi/2's parts stay exact (|x| below
+about 2^25). Why not Payne-Hanek with a table of 2/pi indexed by the exponent: the lookup is a
+gather, which LLVM's cost model for this CPU and g++ may well refuse to vectorize, and which is
+slow where they do. The price: the 5 chained steps make sin about 3x exp's cost.
+
 float64 arguments keep libm: there is no wider type to hide the polynomial's error in, and
 accuracy comes first. float16 values are computed in float32 registers (fusegen/exprs.py),
 so they take the float32 path.
@@ -139,6 +155,26 @@ ERF_MID = 2.46
 # x^2 small and the polynomial inside its fitted range; inf -> 1, and NaN passes.
 ERF_CLAMP = 3.92
 
+# --- sin, cos, tan -------------------------------------------------------------------------------
+#: 2/pi in 8 chunks of 28 bits (chunk i: bits 28 i + 1 ... 28 i + 28 after the binary point), so
+#: x * chunk is exact for every float32 x (24 + 28 bits): vmath_fit.two_over_pi_chunks(8, 28).
+TRIG_CHUNKS = (0.6366197690367699, 3.3308114738561656e-09, 2.276010047810136e-18, 2.5268260189002822e-26,
+               1.6682867657019525e-34, 1.158871328288855e-43, 7.053959174404295e-52, 8.910067885731021e-60)
+#: The first TRIG_FULL chunks can contribute whole quarter turns (x * chunk >= 1/2 for some float32
+#: x < 2^128), so after each the running sum is reduced mod 4 (quadrant) and mod 1 (fraction); the
+#: rest are only added. 224 bits in all: the float32 closest to a multiple of pi/2 is 16367173 *
+#: 2^72, 2^-29.86 quarter turns away (vmath_fit.reduction_worst_case), and the bits left out are
+#: below 2^-96 of a quarter turn for any float32, so the reduced argument keeps 2^-66 relative.
+TRIG_FULL = 5
+PIO2_HI = 1.5707963267948966           # pi/2 rounded to float64
+PIO2_LO = 6.123233995736766e-17        # pi/2 - PIO2_HI
+#: sin(r) = r + r^3 S(r^2), |r| <= pi/4 (1 + 2^-10): relative error 8e-18.
+SIN_POLY = (-0.1666666666666663, 0.008333333333322007, -0.00019841269829497252,
+            2.755731358827874e-06, -2.5050742417632166e-08, 1.5895911424987852e-10)
+#: cos(r) = 1 - r^2/2 + r^4 C(r^2), |r| <= pi/4 (1 + 2^-10): relative error 1.6e-18.
+COS_POLY = (0.041666666666666595, -0.0013888888888872897, 2.4801587288749738e-05,
+            -2.7557314149116363e-07, 2.0875696644753654e-09, -1.1358314459320228e-11)
+
 
 def _entry(numba: str, deps: tuple[str, ...], max_ulp: int, measured: str, arity: int = 1) -> dict:
     return dict(numba=numba, cpp="fg::" + numba, deps=deps, arity=arity, max_ulp=max_ulp, measured=measured)
@@ -160,11 +196,14 @@ VMATH_F32: dict[str, dict] = {
     "log2": _entry("log2_f32", ("log_core",), 0, "sweep"),
     "log10": _entry("log10_f32", ("log_core",), 0, "sweep"),
     "erf": _entry("erf_f32", ("exp_core",), 0, "sweep"),
+    "sin": _entry("sin_f32", ("trig_core",), 0, "sweep"),
+    "cos": _entry("cos_f32", ("trig_core",), 0, "sweep"),
+    "tan": _entry("tan_f32", ("trig_core",), 0, "sweep"),
 }
 
 #: The C++ partial's blocks in the order it defines them (a helper before its users).
 CPP_BLOCKS = ("exp_core", "exp", "tanh", "sigmoid", "expm1", "log_core", "log", "log1p", "log2", "log10",
-              "erf")
+              "erf", "trig_core", "sin", "cos", "tan")
 
 
 def blocks_for(functions) -> list[str]:
@@ -193,7 +232,8 @@ def template_data(functions=("exp", "tanh")) -> dict:
         shifter_bits=hex(SHIFTER_BITS), exp_limit=lit(EXP_LIMIT), tanh_small=lit(TANH_SMALL),
         tanh_clamp=lit(TANH_CLAMP), sqrt_half_bits=hex(SQRT_HALF_BITS), log10_2_hi=lit(LOG10_2_HI),
         log10_2_lo=lit(LOG10_2_LO), log10e=lit(LOG10E), erf_small=lits(ERF_SMALL), erf_big=lits(ERF_BIG),
-        erf_mid=lit(ERF_MID), erf_clamp=lit(ERF_CLAMP))
+        erf_mid=lit(ERF_MID), erf_clamp=lit(ERF_CLAMP), trig_chunks=lits(TRIG_CHUNKS), trig_full=TRIG_FULL,
+        pio2_hi=lit(PIO2_HI), pio2_lo=lit(PIO2_LO), sin_poly=lits(SIN_POLY), cos_poly=lits(COS_POLY))
 
 
 def render_cpp(functions=None) -> str:

@@ -57,6 +57,12 @@ _EXP_EDGES = (88.72283935546875, 88.72284, -87.33654, -103.97208, -103.2789, 104
               0.34657359, -0.34657359, 1e-8, -1e-8) + _FLT
 _LOG_EDGES = (0.70710678, 1.4142135, 0.5, 2.0, 10.0, 0.1, 1e10) + _FLT
 
+# float32 closest to multiples of pi/2 (vmath_fit.reduction_worst_case and its runners-up), pi/4
+# and its odd multiples (where the quadrant switches), and large magnitudes
+_TRIG_EDGES = (16367173 * 2.0 ** 72, 10741887 * 2.0 ** 11, 16573937 * 2.0 ** -16, 10057457 * 2.0 ** 62,
+               11617958 * 2.0 ** 17, 1.5707964, 3.1415927, 4.712389, 0.7853982, 2.3561945, 3.9269907,
+               1e5, 1e10, 1e20, 1e30) + _FLT
+
 REFS: dict[str, Ref] = {
     "exp": Ref("exp", "std::exp({0})", lambda mp, x: mp.exp(x), (-110.0, 110.0), _EXP_EDGES),
     "expm1": Ref("expm1", "std::expm1({0})", lambda mp, x: mp.expm1(x), (-20.0, 90.0), _EXP_EDGES),
@@ -72,6 +78,9 @@ REFS: dict[str, Ref] = {
     "log10": Ref("log10", "std::log10({0})", lambda mp, x: mp.log10(x), (0.0, 10.0), _LOG_EDGES),
     "erf": Ref(np.frompyfunc(math.erf, 1, 1), "std::erf({0})", lambda mp, x: mp.erf(x), (-5.0, 5.0),
                (1.0, 3.9192059, 3.92, 0.5, 2.46) + _FLT),
+    "sin": Ref("sin", "std::sin({0})", lambda mp, x: mp.sin(x), (-10.0, 10.0), _TRIG_EDGES),
+    "cos": Ref("cos", "std::cos({0})", lambda mp, x: mp.cos(x), (-10.0, 10.0), _TRIG_EDGES),
+    "tan": Ref("tan", "std::tan({0})", lambda mp, x: mp.tan(x), (-10.0, 10.0), _TRIG_EDGES),
 }
 
 

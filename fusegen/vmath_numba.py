@@ -24,11 +24,11 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-from .vmath import (ERF_BIG, ERF_CLAMP, ERF_MID, ERF_SMALL, EXP_LIMIT, EXP_POLY, EXPM1_POLY, LN2_HI, LN2_LO, LOG2E, LOG10_2_HI, LOG10_2_LO, LOG10E,
+from .vmath import (COS_POLY, PIO2_HI, PIO2_LO, SIN_POLY, TRIG_CHUNKS, TRIG_FULL, ERF_BIG, ERF_CLAMP, ERF_MID, ERF_SMALL, EXP_LIMIT, EXP_POLY, EXPM1_POLY, LN2_HI, LN2_LO, LOG2E, LOG10_2_HI, LOG10_2_LO, LOG10E,
                     LOG_POLY, SHIFTER, SHIFTER_BITS, SIGMOID_POLY, SIGMOID_SMALL, SQRT_HALF_BITS, TANH_CLAMP, TANH_POLY, TANH_SMALL)
 
 __all__ = ["exp_f32", "expm1_f32", "tanh_f32", "sigmoid_f32", "log_f32", "log1p_f32", "log2_f32",
-           "log10_f32", "erf_f32"]
+           "log10_f32", "erf_f32", "sin_f32", "cos_f32", "tan_f32"]
 
 
 @intrinsic
@@ -98,6 +98,10 @@ _sigmoid_poly = _horner(SIGMOID_POLY)
 _log_poly = _horner(LOG_POLY)
 _erf_small = _horner(ERF_SMALL)
 _erf_big = _horner(ERF_BIG)
+_sin_poly = _horner(SIN_POLY)
+_cos_poly = _horner(COS_POLY)
+_TRIG = np.array(TRIG_CHUNKS, np.float64)
+_TRIG_N = len(TRIG_CHUNKS)
 
 
 # --- exp, tanh, sigmoid, expm1 -----------------------------------------------------------------
@@ -270,3 +274,66 @@ def erf_f32(x):
     a = ERF_CLAMP if a > ERF_CLAMP else a                # float32 erf is +-1 there; inf too; NaN passes
     big = _fma(-_exp_core(-(a * a)), _erf_big(a - ERF_MID), 1.0)   # a * a is exact
     return np.float32(small if abs(xd) < 1.0 else np.copysign(big, xd))
+
+
+# --- sin, cos, tan -------------------------------------------------------------------------------
+@njit(**_JIT)
+def _trig_reduce(xd):
+    """(q, r) with x = (4 m + q + f) pi/2, q in {-2, ..., 2} (a float64) and r = f pi/2, |f| <=
+    1/2 + 2^-12, for any float64 x holding a float32 (Payne-Hanek style, table-free: x times each
+    28-bit chunk of 2/pi is exact; see TRIG_CHUNKS)."""
+    acc = 0.0                                    # the fraction so far, in [-1/2, 1/2]
+    quad = 0.0                                   # the whole quarter turns so far, mod 4
+    for i in range(TRIG_FULL):
+        s = _fma(xd, _TRIG[i], acc)              # exact: at most 53 significant bits
+        k = np.rint(s)                           # (s itself from 2^52 on)
+        acc = s - k                              # exact
+        quad = quad + _fma(-4.0, np.rint(0.25 * k), k)   # k mod 4, exact; off acc's dependency chain
+    light = _TRIG[_TRIG_N - 1] * xd              # the rest add less than 2^-12: no more whole turns
+    for i in range(_TRIG_N - 2, TRIG_FULL - 1, -1):
+        light = _fma(xd, _TRIG[i], light)
+    acc = acc + light
+    q = _fma(-4.0, np.rint(0.25 * quad), quad)   # in {-2, ..., 2}
+    return q, _fma(acc, PIO2_HI, acc * PIO2_LO)
+
+
+@njit(**_JIT)
+def _sin_cos(r):
+    """(sin r, cos r) for |r| <= pi/4 (1 + 2^-11); cos as w + ((1 - w) - r^2/2 + r^4 C), w = 1 - r^2/2,
+    which keeps the rounding error of w."""
+    z = r * r
+    sin = _fma(r * z, _sin_poly(z), r)
+    w = _fma(-0.5, z, 1.0)
+    cos = w + _fma(z * z, _cos_poly(z), _fma(-0.5, z, 1.0 - w))
+    return sin, cos
+
+
+@njit(**_JIT)
+def sin_f32(x):
+    """np.sin for a float32 x, vectorizable, correct for every float32 (see fusegen/vmath.py)."""
+    xd = np.float64(x)
+    q, r = _trig_reduce(xd)
+    s, c = _sin_cos(r)
+    v = c if abs(q) == 1.0 else s                # sin, cos, -sin, -cos for q = 0, 1, 2, 3 (mod 4)
+    v = -v if (q < 0.0) | (q > 1.5) else v
+    return np.float32(xd if xd == 0.0 else v)    # -0.0 stays -0.0
+
+
+@njit(**_JIT)
+def cos_f32(x):
+    """np.cos for a float32 x, vectorizable, correct for every float32 (see fusegen/vmath.py)."""
+    q, r = _trig_reduce(np.float64(x))
+    s, c = _sin_cos(r)
+    v = s if abs(q) == 1.0 else c                # cos, -sin, -cos, sin for q = 0, 1, 2, 3 (mod 4)
+    return np.float32(-v if (q > 0.5) | (q < -1.5) else v)
+
+
+@njit(**_JIT)
+def tan_f32(x):
+    """np.tan for a float32 x, vectorizable: sin / cos of the reduced argument in float64."""
+    xd = np.float64(x)
+    q, r = _trig_reduce(xd)
+    s, c = _sin_cos(r)
+    odd = abs(q) == 1.0
+    v = (-c if odd else s) / (s if odd else c)   # tan r, or -1 / tan r an odd quadrant on
+    return np.float32(xd if xd == 0.0 else v)

@@ -289,6 +289,9 @@ SPECIAL = {
              (2.0 ** -149, -149.0), (2.0 ** 127, 127.0), (0.5, -1.0)],
     "log10": [(NAN, NAN), (-1.0, NAN), (-INF, NAN), (0.0, -INF), (-0.0, -INF), (1.0, 0.0), (INF, INF)]
     + [(10.0 ** k, float(k)) for k in range(11)],
+    "sin": [(NAN, NAN), (0.0, 0.0), (-0.0, -0.0), (INF, NAN), (-INF, NAN)],
+    "cos": [(NAN, NAN), (0.0, 1.0), (-0.0, 1.0), (INF, NAN), (-INF, NAN)],
+    "tan": [(NAN, NAN), (0.0, 0.0), (-0.0, -0.0), (INF, NAN), (-INF, NAN)],
     "erf": [(NAN, NAN), (0.0, 0.0), (-0.0, -0.0), (INF, 1.0), (-INF, -1.0), (3.92, 1.0), (-1e30, -1.0)],
 }
 
@@ -375,8 +378,8 @@ def test_sampled_inputs_against_mpmath_and_backends_bit_identical(name):
     assert bits_equal(got["numba"], got["cpp"]).all()
 
 
-ODD = ["tanh", "erf"]
-EVEN: list[str] = []
+ODD = ["tanh", "erf", "sin", "tan"]
+EVEN = ["cos"]
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if n in ODD + EVEN])
@@ -481,6 +484,17 @@ def test_stored_coefficients_meet_their_error_bound(fit):
     stored = getattr(vmath, fit)
     bound = {"EXP_POLY": 3e-16}.get(fit, 4e-17)
     assert vmath_fit.fit_error(fit, stored, n=150) < bound
+
+
+def test_the_trig_reduction_carries_enough_bits_of_2_over_pi():
+    pytest.importorskip("mpmath")
+    assert vmath_fit.two_over_pi_chunks(len(vmath.TRIG_CHUNKS), 28) == vmath.TRIG_CHUNKS
+    log2_dist, e, m = vmath_fit.reduction_worst_case()
+    assert (m, e) == (16367173, 72) and -30 < log2_dist < -29.8
+    # the bits of 2/pi left out reach x * 2/pi below 2^-96 for every float32 x < 2^128
+    assert 2.0 ** 128 * 2.0 ** (-28 * len(vmath.TRIG_CHUNKS)) <= 2.0 ** -96
+    # chunks from TRIG_FULL on add less than 2^-12 (no whole quarter turn) for any float32
+    assert 2.0 ** 128 * vmath.TRIG_CHUNKS[vmath.TRIG_FULL] < 2.0 ** -12
 
 
 @pytest.mark.slow
