@@ -76,6 +76,23 @@ about 2^25). Why not Payne-Hanek with a table of 2/pi indexed by the exponent: t
 gather, which LLVM's cost model for this CPU and g++ may well refuse to vectorize, and which is
 slow where they do. The price: the 5 chained steps make sin about 3x exp's cost.
 
+``atan``, ``atan2``, ``asin``, ``acos``: one core, atan2(|y|, |x|) in [0, pi/2]: u = lo / hi, or
+(lo - hi) / (lo + hi) plus pi/4 where lo / hi > tan(pi/8) (one division either way; for float32
+inputs the numerator and denominator are exact in float64), |u| <= tan(pi/8), atan(u) = u + u^3
+A(u^2); pi/2 minus that if |y| > |x|. atan2 then takes pi minus it where x < 0 or x = -0.0 and
+y's sign; asin(x) = atan2(x, sqrt((1 - x)(1 + x))), acos(x) = atan2(sqrt((1 - x)(1 + x)), x),
+(1 - x)(1 + x) being one rounding from exact. The standard's infinities and zeros come out of the
+core's conventions (inf/inf = pi/4, finite/inf = 0, 0/0 = 0) and the sign handling.
+
+``sinh`` = (E + E / (E + 1)) / 2 with E = expm1(|x|) (no cancellation near 0), ``cosh`` = (e + 1/e)
+/ 2; ``asinh`` = log1p(a + a^2 / (1 + sqrt(1 + a^2))), ``acosh`` = log1p(d + sqrt(d (d + 2))) with
+d = x - 1 (exact), both log(2x) from 2^28 on; ``atanh`` = log1p(2a / (1 - a)) / 2 (1 - a exact).
+The log1p argument is a float64 here, so 1 + w and its rounding error (Fast2Sum) both go into
+log's reduction. ``hypot`` = sqrt(x^2 + y^2) in float64: the squares are exact and cannot
+overflow, one rounding for the sum, one for the root. ``cbrt``: |x| = m 2^(3j + r) from the bits
+(j = floor(e / 3) by an integer multiply), cbrt(m 2^r) from CBRT_POLY times cbrt(2^r) and one
+Halley step, then times 2^j.
+
 float64 arguments keep libm: there is no wider type to hide the polynomial's error in, and
 accuracy comes first. float16 values are computed in float32 registers (fusegen/exprs.py),
 so they take the float32 path.
@@ -175,6 +192,26 @@ SIN_POLY = (-0.1666666666666663, 0.008333333333322007, -0.00019841269829497252,
 COS_POLY = (0.041666666666666595, -0.0013888888888872897, 2.4801587288749738e-05,
             -2.7557314149116363e-07, 2.0875696644753654e-09, -1.1358314459320228e-11)
 
+# --- atan, atan2, asin, acos ----------------------------------------------------------------------
+#: atan(u) = u + u^3 A(u^2), |u| <= tan(pi/8) (1 + 2^-20): relative error 5e-18.
+ATAN_POLY = (-0.333333333333332, 0.1999999999995324, -0.1428571428016597, 0.1111111078212751,
+             -0.09090897724506916, 0.0769205970482681, -0.06663099066520857, 0.05847858311476554,
+             -0.05039186234353201, 0.03806203655114669, -0.01790492936827541)
+TAN_PI8 = 0.41421356237309503          # tan(pi/8) = sqrt(2) - 1: above it, atan(t) = pi/4 + atan((t-1)/(t+1))
+PI_HI = 3.141592653589793              # pi, and its remainder; pi/2 and pi/4 are these halved
+PI_LO = 1.2246467991473532e-16
+# asinh, acosh: from 2^28 on, log(2x) is the result to 2^-58 (relative), and x^2 + 1 no longer
+# matters; below, log1p(x + x^2 / (1 + sqrt(1 + x^2))) and log1p(d + sqrt(d (d + 2))), d = x - 1.
+ASINH_BIG = 268435456.0
+
+# --- cbrt --------------------------------------------------------------------------------------
+#: cbrt(m) ~= P(m) for 1 <= m <= 2 (relative error 1.2e-6), scaled by cbrt(2^r), r = e mod 3, then
+#: one Halley step (cubic convergence: ~2e-18).
+CBRT_POLY = (0.4733320393012346, 0.8381551827162871, -0.4692219045524485, 0.2027725138229704,
+             -0.05038493145454188, 0.00534833145140777)
+CBRT2 = 1.2599210498948732             # cbrt(2), cbrt(4)
+CBRT4 = 1.5874010519681996
+
 
 def _entry(numba: str, deps: tuple[str, ...], max_ulp: int, measured: str, arity: int = 1) -> dict:
     return dict(numba=numba, cpp="fg::" + numba, deps=deps, arity=arity, max_ulp=max_ulp, measured=measured)
@@ -188,7 +225,7 @@ def _entry(numba: str, deps: tuple[str, ...], max_ulp: int, measured: str, arity
 #: the Python array API's function names (``sigmoid`` is fusegen's).
 VMATH_F32: dict[str, dict] = {
     "exp": _entry("exp_f32", ("exp_core",), 0, "exhaustive"),
-    "expm1": _entry("expm1_f32", (), 0, "sweep"),
+    "expm1": _entry("expm1_f32", ("exp_core", "expm1_core"), 0, "sweep"),
     "tanh": _entry("tanh_f32", ("exp_core",), 0, "exhaustive"),
     "sigmoid": _entry("sigmoid_f32", ("exp_core",), 0, "sweep"),
     "log": _entry("log_f32", ("log_core",), 0, "sweep"),
@@ -199,11 +236,23 @@ VMATH_F32: dict[str, dict] = {
     "sin": _entry("sin_f32", ("trig_core",), 0, "sweep"),
     "cos": _entry("cos_f32", ("trig_core",), 0, "sweep"),
     "tan": _entry("tan_f32", ("trig_core",), 0, "sweep"),
+    "atan": _entry("atan_f32", ("atan_core",), 0, "sweep"),
+    "atan2": _entry("atan2_f32", ("atan_core",), 0, "sweep", arity=2),
+    "asin": _entry("asin_f32", ("atan_core",), 0, "sweep"),
+    "acos": _entry("acos_f32", ("atan_core",), 0, "sweep"),
+    "sinh": _entry("sinh_f32", ("exp_core", "expm1_core"), 0, "sweep"),
+    "cosh": _entry("cosh_f32", ("exp_core",), 0, "sweep"),
+    "asinh": _entry("asinh_f32", ("log_core", "one_plus"), 0, "sweep"),
+    "acosh": _entry("acosh_f32", ("log_core", "one_plus"), 0, "sweep"),
+    "atanh": _entry("atanh_f32", ("log_core", "one_plus"), 0, "sweep"),
+    "hypot": _entry("hypot_f32", (), 0, "sweep", arity=2),
+    "cbrt": _entry("cbrt_f32", (), 0, "sweep"),
 }
 
 #: The C++ partial's blocks in the order it defines them (a helper before its users).
-CPP_BLOCKS = ("exp_core", "exp", "tanh", "sigmoid", "expm1", "log_core", "log", "log1p", "log2", "log10",
-              "erf", "trig_core", "sin", "cos", "tan")
+CPP_BLOCKS = ("exp_core", "exp", "tanh", "sigmoid", "expm1_core", "expm1", "log_core", "log", "log1p", "log2",
+              "log10", "erf", "trig_core", "sin", "cos", "tan", "atan_core", "atan", "atan2", "asin", "acos",
+              "sinh", "cosh", "one_plus", "asinh", "acosh", "atanh", "hypot", "cbrt")
 
 
 def blocks_for(functions) -> list[str]:
@@ -233,7 +282,10 @@ def template_data(functions=("exp", "tanh")) -> dict:
         tanh_clamp=lit(TANH_CLAMP), sqrt_half_bits=hex(SQRT_HALF_BITS), log10_2_hi=lit(LOG10_2_HI),
         log10_2_lo=lit(LOG10_2_LO), log10e=lit(LOG10E), erf_small=lits(ERF_SMALL), erf_big=lits(ERF_BIG),
         erf_mid=lit(ERF_MID), erf_clamp=lit(ERF_CLAMP), trig_chunks=lits(TRIG_CHUNKS), trig_full=TRIG_FULL,
-        pio2_hi=lit(PIO2_HI), pio2_lo=lit(PIO2_LO), sin_poly=lits(SIN_POLY), cos_poly=lits(COS_POLY))
+        pio2_hi=lit(PIO2_HI), pio2_lo=lit(PIO2_LO), sin_poly=lits(SIN_POLY), cos_poly=lits(COS_POLY),
+        atan_poly=lits(ATAN_POLY), tan_pi8=lit(TAN_PI8), pi_hi=lit(PI_HI), pi_lo=lit(PI_LO),
+        pio4_hi=lit(PIO2_HI / 2), pio4_lo=lit(PIO2_LO / 2), asinh_big=lit(ASINH_BIG), cbrt_poly=lits(CBRT_POLY),
+        cbrt2=lit(CBRT2), cbrt4=lit(CBRT4))
 
 
 def render_cpp(functions=None) -> str:

@@ -63,6 +63,11 @@ _TRIG_EDGES = (16367173 * 2.0 ** 72, 10741887 * 2.0 ** 11, 16573937 * 2.0 ** -16
                11617958 * 2.0 ** 17, 1.5707964, 3.1415927, 4.712389, 0.7853982, 2.3561945, 3.9269907,
                1e5, 1e10, 1e20, 1e30) + _FLT
 
+_ATAN_EDGES = (0.41421356, 2.4142137, 1.0, 1e8, 1e30) + _FLT
+_UNIT_EDGES = (1.0, 0.99999994, 0.5, 0.41421356, 0.70710678, 1e-4) + _FLT
+_HYP_EDGES = (89.415985, 89.41599, 88.72284, 104.0, 0.34657359, 1e-4) + _FLT
+_AHYP_EDGES = (268435456.0, 1.0000001, 1.5, 2.0, 1e-4, 1e20) + _FLT
+
 REFS: dict[str, Ref] = {
     "exp": Ref("exp", "std::exp({0})", lambda mp, x: mp.exp(x), (-110.0, 110.0), _EXP_EDGES),
     "expm1": Ref("expm1", "std::expm1({0})", lambda mp, x: mp.expm1(x), (-20.0, 90.0), _EXP_EDGES),
@@ -81,6 +86,20 @@ REFS: dict[str, Ref] = {
     "sin": Ref("sin", "std::sin({0})", lambda mp, x: mp.sin(x), (-10.0, 10.0), _TRIG_EDGES),
     "cos": Ref("cos", "std::cos({0})", lambda mp, x: mp.cos(x), (-10.0, 10.0), _TRIG_EDGES),
     "tan": Ref("tan", "std::tan({0})", lambda mp, x: mp.tan(x), (-10.0, 10.0), _TRIG_EDGES),
+    "atan": Ref("arctan", "std::atan({0})", lambda mp, x: mp.atan(x), (-10.0, 10.0), _ATAN_EDGES),
+    "atan2": Ref("arctan2", "std::atan2({0}, {1})", lambda mp, y, x: mp.atan2(y, x), (-10.0, 10.0),
+                 _ATAN_EDGES, arity=2),
+    "asin": Ref("arcsin", "std::asin({0})", lambda mp, x: mp.asin(x), (-1.0, 1.0), _UNIT_EDGES),
+    "acos": Ref("arccos", "std::acos({0})", lambda mp, x: mp.acos(x), (-1.0, 1.0), _UNIT_EDGES),
+    "sinh": Ref("sinh", "std::sinh({0})", lambda mp, x: mp.sinh(x), (-95.0, 95.0), _HYP_EDGES),
+    "cosh": Ref("cosh", "std::cosh({0})", lambda mp, x: mp.cosh(x), (-95.0, 95.0), _HYP_EDGES),
+    "asinh": Ref("arcsinh", "std::asinh({0})", lambda mp, x: mp.asinh(x), (-10.0, 10.0), _AHYP_EDGES),
+    "acosh": Ref("arccosh", "std::acosh({0})", lambda mp, x: mp.acosh(x), (1.0, 10.0), _AHYP_EDGES),
+    "atanh": Ref("arctanh", "std::atanh({0})", lambda mp, x: mp.atanh(x), (-1.0, 1.0), _UNIT_EDGES),
+    "hypot": Ref("hypot", "std::hypot({0}, {1})", lambda mp, x, y: mp.hypot(x, y), (-10.0, 10.0), _FLT,
+                 arity=2),
+    "cbrt": Ref("cbrt", "std::cbrt({0})", lambda mp, x: mp.sign(x) * mp.cbrt(abs(x)), (-10.0, 10.0),
+                (8.0, 27.0, 0.125) + _FLT),
 }
 
 
@@ -277,6 +296,8 @@ def reference(name: str, x: np.ndarray, y: np.ndarray | None = None, exact: bool
     with np.errstate(over="ignore"):
         r32 = r64.astype(F32)
     todo = (np.isfinite(r64) & (r64 != 0)) if exact else _near_midpoint(r64, r32)
+    for a in args:  # mpmath has no -0.0: a zero argument's result is a special case (atan2's +-pi)
+        todo &= a != 0
     for i in np.flatnonzero(todo):
         r32[i] = round_mpf(mp_value(name, *(a[i] for a in args)))
     return r32

@@ -81,6 +81,8 @@ def _fits() -> dict[str, Fit]:
         "ATAN_POLY": Fit(lambda z: sqrt_or(z, lambda t: (mp.atan(t) - t) / t ** 3, -mp.mpf(1) / 3),
                          _powers(0, 11), lambda z: sqrt_or(z, lambda t: t ** 3 / mp.atan(t), 0), 0.0,
                          tan_pi8 ** 2, "atan(t) = t + t^3 A(t^2), |t| <= tan(pi/8): relative error of atan"),
+        "CBRT_POLY": Fit(lambda m: mp.cbrt(m), _powers(0, 6), lambda m: 1 / mp.cbrt(m), 1.0, 2.0,
+                         "cbrt(m) ~= P(m), 1 <= m <= 2, before one Halley step: relative error"),
     }
 
 

@@ -24,11 +24,15 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-from .vmath import (COS_POLY, PIO2_HI, PIO2_LO, SIN_POLY, TRIG_CHUNKS, TRIG_FULL, ERF_BIG, ERF_CLAMP, ERF_MID, ERF_SMALL, EXP_LIMIT, EXP_POLY, EXPM1_POLY, LN2_HI, LN2_LO, LOG2E, LOG10_2_HI, LOG10_2_LO, LOG10E,
-                    LOG_POLY, SHIFTER, SHIFTER_BITS, SIGMOID_POLY, SIGMOID_SMALL, SQRT_HALF_BITS, TANH_CLAMP, TANH_POLY, TANH_SMALL)
+from .vmath import (ASINH_BIG, ATAN_POLY, CBRT2, CBRT4, CBRT_POLY, COS_POLY, ERF_BIG, ERF_CLAMP, ERF_MID,
+                    ERF_SMALL, EXPM1_POLY, EXP_LIMIT, EXP_POLY, LN2_HI, LN2_LO, LOG10E, LOG10_2_HI,
+                    LOG10_2_LO, LOG2E, LOG_POLY, PIO2_HI, PIO2_LO, PI_HI, PI_LO, SHIFTER, SHIFTER_BITS,
+                    SIGMOID_POLY, SIGMOID_SMALL, SIN_POLY, SQRT_HALF_BITS, TANH_CLAMP, TANH_POLY, TANH_SMALL,
+                    TAN_PI8, TRIG_CHUNKS, TRIG_FULL)
 
 __all__ = ["exp_f32", "expm1_f32", "tanh_f32", "sigmoid_f32", "log_f32", "log1p_f32", "log2_f32",
-           "log10_f32", "erf_f32", "sin_f32", "cos_f32", "tan_f32"]
+           "log10_f32", "erf_f32", "sin_f32", "cos_f32", "tan_f32", "atan_f32", "atan2_f32", "asin_f32",
+           "acos_f32", "sinh_f32", "cosh_f32", "asinh_f32", "acosh_f32", "atanh_f32", "hypot_f32", "cbrt_f32"]
 
 
 @intrinsic
@@ -100,6 +104,8 @@ _erf_small = _horner(ERF_SMALL)
 _erf_big = _horner(ERF_BIG)
 _sin_poly = _horner(SIN_POLY)
 _cos_poly = _horner(COS_POLY)
+_atan_poly = _horner(ATAN_POLY)
+_cbrt_poly = _horner(CBRT_POLY)
 _TRIG = np.array(TRIG_CHUNKS, np.float64)
 _TRIG_N = len(TRIG_CHUNKS)
 
@@ -337,3 +343,156 @@ def tan_f32(x):
     odd = abs(q) == 1.0
     v = (-c if odd else s) / (s if odd else c)   # tan r, or -1 / tan r an odd quadrant on
     return np.float32(xd if xd == 0.0 else v)
+
+
+# --- atan, atan2, asin, acos -----------------------------------------------------------------------
+@njit(**_JIT)
+def _atan2_core(ya, xa):
+    """atan2(ya, xa) in [0, pi/2] for float64 ya, xa >= 0 (NaN is the callers'): u = lo / hi, or
+    (lo - hi) / (lo + hi) and pi/4 more above tan(pi/8) (one division either way), then pi/2
+    minus that if ya > xa. inf/inf is pi/4, finite/inf 0, 0/0 0."""
+    inf = (ya == INF) | (xa == INF)
+    y1 = (1.0 if ya == INF else 0.0) if inf else ya
+    x1 = (1.0 if xa == INF else 0.0) if inf else xa
+    lo = y1 if y1 < x1 else x1
+    hi = x1 if y1 < x1 else y1
+    big = lo > TAN_PI8 * hi
+    den = lo + hi if big else hi
+    u = (lo - hi if big else lo) / (1.0 if hi == 0.0 else den)   # |u| <= tan(pi/8); exact operands
+    z = u * u                                                    # for float32 inputs (atan, atan2)
+    a = _fma(u * z, _atan_poly(z), u)
+    a = PIO2_HI / 2 + (a + PIO2_LO / 2) if big else a
+    return (PIO2_HI - a) + PIO2_LO if y1 > x1 else a
+
+
+@njit(**_JIT)
+def atan_f32(x):
+    """np.arctan for a float32 x, vectorizable (see fusegen/vmath.py)."""
+    xd = np.float64(x)
+    r = np.copysign(_atan2_core(abs(xd), 1.0), xd)
+    return np.float32(xd if xd != xd else r)
+
+
+@njit(**_JIT)
+def atan2_f32(y, x):
+    """np.arctan2 for float32 y, x, vectorizable (see fusegen/vmath.py)."""
+    yd = np.float64(y)
+    xd = np.float64(x)
+    a = _atan2_core(abs(yd), abs(xd))
+    a = (PI_HI - a) + PI_LO if _bits(xd) < 0 else a      # x < 0 or x = -0.0: pi minus that
+    r = np.copysign(a, yd)
+    return np.float32(yd + xd if (yd != yd) | (xd != xd) else r)
+
+
+@njit(**_JIT)
+def asin_f32(x):
+    """np.arcsin for a float32 x: atan2(x, sqrt((1 - x)(1 + x))) in float64, vectorizable."""
+    xd = np.float64(x)
+    s = np.sqrt((1.0 - xd) * (1.0 + xd))                # NaN for |x| > 1 (and NaN)
+    r = np.copysign(_atan2_core(abs(xd), s), xd)
+    return np.float32(s if s != s else r)
+
+
+@njit(**_JIT)
+def acos_f32(x):
+    """np.arccos for a float32 x: atan2(sqrt((1 - x)(1 + x)), x) in float64, vectorizable."""
+    xd = np.float64(x)
+    s = np.sqrt((1.0 - xd) * (1.0 + xd))
+    a = _atan2_core(s, abs(xd))
+    a = (PI_HI - a) + PI_LO if xd < 0.0 else a
+    return np.float32(s if s != s else a)
+
+
+# --- sinh, cosh, asinh, acosh, atanh, hypot, cbrt ------------------------------------------------------
+@njit(**_JIT)
+def sinh_f32(x):
+    """np.sinh for a float32 x: (E + E / (E + 1)) / 2 with E = expm1(|x|), no cancellation."""
+    xd = np.float64(x)
+    a = abs(xd)
+    e = _expm1_core(EXP_LIMIT if a > EXP_LIMIT else a)  # NaN passes
+    return np.float32(np.copysign(0.5 * (e + e / (e + 1.0)), xd))
+
+
+@njit(**_JIT)
+def cosh_f32(x):
+    """np.cosh for a float32 x: (e + 1 / e) / 2 with e = exp(|x|)."""
+    a = abs(np.float64(x))
+    e = _exp_core(EXP_LIMIT if a > EXP_LIMIT else a)
+    return np.float32(0.5 * (e + 1.0 / e))
+
+
+@njit(**_JIT)
+def _one_plus(w):
+    """1 + w as h + lo, exactly (Fast2Sum, the larger operand first), for a float64 w >= 0."""
+    h = 1.0 + w
+    return h, (1.0 - (h - w)) if w > 1.0 else (w - (h - 1.0))
+
+
+@njit(**_JIT)
+def asinh_f32(x):
+    """np.arcsinh for a float32 x: log1p(a + a^2 / (1 + sqrt(1 + a^2))), a = |x|, or log(2a)
+    from ASINH_BIG on, in float64; vectorizable."""
+    xd = np.float64(x)
+    a = abs(xd)
+    h, lo = _one_plus(a + a * a / (1.0 + np.sqrt(_fma(a, a, 1.0))))
+    big = a >= ASINH_BIG
+    kd, p = _log_parts(2.0 * a if big else h, 0.0 if big else lo)
+    r = np.copysign(a if a == INF else _ln(kd, p), xd)
+    return np.float32(xd if xd != xd else r)
+
+
+@njit(**_JIT)
+def acosh_f32(x):
+    """np.arccosh for a float32 x: log1p(d + sqrt(d (d + 2))), d = x - 1 (exact), or log(2x) from
+    ASINH_BIG on, in float64; vectorizable."""
+    xd = np.float64(x)
+    d = xd - 1.0
+    h, lo = _one_plus(d + np.sqrt(d * (d + 2.0)))
+    big = xd >= ASINH_BIG
+    kd, p = _log_parts(2.0 * xd if big else h, 0.0 if big else lo)
+    r = xd if xd == INF else _ln(kd, p)
+    r = NAN if xd < 1.0 else r
+    return np.float32(xd if xd != xd else r)
+
+
+@njit(**_JIT)
+def atanh_f32(x):
+    """np.arctanh for a float32 x: log1p(2a / (1 - a)) / 2, a = |x| (1 - a is exact), in float64."""
+    xd = np.float64(x)
+    a = abs(xd)
+    h, lo = _one_plus(2.0 * a / (1.0 - a))
+    kd, p = _log_parts(h, lo)
+    r = INF if a == 1.0 else 0.5 * _ln(kd, p)
+    r = NAN if a > 1.0 else np.copysign(r, xd)
+    return np.float32(xd if xd != xd else r)
+
+
+@njit(**_JIT)
+def hypot_f32(x, y):
+    """np.hypot for float32 x, y: sqrt(x^2 + y^2) in float64 (the squares are exact, no overflow),
+    +inf if either is infinite, even with a NaN (the array API's rule)."""
+    xd = np.float64(x)
+    yd = np.float64(y)
+    r = np.sqrt(_fma(xd, xd, yd * yd))
+    return np.float32(INF if (abs(xd) == INF) | (abs(yd) == INF) else r)
+
+
+@njit(**_JIT)
+def cbrt_f32(x):
+    """np.cbrt for a float32 x: |x| = m 2^(3j + r), cbrt(m 2^r) from a polynomial and one Halley
+    step, times 2^j; the exponent arithmetic on the bits (no division, no conversion)."""
+    xd = np.float64(x)
+    a = abs(xd)
+    b = _bits(a)
+    e = (b >> 52) - 1023
+    j = (((e + 153) * 21846) >> 16) - 51                 # floor(e / 3) for -153 <= e < 32000
+    rem = e - 3 * j                                      # 0, 1 or 2
+    mant = b & 0x000FFFFFFFFFFFFF
+    m = _from_bits(mant | (1023 << 52))                  # in [1, 2)
+    y = _from_bits(mant | ((1023 + rem) << 52))          # m 2^r, in [1, 8)
+    t = _mul(_cbrt_poly(m), 1.0 if rem == 0 else (CBRT2 if rem == 1 else CBRT4))
+    t2 = _mul(t, t)                                      # (nvcc turns 2 t2 into t2 + t2, which it
+                                                         # would fuse with a plain product t * t)
+    t = _fma(-t, _fma(t2, t, -y) / _fma(2.0 * t2, t, y), t)   # Halley: t - t (t^3 - y) / (2 t^3 + y)
+    v = np.copysign(t * _from_bits((1023 + j) << 52), xd)
+    return np.float32(xd if (a == 0.0) | (a == INF) | (xd != xd) else v)
