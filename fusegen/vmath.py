@@ -288,18 +288,18 @@ def template_data(functions=("exp", "tanh")) -> dict:
         cbrt2=lit(CBRT2), cbrt4=lit(CBRT4))
 
 
-def render_cpp(functions=None) -> str:
-    """_vmath.inc.j2 rendered on its own, inside ``namespace fg`` (for harnesses and tests;
-    generated kernels include it from _fg_runtime.inc.j2). ``None``: every function."""
+def render_cpp(functions=None, namespace: str = "fg", headers: bool = True) -> str:
+    """_vmath.inc.j2 rendered on its own, inside ``namespace`` (for harnesses and tests; generated
+    kernels include it from _fg_runtime.inc.j2). ``None``: every function."""
     import jinja2
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                              trim_blocks=True, lstrip_blocks=True)
     body = env.get_template("_vmath.inc.j2").render(
         vmath=template_data(VMATH_F32 if functions is None else functions))
-    return ("#include <cmath>\n#include <cstdint>\n#include <cstring>\n"
-            "#if !defined(FG_INLINE)\n#define FG_INLINE inline __attribute__((always_inline))\n#endif\n"
-            f"namespace fg {{\n{body}}}  // namespace fg\n")
+    head = ("#include <cmath>\n#include <cstdint>\n#include <cstring>\n"
+            "#if !defined(FG_INLINE)\n#define FG_INLINE inline __attribute__((always_inline))\n#endif\n")
+    return (head if headers else "") + f"namespace {namespace} {{\n{body}}}  // namespace {namespace}\n"
 
 
 @functools.lru_cache(maxsize=None)

@@ -118,6 +118,13 @@ def ulps(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(nan_a & nan_b, 0, np.where(nan_a | nan_b, np.iinfo(np.int64).max, d))
 
 
+def bits_equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Elementwise: the same bits (so -0.0 != +0.0), or both NaN (any payload)."""
+    a, b = np.asarray(a), np.asarray(b)
+    ity = {2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize]
+    return (np.isnan(a) & np.isnan(b)) | (a.view(ity) == b.view(ity))
+
+
 # --- implementations ------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=None)
 def numba_loop(name: str):
@@ -158,8 +165,9 @@ def harness_source() -> str:
     for name, e in vmath.VMATH_F32.items():
         args = "x[i]" if e["arity"] == 1 else "x[i], y[i]"
         libm = REFS[name].libm.format("x[i]", "y[i]")
+        y = "y" if e["arity"] == 2 else "/* unused */"
         for prefix, expr in (("fgvm", f"{e['cpp']}({args})"), ("libm", libm)):
-            lines.append(f"void {prefix}_{name}(const float *x, const float *y, float *out, int64_t n) {{\n"
+            lines.append(f"void {prefix}_{name}(const float *x, const float *{y}, float *out, int64_t n) {{\n"
                          f"  for (int64_t i = 0; i < n; ++i) out[i] = {expr};\n}}")
     lines.append("}  // extern \"C\"\n")
     return "\n".join(lines)
@@ -170,7 +178,8 @@ def cuda_source() -> str:
     kernels = []
     for name, e in vmath.VMATH_F32.items():
         args = "x[i]" if e["arity"] == 1 else "x[i], y[i]"
-        kernels.append(f"__global__ void vm_{name}(const float *x, const float *y, float *out, int n) {{\n"
+        y = "y" if e["arity"] == 2 else "/* unused */"
+        kernels.append(f"__global__ void vm_{name}(const float *x, const float *{y}, float *out, int n) {{\n"
                        f"  const int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
                        f"  if (i < n) out[i] = {e['cpp']}({args});\n}}")
     return vmath.render_cpp() + "\n".join(kernels) + "\n"
