@@ -355,18 +355,6 @@ def test_a_subset_renders_only_the_blocks_it_needs():
     assert vmath.template_data()["blocks"] == ["exp_core", "exp", "tanh"]
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("name", NAMES)
-def test_special_cases_are_the_standards(backend, name):
-    cases = SPECIAL[name]
-    args = [np.array([c[0][k] if isinstance(c[0], tuple) else c[0] for c in cases], F32)
-            for k in range(vmath.VMATH_F32[name]["arity"])]
-    want = np.array([c[1] for c in cases], F32)
-    got = impl(backend, name)(*args)
-    bad = ~bits_equal(got, want)
-    assert not bad.any(), f"{name}{tuple(a[bad] for a in args)}: {got[bad]}, want {want[bad]}"
-
-
 @functools.lru_cache(maxsize=None)
 def samples(name: str) -> tuple[np.ndarray, ...]:
     """About 3000 inputs: random bit patterns, random points of the function's span, edges."""
@@ -383,40 +371,22 @@ def samples(name: str) -> tuple[np.ndarray, ...]:
     return tuple(a[:m] for a in args)
 
 
-@functools.lru_cache(maxsize=None)
-def exact(name: str) -> np.ndarray:
-    pytest.importorskip("mpmath")
-    return vmath_eval.reference(name, *samples(name), exact=True)
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_sampled_inputs_against_mpmath_and_backends_bit_identical(name):
-    args = samples(name)
-    want = exact(name)
-    got = {b: impl(b, name)(*args) for b in BACKENDS}
-    for b, g in got.items():
-        err = ulps(g, want)
-        bad = err > vmath.VMATH_F32[name]["max_ulp"]
-        assert not bad.any(), f"{b} {name}{tuple(a[bad][:4] for a in args)}: {g[bad][:4]}, want {want[bad][:4]}"
-    assert bits_equal(got["numba"], got["cpp"]).all()
-
-
 ODD = ["tanh", "erf", "sin", "tan", "atan", "asin", "sinh", "asinh", "atanh", "cbrt"]
 EVEN = ["cos", "cosh"]
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if n in ODD + EVEN])
-def test_odd_and_even_functions_are_exactly_symmetric(name):
-    x = samples(name)[0]
-    f = impl("numba", name)
-    y = f(x)
-    assert bits_equal(f(-x), -y if name in ODD else y).all()
+def check_special_cases(name: str, backend: str) -> None:
+    cases = SPECIAL[name]
+    args = [np.array([c[0][k] if isinstance(c[0], tuple) else c[0] for c in cases], F32)
+            for k in range(vmath.VMATH_F32[name]["arity"])]
+    want = np.array([c[1] for c in cases], F32)
+    got = impl(backend, name)(*args)
+    bad = ~bits_equal(got, want)
+    assert not bad.any(), f"{backend} {name}{tuple(a[bad] for a in args)}: {got[bad]}, want {want[bad]}"
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_numba_loop_is_vector_code_without_calls(name):
+def check_numba_vector_code(name: str) -> None:
     loop = vmath_eval.numba_loop(name)
-    impl("numba", name)(*(np.ones(64, F32),) * vmath.VMATH_F32[name]["arity"])
     llvm = loop.inspect_llvm(loop.signatures[0])
     assert re.search(r"<\d+ x double>", llvm), f"{name}: no vector float64 arithmetic"
     called = set(re.findall(r"call [^\n]*?@([\w.]+)\(", llvm))
@@ -425,6 +395,27 @@ def test_numba_loop_is_vector_code_without_calls(name):
     if "sqrt" in libm:
         assert re.search(r"@llvm\.sqrt\.v\d+f64", llvm), f"{name}: sqrt not vectorized"
     assert not libm - {"sqrt"}, f"{name}: calls {libm}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_function(name):
+    # one test per function, so that its Numba loop compiles once, in one xdist worker: the
+    # standard's special cases exactly, ~3000 inputs against mpmath within the table's bound,
+    # Numba and C++ bit-identical, odd/even symmetry bit for bit, and vector code in Numba's IR
+    pytest.importorskip("mpmath")
+    for backend in BACKENDS:
+        check_special_cases(name, backend)
+    args = samples(name)
+    want = vmath_eval.reference(name, *args, exact=True)
+    got = {b: impl(b, name)(*args) for b in BACKENDS}
+    for b, g in got.items():
+        bad = ulps(g, want) > vmath.VMATH_F32[name]["max_ulp"]
+        assert not bad.any(), f"{b} {name}{tuple(a[bad][:4] for a in args)}: {g[bad][:4]}, want {want[bad][:4]}"
+    assert bits_equal(got["numba"], got["cpp"]).all(), f"{name}: Numba and C++ differ"
+    if name in ODD + EVEN:
+        y = got["numba"]
+        assert bits_equal(impl("numba", name)(-args[0]), -y if name in ODD else y).all(), f"{name}: symmetry"
+    check_numba_vector_code(name)
 
 
 def test_every_function_compiles_alone_and_warning_free(tmp_path):
@@ -442,29 +433,6 @@ def test_every_function_compiles_alone_and_warning_free(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
-def test_gcc_reports_every_function_loop_vectorized(tmp_path):
-    import shutil
-    import subprocess
-    if shutil.which("g++") is None:
-        pytest.skip("g++ is not installed")
-    src = tmp_path / "harness.cc"
-    src.write_text(vmath_eval.harness_source())
-    proc = subprocess.run(["g++", "-std=c++17", "-O3", "-march=x86-64-v3", "-fno-math-errno",
-                           "-fopt-info-vec-optimized", "-c", str(src), "-o", str(tmp_path / "h.o")],
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    vectorized = {int(m) for m in re.findall(r"harness\.cc:(\d+):\d+: optimized: loop vectorized", proc.stderr)}
-    lines = src.read_text().splitlines()
-    loops = {}
-    for i, line in enumerate(lines, 1):
-        m = re.match(r"void (fgvm|libm)_(\w+)\(", line)
-        if m:
-            loops[(m.group(1), m.group(2))] = i + 1  # the for loop is the next line
-    missed = [n for n in NAMES if loops[("fgvm", n)] not in vectorized]
-    assert not missed, f"g++ left these loops scalar: {missed}"
-    assert loops[("libm", "log")] not in vectorized  # the report does tell a libm call's loop apart
-
-
 def _disassembly(obj) -> dict[str, list[str]]:
     """objdump of the harness's fgvm_* functions, addresses and offsets blanked."""
     import subprocess
@@ -477,10 +445,11 @@ def _disassembly(obj) -> dict[str, list[str]]:
     return out
 
 
-def test_gcc_contraction_changes_no_instruction(tmp_path):
-    # g++ fuses a * b + c into an fma by default (-ffp-contract=fast), which rounds differently
-    # from Numba's separate multiply and add unless the product is exact; the library writes
-    # every multiply-add as an explicit vm_fma, so there must be nothing left to contract.
+def test_gcc_vectorizes_every_loop_and_contracts_nothing(tmp_path):
+    # (1) g++'s vectorization report lists every function's loop; (2) g++ fuses a * b + c into an
+    # fma by default (-ffp-contract=fast), which rounds differently from Numba's separate multiply
+    # and add unless the product is exact: the library writes every multiply-add as an explicit
+    # vm_fma, so -ffp-contract=off must compile it to the same instructions
     import shutil
     import subprocess
     if shutil.which("g++") is None or shutil.which("objdump") is None:
@@ -490,9 +459,22 @@ def test_gcc_contraction_changes_no_instruction(tmp_path):
     code = {}
     for mode in ("fast", "off"):
         obj = tmp_path / f"h_{mode}.o"
-        subprocess.run(["g++", "-std=c++17", "-O3", "-march=x86-64-v3", "-fno-math-errno", f"-ffp-contract={mode}",
-                        "-c", str(src), "-o", str(obj)], check=True)
+        proc = subprocess.run(["g++", "-std=c++17", "-O3", "-march=x86-64-v3", "-fno-math-errno",
+                               f"-ffp-contract={mode}", "-fopt-info-vec-optimized", "-c", str(src), "-o", str(obj)],
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr[-2000:]
         code[mode] = _disassembly(obj)
+        if mode == "fast":
+            report = proc.stderr
+    vectorized = {int(m) for m in re.findall(r"harness\.cc:(\d+):\d+: optimized: loop vectorized", report)}
+    loops = {}
+    for i, line in enumerate(src.read_text().splitlines(), 1):
+        m = re.match(r"void (fgvm|libm)_(\w+)\(", line)
+        if m:
+            loops[(m.group(1), m.group(2))] = i + 1  # the for loop is the next line
+    missed = [n for n in NAMES if loops[("fgvm", n)] not in vectorized]
+    assert not missed, f"g++ left these loops scalar: {missed}"
+    assert loops[("libm", "log")] not in vectorized  # the report does tell a libm call's loop apart
     assert set(code["fast"]) == {f"fgvm_{n}" for n in NAMES}
     changed = [f for f in code["fast"] if code["fast"][f] != code["off"][f]]
     assert not changed, f"g++ contracted a multiply-add in {changed}"
@@ -507,8 +489,8 @@ def test_nvcc_compiles_them_as_device_code_with_nothing_to_contract(tmp_path):
         pytest.skip("nvcc (the CUDA toolkit) is not installed")
     src = tmp_path / "vm.cu"
     src.write_text(vmath_eval.cuda_source())
-    subprocess.run(["nvcc", "-arch=sm_90", "-c", str(src), "-o", str(tmp_path / "vm.o")], check=True)
-    subprocess.run(["nvcc", "-arch=sm_90", "-ptx", str(src), "-o", str(tmp_path / "vm.ptx")], check=True)
+    subprocess.run(["nvcc", "-arch=sm_90", "-c", "--keep", "--keep-dir", str(tmp_path), str(src), "-o",
+                    str(tmp_path / "vm.o")], check=True)
     ptx = (tmp_path / "vm.ptx").read_text()
     entries = dict(re.findall(r"\.entry (\w+)\((.*?)\n}", ptx, re.S))
     assert len(entries) == len(NAMES)
