@@ -15,6 +15,14 @@ from .graph.vocab import (  # noqa: E402
     log, logical_and, logical_not, logical_or, max, maximum, mean, min, minimum, multiply, neg,
     not_equal, pow, power, prod, relu, rsqrt, sigmoid, sin, sqrt, subtract, sum, tanh,
 )
+from .graph.vocab import (  # noqa: E402  (the array API's elementwise functions and reductions, #18)
+    acos, acosh, all, any, arccos, arccosh, arcsin, arcsinh, arctan, arctan2, arctanh, asin, asinh, atan, atan2,
+    atanh, bitwise_and, bitwise_invert, bitwise_left_shift, bitwise_not, bitwise_or, bitwise_right_shift,
+    bitwise_xor, clip, conj, conjugate, copysign, cosh, expm1, floor_divide, hypot, imag, invert, isfinite, isinf,
+    isnan, left_shift, lerp, log1p, log2, log10, log_softmax, logaddexp, logical_xor, logsumexp, nan_to_num,
+    negative, nextafter, positive, real, reciprocal, remainder, right_shift, rint, round, sign, signbit, sinh,
+    softmax, square, std, tan, trunc, var,
+)
 from .graph.grad import grad  # noqa: E402
 from .runtime import Kernel, compile  # noqa: E402
 from .rt.engine import Engine, EngineError  # noqa: E402
@@ -26,6 +34,13 @@ __all__ = [
     "less", "less_equal", "log", "logical_and", "logical_not", "logical_or", "max", "maximum", "mean",
     "min", "minimum", "multiply", "neg", "not_equal", "pow", "power", "prod", "relu", "rsqrt",
     "sigmoid", "sin", "sqrt", "subtract", "sum", "tanh",
+    "acos", "acosh", "all", "any", "arccos", "arccosh", "arcsin", "arcsinh", "arctan", "arctan2", "arctanh", "asin",
+    "asinh", "atan", "atan2", "atanh", "bitwise_and", "bitwise_invert", "bitwise_left_shift", "bitwise_not",
+    "bitwise_or", "bitwise_right_shift", "bitwise_xor", "clip", "conj", "conjugate", "copysign", "cosh", "expm1",
+    "floor_divide", "hypot", "imag", "invert", "isfinite", "isinf", "isnan", "left_shift", "lerp", "log1p", "log2",
+    "log10", "log_softmax", "logaddexp", "logical_xor", "logsumexp", "nan_to_num", "negative", "nextafter",
+    "positive", "real", "reciprocal", "remainder", "right_shift", "rint", "round", "sign", "signbit", "sinh",
+    "softmax", "square", "std", "tan", "trunc", "var",
     "DType", "DTYPES", "as_dtype",
     # running and emitting (emit, AotKernel, jax, torch, examples and random load lazily, see __getattr__)
     "compile", "Kernel", "emit", "AotKernel", "Engine", "EngineError",

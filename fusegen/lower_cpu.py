@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from . import vmath
 from .ir import Node, Op, Spec, nodes_of
+from .lower.pyhelpers import HELPER_NAMES, python_helpers
 from .lower.pysource import NAN_HELPERS, combine, import_source
 from .plan import GroupRun, Plan, slot_name
 from .plan.exprs import PYTHON, ExprWriter, reduce_identity, reg_dtype
@@ -382,7 +383,7 @@ import math
 import numpy as np
 from numba import prange
 from fusegen.vmath_numba import exp_f32 as _exp_f32, tanh_f32 as _tanh_f32
-''' + NAN_HELPERS
+''' + NAN_HELPERS + python_helpers("np")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -417,6 +418,8 @@ def compile_group(plan: Plan, spec: Spec, run: GroupRun, parallel: bool, split: 
     def setup(mod):
         mod._fmax = numba.njit(inline="always")(mod._fmax)
         mod._fmin = numba.njit(inline="always")(mod._fmin)
+        for name in HELPER_NAMES:
+            setattr(mod, name, numba.njit(inline="always")(getattr(mod, name)))
         mod.kernel = numba.njit(**jit)(mod.kernel)
 
     mod = import_source(src, "numba", "fusegen_k", setup)

@@ -172,6 +172,9 @@ def infer(opdef: OpDef, in_dtypes, in_shapes, attrs: dict) -> Spec:
             if n.op is Op.RELU and comp == "bool" or (isinstance(comp, DType) and comp.kind == "b"
                                                        and n.op is Op.RELU):
                 fail("relu is not defined for bool", exc=DTypeError)
+            if n.op is Op.NEXTAFTER and comp is dt.float16:  # (#18) a float32 step is not a float16 one
+                fail("nextafter is not supported for float16 (computed in float32 registers, its step "
+                     "would be float32's); cast to float32", exc=DTypeError)
             info.append(NodeInfo(out, broadcast_shapes([s.shape for s in srcs], fail), comp))
     for n, i in zip(g.nodes, info):  # kernels index with int64: refuse before anything is allocated
         if i.shape is not None and UNKNOWN_DIM not in i.shape:
