@@ -22,6 +22,7 @@ from ..dtypes import AttrType, DType
 from ..errors import DTypeError, ShapeError
 from ..ir import AttrRef, Node, Op, OpDef, ShapeOf, infer, leaves_of, node_text
 from ..plan import Plan
+from ..plan.exprs import vmath_functions
 from ..version import __version__
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -285,4 +286,4 @@ def template_data(op: OpDef, plan: Plan, combos: list[dict], errors=None, **extr
         outputs=[op.graph.idx(o) for o in op.graph.outputs], stages=_stage_data(op, plan),
         combos=combos, errors=[(n, m.replace("<Name>", name)) for n, m in (errors or ERRORS)],
         # the ABI picks the infer signature by output count (a 1-tuple is one output)
-        multi=len(op.graph.outputs) > 1, vmath=vmath.template_data(), **extra)
+        multi=len(op.graph.outputs) > 1, vmath=vmath.template_data(vmath_functions(op.graph.nodes)), **extra)

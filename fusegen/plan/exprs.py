@@ -328,3 +328,33 @@ CUDA_CPP_TABLE.update(_C_COMMON)
 CUDA_CPP_TABLE.update(_CPP_HELPERS)
 CUDA_CPP_TABLE.update({Op.ROUND: "rint({0})", Op.SIGNBIT: "signbit({0})"})
 CUDA_CPP.kinds.update({k: dict(_INT_IDENTITY) for k in _INT_KINDS})
+
+
+# --- float32 through fusegen's vectorizable math library (#18; fusegen/vmath.py) -------------------
+# Each function here is correctly rounded in practice (<= 1 ulp, tests/test_vmath.py) and keeps the
+# standard's special cases; libm's float versions are opaque calls that keep a loop scalar. float64
+# keeps libm (accuracy first); CUDA keeps its own (see docs/vmath.md). The emitted C++ carries only
+# the blocks of _vmath.inc.j2 the op's float32 nodes need (``vmath_functions``).
+VMATH_OPS = {Op.LOG: "log", Op.LOG1P: "log1p", Op.LOG2: "log2", Op.LOG10: "log10", Op.EXPM1: "expm1",
+             Op.ERF: "erf", Op.SIN: "sin", Op.COS: "cos", Op.TAN: "tan", Op.ATAN: "atan", Op.ASIN: "asin",
+             Op.ACOS: "acos", Op.SINH: "sinh", Op.COSH: "cosh", Op.ASINH: "asinh", Op.ACOSH: "acosh",
+             Op.ATANH: "atanh", Op.ATAN2: "atan2", Op.HYPOT: "hypot"}
+
+
+def _vmath_call(prefix: str, name: str) -> str:
+    args = "{0}, {1}" if name in ("atan2", "hypot") else "{0}"
+    return f"{prefix}{name}_f32({args})"
+
+
+PY_F32_ROWS.update({op: _vmath_call("_", n) for op, n in VMATH_OPS.items()})
+CPP_F32_ROWS.update({op: _vmath_call("fg::", n) for op, n in VMATH_OPS.items()})
+#: the vmath functions generated Numba sources import (``_<name>_f32``)
+VMATH_NUMBA_IMPORTS = tuple(VMATH_OPS.values())
+
+
+def vmath_functions(nodes) -> tuple[str, ...]:
+    """The vmath functions an op's C++ may call: exp and tanh (the base rows), and those of its
+    nodes in ``VMATH_OPS`` (whatever their dtype: the emitted file serves every dtype combination)."""
+    used = dict.fromkeys(["exp", "tanh"])
+    used.update(dict.fromkeys(VMATH_OPS[n.op] for n in nodes if n.op in VMATH_OPS))
+    return tuple(used)
