@@ -80,6 +80,45 @@ def xp_bias_gelu(xp, x, b):
     return 0.5 * h * (1.0 + xp.tanh(_GELU_C * (h + 0.044715 * h * h * h)))
 
 
+# (#18) quantization and activations
+def xp_quantize_int8(xp, x, scale):
+    return xp.astype(xp.clip(xp.round(x / scale), -128, 127), xp.int8) if hasattr(xp, "astype") else \
+        xp.clip(xp.round(x / scale), -128, 127).astype(xp.int8)
+
+
+def xp_dequantize(xp, q, scale):
+    return xp.astype(q, scale.dtype) * scale if hasattr(xp, "astype") else q.astype(scale.dtype) * scale
+
+
+def xp_softplus(xp, x):
+    return xp.maximum(x, 0.0) + xp.log1p(xp.exp(-xp.abs(x)))
+
+
+def xp_silu(xp, x):
+    return x / (1.0 + xp.exp(-x))
+
+
+def xp_mish(xp, x):
+    return x * xp.tanh(xp.maximum(x, 0.0) + xp.log1p(xp.exp(-xp.abs(x))))
+
+
+def xp_gelu(xp, x):
+    return 0.5 * x * (1.0 + _erf(xp)(x * math.sqrt(0.5)))
+
+
+def _erf(xp):
+    """erf in namespace ``xp`` (NumPy has none: SciPy's, or math.erf elementwise)."""
+    if hasattr(xp, "special") and hasattr(xp.special, "erf"):
+        return xp.special.erf
+    if hasattr(xp, "erf"):
+        return xp.erf
+    try:
+        from scipy.special import erf
+        return erf
+    except ImportError:
+        return np.vectorize(math.erf, otypes=[np.float64])
+
+
 def torch_namespace(torch: Any) -> Any:
     """torch under NumPy's names for what the references use: its reductions say ``dim`` and
     ``keepdim``, and its ``max`` with a dim returns (values, indices)."""
@@ -87,7 +126,9 @@ def torch_namespace(torch: Any) -> Any:
         sum=lambda a, axis, keepdims=False: torch.sum(a, dim=axis, keepdim=keepdims),
         mean=lambda a, axis, keepdims=False: torch.mean(a, dim=axis, keepdim=keepdims),
         max=lambda a, axis, keepdims=False: torch.amax(a, dim=axis, keepdim=keepdims),
-        exp=torch.exp, abs=torch.abs, sqrt=torch.sqrt, tanh=torch.tanh, where=torch.where)
+        exp=torch.exp, abs=torch.abs, sqrt=torch.sqrt, tanh=torch.tanh, where=torch.where,
+        maximum=lambda a, b: torch.clamp(a, min=b), log1p=torch.log1p, round=torch.round, clip=torch.clamp,
+        int8=torch.int8, astype=lambda a, d: a.to(d), erf=torch.erf)
 
 
 # --- the hand-written Numba versions --------------------------------------------------------------
@@ -222,6 +263,78 @@ def nb_bias_gelu(x, b):  # pragma: no cover - compiled by Numba
     return out
 
 
+@njit(parallel=True, cache=True)  # (no fastmath: rint's halves must stay exact)
+def nb_quantize_int8(x, scale):  # pragma: no cover - compiled by Numba
+    n, m = x.shape
+    out = np.empty((n, m), np.int8)
+    for i in prange(n):
+        for j in range(m):
+            out[i, j] = np.int8(min(max(np.rint(x[i, j] / scale[j]), np.float32(-128)), np.float32(127)))
+    return out
+
+
+@njit(**_JIT)
+def nb_dequantize(q, scale):  # pragma: no cover - compiled by Numba
+    n, m = q.shape
+    out = np.empty((n, m), scale.dtype)
+    for i in prange(n):
+        for j in range(m):
+            out[i, j] = np.float32(q[i, j]) * scale[j]
+    return out
+
+
+@njit(**_JIT)
+def nb_softplus(x):  # pragma: no cover - compiled by Numba
+    out = np.empty_like(x)
+    for i in prange(x.shape[0]):
+        for j in range(x.shape[1]):
+            v = x[i, j]
+            out[i, j] = max(v, _F0) + np.log1p(np.exp(-abs(v)))
+    return out
+
+
+@njit(**_JIT)
+def nb_silu(x):  # pragma: no cover - compiled by Numba
+    out = np.empty_like(x)
+    for i in prange(x.shape[0]):
+        for j in range(x.shape[1]):
+            v = x[i, j]
+            out[i, j] = v / (_ONE + np.exp(-v))
+    return out
+
+
+@njit(**_JIT)
+def nb_mish(x):  # pragma: no cover - compiled by Numba
+    out = np.empty_like(x)
+    for i in prange(x.shape[0]):
+        for j in range(x.shape[1]):
+            v = x[i, j]
+            out[i, j] = v * np.tanh(max(v, _F0) + np.log1p(np.exp(-abs(v))))
+    return out
+
+
+@njit(**_JIT)
+def nb_gelu(x):  # pragma: no cover - compiled by Numba
+    out = np.empty_like(x)
+    for i in prange(x.shape[0]):
+        for j in range(x.shape[1]):
+            v = x[i, j]
+            out[i, j] = _HALF * v * (_ONE + np.float32(math.erf(v * _SQRT1_2)))
+    return out
+
+
+_SQRT1_2 = np.float32(math.sqrt(0.5))
+
+
+def _pow2_scales(rng, shape, dtype):
+    """Per-channel power-of-two scales: x / scale is exact, so every method rounds the same value."""
+    return (2.0 ** -rng.integers(4, 8, shape)).astype(dtype)
+
+
+def _int8_codes(rng, shape, dtype):
+    return rng.integers(-128, 128, shape, dtype=np.int8)
+
+
 # --- one row per op -------------------------------------------------------------------------------
 def _uniform(lo: float, hi: float) -> Callable:
     return lambda rng, shape, dtype: (lo + (hi - lo) * rng.random(shape, dtype=np.float32)).astype(dtype)
@@ -237,6 +350,7 @@ class OpBench:
     inputs: tuple[tuple[str, Callable], ...]  # per input: ("x" = x's shape, "row" = x's last dim), values
     variants: tuple[dict, ...]        # attribute sets, each a case per shape
     reduced: Callable = field(default=lambda shape, attrs: 1)  # terms summed into each output value
+    aot_dtypes: Callable | None = None  # fn(dtype) -> the AOT build's dtypes, where inputs differ (#18)
 
     @property
     def op(self) -> Any:
@@ -278,6 +392,15 @@ OPS: dict[str, OpBench] = {b.name: b for b in (
             (_X01, ("row", _uniform(0.5, 1.5))), ({"eps": 1e-6},), reduced=_axis_len),
     OpBench("bias_gelu", xp_bias_gelu, lambda a, at: (nb_bias_gelu, a),
             (("x", _uniform(-3.0, 3.0)), ("row", _uniform(-0.5, 0.5))), ({},)),
+    # (#18) quantization and activations
+    OpBench("quantize_int8", xp_quantize_int8, lambda a, at: (nb_quantize_int8, a),
+            (("x", _uniform(-4.0, 4.0)), ("row", _pow2_scales)), ({},)),
+    OpBench("dequantize", xp_dequantize, lambda a, at: (nb_dequantize, a), (("x", _int8_codes), ("row", _pow2_scales)),
+            ({},), aot_dtypes=lambda dtype: [f"int8,{dtype}"]),
+    OpBench("softplus", xp_softplus, lambda a, at: (nb_softplus, a), (("x", _uniform(-20.0, 20.0)),), ({},)),
+    OpBench("silu", xp_silu, lambda a, at: (nb_silu, a), (("x", _uniform(-20.0, 20.0)),), ({},)),
+    OpBench("mish", xp_mish, lambda a, at: (nb_mish, a), (("x", _uniform(-20.0, 20.0)),), ({},)),
+    OpBench("gelu", xp_gelu, lambda a, at: (nb_gelu, a), (("x", _uniform(-6.0, 6.0)),), ({},)),
 )}
 
 
@@ -294,7 +417,9 @@ def reference(spec: OpBench, arrays: Arrays, attrs: dict) -> tuple[np.ndarray, .
     wide = [a.astype(np.float64) for a in arrays]
     with np.errstate(all="ignore"):
         outs = as_outputs(spec.xp_ref(np, *wide, **attrs))
-    return tuple(o.astype(arrays[0].dtype) for o in outs)
+    # (integer results, such as quantize_int8's codes, stay integers; floats take the float inputs' dtype)
+    dtype = next((a.dtype for a in arrays if a.dtype.kind == "f"), arrays[0].dtype)
+    return tuple(o if o.dtype.kind in "iub" else o.astype(dtype) for o in outs)
 
 
 def tolerance(dtype: np.dtype, n_reduced: int) -> float:

@@ -342,7 +342,8 @@ def _methods_for(spec: OpBench, cfg: BenchConfig) -> tuple[list[Method], dict[st
     """NumPy and the other methods, then fusegen's backends, for one op."""
     kinds = ["numpy", "njit"] + (["jax"] if cfg.jax else []) + (["torch"] if cfg.torch else [])
     methods, skipped = competitor_methods(spec, cfg.dtype, kinds)
-    fg, why = discover(spec.op, list(cfg.backends), list(cfg.devices), cfg.aot_flags, cfg.dtype)
+    fg, why = discover(spec.op, list(cfg.backends), list(cfg.devices), cfg.aot_flags,
+                       spec.aot_dtypes(cfg.dtype) if spec.aot_dtypes else cfg.dtype)
     methods, skipped = methods + fg, {**skipped, **why}
     if cfg.jax and "cpu" in cfg.devices:
         fg, why = fg_jax_method(spec.op, cfg.dtype)
