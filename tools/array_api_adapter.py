@@ -86,6 +86,8 @@ def _op_for(name: str, pattern: tuple, static: tuple):
 
 def _call(name: str, args: tuple, static: dict):
     pattern = tuple("none" if a is None else (_attr_type(a) if _is_scalar(a) else "array") for a in args)
+    if "array" not in pattern:  # scalars only: nothing for a kernel to do
+        return getattr(_np, name)(*args, **{k: v for k, v in static.items() if v is not None})
     arrays = [_np.asarray(a) for a, p in zip(args, pattern) if p == "array"]
     scalars = {f"s{i}": a for i, (a, p) in enumerate(zip(args, pattern)) if p not in ("array", "none")}
     skey = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in static.items()))
