@@ -22,7 +22,7 @@ from ..dtypes import AttrType, DType
 from ..errors import DTypeError, ShapeError
 from ..ir import AttrRef, Node, Op, OpDef, ShapeOf, infer, leaves_of, node_text
 from ..plan import Plan
-from ..plan.exprs import vmath_functions
+from ..plan.exprs import CPP_HELPER_OPS, vmath_functions
 from ..version import __version__
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -286,4 +286,5 @@ def template_data(op: OpDef, plan: Plan, combos: list[dict], errors=None, **extr
         outputs=[op.graph.idx(o) for o in op.graph.outputs], stages=_stage_data(op, plan),
         combos=combos, errors=[(n, m.replace("<Name>", name)) for n, m in (errors or ERRORS)],
         # the ABI picks the infer signature by output count (a 1-tuple is one output)
-        multi=len(op.graph.outputs) > 1, vmath=vmath.template_data(vmath_functions(op.graph.nodes)), **extra)
+        multi=len(op.graph.outputs) > 1, vmath=vmath.template_data(vmath_functions(op.graph.nodes)),
+        elementwise_helpers=any(n.op in CPP_HELPER_OPS for n in op.graph.nodes), **extra)

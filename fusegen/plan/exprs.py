@@ -278,6 +278,8 @@ _CPP_HELPERS = {
     Op.FLOOR_DIVIDE: "fg::fg_floor_divide({0}, {1})", Op.REMAINDER: "fg::fg_remainder({0}, {1})",
     Op.SHL: "fg::fg_shl({0}, {1})", Op.SHR: "fg::fg_shr({0}, {1})"}
 CPP_TABLE.update(_CPP_HELPERS)
+#: the ops whose C++ rows call _fg_elementwise.inc.j2's helpers (a file includes them only if needed)
+CPP_HELPER_OPS = frozenset(_CPP_HELPERS)
 CPP_TABLE.update({Op.ROUND: "std::nearbyint({0})", Op.SIGNBIT: "std::signbit({0})"})
 CPP.kinds.update({k: dict(_INT_IDENTITY) for k in _INT_KINDS})
 
@@ -326,6 +328,8 @@ CUDA_CPP_TABLE.update({op: f"{f}({{0}})" for op, f in _LIBM.items()})
 CUDA_CPP_TABLE.update({op: f"{f}({{0}}, {{1}})" for op, f in _LIBM2.items()})
 CUDA_CPP_TABLE.update(_C_COMMON)
 CUDA_CPP_TABLE.update(_CPP_HELPERS)
+#: the ops whose C++ rows call _fg_elementwise.inc.j2's helpers (a file includes them only if needed)
+CPP_HELPER_OPS = frozenset(_CPP_HELPERS)
 CUDA_CPP_TABLE.update({Op.ROUND: "rint({0})", Op.SIGNBIT: "signbit({0})"})
 CUDA_CPP.kinds.update({k: dict(_INT_IDENTITY) for k in _INT_KINDS})
 

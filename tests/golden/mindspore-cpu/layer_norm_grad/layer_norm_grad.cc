@@ -22,12 +22,12 @@
 //     %16 = mul %10, %15                             # grad.py:215
 //     %17 = mul %16, %8                              # grad.py:215
 //     %18 = div %17, %7                              # grad.py:215
-//     %19 = eq %4, %4                                # grad.py:265
-//     %20 = const 1.0                                # grad.py:265
-//     %21 = where %19, %20, %20                      # grad.py:265
-//     %22 = sum %21, axis=@axis, keep_dims=True      # grad.py:254
-//     %23 = div %18, %22                             # grad.py:266
-//     %24 = cast %23 to dtype of %18                 # grad.py:266
+//     %19 = eq %4, %4                                # grad.py:271
+//     %20 = const 1.0                                # grad.py:271
+//     %21 = where %19, %20, %20                      # grad.py:271
+//     %22 = sum %21, axis=@axis, keep_dims=True      # grad.py:260
+//     %23 = div %18, %22                             # grad.py:272
+//     %24 = cast %23 to dtype of %18                 # grad.py:272
 //     %25 = mul %24, %3                              # grad.py:228
 //     %26 = add %9, %25                              # grad.py:193
 //     %27 = add %26, %25                             # grad.py:193
@@ -36,11 +36,11 @@
 //     %30 = neg %27                                  # grad.py:227
 //     %31 = sum_to %30, shape of %2                  # grad.py:183
 //     %32 = add %29, %31                             # grad.py:193
-//     %33 = eq %1, %1                                # grad.py:265
-//     %34 = where %33, %20, %20                      # grad.py:265
-//     %35 = sum %34, axis=@axis, keep_dims=True      # grad.py:254
-//     %36 = div %32, %35                             # grad.py:266
-//     %37 = cast %36 to dtype of %32                 # grad.py:266
+//     %33 = eq %1, %1                                # grad.py:271
+//     %34 = where %33, %20, %20                      # grad.py:271
+//     %35 = sum %34, axis=@axis, keep_dims=True      # grad.py:260
+//     %36 = div %32, %35                             # grad.py:272
+//     %37 = cast %36 to dtype of %32                 # grad.py:272
 //     %38 = sum_to %37, shape of %1                  # grad.py:183
 //     %39 = add %28, %38                             # grad.py:193
 //     %40 = cast %39 to dtype of %1                  # grad.py:130

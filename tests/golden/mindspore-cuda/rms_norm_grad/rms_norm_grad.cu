@@ -22,12 +22,12 @@
 //     %16 = mul %15, %8                              # grad.py:215
 //     %17 = div %16, %7                              # grad.py:215
 //     %18 = sum_to %17, shape of %5                  # grad.py:183
-//     %19 = eq %4, %4                                # grad.py:265
-//     %20 = const 1.0                                # grad.py:265
-//     %21 = where %19, %20, %20                      # grad.py:265
-//     %22 = sum %21, axis=-1, keep_dims=True         # grad.py:254
-//     %23 = div %18, %22                             # grad.py:266
-//     %24 = cast %23 to dtype of %18                 # grad.py:266
+//     %19 = eq %4, %4                                # grad.py:271
+//     %20 = const 1.0                                # grad.py:271
+//     %21 = where %19, %20, %20                      # grad.py:271
+//     %22 = sum %21, axis=-1, keep_dims=True         # grad.py:260
+//     %23 = div %18, %22                             # grad.py:272
+//     %24 = cast %23 to dtype of %18                 # grad.py:272
 //     %25 = mul %24, %3                              # grad.py:228
 //     %26 = add %25, %25                             # grad.py:193
 //     %27 = sum_to %26, shape of %3                  # grad.py:183

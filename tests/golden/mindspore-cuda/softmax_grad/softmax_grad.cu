@@ -18,17 +18,17 @@
 //     %12 = add %6, %11                              # grad.py:193
 //     %13 = mul %12, %4                              # grad.py:212
 //     %14 = sum_to %13, shape of %1                  # grad.py:183
-//     %15 = eq %1, %2                                # grad.py:271
+//     %15 = eq %1, %2                                # grad.py:277
 //     %16 = neg %13                                  # grad.py:227
 //     %17 = sum_to %16, shape of %2                  # grad.py:183
-//     %18 = const 1.0                                # grad.py:272
-//     %19 = const 0.0                                # grad.py:272
-//     %20 = where %15, %18, %19                      # grad.py:272
-//     %21 = sum %20, axis=@axis, keep_dims=True      # grad.py:272
-//     %22 = div %17, %21                             # grad.py:273
-//     %23 = cast %22 to dtype of %17                 # grad.py:273
-//     %24 = const 0                                  # grad.py:273
-//     %25 = where %15, %23, %24                      # grad.py:273
+//     %18 = const 1.0                                # grad.py:278
+//     %19 = const 0.0                                # grad.py:278
+//     %20 = where %15, %18, %19                      # grad.py:278
+//     %21 = sum %20, axis=@axis, keep_dims=True      # grad.py:278
+//     %22 = div %17, %21                             # grad.py:279
+//     %23 = cast %22 to dtype of %17                 # grad.py:279
+//     %24 = const 0                                  # grad.py:279
+//     %25 = where %15, %23, %24                      # grad.py:279
 //     %26 = sum_to %25, shape of %1                  # grad.py:183
 //     %27 = add %14, %26                             # grad.py:193
 //     %28 = cast %27 to dtype of %1                  # grad.py:130
