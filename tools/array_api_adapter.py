@@ -17,6 +17,7 @@ the functions the standard defines for complex fail, as the issue's baseline cou
 """
 from __future__ import annotations
 
+import builtins as _builtins
 import os
 
 import numpy as _np
@@ -46,12 +47,13 @@ FUSEGEN_FUNCTIONS = tuple(_ELEMENTWISE_1 + _ELEMENTWISE_2 + _REDUCTIONS + ["clip
 _KERNELS: dict = {}
 
 
-def _is_scalar(v) -> bool:
-    return isinstance(v, (bool, int, float)) and not isinstance(v, _np.ndarray)
+# (``from numpy import *`` shadows ``bool`` with NumPy's: Python's types come from builtins)
+def _is_scalar(v) -> _builtins.bool:
+    return isinstance(v, (_builtins.bool, _builtins.int, _builtins.float)) and not isinstance(v, _np.ndarray)
 
 
 def _attr_type(v) -> str:
-    return "bool" if isinstance(v, bool) else ("int" if isinstance(v, int) else "float")
+    return "bool" if isinstance(v, _builtins.bool) else ("int" if isinstance(v, _builtins.int) else "float")
 
 
 def _fg_function(name: str):
