@@ -6,7 +6,7 @@ from __future__ import annotations
 from .version import __version__  # noqa: E402
 from .dtypes import DType, DTYPES, as_dtype  # noqa: E402
 from .errors import (  # noqa: E402
-    ArgumentError, AttrError, CompileError, DTypeError, FusegenError, KernelError, LibraryError,
+    ArgumentError, AttrError, BoundsError, CompileError, DTypeError, FusegenError, KernelError, LibraryError,
     ShapeError, TraceError,
 )
 from .ir import OpDef, Tensor, cast, cast_like, infer, op, sum_to, where  # noqa: E402
@@ -14,7 +14,15 @@ from .graph.vocab import (  # noqa: E402
     abs, add, ceil, cos, divide, equal, erf, exp, floor, greater, greater_equal, less, less_equal,
     log, logical_and, logical_not, logical_or, max, maximum, mean, min, minimum, multiply, neg,
     not_equal, pow, power, prod, relu, rsqrt, sigmoid, sin, sqrt, subtract, sum, tanh,
+    floor_divide, remainder,
+    # layout: views, pieces, compositions, creation
+    arange, broadcast_arrays, broadcast_to, concat, empty, empty_like, expand_dims, eye, flip, full, full_like,
+    linspace, matrix_transpose, meshgrid, moveaxis, ones, ones_like, pad, permute_dims, repeat, reshape, roll,
+    split, squeeze, stack, swapaxes, tile, tril, triu, unstack, zeros, zeros_like,
 )
+from .graph.gathers import take, take_along_axis  # noqa: E402  (issue #17)
+from .graph.searching import argmax, argmin, count_nonzero, searchsorted  # noqa: E402  (issue #17)
+from .graph.scans import cummax, cummin, cumulative_prod, cumulative_sum, logcumsumexp  # noqa: E402  (issue #17)
 from .graph.vocab import (  # noqa: E402  (the array API's elementwise functions and reductions, #18)
     acos, acosh, all, any, arccos, arccosh, arcsin, arcsinh, arctan, arctan2, arctanh, asin, asinh, atan, atan2,
     atanh, bitwise_and, bitwise_invert, bitwise_left_shift, bitwise_not, bitwise_or, bitwise_right_shift,
@@ -33,19 +41,25 @@ __all__ = [
     "abs", "add", "ceil", "cos", "divide", "equal", "erf", "exp", "floor", "greater", "greater_equal",
     "less", "less_equal", "log", "logical_and", "logical_not", "logical_or", "max", "maximum", "mean",
     "min", "minimum", "multiply", "neg", "not_equal", "pow", "power", "prod", "relu", "rsqrt",
-    "sigmoid", "sin", "sqrt", "subtract", "sum", "tanh",
+    "sigmoid", "sin", "sqrt", "subtract", "sum", "tanh", "floor_divide", "remainder",
+    "arange", "broadcast_arrays", "broadcast_to", "concat", "empty", "empty_like", "expand_dims", "eye", "flip",
+    "full", "full_like", "linspace", "matrix_transpose", "meshgrid", "moveaxis", "ones", "ones_like", "pad",
+    "permute_dims", "repeat", "reshape", "roll", "split", "squeeze", "stack", "swapaxes", "tile", "tril", "triu",
+    "unstack", "zeros", "zeros_like",
+    "take", "take_along_axis", "argmax", "argmin", "count_nonzero", "searchsorted",
+    "cumulative_sum", "cumulative_prod", "cummax", "cummin", "logcumsumexp",
     "acos", "acosh", "all", "any", "arccos", "arccosh", "arcsin", "arcsinh", "arctan", "arctan2", "arctanh", "asin",
     "asinh", "atan", "atan2", "atanh", "bitwise_and", "bitwise_invert", "bitwise_left_shift", "bitwise_not",
     "bitwise_or", "bitwise_right_shift", "bitwise_xor", "clip", "conj", "conjugate", "copysign", "cosh", "expm1",
-    "floor_divide", "hypot", "imag", "invert", "isfinite", "isinf", "isnan", "left_shift", "lerp", "log1p", "log2",
+    "hypot", "imag", "invert", "isfinite", "isinf", "isnan", "left_shift", "lerp", "log1p", "log2",
     "log10", "log_softmax", "logaddexp", "logical_xor", "logsumexp", "nan_to_num", "negative", "nextafter",
-    "positive", "real", "reciprocal", "remainder", "right_shift", "rint", "round", "sign", "signbit", "sinh",
+    "positive", "real", "reciprocal", "right_shift", "rint", "round", "sign", "signbit", "sinh",
     "softmax", "square", "std", "tan", "trunc", "var",
     "DType", "DTYPES", "as_dtype",
     # running and emitting (emit, AotKernel, jax, torch, examples and random load lazily, see __getattr__)
     "compile", "Kernel", "emit", "AotKernel", "Engine", "EngineError",
     # errors
-    "FusegenError", "TraceError", "ShapeError", "DTypeError", "AttrError", "ArgumentError",
+    "FusegenError", "TraceError", "ShapeError", "DTypeError", "AttrError", "ArgumentError", "BoundsError",
     "CompileError", "LibraryError", "KernelError",
 ]
 

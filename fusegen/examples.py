@@ -68,6 +68,115 @@ def bias_gelu(x, b):
     return 0.5 * h * (1.0 + fg.tanh(_GELU_C * (h + 0.044715 * h * h * h)))
 
 
+# --- layout ops: the kernels people fuse around attention and norms (issue #16) -----------------
+@op
+def transpose_add(x, y):
+    """``x + y.T``: one operand read transposed, in blocks."""
+    return x + y.T
+
+
+@op
+def rope(x, cos, sin):
+    """Rotary position embedding, the rotate-half form: ``x * cos + rotate_half(x) * sin`` with
+    ``x`` (..., seq, dim) and ``cos``, ``sin`` (seq, dim)."""
+    half = x.shape[-1] // 2
+    rotated = fg.concat([-x[..., half:], x[..., :half]], axis=-1)
+    return x * cos + rotated * sin
+
+
+@op
+def heads_split(x, *, heads: int = 16, scale: float = 1.0):
+    """Attention's head split: (batch, seq, heads * d) -> (batch, heads, seq, d), scaled."""
+    b, s, e = x.shape[0], x.shape[1], x.shape[2]
+    return fg.permute_dims(x.reshape(b, s, heads, e // heads), (0, 2, 1, 3)) * scale
+
+
+@op
+def causal_softmax(x):
+    """Softmax over the last axis of attention scores (..., q, k), keys after the query masked."""
+    q, k = x.shape[-2], x.shape[-1]
+    keep = fg.arange(q)[:, None] >= fg.arange(k)[None, :]
+    z = fg.where(keep, x, -math.inf)
+    m = fg.max(z, axis=-1, keepdims=True)
+    e = fg.exp(z - m)
+    return e / fg.sum(e, axis=-1, keepdims=True)
+
+
+@op
+def swiglu(x):
+    """SwiGLU's gate: the last axis split in two halves ``a``, ``b``; ``silu(a) * b``."""
+    a, b = fg.split(x, 2, axis=-1)
+    return a * fg.sigmoid(a) * b
+
+
+@op
+def group_norm(x, gamma, beta, *, groups: int = 32, eps: float = 1e-5):
+    """Group normalization of ``x`` (N, C, H, W) over ``groups`` groups of channels, then the
+    per-channel affine ``gamma``, ``beta`` (C,)."""
+    g = x.reshape(x.shape[0], groups, -1)
+    mean = fg.mean(g, axis=-1, keepdims=True)
+    d = g - mean
+    var = fg.mean(d * d, axis=-1, keepdims=True)
+    y = (d * fg.rsqrt(var + eps)).reshape(x.shape[0], x.shape[1], -1)
+    return (y * gamma[:, None] + beta[:, None]).reshape(x.shape[0], x.shape[1], x.shape[2], x.shape[3])
+
+
+__all__ = ["add_reduce_sum", "add_mul_div", "smooth_l1", "softmax", "layer_norm", "rms_norm", "bias_gelu",
+           "transpose_add", "rope", "heads_split", "causal_softmax", "swiglu", "group_norm",
+           "REFERENCE_OPS", "LAYOUT_OPS",
+           "cross_entropy", "accuracy", "embedding_layer_norm", "cumsum_last", "cumsum_first", "GATHER_OPS"]
+
+REFERENCE_OPS = [add_reduce_sum, add_mul_div, smooth_l1, softmax, layer_norm, rms_norm, bias_gelu]
+
+#: The layout reference ops (issue #16): every backend that evaluates index maps runs them.
+LAYOUT_OPS = [transpose_add, rope, heads_split, causal_softmax, swiglu, group_norm]
+
+# --- issue #17: gathers, arg-reductions and scans ------------------------------------------------
+# (not in REFERENCE_OPS yet: the emitted C++/XLA backends refuse gathers until they can emit them)
+from .graph.gathers import take, take_along_axis  # noqa: E402
+from .graph.scans import cumulative_sum  # noqa: E402
+from .graph.searching import argmax  # noqa: E402
+
+
+@op
+def cross_entropy(logits, labels):
+    """Mean softmax cross-entropy: ``logsumexp(z) - z[label]`` per row. (The picked logit is
+    summed over its size-1 axis instead of indexed, so fg.grad needs no view adjoint.)"""
+    lse = fg.log(fg.sum(fg.exp(logits - fg.max(logits, axis=-1, keepdims=True)), axis=-1)) + fg.max(logits, axis=-1)
+    picked = fg.sum(take_along_axis(logits, labels[:, None], axis=-1), axis=-1)
+    return fg.mean(lse - picked)
+
+
+@op
+def accuracy(logits, labels):
+    """Top-1 accuracy: the fraction of rows whose argmax is the label."""
+    return fg.mean(fg.cast(argmax(logits, axis=-1) == labels, "float32"))
+
+
+@op
+def embedding_layer_norm(table, ids, gamma, beta, *, eps: float = 1e-5):
+    """An embedding lookup (rows of ``table`` at ``ids``) followed by a layer norm over the
+    embedding dim: the gathered rows are read once per reduction pass, never materialized."""
+    e = take(table, ids, axis=0)
+    mean = fg.mean(e, axis=-1, keepdims=True)
+    d = e - mean
+    rstd = fg.rsqrt(fg.mean(d * d, axis=-1, keepdims=True) + eps)
+    return d * rstd * gamma + beta
+
+
+@op
+def cumsum_last(x):
+    return cumulative_sum(x, axis=-1)
+
+
+@op
+def cumsum_first(x):
+    return cumulative_sum(x, axis=0)
+
+
+GATHER_OPS = [cross_entropy, accuracy, embedding_layer_norm, cumsum_last, cumsum_first]
+
+
 # --- quantization and activations (#18) -----------------------------------------------------
 @op
 def quantize_int8(x, scale):
@@ -110,10 +219,7 @@ def gelu(x):
     return 0.5 * x * (1.0 + fg.erf(x * _SQRT1_2))
 
 
-__all__ = ["add_reduce_sum", "add_mul_div", "smooth_l1", "softmax", "layer_norm", "rms_norm", "bias_gelu",
-           "quantize_int8", "dequantize", "softplus", "silu", "mish", "gelu", "REFERENCE_OPS", "ACTIVATION_OPS"]
-
-REFERENCE_OPS = [add_reduce_sum, add_mul_div, smooth_l1, softmax, layer_norm, rms_norm, bias_gelu]
+__all__ += ["quantize_int8", "dequantize", "softplus", "silu", "mish", "gelu", "ACTIVATION_OPS"]
 #: the #18 reference ops (kept apart from REFERENCE_OPS, which every backend's golden text and
-#: cross-backend tests iterate over: these are checked by tests/test_elementwise.py and the bench)
+#: cross-backend tests iterate over: these are checked by tests/test_activations.py and the bench)
 ACTIVATION_OPS = [quantize_int8, dequantize, softplus, silu, mish, gelu]

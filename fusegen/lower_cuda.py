@@ -21,6 +21,7 @@ float16 is loaded and stored as half and computed in float32 (``exprs.reg_dtype`
 """
 from __future__ import annotations
 
+import importlib.metadata
 import math
 from dataclasses import dataclass
 
@@ -30,13 +31,27 @@ from .dtypes import DType
 from .ir import Spec
 from .lower.cuda_source import HEADER, CudaGroupSource, Launch  # noqa: F401  (HEADER, Launch: part of the face)
 from .lower.pyhelpers import HELPER_NAMES, python_helpers
-from .lower.pysource import NAN_HELPERS, import_source
+from .lower.pysource import INNER_HELPER, NAN_HELPERS, group_params, import_source, layout_tail
 from .plan import GroupRun, Plan, build_plan, schedule
 from .plan.exprs import reg_dtype
 from .version import __version__
 
 #: Accumulator dtypes ``cuda.shfl_down_sync`` can move (32- and 64-bit ints and floats).
 SHUFFLE_DTYPES = {"float32", "float64", "int32", "int64", "uint32", "uint64"}
+
+
+def numba_cuda_missing() -> str | None:
+    """Why the numba-cuda backend cannot be used here (what to install), or None.
+
+    The ``numba-cuda`` distribution decides, not ``import numba.cuda``: Numba still ships its own
+    deprecated CUDA target under that name, which imports without numba-cuda and fails only
+    later (``CudaSupportError`` in ``compile_ptx``, no GPU found on a machine that has one)."""
+    try:
+        importlib.metadata.version("numba-cuda")
+    except importlib.metadata.PackageNotFoundError:
+        return ("the CUDA backend needs numba-cuda (Numba's own built-in numba.cuda is not enough): "
+                "pip install 'fusegen[cuda]'")
+    return None
 
 
 def simulator() -> bool:
@@ -54,7 +69,7 @@ def meta_array(run: GroupRun, nsplit: int = 1) -> np.ndarray:
     body = list(L.o_ext) + list(L.ro_ext)
     for k in range(len(run.operands)):
         body += L.o_str[k] + L.ro_str[k] + [L.ri_str[k], L.i_str[k]]
-    return np.array(head + body, dtype=np.int64)
+    return np.array(head + body + layout_tail(run, len(head) + len(body)), dtype=np.int64)
 
 
 PRELUDE = '''\
@@ -73,7 +88,8 @@ def group_source(plan: Plan, spec: Spec, run: GroupRun, launch: Launch) -> tuple
     import numba
     head = PRELUDE.format(op=plan.opdef.name, dtypes=", ".join(map(str, spec.dtypes)), version=__version__,
                           numba_version=numba.__version__)
-    return head + body, gs
+    tail = INNER_HELPER if "modular" in gs.kind.values() else ""
+    return head + body + tail, gs
 
 
 # ---------------------------------------------------------------------------------------------
@@ -107,6 +123,7 @@ class CudaGroupKernel:
     module: object
     attrs: tuple
     n_partials: int
+    gathers: object = None  # fusegen.lower.gathers.GatherSlots (issue #17)
 
 
 def load_group(plan: Plan, spec: Spec, run: GroupRun, launch: Launch, jit: bool = True) -> CudaGroupKernel:
@@ -122,6 +139,8 @@ def load_group(plan: Plan, spec: Spec, run: GroupRun, launch: Launch, jit: bool 
         mod._fmin = cuda.jit(device=True, inline=True)(mod._fmin)
         for name in HELPER_NAMES:
             setattr(mod, name, cuda.jit(device=True, inline=True)(getattr(mod, name)))
+        if hasattr(mod, "_inner"):
+            mod._inner = cuda.jit(device=True, inline=True)(mod._inner)
         if jit:
             opts = {} if sim else {"cache": True}
             mod.kernel = cuda.jit(**opts)(mod.kernel)
@@ -131,7 +150,7 @@ def load_group(plan: Plan, spec: Spec, run: GroupRun, launch: Launch, jit: bool 
     mod = import_source(src, "numba-cuda", "fusegen_cuda", setup, key_extra=repr((sim, jit)))
     n_parts = len(gs.stages[0].reductions) if gs.split else 0
     return CudaGroupKernel(src, mod.__file__, mod.kernel, getattr(mod, "combine", None), mod,
-                           tuple(gs.attrs), n_parts)
+                           tuple(gs.attrs), n_parts, gs.g)
 
 
 def choose_launch(plan: Plan, run: GroupRun, max_threads: int, split: int | None = None,
@@ -171,7 +190,7 @@ def choose_launch(plan: Plan, run: GroupRun, max_threads: int, split: int | None
 
 
 def kernel_signature(spec: Spec, plan: Plan, run: GroupRun, gs_attrs: tuple, n_partials: int,
-                     partial_dtypes: list[DType]):
+                     partial_dtypes: list[DType], gathers=None):
     """The numba-cuda signature of a group kernel (for ``compile_ptx``)."""
     import numba
     from numba import types
@@ -181,7 +200,10 @@ def kernel_signature(spec: Spec, plan: Plan, run: GroupRun, gs_attrs: tuple, n_p
 
     out_dtypes = spec.out_dtypes
     args = []
-    for kind, i in run.operands:
+    for key in run.operands:
+        kind, i = key[:2]
+        if kind == "iota":
+            continue
         if kind == "in":
             args.append(arr(spec.dtypes[i]))
         elif kind == "out":
@@ -193,6 +215,10 @@ def kernel_signature(spec: Spec, plan: Plan, run: GroupRun, gs_attrs: tuple, n_p
     scalar = {"bool": types.boolean, "int": types.int64, "float": types.float64}
     for a in gs_attrs:
         args.append(scalar[plan.opdef.attrs[a].type.value])
+    args += [types.int64 for _ in group_params([plan.stages[i] for i in run.stages])]   # dims come as int64
+    if gathers is not None and gathers.nodes:     # issue #17: error block, extents, strides
+        args += [types.Array(types.int64, 1, "C")] if gathers.checks else []
+        args += [types.int64] * (len(gathers.nodes) + len(gathers.terms))
     return tuple(args)
 
 
@@ -200,8 +226,13 @@ def compile_ptx(op, dtypes, shapes, attrs: dict | None = None, cc=(9, 0), max_th
                 split: int | None = None) -> list[tuple[str, str]]:
     """PTX of every kernel ``op`` runs for these input dtypes/shapes: ``[(name, ptx), ...]``.
 
-    Works without a GPU (not under the simulator): ``numba.cuda.compile_ptx``.
+    Works without a GPU (not under the simulator): ``numba.cuda.compile_ptx``; a ``CompileError``
+    saying what to install without numba-cuda.
     """
+    missing = numba_cuda_missing()
+    if missing:
+        from .errors import CompileError
+        raise CompileError(f"op {op.name}: {missing}")
     from numba import cuda
     from .ir import infer
     plan = build_plan(op)
@@ -211,7 +242,7 @@ def compile_ptx(op, dtypes, shapes, attrs: dict | None = None, cc=(9, 0), max_th
         launch = choose_launch(plan, run, max_threads, split, True, spec)
         gk = load_group(plan, spec, run, launch, jit=False)
         parts = [reg_dtype(spec.of(r).acc) for r in plan.stages[run.stages[0]].reductions]
-        sig = kernel_signature(spec, plan, run, gk.attrs, gk.n_partials, parts)
+        sig = kernel_signature(spec, plan, run, gk.attrs, gk.n_partials, parts, gk.gathers)
         fns = [("kernel", gk.module.kernel)] + ([("combine", gk.module.combine)] if gk.combine else [])
         for name, fn in fns:
             ptx, _ = cuda.compile_ptx(fn, sig, cc=cc)

@@ -42,6 +42,8 @@ from fusegen.abi_emit import emit
 from fusegen.ir import Op
 from fusegen.lower_cpu import JIT_OPTIONS
 
+from _optional import backends, needs, require
+
 
 @fg.op
 def v_exp(x):
@@ -201,11 +203,11 @@ def numba_kernels():
 
 @pytest.fixture(scope="module")
 def aot_kernels():
-    return {name: fg.compile(op, backend="aot") for name, (op, _) in OPS.items()}
+    return {name: fg.compile(op, backend="aot", dtypes=["float32", "float16"]) for name, (op, _) in OPS.items()}
 
 
 @pytest.mark.parametrize("name", ["exp", "tanh"])
-@pytest.mark.parametrize("backend", ["numba", "aot"])
+@pytest.mark.parametrize("backend", backends("numba", "aot"))
 def test_float32_sweep_matches_numpy(request, backend, name):
     kernels = request.getfixturevalue(f"{backend}_kernels")
     got = kernels[name](SWEEP)
@@ -213,7 +215,7 @@ def test_float32_sweep_matches_numpy(request, backend, name):
     assert measured["correct"] == 0  # correctly rounded on the whole sweep
 
 
-@pytest.mark.parametrize("backend", ["numba", "aot"])
+@pytest.mark.parametrize("backend", backends("numba", "aot"))
 def test_sigmoid_is_its_float32_formula_with_a_correctly_rounded_exp(request, backend):
     # 1 / (1 + exp(-x)) in float32, as fusegen (and NumPy users) write it: exp's result rounded,
     # then the add and the divide. With exp correctly rounded the result is that formula's exactly
@@ -229,7 +231,7 @@ def test_sigmoid_is_its_float32_formula_with_a_correctly_rounded_exp(request, ba
 
 
 @pytest.mark.parametrize("name", ["exp", "tanh", "sigmoid"])
-@pytest.mark.parametrize("backend", ["numba", "aot"])
+@pytest.mark.parametrize("backend", backends("numba", "aot"))
 def test_every_float16_value(request, backend, name):
     # float16 is computed in float32 registers and rounded once at the store (fusegen's rule for
     # every op): the float32 function's correctly rounded result, rounded to half
@@ -259,10 +261,11 @@ def test_xla_ffi_handlers_share_the_cpp_versions():
     # handler flushes too, and jnp.exp does the same), but not on every thread it may use (a CI
     # run got subnormal results): each element must be the correctly rounded result under one
     # contract or the other, nothing in between
-    pytest.importorskip("jax")
+    require("jax", "g++")
     import fusegen.jax as fgj
-    for name in ("exp", "tanh"):
-        got = np.asarray(fgj.function(OPS[name][0], dtypes=["float32"])(SWEEP))
+    both = fgj.function(fg.op(lambda x: (fg.exp(x), fg.tanh(x)), name="v_exp_tanh"), dtypes=["float32"])
+    for name, got in zip(("exp", "tanh"), both(SWEEP)):  # one handler library for both (a build costs seconds)
+        got = np.asarray(got)
         flushed, exact = flush(reference(name, flush(SWEEP))), reference(name, SWEEP)
         nan = np.isnan(exact)
         assert (np.isnan(got) == nan).all() and (np.isnan(flushed) == nan).all()

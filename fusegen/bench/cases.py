@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
-from numba import get_num_threads, njit, prange
+from numba import get_num_threads
+
+from . import layout_cases as lc
 
 Arrays = tuple  # of np.ndarray
 Thunk = Callable[[], Any]
@@ -88,140 +90,15 @@ def torch_namespace(torch: Any) -> Any:
         mean=lambda a, axis, keepdims=False: torch.mean(a, dim=axis, keepdim=keepdims),
         max=lambda a, axis, keepdims=False: torch.amax(a, dim=axis, keepdim=keepdims),
         exp=torch.exp, abs=torch.abs, sqrt=torch.sqrt, tanh=torch.tanh, where=torch.where,
+        concat=lambda arrays, axis=0: torch.cat(arrays, dim=axis), arange=torch.arange,
+        permute_dims=lambda a, axes: a.permute(axes),
         maximum=lambda a, b: torch.clamp(a, min=b), log1p=torch.log1p, round=torch.round, clip=torch.clamp,
         int8=torch.int8, astype=lambda a, d: a.to(d), erf=torch.erf)
 
 
-# --- the hand-written Numba versions --------------------------------------------------------------
-# fastmath lets LLVM vectorize the float reductions (reassociation), as a user chasing speed
-# writes it; cache=True keeps their compile out of every run but the first. Written for the
-# bench's float32 2-D inputs: constants are float32 (a float64 literal would make every
-# element's arithmetic float64, which no one tuning float32 code leaves in).
-_JIT = dict(parallel=True, fastmath=True, cache=True)
-_F0, _HALF, _ONE = np.float32(0.0), np.float32(0.5), np.float32(1.0)
-_GELU_A, _GELU_B = np.float32(_GELU_C), np.float32(0.044715)
-
-
-@njit(**_JIT)
-def nb_sum_rows(x, y):  # pragma: no cover - compiled by Numba
-    n, m = x.shape
-    out = np.empty(n, x.dtype)
-    for i in prange(n):
-        xi, yi = x[i], y[i]
-        s = _F0
-        for j in range(m):
-            s += xi[j] + yi[j]
-        out[i] = s
-    return out
-
-
-@njit(**_JIT)
-def nb_sum_cols(x, y, nblocks):  # pragma: no cover - compiled by Numba
-    # Blocks of rows (a few per thread), each summed into a private row, then the rows folded:
-    # every thread streams whole rows whatever the matrix's aspect.
-    n, m = x.shape
-    nt = max(1, min(n, nblocks))
-    step = (n + nt - 1) // nt
-    part = np.zeros((nt, m), x.dtype)
-    for t in prange(nt):
-        p = part[t]
-        for i in range(t * step, min(n, (t + 1) * step)):
-            xi, yi = x[i], y[i]
-            for j in range(m):
-                p[j] += xi[j] + yi[j]
-    return part.sum(axis=0)
-
-
-@njit(**_JIT)
-def nb_add_mul_div(x, y):  # pragma: no cover - compiled by Numba
-    n, m = x.shape
-    a, p, q = np.empty_like(x), np.empty_like(x), np.empty_like(x)
-    for i in prange(n):
-        for j in range(m):
-            a[i, j] = x[i, j] + y[i, j]
-            p[i, j] = x[i, j] * y[i, j]
-            q[i, j] = x[i, j] / y[i, j]
-    return a, p, q
-
-
-@njit(**_JIT)
-def nb_smooth_l1(x, y, lim, half, off):  # pragma: no cover - compiled by Numba
-    n, m = x.shape
-    out = np.empty_like(x)
-    for i in prange(n):
-        for j in range(m):
-            d = x[i, j] - y[i, j]
-            ad = abs(d)
-            out[i, j] = half * d * d if ad < lim else ad - off
-    return out
-
-
-@njit(**_JIT)
-def nb_softmax(x):  # pragma: no cover - compiled by Numba
-    n, m = x.shape
-    out = np.empty_like(x)
-    for i in prange(n):
-        xi, oi = x[i], out[i]
-        mx = xi[0]
-        for j in range(1, m):
-            mx = max(mx, xi[j])
-        s = _F0
-        for j in range(m):
-            e = np.exp(xi[j] - mx)
-            oi[j] = e
-            s += e
-        inv = _ONE / s
-        for j in range(m):
-            oi[j] *= inv
-    return out
-
-
-@njit(**_JIT)
-def nb_layer_norm(x, eps):  # pragma: no cover - compiled by Numba
-    n, m = x.shape
-    y = np.empty_like(x)
-    mean = np.empty((n, 1), x.dtype)
-    rstd = np.empty((n, 1), x.dtype)
-    for i in prange(n):
-        xi, yi = x[i], y[i]
-        s = _F0
-        for j in range(m):
-            s += xi[j]
-        mu = np.float32(s / m)
-        v = _F0
-        for j in range(m):
-            v += (xi[j] - mu) * (xi[j] - mu)
-        r = np.float32(1.0 / np.sqrt(v / m + eps))
-        for j in range(m):
-            yi[j] = (xi[j] - mu) * r
-        mean[i, 0], rstd[i, 0] = mu, r
-    return y, mean, rstd
-
-
-@njit(**_JIT)
-def nb_rms_norm(x, w, eps):  # pragma: no cover - compiled by Numba
-    n, m = x.shape
-    out = np.empty_like(x)
-    for i in prange(n):
-        xi, oi = x[i], out[i]
-        s = _F0
-        for j in range(m):
-            s += xi[j] * xi[j]
-        r = np.float32(1.0 / np.sqrt(s / m + eps))
-        for j in range(m):
-            oi[j] = xi[j] * r * w[j]
-    return out
-
-
-@njit(**_JIT)
-def nb_bias_gelu(x, b):  # pragma: no cover - compiled by Numba
-    n, m = x.shape
-    out = np.empty_like(x)
-    for i in prange(n):
-        for j in range(m):
-            h = x[i, j] + b[j]
-            out[i, j] = _HALF * h * (_ONE + np.tanh(_GELU_A * (h + _GELU_B * h * h * h)))
-    return out
+# the hand-written Numba versions (the njit peers)
+from .handwritten import (nb_add_mul_div, nb_bias_gelu, nb_layer_norm, nb_rms_norm,  # noqa: E402
+                          nb_smooth_l1, nb_softmax, nb_sum_cols, nb_sum_rows)
 
 
 from .activations import (  # noqa: E402  (#18: quantization and activations)
@@ -242,10 +119,13 @@ class OpBench:
     name: str
     xp_ref: Callable                  # fn(xp, *arrays, **attrs): the obvious NumPy code
     njit: Callable                    # fn(arrays, attrs) -> (hand-written @njit function, its args)
-    inputs: tuple[tuple[str, Callable], ...]  # per input: ("x" = x's shape, "row" = x's last dim), values
+    inputs: tuple[tuple[str, Callable], ...]  # per input: ("x" = x's shape, "row" = x's last dim, other), values
     variants: tuple[dict, ...]        # attribute sets, each a case per shape
     reduced: Callable = field(default=lambda shape, attrs: 1)  # terms summed into each output value
-    aot_dtypes: Callable | None = None  # fn(dtype) -> the AOT build's dtypes, where inputs differ (#18)
+    # An op with shapes of its own (the layout rows' 3-D and 4-D tensors): its large shapes, and
+    # the small ones quick runs and the per-call case use. Empty: the config's 2-D shapes.
+    shapes: tuple = ()
+    small_shapes: tuple = ()
 
     @property
     def op(self) -> Any:
@@ -254,7 +134,8 @@ class OpBench:
 
     def make_inputs(self, shape: tuple[int, ...], dtype: str, seed: int = 0) -> Arrays:
         rng = np.random.default_rng(seed)
-        return tuple(values(rng, shape if kind == "x" else shape[-1:], np.dtype(dtype))
+        return tuple(values(rng, shape if kind == "x" else shape[-1:] if kind == "row" else kind(shape),
+                            np.dtype(dtype))
                      for kind, values in self.inputs)
 
 
@@ -287,16 +168,39 @@ OPS: dict[str, OpBench] = {b.name: b for b in (
             (_X01, ("row", _uniform(0.5, 1.5))), ({"eps": 1e-6},), reduced=_axis_len),
     OpBench("bias_gelu", xp_bias_gelu, lambda a, at: (nb_bias_gelu, a),
             (("x", _uniform(-3.0, 3.0)), ("row", _uniform(-0.5, 0.5))), ({},)),
+    # --- layout ops (issue #16), with the issue's shapes ---
+    OpBench("transpose_add", lc.xp_transpose_add, lambda a, at: (lc.nb_transpose_add, a),
+            (("x", _uniform(-1.0, 1.0)), (lc.transposed, _uniform(-1.0, 1.0))), ({},),
+            shapes=((4096, 4096),), small_shapes=((256, 256), (4, 5))),
+    OpBench("rope", lc.xp_rope, lambda a, at: (lc.nb_rope, a),
+            (("x", _uniform(-1.0, 1.0)), (lc.last_two, _uniform(-1.0, 1.0)), (lc.last_two, _uniform(-1.0, 1.0))),
+            ({},), shapes=((8, 16, 1024, 128),), small_shapes=((2, 4, 32, 16), (1, 1, 2, 4))),
+    OpBench("heads_split", lc.xp_heads_split, lambda a, at: (lc.nb_heads_split, (*a, at["heads"], at["scale"])),
+            (("x", _uniform(-1.0, 1.0)),), ({"heads": 16, "scale": 0.125},),
+            shapes=((8, 1024, 2048),), small_shapes=((2, 32, 256), (1, 2, 16))),
+    OpBench("causal_softmax", lc.xp_causal_softmax, lambda a, at: (lc.nb_causal_softmax, a),
+            (("x", _uniform(-8.0, 8.0)),), ({},), reduced=lambda shape, at: shape[-1],
+            shapes=((8, 16, 512, 512),), small_shapes=((2, 2, 64, 64), (1, 1, 4, 4))),
+    OpBench("swiglu", lc.xp_swiglu, lambda a, at: (lc.nb_swiglu, a), (("x", _uniform(-3.0, 3.0)),), ({},),
+            shapes=((8192, 8192),), small_shapes=((256, 256), (4, 6))),
+    OpBench("group_norm", lc.xp_group_norm, lambda a, at: (lc.nb_group_norm, (*a, at["groups"], at["eps"])),
+            (_X01, (lc.channels, _uniform(0.5, 1.5)), (lc.channels, _uniform(-0.5, 0.5))),
+            ({"groups": 32, "eps": 1e-5},), reduced=lambda shape, at: math.prod(shape[1:]) // at["groups"],
+            shapes=((32, 256, 32, 32),), small_shapes=((2, 64, 8, 8), (1, 32, 1, 2))),
     # (#18) quantization and activations
     OpBench("quantize_int8", xp_quantize_int8, lambda a, at: (nb_quantize_int8, a),
             (("x", _uniform(-4.0, 4.0)), ("row", _pow2_scales)), ({},)),
     OpBench("dequantize", xp_dequantize, lambda a, at: (nb_dequantize, a), (("x", _int8_codes), ("row", _pow2_scales)),
-            ({},), aot_dtypes=lambda dtype: [f"int8,{dtype}"]),
+            ({},)),
     OpBench("softplus", xp_softplus, lambda a, at: (nb_softplus, a), (("x", _uniform(-20.0, 20.0)),), ({},)),
     OpBench("silu", xp_silu, lambda a, at: (nb_silu, a), (("x", _uniform(-20.0, 20.0)),), ({},)),
     OpBench("mish", xp_mish, lambda a, at: (nb_mish, a), (("x", _uniform(-20.0, 20.0)),), ({},)),
     OpBench("gelu", xp_gelu, lambda a, at: (nb_gelu, a), (("x", _uniform(-6.0, 6.0)),), ({},)),
 )}
+
+
+from .cases_i17 import I17_ROWS  # noqa: E402  (issue #17's rows: gathers, arg-reductions)
+OPS.update({row["name"]: OpBench(**row) for row in I17_ROWS})
 
 
 # --- correctness ----------------------------------------------------------------------------------
@@ -309,7 +213,7 @@ def as_outputs(result: Any) -> tuple[np.ndarray, ...]:
 def reference(spec: OpBench, arrays: Arrays, attrs: dict) -> tuple[np.ndarray, ...]:
     """NumPy's result on float64 copies of the inputs, rounded to the input dtype: the correctly
     rounded answer every method (NumPy's own float32 code included) is compared with."""
-    wide = [a.astype(np.float64) for a in arrays]
+    wide = [a.astype(np.float64) if a.dtype.kind == "f" else a for a in arrays]   # int indices stay
     with np.errstate(all="ignore"):
         outs = as_outputs(spec.xp_ref(np, *wide, **attrs))
     # (integer results, such as quantize_int8's codes, stay integers; floats take the float inputs' dtype)
@@ -408,16 +312,57 @@ def _jax_method(spec: OpBench) -> Method:
     return Method("jax-cpu", bind)
 
 
+def torch_compiled(torch: Any, fn: Callable, **options: Any) -> Callable:
+    """``torch.compile(fn, dynamic=False, **options)`` for one bench case (one specialization per
+    shape, as the other methods get), returned as a function whose ``fallback()`` says whether
+    torch.compile really ran it: None, or why the case ran (partly) as eager PyTorch.
+
+    Dynamo keeps compiled code per Python code object, and every case of an op calls the same
+    code: after ``recompile_limit`` (8) shapes and axes it stops compiling and silently runs eager
+    PyTorch under the torch.compile label. So dynamo is reset first (each case starts with an
+    empty cache), and ``fallback()`` reads dynamo's counters since then: anything but exactly one
+    graph, captured whole, is reported (a graph break, the recompile limit, nothing compiled, a
+    recompile)."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    graphs0 = counters["stats"]["unique_graphs"]
+    breaks0, gave_up0 = dict(counters["graph_break"]), dict(counters["unimplemented"])
+    compiled = torch.compile(fn, dynamic=False, **options)
+
+    def new(now: dict, before: dict) -> list[str]:
+        return [reason.splitlines()[0] for reason, n in now.items() if n > before.get(reason, 0)]
+
+    def fallback() -> str | None:
+        breaks, gave_up = new(counters["graph_break"], breaks0), new(counters["unimplemented"], gave_up0)
+        graphs = counters["stats"]["unique_graphs"] - graphs0
+        if breaks:
+            return f"graph break ({breaks[0]}): {graphs} graph(s) with eager PyTorch between them"
+        if gave_up:
+            return f"dynamo gave up ({gave_up[0]}): eager PyTorch ran"
+        if graphs == 0:
+            return "dynamo compiled no graph: eager PyTorch ran"
+        if graphs > 1:
+            return f"dynamo recompiled ({graphs} graphs for one case)"
+        return None
+
+    def call(*args: Any) -> Any:
+        return compiled(*args)
+    call.fallback = fallback
+    return call
+
+
 def _torch_method(spec: OpBench) -> Method:
     import torch
     ns = torch_namespace(torch)
 
     def bind(arrays: Arrays, attrs: dict) -> Thunk:
-        def traced(*tensors):
-            return spec.xp_ref(ns, *tensors, **attrs)
-        fn = torch.compile(traced, dynamic=False)  # one specialization per shape, as the others
+        fn = torch_compiled(torch, functools.partial(spec.xp_ref, ns, **attrs))
         tensors = [torch.from_numpy(a) for a in arrays]  # shares the memory: no copy
-        return lambda: fn(*tensors)
+        thunk = functools.partial(fn, *tensors)
+        thunk.fallback = fn.fallback
+        return thunk
     return Method("torch-cpu", bind)
 
 

@@ -11,6 +11,12 @@ backend wraps every name in ``HELPER_NAMES`` as an inlined device or njit functi
 """
 from __future__ import annotations
 
+from ..plan.exprs import VMATH_NUMBA_IMPORTS
+
+#: the import line of the rest of fusegen.vmath's float32 functions the CPU float32 rows call
+VMATH_IMPORTS = "from fusegen.vmath_numba import " + ", ".join(
+    f"{n}_f32 as _{n}_f32" for n in VMATH_NUMBA_IMPORTS) + "\n"
+
 #: the functions ``python_helpers`` defines
 HELPER_NAMES = ("_fg_floor_divide", "_fg_remainder", "_fg_floor_divide_int", "_fg_remainder_int", "_fg_shl",
                 "_fg_shr", "_fg_shr_u", "_fg_logaddexp", "_fg_trunc", "_fg_rint")
