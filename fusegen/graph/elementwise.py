@@ -51,7 +51,7 @@ isnan = _unary(Op.ISNAN, "isnan", "True where x is NaN.")
 isinf = _unary(Op.ISINF, "isinf", "True where x is +inf or -inf.")
 isfinite = _unary(Op.ISFINITE, "isfinite", "True where x is neither infinite nor NaN.")
 square = _unary(Op.SQUARE, "square", "x * x.")
-reciprocal = _unary(Op.RECIPROCAL, "reciprocal", "1 / x (integers give float64, as 1 / x does).")
+reciprocal = _unary(Op.RECIPROCAL, "reciprocal", "1 / x (integers give floats, as np.sqrt does).")
 bitwise_invert = _unary(Op.INVERT, "bitwise_invert", "~x: bitwise NOT of integers, logical NOT of bool.")
 
 atan2 = _binary(Op.ATAN2, "atan2", "The angle of the point (x2, x1), in [-pi, pi], with the signs of zeros.")
