@@ -73,6 +73,15 @@ def _unreachable(msg: str):  # pragma: no cover - infer has checked broadcasting
     raise ShapeError(msg)
 
 
+def whole_rule(n: Node, info: NodeInfo, srcs: list[NodeInfo]) -> list[LoopDim]:
+    """Layout ops, iota, dims and gathers move elements between positions (or read a shape, or
+    number positions from zero): a device holding a block of the result would need other blocks
+    of the sources, or would number its block from zero. Until each has a rule of its own, every
+    dim they touch stays whole on each device (correct, never split)."""
+    loops = [LoopDim(((p, k),), None, REPLICATE) for p, s in enumerate(srcs) for k in range(len(s.shape))]
+    return loops + [LoopDim((), d, REPLICATE) for d in range(len(info.shape))]
+
+
 DimRule = Callable[[Node, NodeInfo, list], list]
 
 #: IR op kind -> its rule: ``rule(node, its NodeInfo, its sources' NodeInfos) -> [LoopDim]``.
@@ -80,6 +89,8 @@ DimRule = Callable[[Node, NodeInfo, list], list]
 DIM_RULES: dict[Op, DimRule] = {
     **{o: elementwise_rule for o in (*UNARY_UFUNC, *BINARY_UFUNC, Op.WHERE, Op.CAST)},
     Op.REDUCE: reduce_rule,
+    **{o: whole_rule for o in (Op.DIM, Op.PERMUTE, Op.INDEX, Op.RESHAPE, Op.BROADCAST_TO, Op.FLIP, Op.CONCAT,
+                               Op.PAD, Op.IOTA, Op.GATHER)},
 }
 _LEAVES = (Op.INPUT, Op.ATTR, Op.CONST)
 
@@ -181,6 +192,8 @@ def analyze(spec: Spec) -> DimFlow:
             keys = [(src_idx[p], k) for p, k in loop.members]
             if loop.role == REPLICATE:
                 replicate.update(keys)
+                if loop.out is not None:   # the node's own dim must stay whole too
+                    replicate.add((i, loop.out))
                 continue
             if loop.out is not None:
                 keys.append((i, loop.out))
