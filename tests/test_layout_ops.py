@@ -177,7 +177,7 @@ def test_random_view_chains_match_numpy(chain, shape):
 
 
 @pytest.mark.slow
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(**_CHAINS)
 def test_many_random_view_chains_match_numpy(chain, shape):
     _check_chain(chain, shape)
