@@ -23,6 +23,14 @@ from .graph.vocab import (  # noqa: E402
 from .graph.gathers import take, take_along_axis  # noqa: E402  (issue #17)
 from .graph.searching import argmax, argmin, count_nonzero, searchsorted  # noqa: E402  (issue #17)
 from .graph.scans import cummax, cummin, cumulative_prod, cumulative_sum, logcumsumexp  # noqa: E402  (issue #17)
+from .graph.vocab import (  # noqa: E402  (the array API's elementwise functions and reductions, #18)
+    acos, acosh, all, any, arccos, arccosh, arcsin, arcsinh, arctan, arctan2, arctanh, asin, asinh, atan, atan2,
+    atanh, bitwise_and, bitwise_invert, bitwise_left_shift, bitwise_not, bitwise_or, bitwise_right_shift,
+    bitwise_xor, clip, conj, conjugate, copysign, cosh, expm1, floor_divide, hypot, imag, invert, isfinite, isinf,
+    isnan, left_shift, lerp, log1p, log2, log10, log_softmax, logaddexp, logical_xor, logsumexp, nan_to_num,
+    negative, nextafter, positive, real, reciprocal, remainder, right_shift, rint, round, sign, signbit, sinh,
+    softmax, square, std, tan, trunc, var,
+)
 from .graph.grad import grad  # noqa: E402
 from .runtime import Kernel, compile  # noqa: E402
 from .rt.engine import Engine, EngineError  # noqa: E402
@@ -40,6 +48,13 @@ __all__ = [
     "unstack", "zeros", "zeros_like",
     "take", "take_along_axis", "argmax", "argmin", "count_nonzero", "searchsorted",
     "cumulative_sum", "cumulative_prod", "cummax", "cummin", "logcumsumexp",
+    "acos", "acosh", "all", "any", "arccos", "arccosh", "arcsin", "arcsinh", "arctan", "arctan2", "arctanh", "asin",
+    "asinh", "atan", "atan2", "atanh", "bitwise_and", "bitwise_invert", "bitwise_left_shift", "bitwise_not",
+    "bitwise_or", "bitwise_right_shift", "bitwise_xor", "clip", "conj", "conjugate", "copysign", "cosh", "expm1",
+    "hypot", "imag", "invert", "isfinite", "isinf", "isnan", "left_shift", "lerp", "log1p", "log2",
+    "log10", "log_softmax", "logaddexp", "logical_xor", "logsumexp", "nan_to_num", "negative", "nextafter",
+    "positive", "real", "reciprocal", "right_shift", "rint", "round", "sign", "signbit", "sinh",
+    "softmax", "square", "std", "tan", "trunc", "var",
     "DType", "DTYPES", "as_dtype",
     # running and emitting (emit, AotKernel, jax, torch, examples and random load lazily, see __getattr__)
     "compile", "Kernel", "emit", "AotKernel", "Engine", "EngineError",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from .graph import vocab as fg
-from .ir import op
+from .ir import cast_like, op
 
 
 @op
@@ -175,3 +175,51 @@ def cumsum_first(x):
 
 
 GATHER_OPS = [cross_entropy, accuracy, embedding_layer_norm, cumsum_last, cumsum_first]
+
+
+# --- quantization and activations (#18) -----------------------------------------------------
+@op
+def quantize_int8(x, scale):
+    """Symmetric int8 quantization: ``clip(round(x / scale), -128, 127)`` as int8, halves to even
+    (``np.rint``'s rounding, as PyTorch's ``quantize_per_tensor``). ``scale`` broadcasts (a
+    0-d per-tensor scale, or per channel)."""
+    return fg.clip(fg.round(x / scale), -128, 127).astype("int8")
+
+
+@op
+def dequantize(q, scale):
+    """``q * scale`` in ``scale``'s dtype (int8 codes back to floats)."""
+    return cast_like(q, scale) * scale
+
+
+@op
+def softplus(x):
+    """``log(1 + exp(x))`` without overflow: ``max(x, 0) + log1p(exp(-|x|))`` (jax.nn.softplus's)."""
+    return fg.maximum(x, 0.0) + fg.log1p(fg.exp(-abs(x)))
+
+
+@op
+def silu(x):
+    """SiLU (swish): ``x * sigmoid(x)``."""
+    return x * fg.sigmoid(x)
+
+
+@op
+def mish(x):
+    """Mish: ``x * tanh(softplus(x))``."""
+    return x * fg.tanh(fg.maximum(x, 0.0) + fg.log1p(fg.exp(-abs(x))))
+
+
+_SQRT1_2 = math.sqrt(0.5)
+
+
+@op
+def gelu(x):
+    """GELU, the exact (erf) form: ``0.5 x (1 + erf(x / sqrt(2)))``."""
+    return 0.5 * x * (1.0 + fg.erf(x * _SQRT1_2))
+
+
+__all__ += ["quantize_int8", "dequantize", "softplus", "silu", "mish", "gelu", "ACTIVATION_OPS"]
+#: the #18 reference ops (kept apart from REFERENCE_OPS, which every backend's golden text and
+#: cross-backend tests iterate over: these are checked by tests/test_activations.py and the bench)
+ACTIVATION_OPS = [quantize_int8, dequantize, softplus, silu, mish, gelu]

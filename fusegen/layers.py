@@ -28,7 +28,7 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("lowering", "Plan -> Numba CPU / numba-cuda Python sources, MindSpore-AOT and XLA FFI C++/CUDA sources "
      "(abi_emit.py is the emitters' face), the vectorizable float32 math they inline",
      ("fusegen.lower", "fusegen.lower_cpu", "fusegen.lower_cuda", "fusegen.emitters", "fusegen.abi_emit",
-      "fusegen.vmath", "fusegen.vmath_numba", "fusegen.philox_numba")),
+      "fusegen.vmath", "fusegen.vmath_numba", "fusegen.vmath_fit", "fusegen.philox_numba")),
     ("native", "the compiler cache, libraries and the AOT-ABI host, device memory, AotKernel",
      ("fusegen.native",)),
     ("runtime", "the one Kernel (validate, infer, allocate, dispatch; devices and backends), write requests, "
@@ -37,7 +37,8 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("api", "the public API: fusegen/__init__.py", ("fusegen",)),
     ("bridges", "calling fused ops from other frameworks: JAX (XLA FFI, partitioning) and PyTorch (custom ops, DTensor)",
      ("fusegen.jax", "fusegen.jax_sharding", "fusegen.torch", "fusegen.torch_sharding")),
-    ("tools", "the command line and the benchmark", ("fusegen.cli", "fusegen.bench")),
+    ("tools", "the command line, the benchmark and the float32 math library's accuracy harness",
+     ("fusegen.cli", "fusegen.bench", "fusegen.vmath_eval")),
 )
 
 

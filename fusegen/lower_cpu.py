@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from . import vmath
 from .ir import Node, Op, Spec, nodes_of
 from .lower.gathers import GatherSlots
+from .lower.pyhelpers import HELPER_NAMES, VMATH_IMPORTS, python_helpers
 from .lower.pysource import INNER_HELPER, NAN_HELPERS, combine, general_maps, group_params, import_source, layout_tail, operand_name
 from .plan import GroupRun, Plan
 from .plan.paths import is_param, path_steps
@@ -449,7 +450,7 @@ import math
 import numpy as np
 from numba import prange
 from fusegen.vmath_numba import exp_f32 as _exp_f32, tanh_f32 as _tanh_f32
-''' + NAN_HELPERS
+''' + VMATH_IMPORTS + NAN_HELPERS + python_helpers("np")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -489,6 +490,8 @@ def compile_group(plan: Plan, spec: Spec, run: GroupRun, parallel: bool, split: 
     def setup(mod):
         mod._fmax = numba.njit(inline="always")(mod._fmax)
         mod._fmin = numba.njit(inline="always")(mod._fmin)
+        for name in HELPER_NAMES:
+            setattr(mod, name, numba.njit(inline="always")(getattr(mod, name)))
         if modular:
             mod._inner = numba.njit(inline="always")(mod._inner)
         mod.kernel = numba.njit(**jit)(mod.kernel)

@@ -30,6 +30,7 @@ import numpy as np
 from .dtypes import DType
 from .ir import Spec
 from .lower.cuda_source import HEADER, CudaGroupSource, Launch  # noqa: F401  (HEADER, Launch: part of the face)
+from .lower.pyhelpers import HELPER_NAMES, python_helpers
 from .lower.pysource import INNER_HELPER, NAN_HELPERS, group_params, import_source, layout_tail
 from .plan import GroupRun, Plan, build_plan, schedule
 from .plan.exprs import reg_dtype
@@ -78,7 +79,7 @@ import math
 import numba
 import numpy as np
 from numba import cuda
-''' + NAN_HELPERS
+''' + NAN_HELPERS + python_helpers("math")
 
 
 def group_source(plan: Plan, spec: Spec, run: GroupRun, launch: Launch) -> tuple[str, CudaGroupSource]:
@@ -102,6 +103,12 @@ class _SimMath:
     @staticmethod
     def erf(x):
         return type(x)(math.erf(x)) if x == x else x
+
+    # the array API's functions (#18) and what lower/pyhelpers.py calls
+    expm1, log1p, log2, log10, tan, trunc = np.expm1, np.log1p, np.log2, np.log10, np.tan, np.trunc
+    asin, acos, atan, sinh, cosh = np.arcsin, np.arccos, np.arctan, np.sinh, np.cosh
+    asinh, acosh, atanh, atan2, hypot = np.arcsinh, np.arccosh, np.arctanh, np.arctan2, np.hypot
+    copysign, nextafter, fmod, isinf, isfinite = np.copysign, np.nextafter, np.fmod, np.isinf, np.isfinite
 
 
 # ---------------------------------------------------------------------------------------------
@@ -130,6 +137,8 @@ def load_group(plan: Plan, spec: Spec, run: GroupRun, launch: Launch, jit: bool 
             mod.math = _SimMath
         mod._fmax = cuda.jit(device=True, inline=True)(mod._fmax)
         mod._fmin = cuda.jit(device=True, inline=True)(mod._fmin)
+        for name in HELPER_NAMES:
+            setattr(mod, name, cuda.jit(device=True, inline=True)(getattr(mod, name)))
         if hasattr(mod, "_inner"):
             mod._inner = cuda.jit(device=True, inline=True)(mod._inner)
         if jit:

@@ -1,17 +1,31 @@
-"""Vectorizable float32 ``exp`` and ``tanh`` for the CPU backends: the constants, shared by both.
+"""fusegen's vectorizable float32 math library: the algorithms, their constants, and the table
+that says which function exists under which name in each backend.
 
-Why: libm's ``expf``/``tanhf`` are opaque calls, so a loop that uses them stays scalar
-(llvmlite has no SVML, and g++ vectorizes ``std::exp`` only under ``-ffast-math``, which
-breaks NaN rules). softmax and bias_gelu were 17x and 42x the memory bound because of it.
-These versions are straight-line arithmetic and bit operations, which LLVM and g++ -O3
-vectorize like any other expression.
+Why: libm's ``expf``/``logf``/``sinf``... are opaque calls, so a loop that uses them stays scalar
+(llvmlite has no SVML, and g++ vectorizes ``std::exp`` only under ``-ffast-math``, which breaks
+the NaN rules). softmax and bias_gelu were 17x and 42x the memory bound because of it. These
+versions are straight-line arithmetic, bit operations and selects, which LLVM and g++ -O3
+vectorize like any other expression. Three files implement each function identically:
+fusegen/vmath_numba.py (Numba, inlined into generated kernels), fusegen/emitters/templates/_vmath.inc.j2
+(C++ and CUDA ``__host__ __device__``, rendered from ``template_data``) and, for the constants
+and the derivations, this file and fusegen/vmath_fit.py.
 
-How (both backends, identically): a float32 argument is evaluated in float64, where a plain
-polynomial is far more accurate than float32 needs: the float64 result is within about 1e-15
-(relative) of the exact value, so its one rounding to float32 gives the correctly rounded
-result unless the exact value lies that close to a float32 rounding midpoint (then it is 1 ulp
-off). Over all 2^32 float32 inputs there is no such case (tests/test_vmath.py); NumPy's own
-float32 exp is up to 3 ulp off, its tanh 1.
+How, for every function: the float32 argument is widened to float64, where a plain polynomial
+is far more accurate than float32 needs: the float64 result is within a few 1e-16 (relative) of
+the exact value, so its one rounding to float32 gives the correctly rounded result unless the
+exact value lies that close to a float32 rounding midpoint (then it is 1 ulp off). float32
+subnormals are normal float64 numbers, so no function needs a subnormal path. Special values
+(signed zeros, infinities, NaN, domain errors) are the Python array API standard's (2024.12),
+produced by selects at the end, never by branches.
+
+Bit-identity across backends: g++ and nvcc contract ``a * b + c`` into a fused multiply-add by
+default, which rounds differently from Numba's separate operations. So no product in the library
+feeds an addition except through an explicit fma (``_fma`` / ``fg::vm_fma``) in both backends, or
+through ``vm_mul`` (fma(a, b, +0.0): a rounded product no compiler fuses further). The tests
+compile the C++ with -ffp-contract=fast and =off and require the same instructions, and check
+nvcc's PTX for a multiply feeding an addition.
+
+The functions (``VMATH_F32`` lists them with their measured accuracy):
 
 ``exp``: clamp |x| to EXP_LIMIT, keeping its sign (NaN fails the test and passes); n = round(x /
 ln 2) by adding and subtracting 1.5 * 2^52 (the sum's low mantissa bits then hold n, so no
@@ -21,16 +35,67 @@ undefined for NaN in C++); r = x - n ln2 (Cody-Waite: two constants, n * LN2_HI 
 inf and underflow to 0 or a float32 subnormal then happen in the conversion to float32, with
 one rounding, exactly where NumPy's do.
 
+``expm1``: exp's reduction, and q(r) = expm1(r) from its own polynomial (EXPM1_POLY, fitted for
+the relative error of expm1, which exp's is not for small r); expm1(x) = q for n = 0 (so tiny x
+keeps all its digits), else 2^n q + (2^n - 1).
+
 ``tanh``: |x| below TANH_SMALL: an odd Taylor polynomial (exact for -0.0 and subnormals);
 above: 1 - 2 / (exp(2|x|) + 1) written as (e - 1) / (e + 1) with |x| clamped to TANH_CLAMP
 (where float32 tanh is already +-1), the sign restored by a select. Both are computed and
-one is selected, so the loop has no branch.
+one is selected, so the loop has no branch. ``sigmoid``: 1 / (1 + exp(-x)) in float64 (exp's
+clamp makes x < -104 give +0, the correctly rounded value); below 2^-5, 1/2 + tanh(x/2)/2 by
+its Taylor polynomial (SIGMOID_POLY says why the cubic term is added separately).
+
+``log`` family: h = 2^k (1 + f) with 1 + f in [sqrt(1/2), sqrt(2)) from the float64 bits (k by
+an integer shift, no conversion); log1p(f) = f - (f^2/2 - s (f^2/2 + R(s^2))) with s = f / (2 +
+f) (the identity log(1 + f) = 2 atanh(s), arranged so that the rounding errors are those of the
+small correction terms; R: LOG_POLY); log(x) = k ln2 + log1p(f) with ln2 in two parts. log2 and
+log10 scale log1p(f) and add k (times log10(2) in two parts), so log2(2^k) and log10(10^k) are
+exact. log1p(x): h = 1 + x and its rounding error l = x - (h - 1) (exact: Fast2Sum, |x| <= 1 or
+1 + x exact), folded into f; that keeps tiny and subnormal x exact without a second path.
+
+``erf``: below 1, x P(x^2) (odd, so exact for -0.0 and subnormals); from 1 to 3.92 (where float32
+erf reaches 1), 1 - exp(-x^2) G(x - 2.46) with G ~= exp(x^2) erfc(x), x^2 exact in float64; both
+computed, one selected, the sign restored by copysign. erfc would need G accurate relative to
+erfc itself out to 10.05 (float32 erfc's underflow), which one polynomial in x or 1/x cannot
+give cheaply (20+ terms do not reach 1e-13 there), so it is not provided.
+
+``sin``, ``cos``, ``tan``: the argument reduction is exact enough for every float32, with no
+table and no branch. x * 2/pi is summed chunk by chunk: 2/pi is held as 8 chunks of 28 bits
+(TRIG_CHUNKS), so each x * chunk is exact in float64 (24 + 28 bits); after each of the first 5
+the running sum is split into its nearest integer (whole quarter turns, kept mod 4) and the
+remaining fraction in [-1/2, 1/2], and that split is exact: the fraction never carries more than
+53 significant bits into the next step. The last 3 chunks add less than 2^-12 and are summed
+apart, off the dependency chain. The result r = f pi/2, |r| <= pi/4, is within 2^-66 (relative)
+even for 16367173 * 2^72, the float32 closest to a multiple of pi/2 (2^-29.9 quarter turns). sin
+and cos of r are two polynomials, both computed; the quadrant selects and signs them; tan is one
+division of the two. Why not Cody-Waite (x - n pi/2 with pi/2 in parts) with a select for huge
+|x|: a branch-free loop computes both paths for every element, so the rare path's cost is paid
+everywhere anyway, and Cody-Waite alone is exact only while n pi/2's parts stay exact (|x| below
+about 2^25). Why not Payne-Hanek with a table of 2/pi indexed by the exponent: the lookup is a
+gather, which LLVM's cost model for this CPU and g++ may well refuse to vectorize, and which is
+slow where they do. The price: the 5 chained steps make sin about 3x exp's cost.
+
+``atan``, ``atan2``, ``asin``, ``acos``: one core, atan2(|y|, |x|) in [0, pi/2]: u = lo / hi, or
+(lo - hi) / (lo + hi) plus pi/4 where lo / hi > tan(pi/8) (one division either way; for float32
+inputs the numerator and denominator are exact in float64), |u| <= tan(pi/8), atan(u) = u + u^3
+A(u^2); pi/2 minus that if |y| > |x|. atan2 then takes pi minus it where x < 0 or x = -0.0 and
+y's sign; asin(x) = atan2(x, sqrt((1 - x)(1 + x))), acos(x) = atan2(sqrt((1 - x)(1 + x)), x),
+(1 - x)(1 + x) being one rounding from exact. The standard's infinities and zeros come out of the
+core's conventions (inf/inf = pi/4, finite/inf = 0, 0/0 = 0) and the sign handling.
+
+``sinh`` = (E + E / (E + 1)) / 2 with E = expm1(|x|) (no cancellation near 0), ``cosh`` = (e + 1/e)
+/ 2; ``asinh`` = log1p(a + a^2 / (1 + sqrt(1 + a^2))), ``acosh`` = log1p(d + sqrt(d (d + 2))) with
+d = x - 1 (exact), both log(2x) from 2^28 on; ``atanh`` = log1p(2a / (1 - a)) / 2 (1 - a exact).
+The log1p argument is a float64 here, so 1 + w and its rounding error (Fast2Sum) both go into
+log's reduction. ``hypot`` = sqrt(x^2 + y^2) in float64: the squares are exact and cannot
+overflow, one rounding for the sum, one for the root. ``cbrt``: |x| = m 2^(3j + r) from the bits
+(j = floor(e / 3) by an integer multiply), cbrt(m 2^r) from CBRT_POLY times cbrt(2^r) and one
+Halley step, then times 2^j.
 
 float64 arguments keep libm: there is no wider type to hide the polynomial's error in, and
 accuracy comes first. float16 values are computed in float32 registers (fusegen/exprs.py),
 so they take the float32 path.
-
-Coefficients: ``python -m fusegen.vmath`` re-derives the exp polynomial (needs mpmath).
 """
 from __future__ import annotations
 
@@ -38,17 +103,23 @@ import functools
 import hashlib
 from pathlib import Path
 
+# --- exp, tanh, sigmoid, expm1 ---------------------------------------------------------------
 #: exp(r) ~= 1 + r + r^2 * (c2 + c3 r + ... + c10 r^8) on |r| <= 0.3466 (just over ln2 / 2):
-#: near-minimax for the relative error (Lawson iteration, see ``fit_exp_poly``), 2.9e-16 after
-#: rounding the coefficients to float64, below float64's own evaluation error.
+#: near-minimax for the relative error (vmath_fit.FITS["EXP_POLY"]), 2.9e-16 after rounding the
+#: coefficients to float64, below float64's own evaluation error.
 EXP_POLY = (0.49999999999998324, 0.16666666666611518, 0.04166666666813746, 0.008333333370888577,
             0.0013888888516042496, 0.00019841185208826579, 2.480193183306402e-05,
             2.7635003237095916e-06, 2.7476782228146016e-07)
+#: expm1(r) ~= r + r^2 * (e2 + e3 r + ... + e11 r^9) on |r| <= 0.3466: relative error 3.4e-17.
+EXPM1_POLY = (0.5000000000000006, 0.16666666666666588, 0.04166666666657675, 0.00833333333338948,
+              0.0013888888931564815, 0.0001984126971917112, 2.4801505275523355e-05,
+              2.7557407394285074e-06, 2.7626036716559644e-07, 2.505382132177562e-08)
 
 LOG2E = 1.4426950408889634             # 1 / ln 2
 LN2_HI = 0.693147180559663             # ln 2 to 40 bits: n * LN2_HI is exact for |n| < 2^13
 LN2_LO = 2.8235290563031577e-13        # ln 2 - LN2_HI
 SHIFTER = 6755399441055744.0           # 1.5 * 2^52: x + SHIFTER rounds x to an integer
+SHIFTER_BITS = 0x4338000000000000      # its bits: bits(SHIFTER) + k encodes SHIFTER + k, |k| < 2^51
 # exp(104) > FLT_MAX rounds to inf and exp(-104) < 2^-150 to 0 (the smallest float32 subnormal
 # is 2^-149): clamping |x| there changes no float32 result and keeps 2^n a normal double. One
 # symmetric clamp, copysign(EXP_LIMIT, x), not two constant bounds: g++ threads a select whose
@@ -63,13 +134,172 @@ TANH_SMALL = 0.03125
 # float32 tanh is 1 from |x| ~= 9.01 on (1 - 2e^-2|x| rounds up to 1); 10 keeps exp(2|x|) small.
 TANH_CLAMP = 10.0
 
+# sigmoid(x) - 1/2 = tanh(x/2) / 2 = x/4 + x^3 (s3 + x^2 (s5 + x^2 (s7 + x^2 s9))) for |x| < 2^-5
+# (Taylor; the next term is below 2^-60 relative). The sum 1/2 + x/4 is exact, and a float32
+# rounding midpoint whenever x is an odd multiple of 2^-23 (or 2^-24 below 0): there the x^3
+# term, far below float64's resolution at 1/2, decides the rounding, so the sum is kept as a
+# float64 and its remainder (Fast2Sum) and rounded to odd before the rounding to float32.
+SIGMOID_POLY = (-1.0 / 48.0, 1.0 / 480.0, -17.0 / 80640.0, 31.0 / 1451520.0)
+SIGMOID_SMALL = 0.03125
 
-def template_data() -> dict:
-    """The constants as C++ literals, for ``fg::exp_f32``/``fg::tanh_f32`` in _fg_runtime."""
+# --- log, log1p, log2, log10 -----------------------------------------------------------------
+#: R(z) = z (g1 + g2 z + ... + g7 z^6) ~= 2 atanh(s) / s - 2, z = s^2 <= 0.0295 (|s| <= 0.1716):
+#: the error of log1p(f) it causes is below 2e-18 relative.
+LOG_POLY = (0.6666666666666734, 0.3999999999941464, 0.2857142874239458, 0.22222198572543195,
+            0.18183564356840645, 0.15314049814874098, 0.14795956708164054)
+SQRT_HALF_BITS = 0x3FE6A09E667F3BCD    # bits of sqrt(1/2): bits(h) - this, >> 52, is k
+LOG10_2_HI = 0.3010299956640665        # log10(2) to 40 bits: k * LOG10_2_HI exact for |k| < 2^13
+LOG10_2_LO = -8.532344317057107e-14    # log10(2) - LOG10_2_HI
+LOG10E = 0.4342944819032518            # 1 / ln 10
+
+# --- erf ---------------------------------------------------------------------------------------
+#: erf(x) = x P(x^2) for |x| < 1: P's 12 coefficients, relative error of erf 2.4e-17.
+ERF_SMALL = (1.1283791670955126, -0.3761263890318352, 0.11283791670944185, -0.026866170643111423,
+             0.0052239776061181265, -0.00085483259292985, 0.0001205529357644023,
+             -1.4924712293486824e-05, 1.644713146982052e-06, -1.620631300791565e-07,
+             1.3710977257901768e-08, -7.77946281255953e-10)
+#: erf(x) = 1 - exp(-x^2) G(x - ERF_MID) for 1 <= x <= ERF_CLAMP: G ~= exp(x^2) erfc(x), 20
+#: coefficients, weighted by exp(-x^2) / erf(x) in the fit: relative error of erf 1.1e-17.
+ERF_BIG = (0.21382067722012132, -0.07638143517246354, 0.025922346696118474, -0.008408308201366817,
+           0.0026189542522616666, -0.0007862722944155986, 0.00022824153201831583,
+           -6.422797540505972e-05, 1.75600070732088e-05, -4.673712618546989e-06,
+           1.2126758750579151e-06, -3.0681547017716374e-07, 7.643798983520035e-08,
+           -1.8744263758346103e-08, 4.050876118162053e-09, -9.98970730036839e-10,
+           3.807798237043386e-10, -1.482304701279789e-11, -9.910781187937084e-12,
+           -1.3101994845076802e-11)
+ERF_MID = 2.46
+# float32 erf(x) is 1 from x = 3.9192059 on (erfc(x) < 2^-25 there): clamping |x| to 3.92 keeps
+# x^2 small and the polynomial inside its fitted range; inf -> 1, and NaN passes.
+ERF_CLAMP = 3.92
+
+# --- sin, cos, tan -------------------------------------------------------------------------------
+#: 2/pi in 8 chunks of 28 bits (chunk i: bits 28 i + 1 ... 28 i + 28 after the binary point), so
+#: x * chunk is exact for every float32 x (24 + 28 bits): vmath_fit.two_over_pi_chunks(8, 28).
+TRIG_CHUNKS = (0.6366197690367699, 3.3308114738561656e-09, 2.276010047810136e-18, 2.5268260189002822e-26,
+               1.6682867657019525e-34, 1.158871328288855e-43, 7.053959174404295e-52, 8.910067885731021e-60)
+#: The first TRIG_FULL chunks can contribute whole quarter turns (x * chunk >= 1/2 for some float32
+#: x < 2^128), so after each the running sum is reduced mod 4 (quadrant) and mod 1 (fraction); the
+#: rest are only added. 224 bits in all: the float32 closest to a multiple of pi/2 is 16367173 *
+#: 2^72, 2^-29.86 quarter turns away (vmath_fit.reduction_worst_case), and the bits left out are
+#: below 2^-96 of a quarter turn for any float32, so the reduced argument keeps 2^-66 relative.
+TRIG_FULL = 5
+PIO2_HI = 1.5707963267948966           # pi/2 rounded to float64
+PIO2_LO = 6.123233995736766e-17        # pi/2 - PIO2_HI
+#: sin(r) = r + r^3 S(r^2), |r| <= pi/4 (1 + 2^-10): relative error 8e-18.
+SIN_POLY = (-0.1666666666666663, 0.008333333333322007, -0.00019841269829497252,
+            2.755731358827874e-06, -2.5050742417632166e-08, 1.5895911424987852e-10)
+#: cos(r) = 1 - r^2/2 + r^4 C(r^2), |r| <= pi/4 (1 + 2^-10): relative error 1.6e-18.
+COS_POLY = (0.041666666666666595, -0.0013888888888872897, 2.4801587288749738e-05,
+            -2.7557314149116363e-07, 2.0875696644753654e-09, -1.1358314459320228e-11)
+
+# --- atan, atan2, asin, acos ----------------------------------------------------------------------
+#: atan(u) = u + u^3 A(u^2), |u| <= tan(pi/8) (1 + 2^-20): relative error 5e-18.
+ATAN_POLY = (-0.333333333333332, 0.1999999999995324, -0.1428571428016597, 0.1111111078212751,
+             -0.09090897724506916, 0.0769205970482681, -0.06663099066520857, 0.05847858311476554,
+             -0.05039186234353201, 0.03806203655114669, -0.01790492936827541)
+TAN_PI8 = 0.41421356237309503          # tan(pi/8) = sqrt(2) - 1: above it, atan(t) = pi/4 + atan((t-1)/(t+1))
+PI_HI = 3.141592653589793              # pi, and its remainder; pi/2 and pi/4 are these halved
+PI_LO = 1.2246467991473532e-16
+# asinh, acosh: from 2^28 on, log(2x) is the result to 2^-58 (relative), and x^2 + 1 no longer
+# matters; below, log1p(x + x^2 / (1 + sqrt(1 + x^2))) and log1p(d + sqrt(d (d + 2))), d = x - 1.
+ASINH_BIG = 268435456.0
+
+# --- cbrt --------------------------------------------------------------------------------------
+#: cbrt(m) ~= P(m) for 1 <= m <= 2 (relative error 1.2e-6), scaled by cbrt(2^r), r = e mod 3, then
+#: one Halley step (cubic convergence: ~2e-18).
+CBRT_POLY = (0.4733320393012346, 0.8381551827162871, -0.4692219045524485, 0.2027725138229704,
+             -0.05038493145454188, 0.00534833145140777)
+CBRT2 = 1.2599210498948732             # cbrt(2), cbrt(4)
+CBRT4 = 1.5874010519681996
+
+
+def _entry(numba: str, deps: tuple[str, ...], max_ulp: int, measured: str, arity: int = 1) -> dict:
+    return dict(numba=numba, cpp="fg::" + numba, deps=deps, arity=arity, max_ulp=max_ulp, measured=measured)
+
+
+#: Every float32 function: its name in fusegen.vmath_numba (``numba``) and in the C++ partial
+#: (``cpp``), the C++ blocks of _vmath.inc.j2 it needs besides its own (``deps``, in include
+#: order), its arity, and its measured accuracy: the largest distance in ulp from the correctly
+#: rounded result (``max_ulp``) over all 2^32 float32 inputs (``measured="exhaustive"``,
+#: benchmarks/vmath_exhaustive.py) or over benchmarks/ulp_table.py's sweep (``"sweep"``). Keys are
+#: the Python array API's function names (``sigmoid`` is fusegen's).
+VMATH_F32: dict[str, dict] = {
+    "exp": _entry("exp_f32", ("exp_core",), 0, "exhaustive"),
+    "expm1": _entry("expm1_f32", ("exp_core", "expm1_core"), 0, "sweep"),
+    "tanh": _entry("tanh_f32", ("exp_core",), 0, "exhaustive"),
+    "sigmoid": _entry("sigmoid_f32", ("exp_core",), 0, "sweep"),
+    "log": _entry("log_f32", ("log_core",), 0, "sweep"),
+    "log1p": _entry("log1p_f32", ("log_core",), 0, "sweep"),
+    "log2": _entry("log2_f32", ("log_core",), 0, "sweep"),
+    "log10": _entry("log10_f32", ("log_core",), 0, "sweep"),
+    "erf": _entry("erf_f32", ("exp_core",), 0, "sweep"),
+    "sin": _entry("sin_f32", ("trig_core",), 0, "sweep"),
+    "cos": _entry("cos_f32", ("trig_core",), 0, "sweep"),
+    "tan": _entry("tan_f32", ("trig_core",), 0, "sweep"),
+    "atan": _entry("atan_f32", ("atan_core",), 0, "sweep"),
+    "atan2": _entry("atan2_f32", ("atan_core",), 0, "sweep", arity=2),
+    "asin": _entry("asin_f32", ("atan_core",), 0, "sweep"),
+    "acos": _entry("acos_f32", ("atan_core",), 0, "sweep"),
+    "sinh": _entry("sinh_f32", ("exp_core", "expm1_core"), 0, "sweep"),
+    "cosh": _entry("cosh_f32", ("exp_core",), 0, "sweep"),
+    "asinh": _entry("asinh_f32", ("log_core", "one_plus"), 0, "sweep"),
+    "acosh": _entry("acosh_f32", ("log_core", "one_plus"), 0, "sweep"),
+    "atanh": _entry("atanh_f32", ("log_core", "one_plus"), 0, "sweep"),
+    "hypot": _entry("hypot_f32", (), 0, "sweep", arity=2),
+    "cbrt": _entry("cbrt_f32", (), 0, "sweep"),
+}
+
+#: The C++ partial's blocks in the order it defines them (a helper before its users).
+CPP_BLOCKS = ("exp_core", "exp", "tanh", "sigmoid", "expm1_core", "expm1", "log_core", "log", "log1p", "log2",
+              "log10", "erf", "trig_core", "sin", "cos", "tan", "atan_core", "atan", "atan2", "asin", "acos",
+              "sinh", "cosh", "one_plus", "asinh", "acosh", "atanh", "hypot", "cbrt")
+
+
+def blocks_for(functions) -> list[str]:
+    """The _vmath.inc.j2 blocks that define ``functions`` (VMATH_F32 keys), in include order."""
+    unknown = set(functions) - set(VMATH_F32)
+    if unknown:
+        raise KeyError(f"no vectorized float32 function {sorted(unknown)}; known: {sorted(VMATH_F32)}")
+    need = set(functions)
+    for name in functions:
+        need.update(VMATH_F32[name]["deps"])
+    return [b for b in CPP_BLOCKS if b in need]
+
+
+def template_data(functions=("exp", "tanh")) -> dict:
+    """The constants as C++ literals, and the blocks of _vmath.inc.j2 to emit for ``functions``
+    (by default those the expression tables use today)."""
     lit = repr  # the shortest round-tripping text, a valid C++ double literal
-    return dict(exp_poly=[lit(c) for c in EXP_POLY], tanh_poly=[lit(c) for c in TANH_POLY],
-                log2e=lit(LOG2E), ln2_hi=lit(LN2_HI), ln2_lo=lit(LN2_LO), shifter=lit(SHIFTER),
-                exp_limit=lit(EXP_LIMIT), tanh_small=lit(TANH_SMALL), tanh_clamp=lit(TANH_CLAMP))
+
+    def lits(values):
+        return [lit(float(v)) for v in values]
+    return dict(
+        blocks=blocks_for(functions),
+        exp_poly=lits(EXP_POLY), expm1_poly=lits(EXPM1_POLY), tanh_poly=lits(TANH_POLY), log_poly=lits(LOG_POLY),
+        sigmoid_poly=lits(SIGMOID_POLY), sigmoid_small=lit(SIGMOID_SMALL),
+        log2e=lit(LOG2E), ln2_hi=lit(LN2_HI), ln2_lo=lit(LN2_LO), shifter=lit(SHIFTER),
+        shifter_bits=hex(SHIFTER_BITS), exp_limit=lit(EXP_LIMIT), tanh_small=lit(TANH_SMALL),
+        tanh_clamp=lit(TANH_CLAMP), sqrt_half_bits=hex(SQRT_HALF_BITS), log10_2_hi=lit(LOG10_2_HI),
+        log10_2_lo=lit(LOG10_2_LO), log10e=lit(LOG10E), erf_small=lits(ERF_SMALL), erf_big=lits(ERF_BIG),
+        erf_mid=lit(ERF_MID), erf_clamp=lit(ERF_CLAMP), trig_chunks=lits(TRIG_CHUNKS), trig_full=TRIG_FULL,
+        pio2_hi=lit(PIO2_HI), pio2_lo=lit(PIO2_LO), sin_poly=lits(SIN_POLY), cos_poly=lits(COS_POLY),
+        atan_poly=lits(ATAN_POLY), tan_pi8=lit(TAN_PI8), pi_hi=lit(PI_HI), pi_lo=lit(PI_LO),
+        pio4_hi=lit(PIO2_HI / 2), pio4_lo=lit(PIO2_LO / 2), asinh_big=lit(ASINH_BIG), cbrt_poly=lits(CBRT_POLY),
+        cbrt2=lit(CBRT2), cbrt4=lit(CBRT4))
+
+
+def render_cpp(functions=None, namespace: str = "fg", headers: bool = True) -> str:
+    """_vmath.inc.j2 rendered on its own, inside ``namespace`` (for harnesses and tests; generated
+    kernels include it from _fg_runtime.inc.j2). ``None``: every function."""
+    import jinja2
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "emitters" / "templates")),
+                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                             trim_blocks=True, lstrip_blocks=True)
+    body = env.get_template("_vmath.inc.j2").render(
+        vmath=template_data(VMATH_F32 if functions is None else functions))
+    head = ("#include <cmath>\n#include <cstdint>\n#include <cstring>\n"
+            "#if !defined(FG_INLINE)\n#define FG_INLINE inline __attribute__((always_inline))\n#endif\n")
+    return (head if headers else "") + f"namespace {namespace} {{\n{body}}}  // namespace {namespace}\n"
 
 
 @functools.lru_cache(maxsize=None)
@@ -82,51 +312,3 @@ def source_digest() -> str:
     for name in ("vmath.py", "vmath_numba.py"):
         h.update((here / name).read_bytes())
     return h.hexdigest()[:16]
-
-
-def fit_exp_poly(degree: int = 10, bound: float = 0.3466, points: int = 300, iterations: int = 40):
-    """Re-derive ``EXP_POLY``: p(r) = 1 + r + r^2 s(r), s of degree ``degree - 2``, minimizing
-    max |p(r) / e^r - 1| on [-bound, bound] by Lawson's iteratively reweighted least squares
-    on Chebyshev points, in 50-digit arithmetic. Returns (coefficients as floats, max error
-    of the float coefficients on a 4001-point grid)."""
-    import mpmath as mp
-    mp.mp.dps = 50
-    a = mp.mpf(bound)
-    xs = [a * mp.cos(mp.pi * (k + mp.mpf(0.5)) / points) for k in range(points)]
-    m = degree - 1
-    rows = [[x ** (k + 2) / mp.exp(x) for k in range(m)] for x in xs]
-    rhs = [(mp.exp(x) - 1 - x) / mp.exp(x) for x in xs]
-    w = [mp.mpf(1) / points] * points
-    for _ in range(iterations):
-        normal, b = mp.matrix(m, m), mp.matrix(m, 1)
-        for i in range(points):
-            for j in range(m):
-                b[j] += w[i] * rows[i][j] * rhs[i]
-                for k in range(m):
-                    normal[j, k] += w[i] * rows[i][j] * rows[i][k]
-        c = mp.lu_solve(normal, b)
-        err = [abs(sum(rows[i][j] * c[j] for j in range(m)) - rhs[i]) for i in range(points)]
-        total = sum(w[i] * err[i] for i in range(points))
-        w = [w[i] * err[i] / total for i in range(points)]
-    coeffs = [float(c[j]) for j in range(m)]
-    return coeffs, exp_poly_error(coeffs, bound)
-
-
-def exp_poly_error(coeffs, bound: float = 0.3466, n: int = 2000) -> float:
-    """Max relative error of 1 + r + r^2 s(r) (exact arithmetic on the float coefficients)."""
-    import mpmath as mp
-    mp.mp.dps = 50
-    worst = mp.mpf(0)
-    for k in range(-n, n + 1):
-        r = mp.mpf(bound) * k / n
-        s = mp.mpf(0)
-        for c in reversed(coeffs):
-            s = s * r + mp.mpf(c)
-        worst = max(worst, abs((1 + r + r * r * s) / mp.exp(r) - 1))
-    return float(worst)
-
-
-if __name__ == "__main__":
-    coeffs, err = fit_exp_poly()
-    print("EXP_POLY =", tuple(coeffs))
-    print(f"max relative error {err:.3g}")

@@ -258,3 +258,42 @@ def test_failed_launch_is_fg_err_cuda_naming_the_cuda_error(monkeypatch):
     error = k._kernel_error(k.function, status, signature.block.result, signature.block.error)
     assert error.code == ERROR_CODES["FG_ERR_CUDA"], str(error)
     assert re.search(r"FG_ERR_CUDA: a CUDA kernel launch failed: cudaError\w+ \(", str(error)), str(error)
+
+# --- the array API's elementwise functions (#18) ---------------------------------------------------
+@fg.op
+def every_function(x, y, i, j):
+    """Every new elementwise function in three outputs (one compile covers them all)."""
+    f = (fg.expm1(x) + fg.log1p(x) + fg.log2(x) + fg.log10(x) + fg.tan(x) + fg.asin(x) + fg.acos(x) + fg.atan(x)
+         + fg.sinh(x) + fg.cosh(x) + fg.asinh(x) + fg.acosh(x) + fg.atanh(x) + fg.trunc(x) + fg.round(x)
+         + fg.sign(x) + fg.square(x) + fg.reciprocal(x) + fg.atan2(x, y) + fg.hypot(x, y) + fg.copysign(x, y)
+         + fg.nextafter(x, y) + fg.logaddexp(x, y) + x // y + x % y)
+    n = (i // j) + (i % j) + (i & j) + (i | j) + (i ^ j) + ~i + (i << j) + (i >> j) + fg.sign(i) + fg.round(i)
+    b = fg.signbit(x) | fg.isnan(x) | fg.isinf(x) | fg.isfinite(i) | fg.logical_xor(x, y)
+    return f, n, b
+
+
+EVERY_DTYPES = ["float32,float32,int32,int32", "float64,float64,int64,int64", "float32,float32,int8,int8",
+                "float64,float64,uint64,uint64"]
+
+
+@needs_nvcc
+def test_every_elementwise_function_compiles_as_device_code(tmp_path):
+    e = fg.emit(every_function, abi="mindspore-aot", device="cuda", dtypes=EVERY_DTYPES)
+    e.write(tmp_path)
+    proc = subprocess.run(["nvcc", "--shared", "-Xcompiler", "-fPIC", "-std=c++17", "-gencode",
+                           "arch=compute_90,code=sm_90", "-o", str(tmp_path / "k.so"), str(tmp_path / e.main)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+@needs_ptx
+@pytest.mark.parametrize("dtypes", [EVERY_DTYPES[0], pytest.param(EVERY_DTYPES[1], marks=pytest.mark.slow)])
+def test_every_elementwise_function_assembles_on_numba_cuda(dtypes, tmp_path):
+    from fusegen.lower_cuda import compile_ptx
+    _nvrtc_ok()
+    (name, ptx), = compile_ptx(every_function, dtypes.split(","), [(4,)] * 4, cc=(9, 0))
+    path = tmp_path / "k.ptx"
+    path.write_text(ptx)
+    proc = subprocess.run(["ptxas", "-arch=sm_90", str(path), "-o", str(tmp_path / "k.cubin")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr

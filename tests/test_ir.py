@@ -192,7 +192,7 @@ def test_tensor_methods_and_operators_trace():
     assert ops[:5] == [Op.REDUCE] * 5 and [o.arg.kind for o in methods.graph.outputs[:5]] == [
         "sum", "mean", "prod", "max", "min"]
     assert methods.graph.outputs[5].op is Op.INPUT  # unary plus is the identity
-    assert ops[6:] == [Op.NEG, Op.ABS, Op.NOT, Op.AND, Op.OR, Op.POW, Op.POW, Op.SUB, Op.DIV, Op.GE, Op.LE,
+    assert ops[6:] == [Op.NEG, Op.ABS, Op.INVERT, Op.BIT_AND, Op.BIT_OR, Op.POW, Op.POW, Op.SUB, Op.DIV, Op.GE, Op.LE,
                        Op.EQ, Op.NE, Op.LT]
     # reflected operators keep the operand order
     rsub = methods.graph.outputs[13]

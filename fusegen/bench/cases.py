@@ -91,12 +91,20 @@ def torch_namespace(torch: Any) -> Any:
         max=lambda a, axis, keepdims=False: torch.amax(a, dim=axis, keepdim=keepdims),
         exp=torch.exp, abs=torch.abs, sqrt=torch.sqrt, tanh=torch.tanh, where=torch.where,
         concat=lambda arrays, axis=0: torch.cat(arrays, dim=axis), arange=torch.arange,
-        permute_dims=lambda a, axes: a.permute(axes))
+        permute_dims=lambda a, axes: a.permute(axes),
+        maximum=lambda a, b: torch.clamp(a, min=b), log1p=torch.log1p, round=torch.round, clip=torch.clamp,
+        int8=torch.int8, astype=lambda a, d: a.to(d), erf=torch.erf)
 
 
 # the hand-written Numba versions (the njit peers)
 from .handwritten import (nb_add_mul_div, nb_bias_gelu, nb_layer_norm, nb_rms_norm,  # noqa: E402
                           nb_smooth_l1, nb_softmax, nb_sum_cols, nb_sum_rows)
+
+
+from .activations import (  # noqa: E402  (#18: quantization and activations)
+    int8_codes as _int8_codes, nb_dequantize, nb_gelu, nb_mish, nb_quantize_int8, nb_silu, nb_softplus,
+    pow2_scales as _pow2_scales, xp_dequantize, xp_gelu, xp_mish, xp_quantize_int8, xp_silu, xp_softplus,
+)
 
 
 # --- one row per op -------------------------------------------------------------------------------
@@ -179,6 +187,15 @@ OPS: dict[str, OpBench] = {b.name: b for b in (
             (_X01, (lc.channels, _uniform(0.5, 1.5)), (lc.channels, _uniform(-0.5, 0.5))),
             ({"groups": 32, "eps": 1e-5},), reduced=lambda shape, at: math.prod(shape[1:]) // at["groups"],
             shapes=((32, 256, 32, 32),), small_shapes=((2, 64, 8, 8), (1, 32, 1, 2))),
+    # (#18) quantization and activations
+    OpBench("quantize_int8", xp_quantize_int8, lambda a, at: (nb_quantize_int8, a),
+            (("x", _uniform(-4.0, 4.0)), ("row", _pow2_scales)), ({},)),
+    OpBench("dequantize", xp_dequantize, lambda a, at: (nb_dequantize, a), (("x", _int8_codes), ("row", _pow2_scales)),
+            ({},)),
+    OpBench("softplus", xp_softplus, lambda a, at: (nb_softplus, a), (("x", _uniform(-20.0, 20.0)),), ({},)),
+    OpBench("silu", xp_silu, lambda a, at: (nb_silu, a), (("x", _uniform(-20.0, 20.0)),), ({},)),
+    OpBench("mish", xp_mish, lambda a, at: (nb_mish, a), (("x", _uniform(-20.0, 20.0)),), ({},)),
+    OpBench("gelu", xp_gelu, lambda a, at: (nb_gelu, a), (("x", _uniform(-6.0, 6.0)),), ({},)),
 )}
 
 
@@ -199,7 +216,9 @@ def reference(spec: OpBench, arrays: Arrays, attrs: dict) -> tuple[np.ndarray, .
     wide = [a.astype(np.float64) if a.dtype.kind == "f" else a for a in arrays]   # int indices stay
     with np.errstate(all="ignore"):
         outs = as_outputs(spec.xp_ref(np, *wide, **attrs))
-    return tuple(o.astype(arrays[0].dtype) for o in outs)
+    # (integer results, such as quantize_int8's codes, stay integers; floats take the float inputs' dtype)
+    dtype = next((a.dtype for a in arrays if a.dtype.kind == "f"), arrays[0].dtype)
+    return tuple(o if o.dtype.kind in "iub" else o.astype(dtype) for o in outs)
 
 
 def tolerance(dtype: np.dtype, n_reduced: int) -> float:

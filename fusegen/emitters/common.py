@@ -19,9 +19,10 @@ import jinja2
 from .. import dtypes as dt
 from .. import vmath
 from ..dtypes import AttrType, DType
-from ..errors import DTypeError
-from ..ir import AttrRef, Node, Op, OpDef, ShapeOf, leaves_of, node_text
+from ..errors import DTypeError, ShapeError
+from ..ir import AttrRef, Node, Op, OpDef, ShapeOf, infer, leaves_of, node_text
 from ..plan import Plan
+from ..plan.exprs import CPP_HELPER_OPS, vmath_functions
 from ..version import __version__
 from . import layout
 
@@ -113,8 +114,21 @@ class Emitted:
 
 
 def default_dtypes(op: OpDef) -> list[tuple[DType, ...]]:
-    """Every float dtype, the same for all inputs."""
-    return [tuple([d] * len(op.inputs)) for d in dt.FLOAT_DTYPES]
+    """Every float dtype the op's rules accept, the same for all inputs (an op of integer-only
+    functions, such as shifts: every integer dtype and bool it accepts)."""
+    def accepted(candidates):
+        out = []
+        for d in candidates:
+            try:
+                infer(op, [d] * len(op.inputs), [None] * len(op.inputs), {n: s.default for n, s in op.attrs.items()})
+            except DTypeError:
+                continue
+            except (ValueError, TypeError, KeyError):  # (a required attribute: decided per call)
+                pass
+            out.append(tuple([d] * len(op.inputs)))
+        return out
+    return (accepted(dt.FLOAT_DTYPES) or accepted([d for d in dt.DTYPES.values() if not d.is_float])
+            or [tuple([d] * len(op.inputs)) for d in dt.FLOAT_DTYPES])
 
 
 def refuse_unemitted(op: OpDef) -> None:
@@ -240,6 +254,10 @@ def _node_text(op: OpDef, n: Node) -> str:
     return node_text(n, [f"%{op.graph.idx(s)}" for s in n.srcs], op)
 
 
+#: the length of the emitted StageInfo's lists (_fg_runtime.inc.j2: leaves[16], read_op[16], ...)
+MAX_STAGE_OPERANDS = 16
+
+
 def _stage_data(op: OpDef, plan: Plan) -> list[dict]:
     """The plan's stages as the templates' stage table: each access's operand id and node (the
     emitted runtime evaluates their maps: reads broadcast, reduction results ``reduced``)."""
@@ -251,6 +269,10 @@ def _stage_data(op: OpDef, plan: Plan) -> list[dict]:
         rwrites = [dict(op=of(a.slot), node=g.idx(a.node)) for a in st.stores if a.node.op is Op.REDUCE]
         finals = [dict(op=of(("out", k)), node=g.idx(_final_leaf(n)), out=k) for k, n in st.finals]
         writes = [dict(op=of(("out", k)), out=k) for k, _ in st.writes]
+        widest = max(len(st.leaves), len(reads), len(rwrites), len(finals), len(writes))
+        if widest > MAX_STAGE_OPERANDS:  # the emitted runtime's StageInfo holds fixed-size lists
+            raise ShapeError(f"op {op.name}: stage {st.index} has {widest} operands of one kind; the emitted "
+                             f"C++ allows at most {MAX_STAGE_OPERANDS} (split the op, or fewer outputs)")
         stages.append(dict(index=st.index, leaves=[g.idx(l) for l in st.leaves],
                            axes_node=g.idx(st.reductions[0]) if st.reductions else -1,
                            reads=reads, rwrites=rwrites, finals=finals, writes=writes,
@@ -302,4 +324,5 @@ def template_data(op: OpDef, plan: Plan, combos: list[dict], errors=None, spec_r
         stages=_stage_data(op, plan) if not general else [dict(text=_stage_text(op, st)) for st in plan.stages],
         combos=combos, errors=[(n, m.replace("<Name>", name)) for n, m in (errors or ERRORS)],
         # the ABI picks the infer signature by output count (a 1-tuple is one output)
-        multi=len(op.graph.outputs) > 1, vmath=vmath.template_data(), **extra)
+        multi=len(op.graph.outputs) > 1, vmath=vmath.template_data(vmath_functions(op.graph.nodes)),
+        elementwise_helpers=any(n.op in CPP_HELPER_OPS for n in op.graph.nodes), **extra)

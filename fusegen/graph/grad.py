@@ -278,7 +278,13 @@ def _rules(n: Node, g: Tensor) -> list[tuple[Node, Tensor, tuple]]:
         return [(n.srcs[0], ga, ()), (n.srcs[1], gb, ())]
     if o is Op.WHERE:
         return [(n.srcs[1], where(T(n.srcs[0]), g, 0), ()), (n.srcs[2], where(T(n.srcs[0]), 0, g), ())]
-    raise TraceError(f"fg.grad: no derivative rule for {o.value}")  # pragma: no cover - table is complete
+    if o in _UNARY_18:
+        return [(n.srcs[0], _UNARY_18[o](g, a, v), ())]
+    if o in _BINARY_18:
+        ga, gb = _BINARY_18[o](g, a, b, v)
+        return [(n.srcs[0], ga, ()), (n.srcs[1], gb, ())]
+    raise TraceError(f"fg.grad: no derivative rule for {o.value} (it is not differentiable here: "
+                     "take it out of the path to the inputs, e.g. with a cast of a constant)")
 
 
 def _reduce_rule(r: Node, g: Tensor) -> Tensor:
@@ -319,3 +325,35 @@ def _gather_adjoints(n: Node, g: Tensor) -> list[tuple[Node, Tensor]]:
     """A gather's adjoint: a scatter-add into its source, owner-computes (``fusegen.graph.gathers``)."""
     from .gathers import gather_adjoint
     return [(n.srcs[0], gather_adjoint(n, g))]
+
+
+# --- the array API's elementwise functions (#18) ---------------------------------------------
+# Piecewise-constant and boolean results: zero gradient (JAX's convention for floor_divide, sign,
+# round and trunc too). nextafter has no rule (JAX defines none): fg.grad refuses it by name.
+_ZERO_GRAD |= {Op.TRUNC, Op.ROUND, Op.SIGN, Op.SIGNBIT, Op.ISNAN, Op.ISINF, Op.ISFINITE, Op.INVERT, Op.BIT_AND,
+               Op.BIT_OR, Op.BIT_XOR, Op.SHL, Op.SHR, Op.XOR, Op.FLOOR_DIVIDE}
+_LN2, _LN10 = math.log(2.0), math.log(10.0)
+_UNARY_18 = {
+    Op.EXPM1: lambda g, a, v: g * (v + 1.0),
+    Op.LOG1P: lambda g, a, v: g / (a + 1.0),
+    Op.LOG2: lambda g, a, v: g / (a * _LN2),
+    Op.LOG10: lambda g, a, v: g / (a * _LN10),
+    Op.TAN: lambda g, a, v: g * (1.0 + v * v),
+    Op.ASIN: lambda g, a, v: g * fg.rsqrt(1.0 - a * a),
+    Op.ACOS: lambda g, a, v: -g * fg.rsqrt(1.0 - a * a),
+    Op.ATAN: lambda g, a, v: g / (1.0 + a * a),
+    Op.SINH: lambda g, a, v: g * fg.cosh(a),
+    Op.COSH: lambda g, a, v: g * fg.sinh(a),
+    Op.ASINH: lambda g, a, v: g * fg.rsqrt(a * a + 1.0),
+    Op.ACOSH: lambda g, a, v: g * fg.rsqrt(a * a - 1.0),
+    Op.ATANH: lambda g, a, v: g / (1.0 - a * a),
+    Op.SQUARE: lambda g, a, v: g * 2.0 * a,
+    Op.RECIPROCAL: lambda g, a, v: -g * v * v,
+}
+_BINARY_18 = {
+    Op.ATAN2: lambda g, a, b, v: (g * b / (a * a + b * b), -g * a / (a * a + b * b)),
+    Op.HYPOT: lambda g, a, b, v: (g * a / v, g * b / v),
+    Op.LOGADDEXP: lambda g, a, b, v: (g * fg.exp(a - v), g * fg.exp(b - v)),
+    # |x1| takes x2's sign: d/dx1 = sign(x1) * (+-1 by x2's sign bit); nothing flows to x2
+    Op.COPYSIGN: lambda g, a, b, v: (g * fg.sign(a) * where(fg.signbit(b), -1.0, 1.0), g * 0.0),
+}

@@ -57,6 +57,41 @@ class Op(enum.Enum):
     OR = "logical_or"
     FLOOR_DIVIDE = "floor_divide"
     REMAINDER = "remainder"
+    # --- the array API's elementwise functions (#18) ---------------------------------------------
+    EXPM1 = "expm1"
+    LOG1P = "log1p"
+    LOG2 = "log2"
+    LOG10 = "log10"
+    TAN = "tan"
+    ASIN = "asin"
+    ACOS = "acos"
+    ATAN = "atan"
+    SINH = "sinh"
+    COSH = "cosh"
+    ASINH = "asinh"
+    ACOSH = "acosh"
+    ATANH = "atanh"
+    TRUNC = "trunc"
+    ROUND = "round"
+    SIGN = "sign"
+    SIGNBIT = "signbit"
+    ISNAN = "isnan"
+    ISINF = "isinf"
+    ISFINITE = "isfinite"
+    SQUARE = "square"
+    RECIPROCAL = "reciprocal"
+    INVERT = "bitwise_invert"
+    ATAN2 = "atan2"
+    HYPOT = "hypot"
+    COPYSIGN = "copysign"
+    NEXTAFTER = "nextafter"
+    LOGADDEXP = "logaddexp"
+    BIT_AND = "bitwise_and"
+    BIT_OR = "bitwise_or"
+    BIT_XOR = "bitwise_xor"
+    SHL = "bitwise_left_shift"
+    SHR = "bitwise_right_shift"
+    XOR = "logical_xor"
     # others
     WHERE = "where"
     CAST = "cast"
@@ -87,6 +122,21 @@ BINARY_UFUNC = {
     Op.GE: "greater_equal", Op.EQ: "equal", Op.NE: "not_equal", Op.AND: "logical_and",
     Op.OR: "logical_or", Op.FLOOR_DIVIDE: "floor_divide", Op.REMAINDER: "remainder",
 }
+# --- the array API's elementwise functions (#18): NumPy's ufunc for each one's dtype rule --------
+# (round follows np.trunc's: integers stay integers; reciprocal follows np.sqrt's, as the array
+# API defines it for floats only: NumPy's integer reciprocal, 1 // x, is not reproduced)
+UNARY_UFUNC.update({
+    Op.EXPM1: "expm1", Op.LOG1P: "log1p", Op.LOG2: "log2", Op.LOG10: "log10", Op.TAN: "tan",
+    Op.ASIN: "arcsin", Op.ACOS: "arccos", Op.ATAN: "arctan", Op.SINH: "sinh", Op.COSH: "cosh",
+    Op.ASINH: "arcsinh", Op.ACOSH: "arccosh", Op.ATANH: "arctanh", Op.TRUNC: "trunc", Op.ROUND: "trunc",
+    Op.SIGN: "sign", Op.SIGNBIT: "signbit", Op.ISNAN: "isnan", Op.ISINF: "isinf", Op.ISFINITE: "isfinite",
+    Op.SQUARE: "square", Op.RECIPROCAL: "sqrt", Op.INVERT: "invert",
+})
+BINARY_UFUNC.update({
+    Op.ATAN2: "arctan2", Op.HYPOT: "hypot", Op.COPYSIGN: "copysign", Op.NEXTAFTER: "nextafter",
+    Op.LOGADDEXP: "logaddexp", Op.BIT_AND: "bitwise_and", Op.BIT_OR: "bitwise_or", Op.BIT_XOR: "bitwise_xor",
+    Op.SHL: "left_shift", Op.SHR: "right_shift", Op.XOR: "logical_xor",
+})
 #: "copy" reduces over no axes: a materialized value (``fusegen.graph.canon``); it folds like
 #: "max" (identity -inf, NaN wins), so a tree or a split of it is still an exact copy.
 REDUCE_KINDS = ("sum", "mean", "prod", "max", "min", "copy")

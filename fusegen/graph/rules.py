@@ -180,6 +180,9 @@ def infer_nodes(opdef, g: Graph, in_dtypes, in_shapes, attrs: dict) -> list[Node
             if n.op is Op.RELU and comp == "bool" or (isinstance(comp, DType) and comp.kind == "b"
                                                        and n.op is Op.RELU):
                 fail("relu is not defined for bool", exc=DTypeError)
+            if n.op is Op.NEXTAFTER and comp is dt.float16:  # (#18) a float32 step is not a float16 one
+                fail("nextafter is not supported for float16 (computed in float32 registers, its step "
+                     "would be float32's); cast to float32", exc=DTypeError)
             value = static_value(n.op, [s.value for s in srcs], fail) if all(
                 s.value is not None and s.shape == () for s in srcs) else None
             info.append(NodeInfo(out, broadcast_shapes([s.shape for s in srcs], fail), comp, value=value))

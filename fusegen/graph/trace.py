@@ -20,6 +20,7 @@ from .nodes import AttrRef, AttrSpec, DTypeOf, Node, Op, REDUCE_KINDS, ReduceArg
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _TRACING_FILES = {os.path.join(_HERE, f) for f in ("trace.py", "vocab.py", "layout.py", "compose.py", "gathers.py", "searching.py", "scans.py")}
+_TRACING_FILES |= {os.path.join(_HERE, f) for f in ("elementwise.py", "stats.py")}  # (#18)
 _tls = threading.local()
 
 
@@ -124,14 +125,29 @@ class Tensor:
     def __ge__(self, o): return binary(Op.GE, self, o)
     def __eq__(self, o): return binary(Op.EQ, self, o)  # type: ignore[override]
     def __ne__(self, o): return binary(Op.NE, self, o)  # type: ignore[override]
-    def __and__(self, o): return binary(Op.AND, self, o)
-    def __rand__(self, o): return binary(Op.AND, o, self)
-    def __or__(self, o): return binary(Op.OR, self, o)
-    def __ror__(self, o): return binary(Op.OR, o, self)
+    # NumPy's (and the array API's) operators: & | ^ ~ are bitwise (logical on bool), << >> shift
+    def __and__(self, o): return binary(Op.BIT_AND, self, o)
+    def __rand__(self, o): return binary(Op.BIT_AND, o, self)
+    def __or__(self, o): return binary(Op.BIT_OR, self, o)
+    def __ror__(self, o): return binary(Op.BIT_OR, o, self)
+    def __xor__(self, o): return binary(Op.BIT_XOR, self, o)
+    def __rxor__(self, o): return binary(Op.BIT_XOR, o, self)
+    def __lshift__(self, o): return binary(Op.SHL, self, o)
+    def __rlshift__(self, o): return binary(Op.SHL, o, self)
+    def __rshift__(self, o): return binary(Op.SHR, self, o)
+    def __rrshift__(self, o): return binary(Op.SHR, o, self)
     def __neg__(self): return unary(Op.NEG, self)
     def __pos__(self): return self
     def __abs__(self): return unary(Op.ABS, self)
-    def __invert__(self): return unary(Op.NOT, self)
+    def __invert__(self): return unary(Op.INVERT, self)
+    def __divmod__(self, o): return binary(Op.FLOOR_DIVIDE, self, o), binary(Op.REMAINDER, self, o)
+    def __rdivmod__(self, o): return binary(Op.FLOOR_DIVIDE, o, self), binary(Op.REMAINDER, o, self)
+
+    def __round__(self, ndigits=None):
+        if ndigits is not None:
+            raise TraceError(f"{op_prefix()}round(x, ndigits) is not supported: the array API's round "
+                             f"rounds to integers (halves to even) [at {user_loc()}]")
+        return unary(Op.ROUND, self)
     __hash__ = None  # type: ignore[assignment]
 
     def astype(self, dtype) -> Tensor:

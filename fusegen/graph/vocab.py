@@ -83,3 +83,13 @@ mean = _reduce_fn("mean")
 prod = _reduce_fn("prod")
 max = _reduce_fn("max")  # noqa: A001
 min = _reduce_fn("min")  # noqa: A001
+
+# --- the array API's elementwise functions and reductions (#18) -------------------------------
+from .elementwise import (  # noqa: E402,F401
+    acos, acosh, arccos, arccosh, arcsin, arcsinh, arctan, arctan2, arctanh, asin, asinh, atan, atan2, atanh,
+    bitwise_and, bitwise_invert, bitwise_left_shift, bitwise_not, bitwise_or, bitwise_right_shift, bitwise_xor,
+    clip, conj, conjugate, copysign, cosh, expm1, hypot, imag, invert, isfinite, isinf, isnan, left_shift, lerp,
+    log1p, log2, log10, logaddexp, logical_xor, nan_to_num, negative, nextafter, positive, real, reciprocal,
+    right_shift, rint, round, sign, signbit, sinh, square, tan, trunc,
+)
+from .stats import all, any, log_softmax, logsumexp, prod, softmax, std, sum, var  # noqa: E402,F401,A004

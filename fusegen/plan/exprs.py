@@ -99,9 +99,12 @@ class Dialect:
     # per compute dtype: the rows that differ from ``table`` for operands of that dtype
     typed: dict[DType, dict[Op, str]] = field(default_factory=dict)
 
+    # per dtype kind ("b", "i", "u", "f"): rows that differ for every dtype of that kind
+    kinds: dict[str, dict[Op, str]] = field(default_factory=dict)
+
     def row(self, op: Op, comp: DType) -> str:
         """The expression text of ``op`` on operands of register dtype ``comp``."""
-        return self.typed.get(comp, {}).get(op) or self.table[op]
+        return self.typed.get(comp, {}).get(op) or self.kinds.get(comp.kind, {}).get(op) or self.table[op]
 
 
 def _py_literal(v, d: DType) -> str:
@@ -226,7 +229,7 @@ class ExprWriter:
             comp = reg_dtype(dt.materialize(info.compute))
             if node.op is Op.WHERE:
                 args = [self.value(node.srcs[0], dt.bool_, ctx)] + [self.value(s, comp, ctx) for s in node.srcs[1:]]
-            elif node.op in (Op.AND, Op.OR, Op.NOT):  # truth values, whatever the operands' dtype
+            elif node.op in (Op.AND, Op.OR, Op.NOT, Op.XOR):  # truth values, whatever the operands' dtype
                 comp = dt.bool_
                 args = [self.value(s, dt.bool_, ctx) for s in node.srcs]
             else:
@@ -274,3 +277,123 @@ _CUDA_TYPES = {**_CPP_TYPES, "float16": "__half"}
 CUDA_CPP = Dialect(CUDA_CPP_TABLE, lambda d: _CUDA_TYPES[d.name],
                    lambda t, d: f"({t} != 0)" if d.kind == "b" else f"({_CUDA_TYPES[d.name]})({t})",
                    _cpp_literal, CPP.exact_types, {dt.bool_: CPP_BOOL_ROWS})
+
+
+# --- the array API's elementwise functions (#18) ---------------------------------------------
+# Kept apart from the rows above so other work on those rows merges mechanically. Each backend's
+# spelling of the standard's special cases (signed zeros, infinities, NaN; integer division by
+# zero gives 0 without a trap; shifts by >= the bit width give NumPy's results): the C++ helpers
+# live in emitters/templates/_fg_elementwise.inc.j2 (host and device), the Python ones in
+# lower/pyhelpers.py (Numba CPU and numba-cuda).
+_BOOL_OPS |= {Op.XOR, Op.ISNAN, Op.ISINF, Op.ISFINITE, Op.SIGNBIT}
+# numba widens small integers (and some float helpers) inside an expression: cast back always
+_INEXACT |= {Op.SIGN, Op.INVERT, Op.SHL, Op.SHR, Op.FLOOR_DIVIDE, Op.REMAINDER, Op.SQUARE, Op.BIT_AND,
+             Op.BIT_OR, Op.BIT_XOR, Op.LOGADDEXP, Op.ROUND, Op.TRUNC}
+
+_LIBM = {Op.EXPM1: "expm1", Op.LOG1P: "log1p", Op.LOG2: "log2", Op.LOG10: "log10", Op.TAN: "tan", Op.ASIN: "asin",
+         Op.ACOS: "acos", Op.ATAN: "atan", Op.SINH: "sinh", Op.COSH: "cosh", Op.ASINH: "asinh",
+         Op.ACOSH: "acosh", Op.ATANH: "atanh", Op.TRUNC: "trunc"}
+_LIBM2 = {Op.ATAN2: "atan2", Op.HYPOT: "hypot", Op.COPYSIGN: "copysign", Op.NEXTAFTER: "nextafter"}
+# NumPy's sign: NaN stays NaN, zeros of either sign give +0
+_SIGN = "({0} if {0} != {0} else ({one} if {0} > {zero} else (-{one} if {0} < {zero} else {zero})))"
+_C_COMMON = {Op.SQUARE: "({0} * {0})", Op.RECIPROCAL: "({one} / {0})", Op.ISNAN: "({0} != {0})",
+             Op.BIT_AND: "({0} & {1})", Op.BIT_OR: "({0} | {1})", Op.BIT_XOR: "({0} ^ {1})",
+             Op.XOR: "({0} != {1})"}
+# integers are their own floor, ceil, trunc and round (no trip through double: int64 is exact)
+_INT_IDENTITY = {op: "{0}" for op in (Op.TRUNC, Op.ROUND, Op.FLOOR, Op.CEIL)}
+_INT_KINDS = ("b", "i", "u")
+
+CPP_TABLE.update({op: f"std::{f}({{0}})" for op, f in _LIBM.items()})
+CPP_TABLE.update({op: f"std::{f}({{0}}, {{1}})" for op, f in _LIBM2.items()})
+CPP_TABLE.update(_C_COMMON)
+# (the fg:: helpers are __host__ __device__ under nvcc: the CUDA table uses them as they are)
+_CPP_HELPERS = {
+    Op.SIGN: "fg::fg_sign({0})", Op.ISINF: "fg::fg_isinf({0})", Op.ISFINITE: "fg::fg_isfinite({0})",
+    Op.INVERT: "fg::fg_invert({0})", Op.LOGADDEXP: "fg::fg_logaddexp({0}, {1})",
+    Op.FLOOR_DIVIDE: "fg::fg_floor_divide({0}, {1})", Op.REMAINDER: "fg::fg_remainder({0}, {1})",
+    Op.SHL: "fg::fg_shl({0}, {1})", Op.SHR: "fg::fg_shr({0}, {1})"}
+CPP_TABLE.update(_CPP_HELPERS)
+#: the ops whose C++ rows call _fg_elementwise.inc.j2's helpers (a file includes them only if needed)
+CPP_HELPER_OPS = frozenset(_CPP_HELPERS)
+CPP_TABLE.update({Op.ROUND: "std::nearbyint({0})", Op.SIGNBIT: "std::signbit({0})"})
+CPP.kinds.update({k: dict(_INT_IDENTITY) for k in _INT_KINDS})
+
+PY_TABLE.update({op: f"np.{'arc' + f[1:] if f.startswith('a') else f}({{0}})" for op, f in _LIBM.items()})
+PY_TABLE.update({Op.ATAN2: "np.arctan2({0}, {1})", Op.HYPOT: "np.hypot({0}, {1})",
+                 Op.COPYSIGN: "np.copysign({0}, {1})", Op.NEXTAFTER: "np.nextafter({0}, {1})"})
+PY_TABLE.update(_C_COMMON)
+PY_TABLE.update({
+    Op.ROUND: "np.rint({0})", Op.SIGN: _SIGN, Op.SIGNBIT: "np.signbit({0})", Op.ISINF: "np.isinf({0})",
+    Op.ISFINITE: "np.isfinite({0})", Op.INVERT: "(~{0})", Op.LOGADDEXP: "_fg_logaddexp({0}, {1})",
+    Op.FLOOR_DIVIDE: "_fg_floor_divide({0}, {1}, {one})", Op.REMAINDER: "_fg_remainder({0}, {1}, {one})"})
+
+
+def _py_int_rows(d: DType) -> dict[Op, str]:
+    """Integer rows that need the dtype's width or signedness (NumPy's shifts)."""
+    bits = 8 * d.itemsize
+    shr = "_fg_shr" if d.kind == "i" else "_fg_shr_u"
+    return {Op.SHL: f"_fg_shl({{0}}, {{1}}, {bits})", Op.SHR: f"{shr}({{0}}, {{1}}, {bits})",
+            Op.FLOOR_DIVIDE: "_fg_floor_divide_int({0}, {1})", Op.REMAINDER: "_fg_remainder_int({0}, {1})"}
+
+
+_PY_INT_KIND = {**_INT_IDENTITY, Op.ISINF: "False", Op.ISFINITE: "True"}
+PYTHON.kinds.update({k: dict(_PY_INT_KIND) for k in _INT_KINDS})
+PYTHON.kinds["b"].update({Op.INVERT: "(not {0})"})
+for _d in dt.DTYPES.values():
+    if _d.is_int:
+        PYTHON.typed.setdefault(_d, {}).update(_py_int_rows(_d))
+
+# numba-cuda: math.* (NumPy's scalars under the simulator: lower_cuda._SimMath)
+CUDA_PY_TABLE.update({op: f"math.{f}({{0}})" for op, f in _LIBM.items()})
+CUDA_PY_TABLE.update({op: f"math.{f}({{0}}, {{1}})" for op, f in _LIBM2.items()})
+CUDA_PY_TABLE.update(_C_COMMON)
+CUDA_PY_TABLE.update({
+    Op.TRUNC: "_fg_trunc({0})", Op.ROUND: "_fg_rint({0}, {one})", Op.SIGN: _SIGN,
+    Op.SIGNBIT: "(math.copysign({one}, {0}) < {zero})", Op.ISINF: "math.isinf({0})",
+    Op.ISFINITE: "math.isfinite({0})", Op.INVERT: "(~{0})", Op.LOGADDEXP: "_fg_logaddexp({0}, {1})",
+    Op.FLOOR_DIVIDE: "_fg_floor_divide({0}, {1}, {one})", Op.REMAINDER: "_fg_remainder({0}, {1}, {one})"})
+CUDA_PY.kinds.update({k: dict(_PY_INT_KIND) for k in _INT_KINDS})
+CUDA_PY.kinds["b"].update({Op.INVERT: "(not {0})"})
+for _d in dt.DTYPES.values():
+    if _d.is_int:
+        CUDA_PY.typed.setdefault(_d, {}).update(_py_int_rows(_d))
+
+# CUDA C++ device code: CUDA's global-namespace math; fusegen's helpers are __host__ __device__
+CUDA_CPP_TABLE.update({op: f"{f}({{0}})" for op, f in _LIBM.items()})
+CUDA_CPP_TABLE.update({op: f"{f}({{0}}, {{1}})" for op, f in _LIBM2.items()})
+CUDA_CPP_TABLE.update(_C_COMMON)
+CUDA_CPP_TABLE.update(_CPP_HELPERS)
+#: the ops whose C++ rows call _fg_elementwise.inc.j2's helpers (a file includes them only if needed)
+CPP_HELPER_OPS = frozenset(_CPP_HELPERS)
+CUDA_CPP_TABLE.update({Op.ROUND: "rint({0})", Op.SIGNBIT: "signbit({0})"})
+CUDA_CPP.kinds.update({k: dict(_INT_IDENTITY) for k in _INT_KINDS})
+
+
+# --- float32 through fusegen's vectorizable math library (#18; fusegen/vmath.py) -------------------
+# Each function here is correctly rounded in practice (<= 1 ulp, tests/test_vmath.py) and keeps the
+# standard's special cases; libm's float versions are opaque calls that keep a loop scalar. float64
+# keeps libm (accuracy first); CUDA keeps its own (see docs/vmath.md). The emitted C++ carries only
+# the blocks of _vmath.inc.j2 the op's float32 nodes need (``vmath_functions``).
+VMATH_OPS = {Op.LOG: "log", Op.LOG1P: "log1p", Op.LOG2: "log2", Op.LOG10: "log10", Op.EXPM1: "expm1",
+             Op.ERF: "erf", Op.SIN: "sin", Op.COS: "cos", Op.TAN: "tan", Op.ATAN: "atan", Op.ASIN: "asin",
+             Op.ACOS: "acos", Op.SINH: "sinh", Op.COSH: "cosh", Op.ASINH: "asinh", Op.ACOSH: "acosh",
+             Op.ATANH: "atanh", Op.ATAN2: "atan2", Op.HYPOT: "hypot"}
+
+
+def _vmath_call(prefix: str, name: str) -> str:
+    args = "{0}, {1}" if name in ("atan2", "hypot") else "{0}"
+    return f"{prefix}{name}_f32({args})"
+
+
+PY_F32_ROWS.update({op: _vmath_call("_", n) for op, n in VMATH_OPS.items()})
+CPP_F32_ROWS.update({op: _vmath_call("fg::", n) for op, n in VMATH_OPS.items()})
+#: the vmath functions generated Numba sources import (``_<name>_f32``)
+VMATH_NUMBA_IMPORTS = tuple(VMATH_OPS.values())
+
+
+def vmath_functions(nodes) -> tuple[str, ...]:
+    """The vmath functions an op's C++ may call: exp and tanh (the base rows), and those of its
+    nodes in ``VMATH_OPS`` (whatever their dtype: the emitted file serves every dtype combination)."""
+    used = dict.fromkeys(["exp", "tanh"])
+    used.update(dict.fromkeys(VMATH_OPS[n.op] for n in nodes if n.op in VMATH_OPS))
+    return tuple(used)

@@ -1,0 +1,114 @@
+"""The Python helpers of the array API's elementwise functions (#18), shared by the Numba CPU and
+numba-cuda sources: NumPy's floor_divide and remainder (``npy_divmod``: every special case,
+integer division by zero gives 0 and ``INT_MIN // -1`` wraps, with no trap), its shifts (a count
+outside ``[0, bits)`` gives 0, or -1 for a negative value shifted right), logaddexp, and for
+numba-cuda (which has no ``rint``) round half to even.
+
+``python_helpers(math)`` is the source text, with ``math`` the module whose floor, fmod, copysign,
+log1p and exp the helpers call: ``"np"`` in CPU kernels (NumPy's scalar functions keep float32 in
+float32), ``"math"`` in CUDA kernels (libdevice; NumPy's scalars under the simulator). Each
+backend wraps every name in ``HELPER_NAMES`` as an inlined device or njit function.
+"""
+from __future__ import annotations
+
+from ..plan.exprs import VMATH_NUMBA_IMPORTS
+
+#: the import line of the rest of fusegen.vmath's float32 functions the CPU float32 rows call
+VMATH_IMPORTS = "from fusegen.vmath_numba import " + ", ".join(
+    f"{n}_f32 as _{n}_f32" for n in VMATH_NUMBA_IMPORTS) + "\n"
+
+#: the functions ``python_helpers`` defines
+HELPER_NAMES = ("_fg_floor_divide", "_fg_remainder", "_fg_floor_divide_int", "_fg_remainder_int", "_fg_shl",
+                "_fg_shr", "_fg_shr_u", "_fg_logaddexp", "_fg_trunc", "_fg_rint")
+
+_TEXT = '''
+
+def _fg_floor_divide(a, b, one):  # NumPy's floor_divide on floats (npy_divmod)
+    if b == 0:
+        return a / b
+    mod = M.fmod(a, b)
+    div = (a - mod) / b
+    if mod != 0 and ((b < 0) != (mod < 0)):
+        div = div - one
+    if div != 0:
+        fl = M.floor(div)
+        if div - fl > 0.5:
+            fl = fl + one
+        return fl
+    return M.copysign(div - div, a / b)
+
+
+def _fg_remainder(a, b, one):  # NumPy's remainder on floats: the sign of the divisor
+    mod = M.fmod(a, b)
+    if b == 0:
+        return mod
+    if mod != 0:
+        if (b < 0) != (mod < 0):
+            mod = mod + b
+        return mod
+    return M.copysign(mod - mod, b)
+
+
+def _fg_floor_divide_int(a, b):  # x // 0 is 0 and INT_MIN // -1 wraps, as NumPy's (no SIGFPE)
+    if b == 0:
+        return a - a
+    if b == -1:
+        return (a - a) - a
+    return a // b
+
+
+def _fg_remainder_int(a, b):
+    if b == 0 or b == -1:
+        return a - a
+    return a % b
+
+
+def _fg_shl(a, b, bits):  # NumPy: a count outside [0, bits) shifts everything out
+    if b < 0 or b >= bits:
+        return a - a
+    return a << b
+
+
+def _fg_shr(a, b, bits):
+    if b < 0 or b >= bits:
+        return (a - a) - (a < 0)
+    return a >> b
+
+
+def _fg_shr_u(a, b, bits):
+    if b >= bits:
+        return a - a
+    return a >> b
+
+
+def _fg_logaddexp(x, y):  # NumPy's npy_logaddexp: equal infinities give themselves
+    if x == y:
+        return x + 0.6931471805599453
+    tmp = x - y
+    if tmp > 0:
+        return x + M.log1p(M.exp(-tmp))
+    if tmp <= 0:
+        return y + M.log1p(M.exp(tmp))
+    return tmp
+
+
+def _fg_trunc(x):
+    return M.trunc(x) if x - x == 0 else x
+
+
+def _fg_rint(x, one):  # round half to even, the sign of a zero kept (numba-cuda has no rint)
+    if not (x - x == 0):
+        return x
+    f = M.floor(x)
+    d = x - f
+    half = one / (one + one)
+    if d > half or (d == half and M.fmod(f, one + one) != 0):
+        f = f + one
+    return M.copysign(f, x)
+
+'''
+
+
+def python_helpers(math: str) -> str:
+    """The helpers' source, calling ``math``'s floor/fmod/copysign/log1p/exp/trunc."""
+    return _TEXT.replace("M.", math + ".")
