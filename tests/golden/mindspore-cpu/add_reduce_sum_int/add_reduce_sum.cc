@@ -471,6 +471,31 @@ FG_INLINE double f64_from_bits(uint64_t b) {
   return x;
 }
 
+// c ? a : b as a bit blend: g++ threads a ?: whose arm is a constant (or folds to one) into a
+// path of its own, and a loop with such a path stays scalar (tanh_f32's clamp did: bias_gelu's
+// loop was not vectorized). A blend is always computed, so the loop stays straight-line.
+FG_INLINE double vm_select(bool c, double a, double b) {
+  const uint64_t m = uint64_t(0) - static_cast<uint64_t>(c);
+  return f64_from_bits((f64_bits(a) & m) | (f64_bits(b) & ~m));
+}
+
+// where(c, a, b) (the expression table's row): floats as a bit blend too. g++ sinks an arm that
+// only the ?: uses into a branch, and a loop with a branch computing floats stays scalar
+// (smooth_l1's did at -march=x86-64-v3).
+template <class T>
+FG_INLINE T fg_where(bool c, T a, T b) { return c ? a : b; }
+FG_INLINE double fg_where(bool c, double a, double b) { return vm_select(c, a, b); }
+FG_INLINE float fg_where(bool c, float a, float b) {
+  uint32_t ua, ub;
+  std::memcpy(&ua, &a, sizeof ua);
+  std::memcpy(&ub, &b, sizeof ub);
+  const uint32_t m = uint32_t(0) - static_cast<uint32_t>(c);
+  const uint32_t r = (ua & m) | (ub & ~m);
+  float x;
+  std::memcpy(&x, &r, sizeof x);
+  return x;
+}
+
 // exp(x) for |x| <= 104.0 or NaN (which propagates).
 FG_INLINE double exp_core(double x) {
   const double k = x * 1.4426950408889634 + 6755399441055744.0;  // n + 1.5 * 2^52: low bits hold n
@@ -505,11 +530,11 @@ FG_INLINE float tanh_f32(float x) {
   const double small = xd * (1.0 + x2 * (-0.3333333333333333 + x2 * (0.13333333333333333 +
                              x2 * (-0.05396825396825397 + x2 * 0.021869488536155203))));
   double a = std::fabs(xd);
-  a = a > 10.0 ? 10.0 : a;  // float32 tanh is +-1 there; inf too; NaN passes
+  a = vm_select(a > 10.0, 10.0, a);  // float32 tanh is +-1 there; inf too; NaN passes
   const double e = exp_core(2.0 * a);
   double big = (e - 1.0) / (e + 1.0);
-  big = xd < 0.0 ? -big : big;
-  return static_cast<float>(a < 0.03125 ? small : big);
+  big = vm_select(xd < 0.0, -big, big);
+  return static_cast<float>(vm_select(a < 0.03125, small, big));
 }
 
 // One stage of a fused group, run on one task: outer index + inner tile (in `base`, `n`) and
