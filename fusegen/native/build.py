@@ -345,6 +345,17 @@ def _native_arch(compiler: str) -> str:
     return _memoized(("native", compiler), query)
 
 
+# A source location at the end of a // comment line, as fusegen's emitted headers and text forms
+# carry them ("//     %3 = add %1, %2      # model.py:17"). Comments do not reach the library.
+_LOCATION_COMMENT = re.compile(rb"^(\s*//.*?)\s*# [^\s#]+\.py:\d+[ \t]*$", re.M)
+
+
+def source_key_text(text: bytes) -> bytes:
+    """The source as the build cache keys it: location comments dropped, so an op moved within its
+    file (or to another) reuses its library; the shipped file keeps them."""
+    return _LOCATION_COMMENT.sub(rb"\1", text)
+
+
 def _cache_key(source: Path, compiler: str, flags: list[str]) -> str:
     h = hashlib.sha256()
     def part(label: str, value: bytes) -> None:
@@ -352,7 +363,7 @@ def _cache_key(source: Path, compiler: str, flags: list[str]) -> str:
         h.update(value)
     part("format", str(BUILD_FORMAT_VERSION).encode())
     part("suffix", source.suffix.encode())
-    part("source", source.read_bytes())
+    part("source", source_key_text(source.read_bytes()))
     for name, header in local_includes(source, flags):
         part("include", name.encode())
         part("header", header.read_bytes() if header else b"<missing>")
