@@ -155,9 +155,9 @@ def _print_demo(res: dict, args: argparse.Namespace) -> None:
 
 # --- bench ----------------------------------------------------------------------------------------
 def parse_ops(text: str) -> list[str]:
-    """``softmax,rms_norm`` -> the names, each a reference op the bench knows."""
-    from .bench.cases import OPS
-    return parse_names(text, list(OPS), "op")
+    """``softmax,rms_norm`` -> the names, each a row the bench knows (``bench.variants.ALL_OPS``)."""
+    from .bench.variants import ALL_OPS
+    return parse_names(text, list(ALL_OPS), "op")
 
 
 def _matplotlib_missing() -> bool:

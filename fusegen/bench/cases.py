@@ -87,7 +87,8 @@ def torch_namespace(torch: Any) -> Any:
         sum=lambda a, axis, keepdims=False: torch.sum(a, dim=axis, keepdim=keepdims),
         mean=lambda a, axis, keepdims=False: torch.mean(a, dim=axis, keepdim=keepdims),
         max=lambda a, axis, keepdims=False: torch.amax(a, dim=axis, keepdim=keepdims),
-        exp=torch.exp, abs=torch.abs, sqrt=torch.sqrt, tanh=torch.tanh, where=torch.where)
+        exp=torch.exp, abs=torch.abs, sqrt=torch.sqrt, tanh=torch.tanh, where=torch.where, erf=torch.erf,
+        log=torch.log, maximum=lambda a, b: torch.clamp(a, min=b) if isinstance(b, (int, float)) else torch.maximum(a, b))
 
 
 # --- the hand-written Numba versions --------------------------------------------------------------
@@ -223,7 +224,7 @@ def nb_bias_gelu(x, b):  # pragma: no cover - compiled by Numba
 
 
 # --- one row per op -------------------------------------------------------------------------------
-def _uniform(lo: float, hi: float) -> Callable:
+def uniform(lo: float, hi: float) -> Callable:
     return lambda rng, shape, dtype: (lo + (hi - lo) * rng.random(shape, dtype=np.float32)).astype(dtype)
 
 
@@ -233,13 +234,16 @@ class OpBench:
 
     name: str
     xp_ref: Callable                  # fn(xp, *arrays, **attrs): the obvious NumPy code
-    njit: Callable                    # fn(arrays, attrs) -> (hand-written @njit function, its args)
+    njit: Callable | None             # fn(arrays, attrs) -> (hand-written @njit function, its args)
     inputs: tuple[tuple[str, Callable], ...]  # per input: ("x" = x's shape, "row" = x's last dim), values
     variants: tuple[dict, ...]        # attribute sets, each a case per shape
     reduced: Callable = field(default=lambda shape, attrs: 1)  # terms summed into each output value
+    op_def: Any = None                # the op, when it is not the reference op of this name
 
     @property
     def op(self) -> Any:
+        if self.op_def is not None:
+            return self.op_def
         from .. import examples
         return getattr(examples, self.name)
 
@@ -261,23 +265,23 @@ def _axis_len(shape: tuple[int, ...], attrs: dict) -> int:
 
 # Value ranges: positive summands (the sum's magnitude is then its tolerance's scale), y away
 # from 0 for x / y, both branches of smooth L1, softmax inputs whose exp spans many octaves.
-_X01 = ("x", _uniform(0.0, 1.0))
+_X01 = ("x", uniform(0.0, 1.0))
 OPS: dict[str, OpBench] = {b.name: b for b in (
     OpBench("add_reduce_sum", xp_add_reduce_sum,
             lambda a, at: (nb_sum_rows, a) if at["axis"] % 2 else (nb_sum_cols, (*a, 4 * get_num_threads())),
             (_X01, _X01), ({"axis": 0}, {"axis": 1}), reduced=_axis_len),
     OpBench("add_mul_div", xp_add_mul_div, lambda a, at: (nb_add_mul_div, a),
-            (("x", _uniform(-1.0, 1.0)), ("x", _uniform(1.0, 2.0))), ({},)),
+            (("x", uniform(-1.0, 1.0)), ("x", uniform(1.0, 2.0))), ({},)),
     OpBench("smooth_l1", xp_smooth_l1, lambda a, at: (nb_smooth_l1, (*a, *_smooth_l1_consts(at["sigma"]))),
-            (("x", _uniform(-2.0, 2.0)), ("x", _uniform(-2.0, 2.0))), ({"sigma": 1.0},)),
+            (("x", uniform(-2.0, 2.0)), ("x", uniform(-2.0, 2.0))), ({"sigma": 1.0},)),
     OpBench("softmax", xp_softmax, lambda a, at: (nb_softmax, a),
-            (("x", _uniform(-8.0, 8.0)),), ({"axis": -1},), reduced=_axis_len),
+            (("x", uniform(-8.0, 8.0)),), ({"axis": -1},), reduced=_axis_len),
     OpBench("layer_norm", xp_layer_norm, lambda a, at: (nb_layer_norm, (*a, at["eps"])),
             (_X01,), ({"axis": -1, "eps": 1e-5},), reduced=_axis_len),
     OpBench("rms_norm", xp_rms_norm, lambda a, at: (nb_rms_norm, (*a, at["eps"])),
-            (_X01, ("row", _uniform(0.5, 1.5))), ({"eps": 1e-6},), reduced=_axis_len),
+            (_X01, ("row", uniform(0.5, 1.5))), ({"eps": 1e-6},), reduced=_axis_len),
     OpBench("bias_gelu", xp_bias_gelu, lambda a, at: (nb_bias_gelu, a),
-            (("x", _uniform(-3.0, 3.0)), ("row", _uniform(-0.5, 0.5))), ({},)),
+            (("x", uniform(-3.0, 3.0)), ("row", uniform(-0.5, 0.5))), ({},)),
 )}
 
 
@@ -410,7 +414,9 @@ def competitor_methods(spec: OpBench, dtype: str, kinds: list[str]) -> tuple[lis
         if kind == "numpy":
             methods.append(numpy_method(spec))
         elif kind == "njit":
-            if np.dtype(dtype) == np.float32:
+            if spec.njit is None:
+                skipped["njit-cpu"] = "no hand-written Numba version of this row"
+            elif np.dtype(dtype) == np.float32:
                 methods.append(_njit_method(spec))
             else:
                 skipped["njit-cpu"] = "the hand-written Numba code is float32 code"
