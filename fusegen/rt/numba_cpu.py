@@ -116,7 +116,7 @@ def make_runner(op, call: NumbaCpuCall):
         lines.append(f"        a{i} = np.asarray(a{i})")
         if conv is not None:  # float16: Numba has no CPU float16, the kernel reads float32
             g[f"_c{i}"] = conv
-            lines.append(f"    a{i} = a{i}.astype(_c{i})")
+            lines.append(f"    a{i} = a{i}.astype(_c{i}, order=\"C\")  # what the entry point is typed for")
         else:
             lines.append(f"    f{i} = a{i}.flags")
             lines.append(f"    if not (f{i}.c_contiguous and f{i}.aligned):")
