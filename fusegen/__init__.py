@@ -6,7 +6,7 @@ from __future__ import annotations
 from .version import __version__  # noqa: E402
 from .dtypes import DType, DTYPES, as_dtype  # noqa: E402
 from .errors import (  # noqa: E402
-    ArgumentError, AttrError, CompileError, DTypeError, FusegenError, KernelError, LibraryError,
+    ArgumentError, AttrError, BoundsError, CompileError, DTypeError, FusegenError, KernelError, LibraryError,
     ShapeError, TraceError,
 )
 from .ir import OpDef, Tensor, cast, cast_like, infer, op, sum_to, where  # noqa: E402
@@ -14,6 +14,11 @@ from .graph.vocab import (  # noqa: E402
     abs, add, ceil, cos, divide, equal, erf, exp, floor, greater, greater_equal, less, less_equal,
     log, logical_and, logical_not, logical_or, max, maximum, mean, min, minimum, multiply, neg,
     not_equal, pow, power, prod, relu, rsqrt, sigmoid, sin, sqrt, subtract, sum, tanh,
+    floor_divide, remainder,
+    # layout: views, pieces, compositions, creation
+    arange, broadcast_arrays, broadcast_to, concat, empty, empty_like, expand_dims, eye, flip, full, full_like,
+    linspace, matrix_transpose, meshgrid, moveaxis, ones, ones_like, pad, permute_dims, repeat, reshape, roll,
+    split, squeeze, stack, swapaxes, tile, tril, triu, unstack, zeros, zeros_like,
 )
 from .graph.grad import grad  # noqa: E402
 from .runtime import Kernel, compile  # noqa: E402
@@ -25,12 +30,16 @@ __all__ = [
     "abs", "add", "ceil", "cos", "divide", "equal", "erf", "exp", "floor", "greater", "greater_equal",
     "less", "less_equal", "log", "logical_and", "logical_not", "logical_or", "max", "maximum", "mean",
     "min", "minimum", "multiply", "neg", "not_equal", "pow", "power", "prod", "relu", "rsqrt",
-    "sigmoid", "sin", "sqrt", "subtract", "sum", "tanh",
+    "sigmoid", "sin", "sqrt", "subtract", "sum", "tanh", "floor_divide", "remainder",
+    "arange", "broadcast_arrays", "broadcast_to", "concat", "empty", "empty_like", "expand_dims", "eye", "flip",
+    "full", "full_like", "linspace", "matrix_transpose", "meshgrid", "moveaxis", "ones", "ones_like", "pad",
+    "permute_dims", "repeat", "reshape", "roll", "split", "squeeze", "stack", "swapaxes", "tile", "tril", "triu",
+    "unstack", "zeros", "zeros_like",
     "DType", "DTYPES", "as_dtype",
     # running and emitting (emit, AotKernel, jax, torch, examples and random load lazily, see __getattr__)
     "compile", "Kernel", "emit", "AotKernel", "Engine", "EngineError",
     # errors
-    "FusegenError", "TraceError", "ShapeError", "DTypeError", "AttrError", "ArgumentError",
+    "FusegenError", "TraceError", "ShapeError", "DTypeError", "AttrError", "ArgumentError", "BoundsError",
     "CompileError", "LibraryError", "KernelError",
 ]
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 # The table and time formats are shared with the bench report (re-exported here for callers).
-from .bench.report import Progress, fmt_check, fmt_ratio, fmt_time, format_table  # noqa: F401
+from .bench.report import Progress, fmt_check, fmt_ratio, fmt_time, format_table, versions_text  # noqa: F401
 
 KNOWN_BACKENDS = ("numba", "aot")
 DEVICES = ("cpu", "cuda")
@@ -40,7 +40,10 @@ def print_skipped(skipped: dict[str, str]) -> None:
 
 def machine_line(machine: dict) -> str:
     """The machine in a few words, for the line under a table."""
-    return f"{machine['cpu_model']}, {machine['usable_cpus']} CPUs, {machine['numba_threads']} numba threads"
+    layer = f" ({machine['numba_threading_layer']})" if machine.get("numba_threading_layer") else ""
+    return f"{machine['cpu_model']}, {machine['usable_cpus']} CPUs, {machine['numba_threads']} numba threads{layer}"
+
+
 
 
 # --- argument parsing helpers ---------------------------------------------------------------------
@@ -122,7 +125,7 @@ def _demo_cuda(args: argparse.Namespace) -> dict:
     from .bench import cuda as bench_cuda
     why = bench_cuda.unavailable()
     if why is not None:
-        return {"case": None, "skipped": {f"{b}-cuda": "no CUDA device" for b in args.backends}}
+        return {"case": None, "skipped": {f"{b}-cuda": why for b in args.backends}}
     return bench_cuda.run_demo(args.shape, args.axis, args.dtype, args.rounds, args.backends)
 
 
@@ -144,10 +147,15 @@ def _print_demo(res: dict, args: argparse.Namespace) -> None:
     if gpu:
         how = f"{bw['method']}, measured now); timer: {res['timer']}"
     else:
-        how = (f"best of {bw['reps']} parallel reads of {bw['array_bytes'] >> 20} MiB, measured now); "
-               f"{machine_line(res['machine'])}")
+        how = (f"the median of {len(bw['samples_gbps'])} parallel reads of {bw['array_bytes'] >> 20} MiB, one "
+               f"before and after every method in every round: {bw['min_gbps']:.1f}-{bw['max_gbps']:.1f} GB/s, "
+               f"interquartile spread {100 * bw['spread']:.0f}%)")
     print(f"checked against NumPy on float64 copies; vs bound: median / {fmt_time(case['bound_s'])}, the time "
-          f"to move the inputs and the output once at {bw['gbps']:.1f} GB/s ({how}")
+          f"to move the inputs and the output once at {bw['bytes_per_s'] / 1e9:.1f} GB/s ({how}")
+    print(f"machine: {machine_line(res['machine'])}; {versions_text(res['machine'])}"
+          + (f"; {gpu['name']}" if gpu else ""))
+    for warning in res.get("warnings", []):
+        print(f"warning: {warning}")
     for name, e in case["results"].items():
         if "error" in e:
             print(f"{name} failed: {e['error']}")
@@ -200,7 +208,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from .bench import cuda as bench_cuda
         why = bench_cuda.unavailable()
         if why is not None:
-            return _fail("bench", f"--device cuda needs a CUDA GPU: {why}", 2)
+            return _fail("bench", f"--device cuda cannot run here: {why}", 2)
         if args.compile_times or args.fresh_pages:
             return _fail("bench", "--compile-times and --fresh-pages are CPU-bench options", 2)
     kw = dict(backends=tuple(args.backends), devices=(args.device,),

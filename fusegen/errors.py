@@ -20,6 +20,11 @@ class ShapeError(FusegenError, ValueError):
     """Shapes do not fit the op: broadcast failure, axis out of range, wrong rank."""
 
 
+class BoundsError(FusegenError, IndexError):
+    """An index is outside the axis it indexes (an integer index at trace or infer time, or a
+    gathered index a kernel checked): the message names the op, the node, the axis and the value."""
+
+
 class DTypeError(FusegenError, TypeError):
     """An input or attribute has a dtype the op or the kernel does not accept."""
 

@@ -68,6 +68,59 @@ def bias_gelu(x, b):
     return 0.5 * h * (1.0 + fg.tanh(_GELU_C * (h + 0.044715 * h * h * h)))
 
 
+# --- layout ops: the kernels people fuse around attention and norms (issue #16) -----------------
+@op
+def transpose_add(x, y):
+    """``x + y.T``: one operand read transposed, in blocks."""
+    return x + y.T
+
+
+@op
+def rope(x, cos, sin):
+    """Rotary position embedding, the rotate-half form: ``x * cos + rotate_half(x) * sin`` with
+    ``x`` (..., seq, dim) and ``cos``, ``sin`` (seq, dim)."""
+    half = x.shape[-1] // 2
+    rotated = fg.concat([-x[..., half:], x[..., :half]], axis=-1)
+    return x * cos + rotated * sin
+
+
+@op
+def heads_split(x, *, heads: int = 16, scale: float = 1.0):
+    """Attention's head split: (batch, seq, heads * d) -> (batch, heads, seq, d), scaled."""
+    b, s, e = x.shape[0], x.shape[1], x.shape[2]
+    return fg.permute_dims(x.reshape(b, s, heads, e // heads), (0, 2, 1, 3)) * scale
+
+
+@op
+def causal_softmax(x):
+    """Softmax over the last axis of attention scores (..., q, k), keys after the query masked."""
+    q, k = x.shape[-2], x.shape[-1]
+    keep = fg.arange(q)[:, None] >= fg.arange(k)[None, :]
+    z = fg.where(keep, x, -math.inf)
+    m = fg.max(z, axis=-1, keepdims=True)
+    e = fg.exp(z - m)
+    return e / fg.sum(e, axis=-1, keepdims=True)
+
+
+@op
+def swiglu(x):
+    """SwiGLU's gate: the last axis split in two halves ``a``, ``b``; ``silu(a) * b``."""
+    a, b = fg.split(x, 2, axis=-1)
+    return a * fg.sigmoid(a) * b
+
+
+@op
+def group_norm(x, gamma, beta, *, groups: int = 32, eps: float = 1e-5):
+    """Group normalization of ``x`` (N, C, H, W) over ``groups`` groups of channels, then the
+    per-channel affine ``gamma``, ``beta`` (C,)."""
+    g = x.reshape(x.shape[0], groups, -1)
+    mean = fg.mean(g, axis=-1, keepdims=True)
+    d = g - mean
+    var = fg.mean(d * d, axis=-1, keepdims=True)
+    y = (d * fg.rsqrt(var + eps)).reshape(x.shape[0], x.shape[1], -1)
+    return (y * gamma[:, None] + beta[:, None]).reshape(x.shape[0], x.shape[1], x.shape[2], x.shape[3])
+
+
 _SQRT1_2 = math.sqrt(0.5)
 
 
@@ -108,11 +161,15 @@ def adam_step(param, grad, m, v, *, lr: float = 1e-3, beta1: float = 0.9, beta2:
 
 
 __all__ = ["add_reduce_sum", "add_mul_div", "smooth_l1", "softmax", "layer_norm", "rms_norm", "bias_gelu",
-           "gelu_erf", "silu", "sigmoid", "softplus", "adam_step", "REFERENCE_OPS", "PERF_OPS"]
+           "transpose_add", "rope", "heads_split", "causal_softmax", "swiglu", "group_norm",
+           "gelu_erf", "silu", "sigmoid", "softplus", "adam_step", "REFERENCE_OPS", "LAYOUT_OPS", "PERF_OPS"]
 
 REFERENCE_OPS = [add_reduce_sum, add_mul_div, smooth_l1, softmax, layer_norm, rms_norm, bias_gelu]
 
+#: The layout reference ops (issue #16): every backend that evaluates index maps runs them.
+LAYOUT_OPS = [transpose_add, rope, heads_split, causal_softmax, swiglu, group_norm]
+
 #: More rows of ``fusegen bench`` (issue #19): transcendental-heavy activations and an optimizer
-#: step. Checked numerically and for vectorization (tests/test_perf_ops.py), not by every
-#: backend-wide suite that loops over ``REFERENCE_OPS`` (golden text, sanitizers, MindSpore).
+#: step. Checked numerically and for vectorization (tests/test_perf_ops.py, tests/test_vectorize.py),
+#: not by every backend-wide suite that loops over ``REFERENCE_OPS`` (golden text, sanitizers, MindSpore).
 PERF_OPS = [gelu_erf, silu, sigmoid, softplus, adam_step]

@@ -16,14 +16,16 @@ from __future__ import annotations
 
 from .dtypes import AttrType, DType  # noqa: F401  (re-exported: the IR's types)
 from .graph.nodes import (  # noqa: F401
-    BINARY_UFUNC, REDUCE_KINDS, UNARY_UFUNC, UNKNOWN_DIM, UNKNOWN_RANK, AttrRef, AttrSpec, DTypeOf, Graph, Node,
-    Op, ReduceArg, ShapeOf, computed_nodes, leaves_of, nodes_of, stable_key, value_srcs,
+    BINARY_UFUNC, NO_VALUE, PIECEWISE, REDUCE_KINDS, STATIC_PARAMS, UNARY_UFUNC, UNKNOWN_DIM, UNKNOWN_RANK, VIEWS,
+    AttrRef, AttrSpec, DTypeOf, Graph, Item, Node, Op, Perm, ReduceArg, ShapeOf, computed_nodes, is_static, leaves_of,
+    nodes_of, shape_atoms, stable_key, value_srcs,
 )
 from .graph.opdef import OpDef, op, set_eager_executor  # noqa: F401
 from .graph.rules import (  # noqa: F401
-    NodeInfo, Shape, Spec, broadcast_shapes, infer, normalize_axes, reduce_dtypes, same_shape,
+    NodeInfo, Shape, Spec, broadcast_shapes, infer, infer_nodes, normalize_axes, reduce_dtypes, same_shape,
 )
 from .graph.text import node_text  # noqa: F401
 from .graph.trace import (  # noqa: F401
-    Attr, Tensor, cast, cast_like, expect_same_shape, reduce, sum_to, unreduce, where,
+    Attr, NeedsRank, NeedsShape, Tensor, cast, cast_like, expect_same_shape, reads_a_dim, reduce, sum_to, unreduce,
+    where,
 )

@@ -102,10 +102,14 @@ class _BatchRule:
     def __init__(self, op: fg.OpDef):
         from .ir import AttrRef, Op, ShapeOf
         g = op.graph
-        self.ok = True
+        self.ok = g is not None                      # an op traced per rank or shape: per element
         self.axis_attrs: dict[str, list[int]] = {}   # attribute -> reduce-source nodes it sizes
+        if g is None:
+            return
         used_as_value = {n.arg for n in g.nodes if n.op is Op.ATTR}
         for n in g.nodes:
+            if not _batch_safe_layout(n, Op):
+                self.ok = False
             if n.op is not Op.REDUCE:
                 continue
             axes = n.arg.axes
@@ -129,6 +133,32 @@ class _BatchRule:
             v = bound[name]
             out[name] = tuple(a % rank - rank for a in v) if isinstance(v, tuple) else v % rank - rank
         return out
+
+
+def _batch_safe_layout(n, Op) -> bool:
+    """Whether layout node ``n`` means the same with one more leading dim: it names axes only
+    from the end (negative axes, an index that starts with ``...``, a reshape or broadcast to
+    another node's shape) and never the whole rank (``.T``, an explicit permutation, pad widths
+    for every axis, ``x.size``)."""
+    def from_end(axes) -> bool:
+        return axes is not None and all(a < 0 for a in axes)
+
+    if n.op is Op.PERMUTE:
+        p = n.arg
+        return p.kind in ("swap", "move") and from_end(p.a) and from_end(p.b or (-1,))
+    if n.op is Op.INDEX:
+        return bool(n.arg) and n.arg[0].kind == "ellipsis"
+    if n.op in (Op.RESHAPE, Op.BROADCAST_TO):
+        return n.arg == "like" or n.arg == ("like",)
+    if n.op is Op.FLIP:
+        return from_end(n.arg)
+    if n.op is Op.CONCAT:
+        return n.arg < 0
+    if n.op is Op.PAD:
+        return False
+    if n.op is Op.DIM:
+        return n.arg is not None and n.arg < 0
+    return True
 
 
 class _Static:

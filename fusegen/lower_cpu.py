@@ -23,8 +23,9 @@ from dataclasses import dataclass
 
 from . import vmath
 from .ir import Node, Op, Spec, nodes_of
-from .lower.pysource import NAN_HELPERS, combine, import_source
-from .plan import GroupRun, Plan, slot_name
+from .lower.pysource import INNER_HELPER, NAN_HELPERS, combine, general_maps, import_source, layout_tail, operand_name
+from .plan import GroupRun, Plan
+from .plan.paths import is_param, path_steps
 from .plan.exprs import PYTHON, ExprWriter, reduce_identity, reg_dtype
 from .version import __version__
 
@@ -42,7 +43,7 @@ def meta_array(run: GroupRun, tile: int, nsplit: int = 1):
     body = list(L.o_ext) + list(L.ro_ext)
     for k in range(len(run.operands)):
         body += L.o_str[k] + L.ro_str[k] + [L.ri_str[k], L.i_str[k]]
-    return np.array(head + body, dtype=np.int64)
+    return np.array(head + body + layout_tail(run, len(head) + len(body)), dtype=np.int64)
 
 
 def stride_pattern(run: GroupRun) -> tuple:
@@ -65,6 +66,14 @@ class _Op:
     ri: object       # stride class on RI
     i: object        # stride class on I
     k: int           # operand index in meta
+    kind: str = "array"   # "array"; "iota": the address is the value; "modular": the address is a
+                          # linear index, unravelled per element over the map's digits
+
+    @property
+    def is_array(self) -> bool:
+        return self.kind != "iota"
+
+
 
 
 class GroupSource:
@@ -77,29 +86,45 @@ class GroupSource:
         # into its own partial accumulator row, combined at the end. Used when there are too
         # few outputs to give every thread a contiguous share (e.g. a column sum).
         self.split = split
-        self.ops = {key: _Op(slot_name(key), key, p[0], p[1], k)
-                    for k, (key, p) in enumerate(zip(run.operands, pattern))}
-        # the group's accesses: which operand a loaded leaf is, where a reduction's result goes
-        self.read_slot = {id(a.node): a.slot for st in self._stages() for a in st.reads}
+        inners = run.inners or [None] * len(run.operands)
+        self.ops = {key: _Op(operand_name(key), key, p[0], p[1], k,
+                             "iota" if key[0] == "iota" else ("modular" if inner is not None else "array"))
+                    for k, (key, p, inner) in enumerate(zip(run.operands, pattern, inners))}
+        self.active = run.active or [True] * len(run.operands)
+        # the group's accesses: which operand a loaded leaf is in its view context, where a
+        # reduction's result goes
+        self.slot_of = {id(a.node): a.slot for st in self._stages() for a in st.reads}
         self.store_slots: dict[int, list] = {}
         for st in self._stages():
             for a in st.stores:
                 if a.node.op is Op.REDUCE:
-                    self.store_slots.setdefault(id(a.node), []).append(a.slot)
+                    self.store_slots.setdefault(id(a.node), []).append(run.operand_of[(a.slot, a.steps)])
+        # code that reads offsets and digits from meta only for plans whose maps can have them
+        self.general = general_maps(self._stages(), inners)
         self.lines: list[str] = []
         self.attrs: list[str] = sorted({n.arg for st in self._stages() for n in _nodes_of(st) if n.op is Op.ATTR})
+        self.params = [n for st in self._stages() for n in st.params]
 
     def _stages(self):
         return [self.plan.stages[i] for i in self.run.stages]
 
+    def param_name(self, n: Node) -> str:
+        return f"p_{self.plan.opdef.graph.idx(n)}"
+
     def emit(self, fname: str) -> str:
-        args = [o.name for o in self.ops.values()] + ["meta"] + [f"a_{a}" for a in self.attrs]
+        args = [o.name for o in self.ops.values() if o.is_array] + ["meta"] + [f"a_{a}" for a in self.attrs]
+        args += [self.param_name(n) for n in self.params]
         w = self.lines.append
         w(f"def {fname}({', '.join(args)}):")
         w(f"    # stages {', '.join(str(s) for s in self.run.stages)} of op {self.plan.opdef.name}, "
           f"{self.mode} mode{', reduced dim split across tasks' if self.split else ''}")
+        if self.run.variant:
+            w("    # pieces in this box: " + ", ".join(
+                f"%{self.plan.opdef.graph.idx(n)} {'constant' if p is None else f'source {p}'}"
+                for (n, _), p in self.run.variant.items()))
         for o in self.ops.values():
-            w(f"    {o.name}_ = {o.name}.ravel()")
+            if o.is_array:
+                w(f"    {o.name}_ = {o.name}.ravel()")
         w("    nO = meta[0]; nRO = meta[1]; RI = meta[2]; I = meta[3]")
         w("    ntiles = meta[4]; TILE = meta[5]; ROT = meta[7]; count = meta[8]")
         w(f"    nsplit = meta[9]; chunk = meta[10]; W = nO + nRO + 2; SB = {HEADER} + nO + nRO")
@@ -122,7 +147,10 @@ class GroupSource:
         w("        r_hi = min(RI, r_lo + chunk)")
         w("        n = min(TILE, I - i0)")
         for o in self.ops.values():
-            w(f"        b_{o.name} = i0 * meta[SB + {o.k} * W + nO + nRO + 1]")
+            if self.general:  # an offset (a slice's start, a piece's place, an iota's first value)
+                w(f"        b_{o.name} = meta[SB + {len(self.ops)} * W + {o.k}] + i0 * meta[SB + {o.k} * W + nO + nRO + 1]")
+            else:
+                w(f"        b_{o.name} = i0 * meta[SB + {o.k} * W + nO + nRO + 1]")
         self._unravel("        ", "o", "nO", "", "b", self.ops.values())
         for st in self._stages():
             self._stage(st)
@@ -167,10 +195,11 @@ class GroupSource:
             # the negative-index check and vectorize (a computed base does not).
             for o in moving:
                 at = f"c_{o.name} + {_idx(o.ri, 'r_lo', o.name + '_sri')}"
-                w(f"{p2}{_view(o, o.ri, at, o.name + '_sri')}")
+                w(f"{p2}{_view(o, o.ri, at, o.name + '_sri')}" if o.kind == "array" else f"{p2}q_{o.name} = {at}")
             w(f"{p2}for ri in range(r_hi - r_lo):")
             p3 = p2 + "    "
-            ew = ExprWriter(self.spec, PYTHON, lambda n: self._load(n, "row"), prefix=f"s{st.index}_")
+            ew = ExprWriter(self.spec, PYTHON, lambda n, ctx: self._load(n, ctx, "row"), prefix=f"s{st.index}_",
+                            variant=self.run.variant)
             vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
             outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.writes]
             for name, expr in ew.lines:
@@ -186,17 +215,18 @@ class GroupSource:
                 self._finalize_row(st, accs, pad)
         else:
             r_start = "r_lo"
-            if accs and not st.writes and all(o.i == 1 for o in moving):
+            if accs and not st.writes and all(o.i == 1 and o.kind == "array" for o in moving):
                 self._fold4(st, accs, moving, p2)
                 r_start = "ri"
             w(f"{p2}for ri in range({r_start}, r_hi):")
             p3 = p2 + "    "
             for o in moving:
                 at = f"c_{o.name} + {_idx(o.ri, 'ri', o.name + '_sri')}"
-                w(f"{p3}{_view(o, o.i, at, o.name + '_si')}")
+                w(f"{p3}{_view(o, o.i, at, o.name + '_si')}" if o.kind == "array" else f"{p3}q_{o.name} = {at}")
             w(f"{p3}for i in range(n):")
             p4 = p3 + "    "
-            ew = ExprWriter(self.spec, PYTHON, lambda n: self._load(n, "col"), prefix=f"s{st.index}_")
+            ew = ExprWriter(self.spec, PYTHON, lambda n, ctx: self._load(n, ctx, "col"), prefix=f"s{st.index}_",
+                            variant=self.run.variant)
             vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
             outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.writes]
             for name, expr in ew.lines:
@@ -226,11 +256,13 @@ class GroupSource:
         p4 = p3 + "    "
         per_row = []
         for k, views in enumerate(rows):
-            def leaf(n, views=views):
+            def leaf(n, ctx, views=views):
                 if n.op is Op.ATTR:
                     return self._attr(n)
-                return f"{views[self.read_slot[id(n)]]}[i]"
-            ew = ExprWriter(self.spec, PYTHON, leaf, prefix=f"s{st.index}_k{k}_")
+                if is_param(n):
+                    return self.param_name(n)
+                return f"{views[self._operand(n, ctx)]}[i]"
+            ew = ExprWriter(self.spec, PYTHON, leaf, prefix=f"s{st.index}_k{k}_", variant=self.run.variant)
             vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
             for name, expr in ew.lines:
                 w(f"{p4}{name} = {expr}")
@@ -243,7 +275,7 @@ class GroupSource:
             elif kind == "prod":
                 w(f"{p4}acc{j}[i] *= ({v[0]} * {v[1]}) * ({v[2]} * {v[3]})")
             else:
-                f = "_fmax" if kind == "max" else "_fmin"
+                f = "_fmax" if kind in ("max", "copy") else "_fmin"
                 w(f"{p4}acc{j}[i] = {f}(acc{j}[i], {f}({f}({v[0]}, {v[1]}), {f}({v[2]}, {v[3]})))")
         w(f"{p3}ri += 4")
 
@@ -268,7 +300,7 @@ class GroupSource:
         w("    n = max(I, 1)")
         w("    for o in range(meta[6]):")
         for o in self.ops.values():
-            w(f"        b_{o.name} = 0")
+            w(f"        b_{o.name} = " + (f"meta[SB + {len(self.ops)} * W + {o.k}]" if self.general else "0"))
         self._unravel("        ", "o", "nO", "", "b", self.ops.values())
         accs = []
         for j, r in enumerate(st.reductions):
@@ -291,7 +323,7 @@ class GroupSource:
             results[id(r)] = f"r{j}"
             for dst in self._result_targets(r):
                 w(f"{pad}{dst.name}_[b_{dst.name}] = {self._store_result(r, dst, f'r{j}')}")
-        ew = ExprWriter(self.spec, PYTHON, lambda n: results[id(n)] if n.op is Op.REDUCE else self._attr(n),
+        ew = ExprWriter(self.spec, PYTHON, lambda n, ctx=(): results[id(n)] if n.op is Op.REDUCE else self._attr(n),
                         prefix=f"f{st.index}_")
         outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.finals]
         for name, expr in ew.lines:
@@ -318,7 +350,7 @@ class GroupSource:
             results[id(r)] = f"r{j}"
             for dst in self._result_targets(r):
                 w(f"{p}f_{dst.name}[i] = {self._store_result(r, dst, f'r{j}')}")
-        ew = ExprWriter(self.spec, PYTHON, lambda n: results[id(n)] if n.op is Op.REDUCE else self._attr(n),
+        ew = ExprWriter(self.spec, PYTHON, lambda n, ctx=(): results[id(n)] if n.op is Op.REDUCE else self._attr(n),
                         prefix=f"f{st.index}_")
         outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.finals]
         for name, expr in ew.lines:
@@ -328,7 +360,16 @@ class GroupSource:
 
     # --- helpers -----------------------------------------------------------------------------
     def _read_keys(self, st) -> list[tuple]:
-        return [a.slot for a in st.reads]
+        """The operands a stage reads in this box (a piece's only where it is active)."""
+        keys = []
+        for a in st.reads:
+            key = self.run.operand_of[(a.slot, a.steps)]
+            if key not in keys and self.active[self.ops[key].k]:
+                keys.append(key)
+        return keys
+
+    def _operand(self, n: Node, ctx: tuple) -> tuple:
+        return self.run.operand_of[(self.slot_of[id(n)], path_steps(ctx, n))]
 
     def _writes_elem(self, st, key) -> bool:
         return any(("out", k) == key for k, _ in st.writes)
@@ -336,12 +377,22 @@ class GroupSource:
     def _result_targets(self, r: Node) -> list[_Op]:
         return [self.ops[k] for k in self.store_slots.get(id(r), ())]
 
-    def _load(self, n: Node, mode: str) -> str:
+    def _load(self, n: Node, ctx: tuple, mode: str) -> str:
         if n.op is Op.ATTR:
             return self._attr(n)
-        o = self.ops[self.read_slot[id(n)]]
+        if is_param(n):
+            return self.param_name(n)
+        o = self.ops[self._operand(n, ctx)]
         cls = o.ri if mode == "row" else o.i
-        return f"s_{o.name}" if cls == 0 else f"v_{o.name}[{'ri' if mode == 'row' else 'i'}]"
+        var = "ri" if mode == "row" else "i"
+        if o.kind == "array":
+            return f"s_{o.name}" if cls == 0 else f"v_{o.name}[{var}]"
+        stride = f"{o.name}_s{var}"
+        lin = f"q_{o.name}" if cls == 0 else (f"(q_{o.name} + {var})" if cls == 1 else f"(q_{o.name} + {var} * {stride})")
+        if o.kind == "iota":
+            return lin
+        nops = len(self.ops)
+        return f"{o.name}_[_inner(meta, meta[SB + {nops} * W + {nops} + {o.k}], {lin})]"
 
     def _attr(self, n: Node) -> str:
         return f"a_{n.arg}"
@@ -399,6 +450,7 @@ class GroupKernel:
     path: str
     func: object           # the numba dispatcher
     attrs: tuple           # attribute names, in the order the function takes them
+    params: tuple = ()     # static scalars (dims) the function takes after the attributes
 
 
 def compile_group(plan: Plan, spec: Spec, run: GroupRun, parallel: bool, split: bool = False) -> GroupKernel:
@@ -413,11 +465,16 @@ def compile_group(plan: Plan, spec: Spec, run: GroupRun, parallel: bool, split: 
     src = PRELUDE.format(op=plan.opdef.name, dtypes=", ".join(map(str, spec.dtypes)), version=__version__,
                          numba_version=numba.__version__, vmath=vmath.source_digest(),
                          jit=", ".join(f"{k}={v!r}" for k, v in sorted(shown.items()))) + body
+    modular = any(o.kind == "modular" for o in gs.ops.values())
+    if modular:
+        src += INNER_HELPER
 
     def setup(mod):
         mod._fmax = numba.njit(inline="always")(mod._fmax)
         mod._fmin = numba.njit(inline="always")(mod._fmin)
+        if modular:
+            mod._inner = numba.njit(inline="always")(mod._inner)
         mod.kernel = numba.njit(**jit)(mod.kernel)
 
     mod = import_source(src, "numba", "fusegen_k", setup)
-    return GroupKernel(src, mod.__file__, mod.kernel, tuple(gs.attrs))
+    return GroupKernel(src, mod.__file__, mod.kernel, tuple(gs.attrs), tuple(gs.params))

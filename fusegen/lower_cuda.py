@@ -21,6 +21,7 @@ float16 is loaded and stored as half and computed in float32 (``exprs.reg_dtype`
 """
 from __future__ import annotations
 
+import importlib.metadata
 import math
 from dataclasses import dataclass
 
@@ -29,13 +30,27 @@ import numpy as np
 from .dtypes import DType
 from .ir import Spec
 from .lower.cuda_source import HEADER, CudaGroupSource, Launch  # noqa: F401  (HEADER, Launch: part of the face)
-from .lower.pysource import NAN_HELPERS, import_source
+from .lower.pysource import INNER_HELPER, NAN_HELPERS, import_source, layout_tail
 from .plan import GroupRun, Plan, build_plan, schedule
 from .plan.exprs import reg_dtype
 from .version import __version__
 
 #: Accumulator dtypes ``cuda.shfl_down_sync`` can move (32- and 64-bit ints and floats).
 SHUFFLE_DTYPES = {"float32", "float64", "int32", "int64", "uint32", "uint64"}
+
+
+def numba_cuda_missing() -> str | None:
+    """Why the numba-cuda backend cannot be used here (what to install), or None.
+
+    The ``numba-cuda`` distribution decides, not ``import numba.cuda``: Numba still ships its own
+    deprecated CUDA target under that name, which imports without numba-cuda and fails only
+    later (``CudaSupportError`` in ``compile_ptx``, no GPU found on a machine that has one)."""
+    try:
+        importlib.metadata.version("numba-cuda")
+    except importlib.metadata.PackageNotFoundError:
+        return ("the CUDA backend needs numba-cuda (Numba's own built-in numba.cuda is not enough): "
+                "pip install 'fusegen[cuda]'")
+    return None
 
 
 def simulator() -> bool:
@@ -53,7 +68,7 @@ def meta_array(run: GroupRun, nsplit: int = 1) -> np.ndarray:
     body = list(L.o_ext) + list(L.ro_ext)
     for k in range(len(run.operands)):
         body += L.o_str[k] + L.ro_str[k] + [L.ri_str[k], L.i_str[k]]
-    return np.array(head + body, dtype=np.int64)
+    return np.array(head + body + layout_tail(run, len(head) + len(body)), dtype=np.int64)
 
 
 PRELUDE = '''\
@@ -72,7 +87,8 @@ def group_source(plan: Plan, spec: Spec, run: GroupRun, launch: Launch) -> tuple
     import numba
     head = PRELUDE.format(op=plan.opdef.name, dtypes=", ".join(map(str, spec.dtypes)), version=__version__,
                           numba_version=numba.__version__)
-    return head + body, gs
+    tail = INNER_HELPER if "modular" in gs.kind.values() else ""
+    return head + body + tail, gs
 
 
 # ---------------------------------------------------------------------------------------------
@@ -113,6 +129,8 @@ def load_group(plan: Plan, spec: Spec, run: GroupRun, launch: Launch, jit: bool 
             mod.math = _SimMath
         mod._fmax = cuda.jit(device=True, inline=True)(mod._fmax)
         mod._fmin = cuda.jit(device=True, inline=True)(mod._fmin)
+        if hasattr(mod, "_inner"):
+            mod._inner = cuda.jit(device=True, inline=True)(mod._inner)
         if jit:
             opts = {} if sim else {"cache": True}
             mod.kernel = cuda.jit(**opts)(mod.kernel)
@@ -172,7 +190,10 @@ def kernel_signature(spec: Spec, plan: Plan, run: GroupRun, gs_attrs: tuple, n_p
 
     out_dtypes = spec.out_dtypes
     args = []
-    for kind, i in run.operands:
+    for key in run.operands:
+        kind, i = key[:2]
+        if kind == "iota":
+            continue
         if kind == "in":
             args.append(arr(spec.dtypes[i]))
         elif kind == "out":
@@ -184,6 +205,8 @@ def kernel_signature(spec: Spec, plan: Plan, run: GroupRun, gs_attrs: tuple, n_p
     scalar = {"bool": types.boolean, "int": types.int64, "float": types.float64}
     for a in gs_attrs:
         args.append(scalar[plan.opdef.attrs[a].type.value])
+    for st in (plan.stages[i] for i in run.stages):
+        args += [types.int64 for _ in st.params]   # dims (static scalars) come as int64
     return tuple(args)
 
 
@@ -191,8 +214,13 @@ def compile_ptx(op, dtypes, shapes, attrs: dict | None = None, cc=(9, 0), max_th
                 split: int | None = None) -> list[tuple[str, str]]:
     """PTX of every kernel ``op`` runs for these input dtypes/shapes: ``[(name, ptx), ...]``.
 
-    Works without a GPU (not under the simulator): ``numba.cuda.compile_ptx``.
+    Works without a GPU (not under the simulator): ``numba.cuda.compile_ptx``; a ``CompileError``
+    saying what to install without numba-cuda.
     """
+    missing = numba_cuda_missing()
+    if missing:
+        from .errors import CompileError
+        raise CompileError(f"op {op.name}: {missing}")
     from numba import cuda
     from .ir import infer
     plan = build_plan(op)

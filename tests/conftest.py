@@ -74,6 +74,29 @@ ALL_DTYPES = ("bool",) + SIGNED + UNSIGNED + FLOATS
 LONG_TESTS = os.environ.get("FUSEGEN_LONG_TESTS", "") not in ("", "0")
 
 
+#: The emitted C++ compiles warning-free: test_abi_emit.py builds every reference op's source with
+#: these added to MindSpore's flags and to fusegen's, and test_aot_backend.py builds its kernels with
+#: exactly the same flags, so the build cache compiles each source once for both.
+WARNINGS = ("-Wall", "-Wextra", "-Werror")
+
+
+def strict_cpp_flags(kind: str) -> list[str]:
+    """MindSpore's auto-compile flags (``"mindspore"``) or fusegen's (``"fusegen"``), then ``WARNINGS``."""
+    from fusegen.native import build
+    base = list(build.MINDSPORE_CPU_FLAGS) if kind == "mindspore" else build.default_cpp_flags()
+    return base + list(WARNINGS)
+
+
+def compile_for(op, backend: str, dtypes="float32", **options):
+    """``fg.compile(op, backend=backend)``; the AOT backend builds ahead only ``dtypes`` (the ones the
+    test calls with; any other a call brings is built on first use). The default three float
+    combinations cost g++ about three times the time of one, for combinations never called."""
+    import fusegen as fg
+    if backend == "aot":
+        options.setdefault("dtypes", dtypes)
+    return fg.compile(op, backend=backend, **options)
+
+
 def assert_close(got, want, *, rtol: float | None = None, atol: float | None = None, what: str = "") -> None:
     """``got`` (fusegen) equals ``want`` (NumPy): same type, shape and dtype; values exactly for
     bool/int, within ``TOL[dtype]`` (or the given overrides) for floats; NaN matches NaN."""

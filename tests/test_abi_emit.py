@@ -23,6 +23,10 @@ import fusegen.examples as ex
 from fusegen.native import build
 from fusegen.abi_emit import ERROR_CODES, ERRORS, HEADER_NAME, Emitted, c_name, emit, error_table
 from fusegen.native.aot_kernel import TYPE_IDS, detect_string_abi
+from fusegen.errors import CompileError
+
+from conftest import strict_cpp_flags
+from _optional import needs_gxx
 from fusegen.plan import build_plan
 
 REPO = Path(__file__).resolve().parents[1]
@@ -344,38 +348,36 @@ def test_no_template_residue(emitted, name):
 # (b) Compiles warning-free: every reference op, MindSpore's flags and fusegen's
 # =============================================================================================
 
-WARNINGS = ["-Wall", "-Wextra", "-Werror"]
-
-
 @pytest.fixture(scope="module")
-def warning_builds(emitted, tmp_path_factory) -> dict[tuple[str, str], subprocess.CompletedProcess]:
-    """Every reference op's source, written out and compiled with -Wall -Wextra -Werror under both
-    flag sets (two compilers at a time: these compiles are most of this module's run time)."""
+def warning_builds(emitted, tmp_path_factory) -> dict[tuple[str, str], Path | CompileError]:
+    """Every reference op's source, written out and built with -Wall -Wextra -Werror under both flag
+    sets (``conftest.strict_cpp_flags``; MindSpore's auto-compile command line: -I<source dir>),
+    through the build cache: test_aot_backend.py builds the same sources with the same flags, so
+    each compiles once. Two compilers at a time."""
     root = tmp_path_factory.mktemp("warnings")
-    flag_sets = {"mindspore": list(build.MINDSPORE_CPU_FLAGS), "fusegen": build.default_cpp_flags()}
     jobs = []
     for name, e in emitted.items():
         d = root / name
         e.write(d)
-        for label, flags in flag_sets.items():
-            # exactly MindSpore's auto-compile command line (-I<source dir>), warnings added
-            cmd = ["g++", *flags, f"-I{d}", *WARNINGS, "-o", str(d / f"{label}.so"), str(d / e.main)]
-            jobs.append(((name, label), cmd))
+        jobs += [((name, label), d / e.main) for label in ("mindspore", "fusegen")]
 
     def run(job):
-        key, cmd = job
-        return key, subprocess.run(cmd, capture_output=True, text=True)
+        (name, label), source = job
+        try:
+            return (name, label), build.build_library(source, flags=strict_cpp_flags(label))
+        except CompileError as err:  # a warning is an error here: its text names it
+            return (name, label), err
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         return dict(pool.map(run, jobs))
 
 
+@needs_gxx
 @pytest.mark.parametrize("flags", ["mindspore", "fusegen"])
 @pytest.mark.parametrize("name", list(OPS))
 def test_compiles_warning_free(warning_builds, name, flags):
-    proc = warning_builds[(name, flags)]
-    assert proc.returncode == 0 and not proc.stderr.strip(), f"{proc.args}\n{proc.stderr[-4000:]}"
-    lib = Path(proc.args[proc.args.index("-o") + 1])
+    lib = warning_builds[(name, flags)]
+    assert not isinstance(lib, CompileError), str(lib)[-4000:]
     symbols = set(build.dynamic_symbols(lib))
     Name = c_name(name)
     assert {Name, f"{Name}Init", f"{Name}InferShape", f"{Name}InferType", f"{Name}ErrorString"} <= symbols

@@ -17,6 +17,10 @@ from fusegen.native import build
 from fusegen.native.aot_kernel import AotKernel, detect_string_abi
 from fusegen.errors import ArgumentError, AttrError, DTypeError, KernelError, LibraryError, ShapeError
 
+from _optional import needs_gxx
+
+pytestmark = needs_gxx
+
 # The CPU example of the MindSpore AOT tutorial (seed 001), as published.
 SEED_ADD_CC = """\
 #include <string.h>
@@ -365,8 +369,7 @@ def src(tmp_path_factory) -> Path:
     shutil.copy(build.HEADER_PATH, root / "custom_aot_extra.h")
     (root / "add.cc").write_text(SEED_ADD_CC)
     (root / "kernel.cc").write_text(SEED_KERNEL_CC)
-    (root / "fixed").mkdir()
-    shutil.copy(build.HEADER_PATH, root / "fixed" / "custom_aot_extra.h")
+    (root / "fixed").mkdir()  # no header beside it: it builds with fusegen's, as MindSpore supplies its own
     (root / "fixed" / "kernel.cc").write_text(SEED_KERNEL_CC_FIXED)
     (root / "features.cc").write_text(FEATURES_CC)
     return root
@@ -418,6 +421,55 @@ def test_seed_add_reduce_sum_kernel(src, flags):
     assert op.workspace_sizes(input_x, input_y) == [4 * 5 * 4]
     assert op.string_abi == detect_string_abi(op.lib_path) == 0
     op.close()
+
+
+# A kernel that says which custom_aot_extra.h it was built with: a header shipped beside it
+# defines SHIPPED_BESIDE (fusegen's does not).
+HEADER_PROBE_CC = """\
+#include <cstdint>
+#include "custom_aot_extra.h"
+#ifndef SHIPPED_BESIDE
+#define SHIPPED_BESIDE 0
+#endif
+struct ProbeData : public AotKernelData {
+  float add;
+};
+extern "C" int ProbeInit(int *ndims, int64_t **shapes, const char **dtypes, AotExtra *extra) {
+  auto *data = new ProbeData;
+  data->add = extra->Attr<float>("add") + 100.0f * SHIPPED_BESIDE;
+  extra->SetKernelData(data);
+  return 0;
+}
+extern "C" int Probe(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *stream,
+                     void *extra) {
+  auto *data = static_cast<ProbeData *>(static_cast<AotExtra *>(extra)->KernelData());
+  const float *x = static_cast<const float *>(params[0]);
+  float *y = static_cast<float *>(params[1]);
+  int64_t n = 1;
+  for (int i = 0; i < ndims[0]; i++) n *= shapes[0][i];
+  for (int64_t i = 0; i < n; i++) y[i] = x[i] + data->add;
+  return 0;
+}
+"""
+
+
+def test_custom_aot_extra_h_comes_from_fusegen_unless_shipped_beside(tmp_path):
+    """A source that includes "custom_aot_extra.h" with no header beside it builds with fusegen's (as
+    MindSpore builds it with its own); a header beside the source wins; the build key holds the
+    header's content either way."""
+    bare, shipped = tmp_path / "bare", tmp_path / "shipped"
+    for d in (bare, shipped):
+        d.mkdir()
+        (d / "probe.cc").write_text(HEADER_PROBE_CC)
+    (shipped / "custom_aot_extra.h").write_text(build.HEADER_PATH.read_text() + "#define SHIPPED_BESIDE 1\n")
+    assert build.local_includes(bare / "probe.cc") == [("custom_aot_extra.h", build.HEADER_PATH.resolve())]
+    assert build.local_includes(shipped / "probe.cc") == [("custom_aot_extra.h",
+                                                           (shipped / "custom_aot_extra.h").resolve())]
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for d, add in ((bare, 1.0), (shipped, 101.0)):
+        k = AotKernel(f"{d / 'probe.cc'}:Probe", {"add": 1.0}, out_shape=lambda s: s, out_dtype=lambda t: t)
+        np.testing.assert_array_equal(k(x), x + add)
+        k.close()
 
 
 # --------------------------------------------------------------------------- attributes and string ABIs
@@ -519,7 +571,7 @@ def test_closing_an_openmp_kernel_unloads_it_safely(src):
     (src / "omp.cc").write_text(OPENMP_CC)
     lib = build.build_library(src / "omp.cc")
     if not any("gomp" in name for name in build.needed_libraries(lib)):
-        pytest.skip("the compiler has no OpenMP")
+        pytest.skip("needs a C++ compiler with OpenMP (g++ has it: its libgomp)")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
                                                         os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run([sys.executable, "-c", OPENMP_SCRIPT, str(src / "omp.cc")], env=env,

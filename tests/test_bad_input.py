@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -41,14 +40,7 @@ from fusegen.errors import (ArgumentError, AttrError, CompileError, DTypeError, 
 
 from conftest import PROPERTY_STATS
 
-try:
-    import fusegen.jax  # noqa: F401
-    HAVE_JAX = True
-except Exception:  # noqa: BLE001
-    HAVE_JAX = False
-
-needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
-needs_jax = pytest.mark.skipif(not HAVE_JAX or shutil.which("g++") is None, reason="needs jax and g++")
+from _optional import HAVE, backends, needs_gxx, needs_jax
 
 BAD = {"n": 0}
 
@@ -113,7 +105,7 @@ def kernel(backend: str, op=ew):
     return _KERNELS[key]
 
 
-BACKENDS = [pytest.param("numba"), pytest.param("aot", marks=needs_gxx), pytest.param("xla", marks=needs_jax)]
+BACKENDS = backends("numba", "aot", "xla")
 
 
 def as_numpy(r):
@@ -169,9 +161,9 @@ def overflow_results(tmp_path_factory):
     script = tmp_path_factory.mktemp("overflow") / "overflow.py"
     script.write_text(OVERFLOW_SCRIPT)
     names = ["infer", "numba"]
-    if shutil.which("g++"):
+    if HAVE["g++"]:  # (the cases of a missing backend are skipped by their parameters' marks)
         names += ["aot", "aotkernel"]
-        if HAVE_JAX:
+        if HAVE["jax"]:
             names += ["xla"]
     env = {k: v for k, v in os.environ.items() if k not in ("FUSEGEN_AOT_WHITELIST", "MS_CUSTOM_AOT_WHITE_LIST")}
     env["PYTHONPATH"] = os.pathsep.join([str(Path(fg.__file__).parents[1]), env.get("PYTHONPATH", "")])
@@ -263,7 +255,7 @@ def test_read_only_out_is_refused_by_the_aot_kernel():
     assert (ro == 0).all()
 
 
-@pytest.mark.parametrize("backend", [pytest.param("numba"), pytest.param("aot", marks=needs_gxx)])
+@pytest.mark.parametrize("backend", backends("numba", "aot"))
 def test_failed_call_leaves_out_untouched(backend):
     """Any out= array is validated (and inputs checked) before anything is written."""
     x = np.ones((2, 3), np.float32)

@@ -9,7 +9,6 @@ shapes, few rounds) is shared by most tests; the AOT and XLA paths get one op of
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 import json
 import math
@@ -19,15 +18,16 @@ import numpy as np
 import pytest
 
 from fusegen import cli
-from fusegen.examples import REFERENCE_OPS
 
 from fusegen.bench import cases as bench_cases, harness as bench, report as bench_report
 
-HAS_MPL = importlib.util.find_spec("matplotlib") is not None
+from _optional import HAVE, gpu_present, needs, needs_gxx, no_simulator, require
+
+HAS_MPL = HAVE["matplotlib"]
 #: Tiny on purpose: compile time, not run time, is what these tests pay.
-# every reference op, and one row of each kind bench.variants adds (an activation, the Adam step
-# with its in-place outputs, a user-written spelling)
-TINY_OPS = [op.name for op in REFERENCE_OPS] + ["silu", "adam_step", "user_layer_norm"]
+# every op of bench.cases, and one row of each kind bench.variants adds (an activation, the Adam
+# step with its in-place outputs, a user-written spelling)
+TINY_OPS = [*bench_cases.OPS, "silu", "adam_step", "user_layer_norm"]
 TINY = ["--quick", "--backends", "numba", "--no-jax", "--no-torch", "--rounds", "2", "--ops", ",".join(TINY_OPS)]
 
 
@@ -51,8 +51,8 @@ def tiny_run(tmp_path_factory):
 
 # --- the cases --------------------------------------------------------------------------------------
 def test_every_reference_op_has_a_case():
-    from fusegen.examples import REFERENCE_OPS
-    assert list(bench_cases.OPS) == [op.name for op in REFERENCE_OPS]
+    from fusegen.examples import LAYOUT_OPS, REFERENCE_OPS
+    assert list(bench_cases.OPS) == [op.name for op in REFERENCE_OPS + LAYOUT_OPS]
     for spec in bench_cases.OPS.values():
         assert spec.op.name == spec.name and spec.variants
 
@@ -78,6 +78,11 @@ def test_tiny_run_writes_a_complete_json(tiny_run):
     assert {"created", "machine", "bandwidth", "bound", "allocator", "targets", "settings", "methods",
             "fusegen_methods", "skipped", "cases", "compile_times", "round_spread", "warnings"} <= doc.keys()
     assert {"cpu_model", "usable_cpus", "numba_threads", "numba", "numpy", "fusegen", "load_avg"} <= doc["machine"].keys()
+    # the software the numbers come from (jax, torch, numba-cuda where installed; the C++ compiler where present)
+    versions = doc["machine"]["versions"]
+    assert {"python", "numpy", "numba", "llvmlite"} <= versions.keys()
+    assert ("jax" in versions) is HAVE["jax"] and ("torch" in versions) is HAVE["torch"]
+    assert any(k.startswith(("g++", "c++")) or "g++" in v for k, v in versions.items()) is HAVE["g++"]
     assert doc["bandwidth"]["read"]["gbps"] > 0 and doc["bandwidth"]["copy"]["gbps"] > 0
     assert doc["methods"][0] == "numpy" and {"njit-cpu", "numba-cpu"} <= set(doc["methods"])
     assert doc["fusegen_methods"] == ["numba-cpu", "numba-cpu-out"]  # fresh outputs, and out=
@@ -109,14 +114,20 @@ def test_tiny_run_writes_a_complete_json(tiny_run):
     assert len(small) == len(TINY_OPS) and all(c["calls_per_round"] > 1 for c in small)
 
 
+def _quick_shapes():
+    """(op, shape label) of every case a quick run makes: the rows with shapes of their own (the
+    layout ops') take their small ones."""
+    return {(c.spec.name, "(" + ",".join(map(str, c.shape)) + ")") for c in bench.BenchConfig.quick(ops=tuple(TINY_OPS)).cases()}
+
+
 def test_tiny_run_prints_tables_and_progress(tiny_run):
     _, out, err, _ = tiny_run
     assert re.search(r"^op\s+case\s+read GB/s\s+bound\s+fusegen numba\s+fusegen numba out=\s+numpy\s+numba @njit",
                      out, re.MULTILINE)
-    for op in TINY_OPS:
-        assert re.search(rf"^{op}\s+\(256,256\)", out, re.MULTILINE), op
-        assert re.search(rf"^{op}\s+\(4,5\)", out, re.MULTILINE), op
+    for op, shape in _quick_shapes():
+        assert re.search(rf"^{op}\s+{re.escape(shape)}", out, re.MULTILINE), (op, shape)
     assert "(256,256) axis 0" in out and "targets (" in out and "cases met" in out
+    assert re.search(r"^software: fusegen \S+, python \d+\.\d+\.\d+, numpy \S+, numba \S+, llvmlite ", out, re.MULTILINE)
     # --progress plain: one line per step, numbered, ending with the closing bandwidth probe
     steps = re.findall(r"^\[(\d+)/(\d+)\] (.*) \(\d+s\)$", err, re.MULTILINE)
     assert steps and steps[0][2] == "read bandwidth" and steps[-1][2] == "read bandwidth, again"
@@ -132,12 +143,12 @@ def test_tiny_run_writes_markdown(tiny_run):
         assert heading in md
     assert "| op | case | read GB/s | bound | fusegen numba | fusegen numba out= |" in md
     assert re.search(r"\| \*\*\d+\.\d\dx\*\* \|", md)  # the best method of a row in bold
-    for op in TINY_OPS:
-        assert f"| {op} | (256,256)" in md
+    for op, shape in _quick_shapes():
+        assert f"| {op} | {shape}" in md
     assert ("![" in md) is HAS_MPL
 
 
-@pytest.mark.skipif(not HAS_MPL, reason="matplotlib is not installed (pip install 'fusegen[plot]')")
+@needs("matplotlib")
 def test_tiny_run_writes_the_chart(tiny_run):
     png = tiny_run[3]["png"]
     data = png.read_bytes()
@@ -182,10 +193,10 @@ def test_unknown_op_is_a_usage_error(capsys):
 
 
 # --- the other backends and methods, on one op ------------------------------------------------------
+@needs_gxx
 def test_aot_and_xla_through_the_bench():
-    """smooth_l1 (a float attribute in the loop body) through the AOT and XLA backends and jax.jit."""
-    if not bench.gxx_works():
-        pytest.skip("no working g++")
+    """smooth_l1 (a float attribute in the loop body) through the AOT and XLA backends and jax.jit
+    (these two where jax is installed: test_xla_ffi.py and test_differential.py skip without it)."""
     cfg = bench.BenchConfig.quick(ops=("smooth_l1",), backends=("aot",), torch=False, rounds=2,
                                   bandwidth_bytes=16 << 20)
     doc = bench.run_bench(cfg)
@@ -194,6 +205,73 @@ def test_aot_and_xla_through_the_bench():
     assert want <= set(doc["methods"]) and want - {"jax-cpu"} <= set(doc["fusegen_methods"])
     for case in doc["cases"]:
         assert all(case["results"][m]["checked"] and case["results"][m]["median_s"] > 0 for m in want)
+
+
+# --- torch.compile: a case that runs eager PyTorch is marked, not reported as torch.compile ----------
+@pytest.fixture
+def eager_dynamo(monkeypatch):
+    """torch.compile with dynamo's "eager" backend: dynamo traces, guards and falls back exactly as
+    with Inductor, without Inductor's compile (seconds per graph on a CPU)."""
+    require("torch")
+    import functools
+
+    import torch
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="eager"))
+    return torch
+
+
+def test_torch_compiled_reports_what_dynamo_did(eager_dynamo):
+    torch = eager_dynamo
+    import torch._dynamo
+
+    def twice_sum(x, axis):
+        return torch.sum(x * 2, dim=axis)
+
+    fn = bench_cases.torch_compiled(torch, twice_sum)
+    assert "no graph" in fn.fallback()  # nothing has run yet
+    fn(torch.ones(3, 4), 1)
+    assert fn.fallback() is None  # one graph, captured whole
+    fn(torch.ones(3, 4), 1)
+    assert fn.fallback() is None  # the same guards: no recompile
+    fn(torch.ones(5, 4), 1)
+    assert "recompiled" in fn.fallback()
+
+    def printing(x):
+        print("a graph break")
+        return x + 1
+    fn = bench_cases.torch_compiled(torch, printing)
+    fn(torch.ones(3))
+    assert fn.fallback().startswith("graph break (")
+    # the bench's old bug: one code object across cases until the recompile limit
+    with torch._dynamo.config.patch(recompile_limit=1):
+        fn = bench_cases.torch_compiled(torch, twice_sum)
+        fn(torch.ones(2, 2), 0)
+        fn(torch.ones(6, 2), 0)
+        assert fn.fallback().startswith("dynamo gave up (Dynamo recompile limit exceeded)")
+
+
+def test_torch_compile_fallback_is_marked_in_the_tables(eager_dynamo, monkeypatch):
+    """Each case gets a fresh dynamo (so 3 cases under a recompile limit of 1 all compile); without
+    that reset the later cases would run eager PyTorch, and the tables say so."""
+    torch = eager_dynamo
+    import torch._dynamo
+    cfg = bench.BenchConfig.quick(ops=("add_reduce_sum",), backends=("numba",), jax=False, rounds=1,
+                                  per_call_rounds=1, per_call_calls=2, bandwidth_bytes=1 << 20)
+    with torch._dynamo.config.patch(recompile_limit=1):
+        doc = bench.run_bench(cfg)
+        assert doc["ok"] and "torch-cpu" in doc["methods"]
+        assert not any("fallback" in c["results"]["torch-cpu"] for c in doc["cases"])
+        torch._dynamo.reset()
+        monkeypatch.setattr(torch._dynamo, "reset", lambda: None)  # the bench as it was: one cache for all cases
+        doc = bench.run_bench(cfg)
+    marked = [c for c in doc["cases"] if "fallback" in c["results"]["torch-cpu"]]
+    assert marked and all(c["best"] != "torch-cpu" and c["best_other"] != "torch-cpu" for c in marked)
+    why = [c["results"]["torch-cpu"]["fallback"] for c in marked]
+    assert len(marked) == 2 and "recompile limit" in why[0] and all("eager PyTorch ran" in w for w in why)
+    text = bench_report.terminal_report(doc)
+    assert "(fallback)" in text and re.search(r"^add_reduce_sum \S+( axis \d)?: torch.compile fell back \(dynamo gave up",
+                                              text, re.MULTILINE)
+    assert "## Fallbacks" in bench_report.markdown_report(doc)
 
 
 # --- compile time, in new processes -----------------------------------------------------------------
@@ -246,18 +324,21 @@ def test_markdown_table_and_emphasis():
 
 
 # --- the GPU bench, where there is no GPU (tests/cuda/test_bench_cuda.py runs it on the simulator) -----
+@no_simulator
+@pytest.mark.skipif(gpu_present(), reason="a GPU is present: tests/cuda/test_bench_cuda.py runs the GPU bench")
 def test_gpu_bench_without_a_gpu_says_so_quickly(capsys):
-    if bench.cuda_available():
-        pytest.skip("a GPU is present: tests/cuda/test_bench_cuda.py runs the GPU bench")
     import time
     t0 = time.perf_counter()
     assert cli.main(["bench", "--device", "cuda", "--json", "", "--markdown", "", "--png", ""]) == 2
     assert time.perf_counter() - t0 < 5
     err = capsys.readouterr().err
-    assert err.startswith("fusegen bench: error: --device cuda needs a CUDA GPU: ") and "NUMBA_ENABLE_CUDASIM" in err
+    # without numba-cuda: what to install; with it: how to get a device (a GPU, or the simulator)
+    why = "NUMBA_ENABLE_CUDASIM" if HAVE["numba-cuda"] else "pip install 'fusegen[cuda]'"
+    assert err.startswith("fusegen bench: error: --device cuda cannot run here: ") and why in err
     assert cli.main(["demo", "--device", "cuda", "--shape", "8,8"]) == 2
     captured = capsys.readouterr()
-    assert "numba-cuda, aot-cuda (no CUDA device)" in captured.out and "no fusegen backend" in captured.err
+    assert re.search(r"skipped: numba-cuda, aot-cuda \(.*" + re.escape(why), captured.out)
+    assert "no fusegen backend" in captured.err
 
 
 def test_device_timing_rotates_and_uses_the_wall_clock_for_synchronous_methods():
@@ -288,19 +369,20 @@ def test_device_timing_rotates_and_uses_the_wall_clock_for_synchronous_methods()
     assert log.count("sync") == 2 * 2 + 1  # around each wall-clocked call, and once at the end
 
 
+@no_simulator
+@needs("numba-cuda")
 def test_gpu_bench_kernels_compile_for_a_real_gpu():
     """The copy probe, the L2 flush and the spin kernel, compiled to PTX for sm_90 (no GPU needed)."""
     from numba import cuda
-    if not hasattr(cuda, "compile_ptx"):
-        pytest.skip("numba-cuda's simulator has no compile_ptx")
     from fusegen.bench import cuda as bench_cuda
     sigs = {bench_cuda._copy: "void(float32[::1], float32[::1])", bench_cuda._fill: "void(float32[::1], float32)",
             bench_cuda._spin: "void(int64, float32[::1])"}
     for kernel, sig in sigs.items():
         try:
             ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=(9, 0))
-        except Exception as e:  # noqa: BLE001 - no NVVM here
-            pytest.skip(f"numba.cuda.compile_ptx does not work here: {type(e).__name__}: {str(e)[:200]}")
+        except Exception as e:  # noqa: BLE001 - no NVRTC here
+            pytest.skip(f"needs NVRTC 13.0 for numba.cuda.compile_ptx (pip install -e \".[cuda]\" brings it): "
+                        f"{type(e).__name__}: {str(e)[:200]}")
         assert ".entry" in ptx
 
 

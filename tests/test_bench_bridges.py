@@ -4,7 +4,6 @@ method must be checked against NumPy, the timings positive, the report complete.
 takes the JAX methods and the sharded child on one op; torch.compile is in the slow run."""
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
@@ -12,8 +11,7 @@ import pytest
 from fusegen import cli
 from fusegen.bench import bridges as bench_bridges
 
-HAS_JAX = importlib.util.find_spec("jax") is not None
-HAS_TORCH = importlib.util.find_spec("torch") is not None
+from _optional import needs
 
 
 def test_bench_bridges_is_a_bench_option(monkeypatch, tmp_path, capsys):
@@ -45,7 +43,7 @@ def _check(doc, methods):
     assert all(m in text for m in methods)
 
 
-@pytest.mark.skipif(not HAS_JAX, reason="pip install 'fusegen[jax]'")
+@needs("jax", "g++")
 def test_jax_methods_and_the_sharded_row():
     doc = bench_bridges.run(bench_bridges.BridgeConfig.quick(ops=("add_reduce_sum",), torch=False, rounds=2,
                                                             per_call_rounds=2, per_call_calls=10))
@@ -58,7 +56,7 @@ def test_jax_methods_and_the_sharded_row():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (HAS_JAX and HAS_TORCH), reason="pip install 'fusegen[jax,torch]'")
+@needs("jax", "torch", "g++")
 def test_every_op_through_both_bridges():
     doc = bench_bridges.run(bench_bridges.BridgeConfig.quick(sharded=False))
     _check(doc, ["jax.jit(fg)", "jax.jit(jnp)", "torch.compile(fg)", "torch.compile(torch)"])

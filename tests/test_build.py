@@ -13,6 +13,10 @@ import pytest
 from fusegen.native import build
 from fusegen.errors import CompileError, LibraryError
 
+from _optional import needs_gxx, needs_nvcc
+
+pytestmark = needs_gxx  # (the ELF and whitelist checks read libraries g++ builds)
+
 REPO = Path(__file__).resolve().parents[1]
 SIMPLE = 'extern "C" int fg_answer() { return 42; }\n'
 
@@ -290,7 +294,7 @@ def test_header_compiles_warning_free(tmp_path, abi):
     assert proc.returncode == 0 and not proc.stderr, proc.stderr
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+@needs_nvcc
 def test_cu_suffix_is_compiled_with_nvcc(tmp_path, compiles):
     src = write(tmp_path / "k.cu", '__global__ void fg_kernel(float *x) { x[threadIdx.x] += 1.0f; }\n' + SIMPLE)
     flags = ["--shared", "-Xcompiler", "-fPIC", "-gencode", "arch=compute_75,code=sm_75"]

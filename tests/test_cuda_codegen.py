@@ -11,9 +11,7 @@ Skips cleanly when numba-cuda, NVRTC, ptxas or nvcc are missing, and under the s
 """
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
@@ -23,22 +21,9 @@ import pytest
 import fusegen as fg
 import fusegen.examples as ex
 
-SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM", "") not in ("", "0")
+from _optional import HAVE, SIMULATOR, gpu_present, needs, needs_nvcc, no_simulator
 
-
-def _have_numba_cuda() -> bool:
-    if SIMULATOR:
-        return False
-    try:
-        import numba.cuda  # noqa: F401
-        return True
-    except Exception:
-        return False
-
-
-needs_ptx = pytest.mark.skipif(not _have_numba_cuda() or shutil.which("ptxas") is None,
-                               reason="needs numba-cuda (pip install 'fusegen[cuda]'), ptxas, and no simulator")
-needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (CUDA toolkit)")
+needs_ptx = needs("numba-cuda", "ptxas")
 
 # (op, input shapes, attributes): one row per reference op, plus the other reduction modes
 PTX_CASES = [
@@ -68,13 +53,21 @@ def _nvrtc_ok() -> bool:
         _NVRTC.append(True)
         return True
     except Exception as e:  # NVRTC missing or mismatched
-        pytest.skip(f"numba.cuda.compile_ptx does not work here: {type(e).__name__}: {str(e)[:200]}")
+        pytest.skip(f"needs NVRTC 13.0 for numba.cuda.compile_ptx (pip install -e \".[cuda]\" brings it): "
+                    f"{type(e).__name__}: {str(e)[:200]}")
+
+
+#: float16 in the default run: block mode, thread mode and softmax (halves in, float math, halves
+#: out); every case in the slow run. (Each case costs a Numba compile and NVVM: seconds.)
+F16_DEFAULT = {0, 1, 6}
+PTX_PARAMS = [pytest.param(case, dtype, id=f"{c[0].name}-{c[2].get('axis', 'default')}-split{c[3]}-{dtype}",
+                           marks=[pytest.mark.slow] if dtype == "float16" and case not in F16_DEFAULT else [])
+              for dtype in ("float32", "float16") for case, c in enumerate(PTX_CASES)]
 
 
 @needs_ptx
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
-@pytest.mark.parametrize("case", range(len(PTX_CASES)),
-                         ids=[f"{c[0].name}-{c[2].get('axis', 'default')}-split{c[3]}" for c in PTX_CASES])
+@no_simulator
+@pytest.mark.parametrize("case,dtype", PTX_PARAMS)
 def test_numba_cuda_ptx_assembles(case, dtype, tmp_path):
     from fusegen.lower_cuda import compile_ptx
     _nvrtc_ok()
@@ -97,6 +90,7 @@ def test_numba_cuda_ptx_assembles(case, dtype, tmp_path):
 
 
 @needs_ptx
+@no_simulator
 def test_numba_cuda_source_is_readable_and_shared_with_the_expression_table():
     from fusegen.ir import infer
     from fusegen.lower_cuda import Launch, group_source
@@ -112,19 +106,45 @@ def test_numba_cuda_source_is_readable_and_shared_with_the_expression_table():
     assert "np.float32(x0[c_x0])" in src and "np.float16(" in src  # half in, float math, half out
 
 
-@pytest.mark.skipif(SIMULATOR, reason="the simulator always has a 'GPU'")
+@no_simulator
+@needs("numba-cuda")
+@pytest.mark.skipif(gpu_present(), reason="a GPU is present")
 def test_no_gpu_is_a_clear_error():
-    try:
-        from numba import cuda
-        if cuda.is_available():
-            pytest.skip("a GPU is present")
-    except ImportError:
-        pass
     from fusegen.native.device import CudaUnavailableError
     k = fg.compile(ex.add_mul_div, backend="numba", device="cuda")
     with pytest.raises(CudaUnavailableError, match="no CUDA GPU"):
         k(np.ones(3, np.float32), np.ones(3, np.float32))
     assert isinstance(CudaUnavailableError("x"), fg.FusegenError)
+
+
+def test_numba_cuda_detection_agrees():
+    """fusegen's runtime and these tests decide the same way whether numba-cuda is here."""
+    from fusegen.lower_cuda import numba_cuda_missing
+    assert (numba_cuda_missing() is None) == HAVE["numba-cuda"]
+
+
+def test_without_numba_cuda_every_entry_says_what_to_install(monkeypatch):
+    """Numba's built-in numba.cuda imports without numba-cuda: the runtime, compile_ptx, the bench
+    and the demo must say "install numba-cuda", not fail later or blame the GPU."""
+    import importlib.metadata
+    from fusegen.bench import harness as bench
+    from fusegen.lower_cuda import compile_ptx
+    from fusegen.native.device import CudaUnavailableError
+    real = importlib.metadata.version
+
+    def version(dist):
+        if dist == "numba-cuda":
+            raise importlib.metadata.PackageNotFoundError(dist)
+        return real(dist)
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    k = fg.compile(ex.add_mul_div, backend="numba", device="cuda")
+    with pytest.raises(CudaUnavailableError, match=r"needs numba-cuda .*pip install 'fusegen\[cuda\]'"):
+        k(np.ones(3, np.float32), np.ones(3, np.float32))
+    with pytest.raises(fg.CompileError, match=r"op add_mul_div: .*pip install 'fusegen\[cuda\]'"):
+        compile_ptx(ex.add_mul_div, ["float32"] * 2, [(2,), (2,)])
+    assert "pip install 'fusegen[cuda]'" in bench.cuda_unavailable()
+    _, skipped = bench.discover(ex.add_mul_div, ["numba"], ["cuda"])
+    assert "pip install 'fusegen[cuda]'" in skipped["numba-cuda"]
 
 
 # --- the emitted .cu ------------------------------------------------------------------------------
@@ -148,8 +168,13 @@ def test_emitted_cu_text():
     assert e.error_table == fg.emit(ex.layer_norm).error_table
 
 
+#: The default run compiles these; the slow run every reference op and two backward ops.
+CU_DEFAULT = ("add_reduce_sum", "layer_norm_grad")
+
+
 @needs_nvcc
-def test_every_emitted_cu_compiles_with_nvcc(tmp_path):
+@pytest.mark.parametrize("every", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["some", "every"])
+def test_every_emitted_cu_compiles_with_nvcc(tmp_path, every):
     def build(op):
         d = tmp_path / op.name
         e = fg.emit(op, abi="mindspore-aot", device="cuda")
@@ -162,6 +187,8 @@ def test_every_emitted_cu_compiles_with_nvcc(tmp_path):
 
     # and two backward ops: sum_to, unreduce and shape checks in device code
     ops = ex.REFERENCE_OPS + [fg.grad(ex.add_reduce_sum), fg.grad(ex.layer_norm)]
+    ops = ops if every else [op for op in ops if op.name in CU_DEFAULT]
+    assert every or len(ops) == len(CU_DEFAULT)
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = list(pool.map(build, ops))
     failed = [(n, out) for n, rc, out in results if rc != 0]
@@ -173,11 +200,6 @@ def test_every_emitted_cu_compiles_with_nvcc(tmp_path):
         assert {name, f"{name}Init", f"{name}InferShape", f"{name}InferType", f"{name}ErrorString"} <= set(syms)
 
 
-def _gpu_present() -> bool:
-    """A GPU here, judged without probing the driver (costly in every CPU-only run)."""
-    return shutil.which("nvidia-smi") is not None or os.path.exists("/dev/nvidia0")
-
-
 @needs_nvcc
 def test_compile_aot_cuda_builds_with_nvcc_and_needs_a_gpu_to_run():
     k = fg.compile(ex.add_mul_div, backend="aot", device="cuda", dtypes="float32")
@@ -185,24 +207,29 @@ def test_compile_aot_cuda_builds_with_nvcc_and_needs_a_gpu_to_run():
     assert k.device == "cuda" and k.executor.first.device == "cuda" and k.executor.first.cuda_code
     # fg.compile's .cu is built without --use_fast_math (NumPy-accurate); flags="mindspore" keeps it
     assert "--use_fast_math" not in k.flags and "--use_fast_math" in fg.native.build.default_cuda_flags()
-    if SIMULATOR or _gpu_present():
+    if SIMULATOR or gpu_present():
         return  # tests/cuda/test_aot_cuda.py runs it
     from fusegen.native.device import CudaUnavailableError
-    with pytest.raises(CudaUnavailableError, match="no CUDA GPU"):
+    with pytest.raises(CudaUnavailableError, match="no CUDA GPU" if HAVE["numba-cuda"] else "needs numba-cuda"):
         k(np.ones(3, np.float32), np.ones(3, np.float32))
+
+
+#: One architecture: enough to prove a .cu builds and carries device code (each more costs seconds).
+ONE_ARCH = ["--shared", "-Xcompiler", "-fPIC", "-O3", "--expt-relaxed-constexpr", "-D_GLIBCXX_USE_CXX11_ABI=0",
+            "-gencode", "arch=compute_90,code=sm_90"]
 
 
 @needs_nvcc
 def test_aot_kernel_takes_its_device_from_the_library(tmp_path):
     from fusegen.native.build import has_cuda_code
     # (bias_gelu float32: the .cu the next test builds too; the build cache shares it)
-    cu = fg.compile(ex.bias_gelu, backend="aot", device="cuda", dtypes="float32")
+    cu = fg.compile(ex.bias_gelu, backend="aot", device="cuda", dtypes="float32", flags=ONE_ARCH)
     cc = fg.compile(ex.bias_gelu, backend="aot", dtypes="float32")
     assert has_cuda_code(cu.lib_path) and not has_cuda_code(cc.lib_path)
-    assert fg.AotKernel(cu.func).device == "cuda" and fg.AotKernel(cc.func).device == "cpu"
+    assert fg.AotKernel(cu.func, flags=ONE_ARCH).device == "cuda" and fg.AotKernel(cc.func).device == "cpu"
     # a pairing that would hand a kernel pointers it cannot read is refused up front
     with pytest.raises(fg.LibraryError, match="holds CUDA device code.*device='cuda'"):
-        fg.AotKernel(cu.func, device="cpu")
+        fg.AotKernel(cu.func, device="cpu", flags=ONE_ARCH)
     if not SIMULATOR:  # (under the simulator, device arrays are host memory: allowed there)
         with pytest.raises(fg.LibraryError, match="holds no CUDA device code"):
             fg.AotKernel(cc.func, device="cuda")
@@ -213,14 +240,15 @@ def test_aot_kernel_takes_its_device_from_the_library(tmp_path):
 
 
 @needs_nvcc
-@pytest.mark.skipif(SIMULATOR or _gpu_present(), reason="provokes a failed launch, which needs a machine "
+@pytest.mark.skipif(SIMULATOR or gpu_present(), reason="provokes a failed launch, which needs a machine "
                     "without a GPU (on a GPU the kernel would really run, on host pointers)")
 def test_failed_launch_is_fg_err_cuda_naming_the_cuda_error(monkeypatch):
     """With no driver every launch fails: the .cu returns FG_ERR_CUDA and its error string carries
     the CUDA error's name, which AotKernel puts in the KernelError."""
     import fusegen.native.aot_cuda as aot_cuda
     from fusegen.abi_emit import ERROR_CODES
-    k = fg.AotKernel(fg.compile(ex.bias_gelu, backend="aot", device="cuda", dtypes="float32").func)
+    k = fg.AotKernel(fg.compile(ex.bias_gelu, backend="aot", device="cuda", dtypes="float32", flags=ONE_ARCH).func,
+                     flags=ONE_ARCH)
     monkeypatch.setattr(aot_cuda, "require_device", lambda kernel: None)  # no GPU: drive the host code only
     x = np.ones((4, 5), np.float32)
     signature, arrays = k.prepare(x, x)  # bias_gelu has no workspaces: nothing touches the device

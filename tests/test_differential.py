@@ -18,14 +18,14 @@ Every backend must agree with NumPy:
 XLA runs only 32-bit combinations unless ``jax_enable_x64`` is on (JAX has no 64-bit arrays
 without it, and fusegen then refuses a 64-bit *result* with ``DTypeError``; checked too).
 
-AOT compiles cost seconds per graph, so the default run is small and derandomized;
-``FUSEGEN_LONG_TESTS=1`` tries many more. The counts tried per backend are reported in the
+Compiles cost seconds per graph and backend, so the default run is small and derandomized (a few
+graphs per backend); the ``slow`` run tries 30 new random graphs per backend, and
+``FUSEGEN_LONG_TESTS=1`` 120 in the default test. The counts tried per backend are reported in the
 terminal summary (conftest's ``PROPERTY_STATS``).
 """
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 
 import numpy as np
@@ -39,16 +39,11 @@ from conftest import LONG_TESTS
 from fuzz_graphs import (ALT_DTYPES, check, count, count_draw, draws, graphs, make_input, make_op, pattern,
                          reference, report, show)
 
-try:
-    import jax
-    import fusegen.jax as fgjax  # noqa: F401
-    HAVE_JAX = True
-except Exception:  # noqa: BLE001 - any import failure means "no XLA backend here"
-    HAVE_JAX = False
+from _optional import backends, needs_gxx
 
-HAVE_GXX = shutil.which("g++") is not None
-
-N_GRAPHS = 120 if LONG_TESTS else 8
+N_GRAPHS = 120 if LONG_TESTS else 3
+#: The slow step's run (``-m slow``): more graphs, a new random sample each run.
+N_GRAPHS_SLOW = 30
 N_DRAWS = 8 if LONG_TESTS else 4
 #: FUSEGEN_DIFF_TRACE=1: print every graph and draw *before* running it, so that a crash (a native
 #: kernel corrupting the heap) leaves its reproducer on stderr.
@@ -70,9 +65,27 @@ def _report():
     print("\n" + report())
 
 
+BACKENDS = backends("numba", "aot", "xla")
+GIVEN = given(g=graphs(), alt=st.sampled_from(ALT_DTYPES), data=st.data())
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @SETTINGS
-@given(g=graphs(), alt=st.sampled_from(ALT_DTYPES), data=st.data())
-def test_backends_agree_with_numpy(g, alt, data):
+@GIVEN
+def test_backends_agree_with_numpy(backend, g, alt, data):
+    agree(backend, g, alt, data)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", BACKENDS)
+@settings(SETTINGS, max_examples=N_GRAPHS_SLOW, derandomize=False)
+@GIVEN
+def test_backends_agree_with_numpy_on_many_graphs(backend, g, alt, data):
+    agree(backend, g, alt, data)
+
+
+def agree(backend, g, alt, data):
+    """One random graph through ``backend``: NumPy's answer on every draw, or its refusal."""
     shapes, dtypes, outs, attrs = g
     nin = len(shapes)
     combos = [tuple(dtypes), (alt,) * nin]
@@ -81,20 +94,20 @@ def test_backends_agree_with_numpy(g, alt, data):
     for k, o in enumerate(outs):
         note(f"output {k}: {show(o)}")
     if TRACE:
-        print(f"\n[graph] inputs {list(zip(shapes, dtypes))} combos {combos} outs {[show(o) for o in outs]}",
-              file=sys.stderr, flush=True)
+        print(f"\n[graph] {backend}: inputs {list(zip(shapes, dtypes))} combos {combos} "
+              f"outs {[show(o) for o in outs]}", file=sys.stderr, flush=True)
     op = make_op(nin, outs)
-    backends = {"numba": fg.compile(op)}
-    count("graphs (numba)")
-    if HAVE_GXX:
-        backends["aot"] = fg.compile(op, backend="aot", dtypes=combos)
-        count("graphs (aot)")
-    jax_combos = [c for c in combos if all(np.dtype(d).itemsize <= 4 or jax.config.jax_enable_x64 for d in c)] \
-        if HAVE_JAX and HAVE_GXX else []
-    jax_combos = [c for c in jax_combos if "float16" not in c]
-    if jax_combos:
-        backends["xla"] = fg.jax.function(op, dtypes=jax_combos)
-        count("graphs (xla)")
+    if backend == "xla":
+        import jax
+        combos = [c for c in combos if "float16" not in c and
+                  all(np.dtype(d).itemsize <= 4 or jax.config.jax_enable_x64 for d in c)]
+        if not combos:
+            count("graphs without a 32-bit combination (xla)")
+            return
+        kernel = fg.jax.function(op, dtypes=combos)
+    else:
+        kernel = fg.compile(op) if backend == "numba" else fg.compile(op, backend="aot", dtypes=combos)
+    count(f"graphs ({backend})")
     pat = pattern(shapes)
     for i in range(N_DRAWS):
         d_shapes, combo, views, d_attrs, seed = data.draw(draws(len(shapes[0]), pat, combos), label=f"draw {i}")
@@ -107,30 +120,24 @@ def test_backends_agree_with_numpy(g, alt, data):
         try:
             want = reference(outs, arrays, d_attrs)
         except ValueError as exc:  # NumPy refuses (broadcast, empty max/min): fusegen must too
-            count("refused draws (NumPy raises)")
-            for name, kernel in backends.items():
-                if name == "xla" and combo not in jax_combos:
-                    continue
-                with pytest.raises(fg.ShapeError):
-                    kernel(*arrays, **d_attrs)
-                count(f"input draws refused alike ({name})")
+            count(f"refused draws (NumPy raises, {backend})")
+            with pytest.raises(fg.ShapeError):
+                kernel(*arrays, **d_attrs)
+            count(f"input draws refused alike ({backend})")
             note(f"{draw_note}: NumPy refuses ({exc})")
             continue
-        for name, kernel in backends.items():
-            if name == "xla":
-                if combo not in jax_combos:
-                    continue
-                if not jax.config.jax_enable_x64 and any(w.dtype.itemsize > 4 for w in want):
-                    with pytest.raises(fg.DTypeError, match="jax_enable_x64"):
-                        kernel(*arrays, **d_attrs)  # a 64-bit result JAX cannot represent
-                    count("input draws refused, 64-bit result (xla)")
-                    continue
-                got = kernel(*arrays, **d_attrs)
-                got = tuple(np.asarray(x) for x in got) if isinstance(got, (tuple, list)) else np.asarray(got)
-            else:
-                got = kernel(*arrays, **d_attrs)
-            check(name, got, want, outs, combo, draw_note)
-            count(f"input draws ({name})")
+        if backend == "xla":
+            if not jax.config.jax_enable_x64 and any(w.dtype.itemsize > 4 for w in want):
+                with pytest.raises(fg.DTypeError, match="jax_enable_x64"):
+                    kernel(*arrays, **d_attrs)  # a 64-bit result JAX cannot represent
+                count("input draws refused, 64-bit result (xla)")
+                continue
+            got = kernel(*arrays, **d_attrs)
+            got = tuple(np.asarray(x) for x in got) if isinstance(got, (tuple, list)) else np.asarray(got)
+        else:
+            got = kernel(*arrays, **d_attrs)
+        check(backend, got, want, outs, combo, draw_note)
+        count(f"input draws ({backend})")
 
 
 @fg.op
@@ -138,14 +145,14 @@ def max_defaulted_attr(x, *, alpha: float = 0.75):
     return fg.maximum(x, alpha)
 
 
-@pytest.mark.skipif(not HAVE_GXX, reason="needs g++")
+@needs_gxx
 def test_aot_maximum_of_float64_and_defaulted_float_attr():
     k = fg.compile(max_defaulted_attr, backend="aot", dtypes=["float64"])
     x = np.array([0.5, 1.0, -3.0])
     np.testing.assert_array_equal(k(x, alpha=0.75), np.maximum(x, 0.75))
 
 
-@pytest.mark.skipif(not HAVE_GXX, reason="needs g++")
+@needs_gxx
 @pytest.mark.parametrize("shape", [(0,), (0, 5), (5, 0)])
 def test_aot_size0_output_is_not_written_out_of_bounds(shape):
     k = fg.compile(neg_op, backend="aot", dtypes=["float32"])

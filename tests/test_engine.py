@@ -26,6 +26,7 @@ from fusegen.rt.engine import Engine, EngineError, extent
 from fusegen.errors import ArgumentError, ShapeError
 
 from conftest import assert_all_close, assert_close, np_ref, sample
+from _optional import needs_gxx
 
 _byte_bounds = getattr(getattr(np.lib, "array_utils", np), "byte_bounds")  # moved in NumPy 2
 
@@ -127,8 +128,9 @@ def test_result_returns_what_the_kernel_returned(rng):
     assert_all_close(multi.result(), np_ref(_layer_norm, x), rtol=1e-4, atol=1e-5)
 
 
+@needs_gxx
 def test_aot_kernels_run_through_the_engine(rng):
-    aot = fg.compile(ex.smooth_l1, backend="aot")
+    aot = fg.compile(ex.smooth_l1, backend="aot", dtypes="float32")
     xs = [sample(rng, (16, 33), "float32") for _ in range(4)]
     outs = [np.empty_like(x) for x in xs]
     with Engine(2) as eng:

@@ -10,7 +10,10 @@ import fusegen as fg
 from fusegen import examples as ex
 from fusegen.plan import build_plan, computed_nodes
 
-BACKENDS = ["numba", "aot"]
+from conftest import compile_for
+from _optional import backends, needs_gxx, needs_jax
+
+BACKENDS = backends("numba", "aot")
 
 
 def _tuple(x):
@@ -34,12 +37,12 @@ def finite_difference(fwd, args, cots, attrs, eps=1e-6):
 
 
 def run_grad(op, args, attrs, backend, rng, wrt=None):
-    fwd = fg.compile(op, backend=backend)
+    fwd = compile_for(op, backend, "float64")
     outs = _tuple(fwd(*args, **attrs))
     cots = [rng.standard_normal(np.shape(o)) for o in outs]
     gop = fg.grad(op, wrt)
     ins = [a for name, a in zip(op.inputs, args) if name in gop.needs]
-    got = _tuple(fg.compile(gop, backend=backend)(*ins, *cots, **attrs))
+    got = _tuple(compile_for(gop, backend, "float64")(*ins, *cots, **attrs))
     return fwd, cots, gop, got
 
 
@@ -59,15 +62,20 @@ REFERENCE_CASES = [
 ]
 
 
-# Numba runs every case; AOT (same plan, a native build per op: seconds each) the cases that
-# exercise a distinct shape rule: broadcast inputs, keep_dims both ways, 3-d, mean, max.
-_AOT_CASES = {1, 2, 5, 8, 9}
-_RUNS = [(c, "numba") for c in REFERENCE_CASES] + [(c, "aot") for i, c in enumerate(REFERENCE_CASES)
-                                                   if i in _AOT_CASES]
+# The default run: every op on Numba (broadcasting, keep_dims), and on AOT (the same plan; two native
+# builds per case: seconds each) the 3-d add_reduce_sum and layer_norm (a mean over a middle axis).
+# The slow run: every case on Numba, five on AOT.
+_NUMBA_DEFAULT = {1, 3, 4, 5, 7, 9, 10}
+_AOT_DEFAULT, _AOT_SLOW = {2, 8}, {1, 5, 9}
+_RUNS = [pytest.param(c, "numba", id=f"{c[0].name}-{i}-numba",
+                      marks=[] if i in _NUMBA_DEFAULT else [pytest.mark.slow])
+         for i, c in enumerate(REFERENCE_CASES)]
+_RUNS += [pytest.param(c, "aot", id=f"{c[0].name}-{i}-aot",
+                       marks=[needs_gxx] + ([] if i in _AOT_DEFAULT else [pytest.mark.slow]))
+          for i, c in enumerate(REFERENCE_CASES) if i in _AOT_DEFAULT | _AOT_SLOW]
 
 
-@pytest.mark.parametrize("case, backend", _RUNS,
-                         ids=[f"{c[0].name}-{REFERENCE_CASES.index(c)}-{b}" for c, b in _RUNS])
+@pytest.mark.parametrize("case, backend", _RUNS)
 def test_reference_op_gradients_match_finite_differences(case, backend):
     op, shapes, attrs = case
     rng = np.random.default_rng(0)
@@ -105,9 +113,14 @@ def shared(x, w):
     return h / s, s, fg.sum(h * h)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("op, shapes", [(reductions, [(3, 5), (3, 5)]), (elementwise, [(4, 3), (3,)]),
-                                        (shared, [(2, 3, 4), (4,)])], ids=["reductions", "elementwise", "shared"])
+# Every rule on Numba; on AOT (the same backward ops, other code) the default run takes one op
+_RULE_OPS = [(reductions, [(3, 5), (3, 5)]), (elementwise, [(4, 3), (3,)]), (shared, [(2, 3, 4), (4,)])]
+_RULE_RUNS = [pytest.param(op, shapes, b.values[0], id=f"{op.name}-{b.values[0]}",
+                           marks=list(b.marks) + ([pytest.mark.slow] if b.values[0] == "aot" and op is not shared else []))
+              for b in BACKENDS for op, shapes in _RULE_OPS]
+
+
+@pytest.mark.parametrize("op, shapes, backend", _RULE_RUNS)
 def test_every_rule_matches_finite_differences(op, shapes, backend):
     rng = np.random.default_rng(1)
     args = [rng.uniform(0.5, 1.5, s) * rng.choice([-1, 1], s) for s in shapes]
@@ -119,7 +132,7 @@ def test_every_rule_matches_finite_differences(op, shapes, backend):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_max_ties_split_the_adjoint_evenly(backend):
     x = np.array([[1.0, 3.0, 3.0, 0.0], [2.0, 2.0, 2.0, 2.0]])
-    k = fg.compile(fg.grad(fg.op(lambda x: fg.max(x, axis=1))), backend=backend)
+    k = compile_for(fg.grad(fg.op(lambda x: fg.max(x, axis=1))), backend, "float64")
     (g,) = k(x, np.array([1.0, 4.0]))
     np.testing.assert_allclose(g, [[0, 0.5, 0.5, 0], [1, 1, 1, 1]])
 
@@ -185,7 +198,7 @@ def test_input_without_a_differentiable_path_gets_zeros():
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_wrong_cotangent_shape_is_a_clear_error(backend):
-    k = fg.compile(fg.grad(ex.softmax), backend=backend)
+    k = compile_for(fg.grad(ex.softmax), backend, "float64")
     with pytest.raises(fg.ShapeError, match="cotangent 0 must have the shape of output 0|OUT_SHAPE|shape"):
         k(np.ones((3, 5)), np.ones((5,)))
 
@@ -241,9 +254,10 @@ def test_sum_to_rejects_shapes_that_do_not_broadcast():
 
 
 # --- JAX: jax.grad through the XLA handlers runs fg.grad's fused backward -------------------------
+@needs_jax
 def test_jax_grad_uses_the_fused_backward_op():
-    jax = pytest.importorskip("jax")
-    jnp = pytest.importorskip("jax.numpy")
+    import jax
+    import jax.numpy as jnp
     f = fg.jax.function(ex.rms_norm, dtypes="float32")
     rng = np.random.default_rng(3)
     x = rng.standard_normal((4, 8)).astype(np.float32)
@@ -257,7 +271,14 @@ def test_jax_grad_uses_the_fused_backward_op():
     np.testing.assert_allclose(dx, want[0], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(dw, want[1], rtol=1e-5, atol=1e-5)
     assert f.backward().op.name == "rms_norm_grad"
-    # with attributes, and a multi-output op
+
+
+@pytest.mark.slow
+@needs_jax
+def test_jax_grad_of_a_multi_output_op_with_attributes():
+    import jax
+    import jax.numpy as jnp
+    x = np.random.default_rng(3).standard_normal((4, 8)).astype(np.float32)
     g = fg.jax.function(ex.layer_norm, dtypes="float32")
     dx = jax.grad(lambda x: sum(jnp.sum(o * o) for o in g(x, axis=0)))(x)
     y, mean, rstd = fg.compile(ex.layer_norm)(x, axis=0)

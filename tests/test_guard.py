@@ -4,6 +4,10 @@ import pytest
 
 import fusegen as fg
 
+from _optional import needs_gxx
+
+pytestmark = needs_gxx
+
 HEADER = (fg.__path__[0] + "/emitters/templates/custom_aot_extra.h")
 
 # Writes one float past its single output when `overrun` is set; otherwise a clean copy.

@@ -692,7 +692,6 @@ def test_error_control_flow_on_a_tensor_mentions_where_and_line():
     (lambda x: x and x, "if/while/and/or/not"),
     (lambda x: int(x), "int()"),
     (lambda x: float(x), "float()"),
-    (lambda x: len(x), "len()"),
     (lambda x: [v for v in x][0], "iteration"),
     (lambda x: range(10)[x], "indexing"),
 ])

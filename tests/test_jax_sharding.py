@@ -9,7 +9,6 @@ GSPMD partitioner) is ``@pytest.mark.slow``. Skips without jax (``pip install "f
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -17,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason='pip install "fusegen[jax]"')
+from _optional import needs
+
+pytestmark = needs("jax", "g++")
 
 CASES = Path(__file__).parent / "multidevice" / "jax_mesh_cases.py"
 

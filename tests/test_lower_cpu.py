@@ -225,7 +225,7 @@ def test_dispatcher_options():
 # The runtime's choices, on real kernels: range vs prange, split reductions, kernel.source
 # =============================================================================================
 LARGE = (runtime.PARALLEL_THRESHOLD // 256 + 8, 256)
-needs_threads = pytest.mark.skipif(runtime._num_threads() < 2, reason="Numba runs one thread here")
+needs_threads = pytest.mark.skipif(runtime._num_threads() < 2, reason="needs 2 or more threads: a machine with 2+ cores, NUMBA_NUM_THREADS unset or >= 2")
 
 
 def test_small_inputs_run_plain_range_and_kernel_keeps_the_source(rng):

@@ -22,9 +22,10 @@ import numpy as np
 import pytest
 
 if os.environ.get("FUSEGEN_TEST_MINDSPORE") != "1":
-    pytest.skip("real MindSpore tests are opt-in: set FUSEGEN_TEST_MINDSPORE=1", allow_module_level=True)
+    pytest.skip("real MindSpore tests are opt-in: pip install mindspore, then set FUSEGEN_TEST_MINDSPORE=1",
+                allow_module_level=True)
 
-ms = pytest.importorskip("mindspore")
+ms = pytest.importorskip("mindspore", reason="needs mindspore: pip install mindspore")
 
 import fusegen as fg  # noqa: E402
 import fusegen.examples as ex  # noqa: E402

@@ -171,6 +171,19 @@ def test_integer_arithmetic_wraps_like_numpy():
         assert_all_close(got, (x + y, x - y, x * y))
 
 
+@fg.op
+def bool_arith_reduced(x, y):
+    return fg.sum(x + y, axis=1), fg.sum(x * y + x, axis=1), x + y
+
+
+def test_bool_add_and_mul_stay_bool_inside_a_fused_reduction():
+    # bool + bool is logical or (True + True is True, not 2), bool * bool logical and, as NumPy's
+    x, y = _binary_operands("bool", "bool")
+    x, y = np.broadcast_arrays(x, y)
+    ref = (np.sum(x + y, axis=1), np.sum(x * y + x, axis=1), x + y)
+    assert_all_close(bool_arith_reduced(x, y), ref)
+
+
 def test_logical_ops_on_bool():
     x, y = _binary_operands("bool", "bool")
     got = binary_op(LOGICAL)(x, y)

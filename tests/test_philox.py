@@ -28,6 +28,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from fusegen import philox as P
 from fusegen.errors import AttrError, DTypeError, ShapeError
 
+from _optional import require
+
 HERE = Path(__file__).resolve().parent
 TEMPLATES = HERE.parent / "fusegen" / "emitters" / "templates"
 
@@ -321,7 +323,8 @@ def test_source_digest_covers_the_three_implementations():
 
 
 # --- (b, c) Numba CPU ----------------------------------------------------------------------------
-numba = pytest.importorskip("numba")
+import numba  # noqa: E402  (a dependency of fusegen: always here)
+
 from fusegen import philox_numba as N  # noqa: E402
 
 
@@ -498,8 +501,7 @@ def test_numba_loops_are_vector_code():
 # --- (b, c) the C++ harness ----------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory):
-    if shutil.which("g++") is None:
-        pytest.skip("g++ is not installed")
+    require("g++")
     from fusegen.native import build
     d = tmp_path_factory.mktemp("philox")
     (d / "philox.inc").write_text(render_partial())
@@ -597,8 +599,7 @@ def test_cpp_block_loops_vectorize(harness):
 
 # --- (b) CUDA: compiles for sm_90 ----------------------------------------------------------------
 def _ptxas(ptx: str, tmp_path) -> str:
-    if shutil.which("ptxas") is None:
-        pytest.skip("ptxas (CUDA toolkit) is not installed")
+    require("ptxas")
     (tmp_path / "k.ptx").write_text(ptx)
     proc = subprocess.run(["ptxas", "-arch=sm_90", "-v", "k.ptx", "-o", "k.cubin"], cwd=tmp_path,
                           capture_output=True, text=True)
@@ -607,9 +608,11 @@ def _ptxas(ptx: str, tmp_path) -> str:
 
 
 def test_numba_cuda_device_functions_compile_to_ptx(tmp_path):
-    cuda = pytest.importorskip("numba.cuda")
+    # numba-cuda, not Numba's own deprecated numba.cuda (which imports without it, then fails)
+    require("numba-cuda")
     if numba.config.ENABLE_CUDASIM:
         pytest.skip("compile_ptx is not available under the CUDA simulator")
+    from numba import cuda
     from numba import types
     R = N.cuda_functions()
     ns = dict(np=np, cuda=cuda, block=R.block, uniform_f32=R.uniform_f32, bernoulli=R.bernoulli,
@@ -640,8 +643,7 @@ def kernel(seed, offset, t, n, rt, u, b, z, r, d):
 
 
 def test_nvcc_compiles_the_partial_for_device_and_host(tmp_path):
-    if shutil.which("nvcc") is None:
-        pytest.skip("nvcc (CUDA toolkit) is not installed")
+    require("nvcc")
     (tmp_path / "philox.inc").write_text(render_partial())
     (tmp_path / "k.cu").write_text('''#include <cmath>
 #include <cstdint>

@@ -25,7 +25,7 @@ from conftest import ALL_DTYPES, LONG_TESTS, PROPERTY_STATS
 from fuzz_graphs import count_reductions, evaluate, graphs, make_op, show
 
 GRAPH_SETTINGS = settings(
-    max_examples=300 if LONG_TESTS else 15,
+    max_examples=300 if LONG_TESTS else 6,
     deadline=None,
     derandomize=True,
     database=None,

@@ -11,7 +11,10 @@ from fusegen import examples as ex
 from fusegen.plan import build_plan
 from fusegen.rt.requests import inplace_hazard
 
-BACKENDS = ["numba", "aot"]
+from conftest import compile_for
+from _optional import backends
+
+BACKENDS = backends("numba", "aot")
 BIG = (512, 384)   # above the parallel threshold: threads and tiles take part
 
 
@@ -28,7 +31,7 @@ def _data(shape, seed=0):
 @pytest.mark.parametrize("shape", [(5, 7), BIG])
 def test_accumulate_adds_every_output_in_one_pass(backend, shape):
     x, y = _data(shape)
-    k = fg.compile(ex.add_mul_div, backend=backend)
+    k = compile_for(ex.add_mul_div, backend)
     outs = [np.full(shape, v, np.float32) for v in (1.0, 2.0, 3.0)]
     res = k(x, y, out=tuple(outs), accumulate=True)
     assert all(r is o for r, o in zip(res, outs))
@@ -42,14 +45,14 @@ def test_accumulate_into_a_reduction(backend, axis, keep):
     prev = np.linspace(-1, 1, (x + y).sum(axis=axis, keepdims=keep).size, dtype=np.float32)
     prev = prev.reshape((x + y).sum(axis=axis, keepdims=keep).shape)
     want = prev + (x + y).sum(axis=axis, keepdims=keep)
-    k = fg.compile(ex.add_reduce_sum, backend=backend)
+    k = compile_for(ex.add_reduce_sum, backend)
     k(x, y, axis=axis, keep_dims=keep, out=prev, accumulate=True)
     np.testing.assert_allclose(prev, want, rtol=1e-4, atol=1e-3)
 
 
 def test_accumulate_some_outputs_and_skip_others(backend):
     x, y = _data((6, 5), 2)
-    k = fg.compile(ex.layer_norm, backend=backend)
+    k = compile_for(ex.layer_norm, backend)
     y0, mean, rstd = fg.compile(ex.layer_norm)(x)
     acc = np.ones_like(y0)
     res = k(x, out=(acc, None, None), accumulate=[0], skip=(1, 2))
@@ -80,14 +83,14 @@ def test_the_rewrite_reads_as_out_plus_y_and_emits():
 def test_float16_outputs_accumulate_through_the_conversion(backend):
     x, y = (a.astype(np.float16) for a in _data((8, 8), 3))
     out = np.full((8,), 0.5, np.float16)
-    fg.compile(ex.add_reduce_sum, backend=backend)(x, y, out=out, accumulate=True)
+    compile_for(ex.add_reduce_sum, backend, "float16")(x, y, out=out, accumulate=True)
     want = 0.5 + (x.astype(np.float32) + y.astype(np.float32)).sum(axis=1)
     np.testing.assert_allclose(out.astype(np.float32), want, rtol=2e-3, atol=2e-2)
 
 
 def test_request_errors_are_clear(backend):
     x, y = _data((4, 3))
-    k = fg.compile(ex.add_mul_div, backend=backend)
+    k = compile_for(ex.add_mul_div, backend)
     with pytest.raises(fg.ArgumentError, match="accumulate needs the arrays to add to"):
         k(x, y, accumulate=True)
     with pytest.raises(fg.ArgumentError, match="outputs are numbered 0..2"):
@@ -133,7 +136,7 @@ def test_inplace_softmax_overwrites_its_input(backend, shape):
     x = np.random.default_rng(4).standard_normal(shape).astype(np.float32)
     want = np.exp(2 * (x - x.max(-1, keepdims=True)))
     want /= want.sum(-1, keepdims=True)
-    res = fg.compile(scaled_softmax, backend=backend)(x, scale=2.0, inplace=True)
+    res = compile_for(scaled_softmax, backend)(x, scale=2.0, inplace=True)
     assert res is x
     np.testing.assert_allclose(x, want, rtol=1e-5, atol=1e-6)
 
@@ -149,10 +152,10 @@ def test_inplace_hazards_are_found_in_the_plan():
 def test_inplace_refusals(backend):
     x, y = _data((4, 3))
     with pytest.raises(fg.ArgumentError, match="later pass reads input 'x'"):
-        fg.compile(shift_then_center, backend=backend)(x, inplace=True)
+        compile_for(shift_then_center, backend)(x, inplace=True)
     with pytest.raises(fg.ArgumentError, match="declares no output"):
-        fg.compile(ex.add_mul_div, backend=backend)(x, y, inplace=True)
-    k = fg.compile(add, backend=backend)
+        compile_for(ex.add_mul_div, backend)(x, y, inplace=True)
+    k = compile_for(add, backend)
     with pytest.raises(fg.ShapeError, match="cannot write in place"):
         k(np.ones(3, np.float32), y, inplace=True)               # x is broadcast: too small
     with pytest.raises(fg.ArgumentError, match="not a writeable C-contiguous"):

@@ -23,7 +23,9 @@ import pytest
 import fusegen as fg
 from fusegen import examples as ex
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="pip install 'fusegen[torch]'")
+from _optional import needs
+
+pytestmark = needs("torch")
 
 
 class _Lazy:

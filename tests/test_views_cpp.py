@@ -24,6 +24,8 @@ from hypothesis import HealthCheck, given, settings
 from fusegen import abi_emit, vmath
 from fusegen.native import build
 from fusegen.plan import views as V
+
+from _optional import needs_gxx, require
 from views_chains import (ERROR_CASES, SHAPE_CASES, Case, cases, encode, evaluate, expected_addresses, grouped_pairs,
                           make_case, program)
 
@@ -99,6 +101,7 @@ def _ptr(a: np.ndarray):
 
 @pytest.fixture(scope="session")
 def driver(tmp_path_factory) -> Driver:
+    require("g++")
     return Driver(build_driver(tmp_path_factory.mktemp("views-O1"), CXX_FLAGS))
 
 
@@ -176,6 +179,7 @@ def test_partial_is_plain_cpp():
     assert not re.search(r"\b(new|delete|malloc|free|throw|try|std::vector|std::string)\b", code)
 
 
+@needs_gxx
 def test_mindspore_flags_build(tmp_path):
     """MindSpore compiles a kernel with no -O flag: the partial is warning-free there too."""
     d = Driver(build_driver(tmp_path, [*build.MINDSPORE_CPU_FLAGS, *STRICT]))
@@ -221,8 +225,7 @@ extern "C" int fgv_cuda_host(int64_t *boxes) {
 
 
 def test_nvcc_compiles_the_partial(tmp_path):
-    if shutil.which("nvcc") is None:
-        pytest.skip("nvcc not found: install the CUDA toolkit to compile the partial as CUDA code")
+    require("nvcc")
     tmp_path.joinpath("fg_views_under_test.h").write_text("#include <cuda_runtime.h>\n" + header())
     src = tmp_path / "views_cuda.cu"
     src.write_text(CUDA_SOURCE)

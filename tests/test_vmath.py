@@ -32,6 +32,8 @@ from fusegen.abi_emit import emit
 from fusegen.ir import Op
 from fusegen.lower_cpu import JIT_OPTIONS
 
+from _optional import backends, needs, require
+
 
 @fg.op
 def v_exp(x):
@@ -165,8 +167,8 @@ def test_generated_numba_source_names_the_implementation_digest():
     assert "np.exp(" in k.source and "_exp_f32(" not in k.source
 
 
+@needs("mpmath")
 def test_stored_coefficients_meet_their_error_bound():
-    pytest.importorskip("mpmath")
     assert vmath.exp_poly_error(vmath.EXP_POLY, n=400) < 3e-16
 
 
@@ -187,12 +189,10 @@ def test_numba_loop_is_vectorized_without_libm_calls(name):
     assert not re.search(r"reassoc[^\n]*0x4338000000000000", llvm)
 
 
+@needs("g++", "objdump")
 def test_cpp_stage_loops_are_vectorized_without_libm_calls(tmp_path):
-    import shutil
     import subprocess
     from fusegen.native import build
-    if shutil.which("objdump") is None:
-        pytest.skip("objdump is not installed")
     e = emit(v_sigmoid, dtypes=["float32"])
     e.write(tmp_path)
     lib = build.build_library(tmp_path / e.main, flags=build.default_cpp_flags())
@@ -213,11 +213,11 @@ def numba_kernels():
 
 @pytest.fixture(scope="module")
 def aot_kernels():
-    return {name: fg.compile(op, backend="aot") for name, (op, _) in OPS.items()}
+    return {name: fg.compile(op, backend="aot", dtypes=["float32", "float16"]) for name, (op, _) in OPS.items()}
 
 
 @pytest.mark.parametrize("name", ["exp", "tanh"])
-@pytest.mark.parametrize("backend", ["numba", "aot"])
+@pytest.mark.parametrize("backend", backends("numba", "aot"))
 def test_float32_sweep_matches_numpy(request, backend, name):
     kernels = request.getfixturevalue(f"{backend}_kernels")
     got = kernels[name](SWEEP)
@@ -225,7 +225,7 @@ def test_float32_sweep_matches_numpy(request, backend, name):
     assert measured["correct"] == 0  # correctly rounded on the whole sweep
 
 
-@pytest.mark.parametrize("backend", ["numba", "aot"])
+@pytest.mark.parametrize("backend", backends("numba", "aot"))
 def test_sigmoid_is_its_float32_formula_with_a_correctly_rounded_exp(request, backend):
     # 1 / (1 + exp(-x)) in float32, as fusegen (and NumPy users) write it: exp's result rounded,
     # then the add and the divide. With exp correctly rounded the result is that formula's exactly
@@ -241,7 +241,7 @@ def test_sigmoid_is_its_float32_formula_with_a_correctly_rounded_exp(request, ba
 
 
 @pytest.mark.parametrize("name", ["exp", "tanh", "sigmoid"])
-@pytest.mark.parametrize("backend", ["numba", "aot"])
+@pytest.mark.parametrize("backend", backends("numba", "aot"))
 def test_every_float16_value(request, backend, name):
     # float16 is computed in float32 registers and rounded once at the store (fusegen's rule for
     # every op): the float32 function's correctly rounded result, rounded to half
@@ -271,10 +271,11 @@ def test_xla_ffi_handlers_share_the_cpp_versions():
     # handler flushes too, and jnp.exp does the same), but not on every thread it may use (a CI
     # run got subnormal results): each element must be the correctly rounded result under one
     # contract or the other, nothing in between
-    pytest.importorskip("jax")
+    require("jax", "g++")
     import fusegen.jax as fgj
-    for name in ("exp", "tanh"):
-        got = np.asarray(fgj.function(OPS[name][0], dtypes=["float32"])(SWEEP))
+    both = fgj.function(fg.op(lambda x: (fg.exp(x), fg.tanh(x)), name="v_exp_tanh"), dtypes=["float32"])
+    for name, got in zip(("exp", "tanh"), both(SWEEP)):  # one handler library for both (a build costs seconds)
+        got = np.asarray(got)
         flushed, exact = flush(reference(name, flush(SWEEP))), reference(name, SWEEP)
         nan = np.isnan(exact)
         assert (np.isnan(got) == nan).all() and (np.isnan(flushed) == nan).all()

@@ -26,6 +26,7 @@ from fusegen.abi_emit import emit
 from fusegen.abi_emit import FFI_DTYPES, XlaEmitted, legacy_opaque, workspace_bytes
 
 from conftest import assert_all_close, assert_close, np_ref, sample
+from _optional import needs_nvcc, require
 
 OPS = {op.name: op for op in ex.REFERENCE_OPS}
 _GELU_C = math.sqrt(2.0 / math.pi)  # a Python float: weak, as in the op
@@ -221,7 +222,9 @@ def test_workspace_bytes_follow_the_ir_shapes():
 
 @pytest.fixture(scope="module")
 def jax():
-    return pytest.importorskip("jax")
+    require("jax", "g++")
+    import jax
+    return jax
 
 
 @pytest.fixture(scope="module")
@@ -259,10 +262,8 @@ def test_handlers_compile_warning_free(fns):
     assert {"AttrMix_float32", "AttrMix_float16", "AttrMix_float32_legacy", "AttrMix_float16_legacy"} <= symbols
 
 
+@needs_nvcc
 def test_cuda_handlers_compile_with_nvcc(jax):
-    import shutil
-    if shutil.which("nvcc") is None:
-        pytest.skip("nvcc is not installed")
     e = emit(attr_mix, abi="xla-ffi", device="cuda", dtypes=["float32", "float16"])
     directory = build.cache_dir() / "xla-test" / e.digest
     e.write(directory)

@@ -38,6 +38,7 @@ def _numba_native(call: Any, arrays: tuple) -> Callable[[], None]:
     steps = []
     for grp in call.groups:
         args = [named[k][i] for k, i in grp.sources] + [grp.meta] + [call.attr_values[a] for a in grp.attrs]
+        args += list(grp.params)
         steps.append((grp.entry or grp.func, tuple(args)))
 
     def native() -> None:

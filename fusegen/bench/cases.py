@@ -25,6 +25,8 @@ from typing import Any, Callable
 import numpy as np
 from numba import get_num_threads, njit, prange
 
+from . import layout_cases as lc
+
 Arrays = tuple  # of np.ndarray
 Thunk = Callable[[], Any]
 
@@ -87,8 +89,10 @@ def torch_namespace(torch: Any) -> Any:
         sum=lambda a, axis, keepdims=False: torch.sum(a, dim=axis, keepdim=keepdims),
         mean=lambda a, axis, keepdims=False: torch.mean(a, dim=axis, keepdim=keepdims),
         max=lambda a, axis, keepdims=False: torch.amax(a, dim=axis, keepdim=keepdims),
-        exp=torch.exp, abs=torch.abs, sqrt=torch.sqrt, tanh=torch.tanh, where=torch.where, erf=torch.erf,
-        log=torch.log, maximum=lambda a, b: torch.clamp(a, min=b) if isinstance(b, (int, float)) else torch.maximum(a, b))
+        exp=torch.exp, abs=torch.abs, sqrt=torch.sqrt, tanh=torch.tanh, where=torch.where, erf=torch.erf, log=torch.log,
+        maximum=lambda a, b: torch.clamp(a, min=b) if isinstance(b, (int, float)) else torch.maximum(a, b),
+        concat=lambda arrays, axis=0: torch.cat(arrays, dim=axis), arange=torch.arange,
+        permute_dims=lambda a, axes: a.permute(axes))
 
 
 # --- the hand-written Numba versions --------------------------------------------------------------
@@ -238,7 +242,11 @@ class OpBench:
     inputs: tuple[tuple[str, Callable], ...]  # per input: ("x" = x's shape, "row" = x's last dim), values
     variants: tuple[dict, ...]        # attribute sets, each a case per shape
     reduced: Callable = field(default=lambda shape, attrs: 1)  # terms summed into each output value
-    op_def: Any = None                # the op, when it is not the reference op of this name
+    # An op with shapes of its own (the layout rows' 3-D and 4-D tensors): its large shapes, and
+    # the small ones quick runs and the per-call case use. Empty: the config's 2-D shapes.
+    shapes: tuple = ()
+    small_shapes: tuple = ()
+    op_def: Any = None                # the op, when it is not the reference op of this name (bench.variants)
 
     @property
     def op(self) -> Any:
@@ -249,7 +257,8 @@ class OpBench:
 
     def make_inputs(self, shape: tuple[int, ...], dtype: str, seed: int = 0) -> Arrays:
         rng = np.random.default_rng(seed)
-        return tuple(values(rng, shape if kind == "x" else shape[-1:], np.dtype(dtype))
+        return tuple(values(rng, shape if kind == "x" else shape[-1:] if kind == "row" else kind(shape),
+                            np.dtype(dtype))
                      for kind, values in self.inputs)
 
 
@@ -282,6 +291,25 @@ OPS: dict[str, OpBench] = {b.name: b for b in (
             (_X01, ("row", uniform(0.5, 1.5))), ({"eps": 1e-6},), reduced=_axis_len),
     OpBench("bias_gelu", xp_bias_gelu, lambda a, at: (nb_bias_gelu, a),
             (("x", uniform(-3.0, 3.0)), ("row", uniform(-0.5, 0.5))), ({},)),
+    # --- layout ops (issue #16), with the issue's shapes ---
+    OpBench("transpose_add", lc.xp_transpose_add, lambda a, at: (lc.nb_transpose_add, a),
+            (("x", uniform(-1.0, 1.0)), (lc.transposed, uniform(-1.0, 1.0))), ({},),
+            shapes=((4096, 4096),), small_shapes=((256, 256), (4, 5))),
+    OpBench("rope", lc.xp_rope, lambda a, at: (lc.nb_rope, a),
+            (("x", uniform(-1.0, 1.0)), (lc.last_two, uniform(-1.0, 1.0)), (lc.last_two, uniform(-1.0, 1.0))),
+            ({},), shapes=((8, 16, 1024, 128),), small_shapes=((2, 4, 32, 16), (1, 1, 2, 4))),
+    OpBench("heads_split", lc.xp_heads_split, lambda a, at: (lc.nb_heads_split, (*a, at["heads"], at["scale"])),
+            (("x", uniform(-1.0, 1.0)),), ({"heads": 16, "scale": 0.125},),
+            shapes=((8, 1024, 2048),), small_shapes=((2, 32, 256), (1, 2, 16))),
+    OpBench("causal_softmax", lc.xp_causal_softmax, lambda a, at: (lc.nb_causal_softmax, a),
+            (("x", uniform(-8.0, 8.0)),), ({},), reduced=lambda shape, at: shape[-1],
+            shapes=((8, 16, 512, 512),), small_shapes=((2, 2, 64, 64), (1, 1, 4, 4))),
+    OpBench("swiglu", lc.xp_swiglu, lambda a, at: (lc.nb_swiglu, a), (("x", uniform(-3.0, 3.0)),), ({},),
+            shapes=((8192, 8192),), small_shapes=((256, 256), (4, 6))),
+    OpBench("group_norm", lc.xp_group_norm, lambda a, at: (lc.nb_group_norm, (*a, at["groups"], at["eps"])),
+            (_X01, (lc.channels, uniform(0.5, 1.5)), (lc.channels, uniform(-0.5, 0.5))),
+            ({"groups": 32, "eps": 1e-5},), reduced=lambda shape, at: math.prod(shape[1:]) // at["groups"],
+            shapes=((32, 256, 32, 32),), small_shapes=((2, 64, 8, 8), (1, 32, 1, 2))),
 )}
 
 
@@ -392,16 +420,57 @@ def _jax_method(spec: OpBench) -> Method:
     return Method("jax-cpu", bind)
 
 
+def torch_compiled(torch: Any, fn: Callable, **options: Any) -> Callable:
+    """``torch.compile(fn, dynamic=False, **options)`` for one bench case (one specialization per
+    shape, as the other methods get), returned as a function whose ``fallback()`` says whether
+    torch.compile really ran it: None, or why the case ran (partly) as eager PyTorch.
+
+    Dynamo keeps compiled code per Python code object, and every case of an op calls the same
+    code: after ``recompile_limit`` (8) shapes and axes it stops compiling and silently runs eager
+    PyTorch under the torch.compile label. So dynamo is reset first (each case starts with an
+    empty cache), and ``fallback()`` reads dynamo's counters since then: anything but exactly one
+    graph, captured whole, is reported (a graph break, the recompile limit, nothing compiled, a
+    recompile)."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    graphs0 = counters["stats"]["unique_graphs"]
+    breaks0, gave_up0 = dict(counters["graph_break"]), dict(counters["unimplemented"])
+    compiled = torch.compile(fn, dynamic=False, **options)
+
+    def new(now: dict, before: dict) -> list[str]:
+        return [reason.splitlines()[0] for reason, n in now.items() if n > before.get(reason, 0)]
+
+    def fallback() -> str | None:
+        breaks, gave_up = new(counters["graph_break"], breaks0), new(counters["unimplemented"], gave_up0)
+        graphs = counters["stats"]["unique_graphs"] - graphs0
+        if breaks:
+            return f"graph break ({breaks[0]}): {graphs} graph(s) with eager PyTorch between them"
+        if gave_up:
+            return f"dynamo gave up ({gave_up[0]}): eager PyTorch ran"
+        if graphs == 0:
+            return "dynamo compiled no graph: eager PyTorch ran"
+        if graphs > 1:
+            return f"dynamo recompiled ({graphs} graphs for one case)"
+        return None
+
+    def call(*args: Any) -> Any:
+        return compiled(*args)
+    call.fallback = fallback
+    return call
+
+
 def _torch_method(spec: OpBench) -> Method:
     import torch
     ns = torch_namespace(torch)
 
     def bind(arrays: Arrays, attrs: dict) -> Thunk:
-        def traced(*tensors):
-            return spec.xp_ref(ns, *tensors, **attrs)
-        fn = torch.compile(traced, dynamic=False)  # one specialization per shape, as the others
+        fn = torch_compiled(torch, functools.partial(spec.xp_ref, ns, **attrs))
         tensors = [torch.from_numpy(a) for a in arrays]  # shares the memory: no copy
-        return lambda: fn(*tensors)
+        thunk = functools.partial(fn, *tensors)
+        thunk.fallback = fn.fallback
+        return thunk
     return Method("torch-cpu", bind)
 
 

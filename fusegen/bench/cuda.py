@@ -71,12 +71,8 @@ _THREADS = 256
 # --- is there a GPU ---------------------------------------------------------------------------------
 def unavailable() -> str | None:
     """Why the GPU bench cannot run here (no numba-cuda, no GPU or driver), or None."""
-    from ..native.device import CudaUnavailableError, require_gpu
-    try:
-        require_gpu()
-    except CudaUnavailableError as e:
-        return str(e)
-    return None
+    from .methods import cuda_unavailable
+    return cuda_unavailable()
 
 
 # --- device kernels: the copy probe and the prelude ------------------------------------------------
@@ -444,5 +440,5 @@ def run_demo(shape: tuple[int, ...], axis: int, dtype: str, rounds: int, backend
     case = Case(spec, tuple(shape), {"axis": axis})
     doc["case"] = bench.finish_case(measure_case(fg + others, case, spec.make_inputs(case.shape, dtype), rounds, dev),
                                     bw, GPU_TARGETS)
-    doc.update(bandwidth=bw.as_json(), machine={"gpu": gpu_info()}, timer=dev.timer)
+    doc.update(bandwidth=bw.as_json(), machine={**machine_info(), "gpu": gpu_info()}, timer=dev.timer)
     return doc

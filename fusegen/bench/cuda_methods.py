@@ -17,7 +17,7 @@ import numpy as np
 from numba import cuda
 
 from ..lower_cuda import simulator
-from .cases import Method, OpBench, Thunk, importable, jax_available, torch_namespace
+from .cases import Method, OpBench, Thunk, importable, jax_available, torch_compiled, torch_namespace
 from .harness import BenchConfig, why
 
 
@@ -150,7 +150,10 @@ def _xp_method(name: str, spec: OpBench, xp: Any, put: Callable[[np.ndarray], An
         if synchronous:
             import jax
             return lambda: jax.block_until_ready(fn(*args))
-        return lambda: fn(*args)
+        thunk = functools.partial(fn, *args)
+        if hasattr(fn, "fallback"):  # torch.compile's check (cases.torch_compiled)
+            thunk.fallback = fn.fallback
+        return thunk
     return Method(name, bind, synchronous=synchronous)
 
 
@@ -171,7 +174,7 @@ def competitor_methods(spec: OpBench, cfg: BenchConfig) -> tuple[list[Method], d
             methods.append(_xp_method("torch-cuda", spec, ns, put))
             if cfg.torch_compile:
                 methods.append(_xp_method("torch-compile-cuda", spec, ns, put,
-                                          functools.partial(torch.compile, dynamic=False)))
+                                          functools.partial(torch_compiled, torch)))
     why = _cupy_unusable()
     if why:
         skipped["cupy-cuda"] = why

@@ -46,8 +46,8 @@ import numpy as np
 from .cases import OPS, Method, OpBench, Thunk, check, competitor_methods, reference, tolerance  # noqa: F401
 from .machine import (BANDWIDTH_BYTES, SPREAD_LIMIT, Bandwidth, copy_bandwidth, gbps, machine_info, noise_warnings,  # noqa: F401
                       read_bandwidth, read_pass, reused_pages, round_spread, time_interleaved)
+from .methods import cuda_available, cuda_unavailable, discover, fg_jax_method, gxx_works, why  # noqa: F401
 from .variants import ALL_OPS
-from .methods import cuda_available, discover, fg_jax_method, gxx_works, why  # noqa: F401
 from .report import case_bandwidth
 
 SCHEMA = "fusegen-bench/2"
@@ -137,10 +137,14 @@ def check_methods(methods: list[Method], case: Case, arrays: tuple, warmup: int 
             del out
             for _ in range(warmup if ok else 0):
                 fn()
+            # a compiler that quietly ran something else (torch.compile's eager fallback) says so
+            fallback = getattr(fn, "fallback", lambda: None)()
         except Exception as e:  # noqa: BLE001 - a failing method is a FAIL row, not a crash
             entry.update(error=why(e), ok=False)
             continue
         entry.update(max_rel_err=err, checked=True, ok=ok)
+        if fallback:
+            entry["fallback"] = fallback
         if ok:
             calls[m.name] = fn
     return results, calls, ref, rtol
@@ -160,13 +164,14 @@ def case_doc(case: Case, arrays: tuple, ref: tuple, results: dict, rtol: float, 
 
 
 def measure_case(methods: list[Method], case: Case, arrays: tuple, rounds: int, calls_per_round: int = 1,
-                 warmup: int = 2, probe: np.ndarray | None = None) -> dict:
+                 warmup: int = 2, probe: np.ndarray | None = None, probe_each: bool = False) -> dict:
     """Check every method against NumPy, then time the ones that passed, interleaved: the JSON
     of one case (ratios to the bound are added by ``finish_case``). Small cases make up to
     ``calls_per_round`` calls per method and round (``calls_for``). With a ``probe`` array, a
-    large case also reads it once per round, interleaved with the methods: the read bandwidth
-    of that case's own rounds, for its bound (the host's bandwidth drifts by tens of percent
-    within minutes on shared machines, with other tenants' load)."""
+    large case also reads it once per round, interleaved with the methods (``probe_each``:
+    before and after every method): the read bandwidth of that case's own rounds, for its bound
+    (the host's bandwidth drifts by tens of percent within minutes on shared machines, with
+    other tenants' load)."""
     results, calls, ref, rtol = check_methods(methods, case, arrays, warmup)
     counts = {n: calls_for(fn, calls_per_round) if case.small else 1 for n, fn in calls.items()}
     if case.small:
@@ -175,23 +180,28 @@ def measure_case(methods: list[Method], case: Case, arrays: tuple, rounds: int, 
     elif probe is not None:
         calls["(read probe)"] = lambda: read_pass(probe)
         counts["(read probe)"] = 1
-    samples = time_interleaved(calls, rounds, counts)
+    each = probe_each and "(read probe)" in calls
+    samples = time_interleaved(calls, rounds, counts, between="(read probe)" if each else None)
     extra: dict[str, Any] = {}
     if case.small:
         extra["loop_overhead_s"] = median(samples.pop("(empty loop)"))
     elif probe is not None:
-        extra["read_bandwidth"] = probed_bandwidth(probe.nbytes, samples.pop("(read probe)"),
-                                                   "median of one probe pass per round, interleaved with the methods")
+        how = ("median of probe passes before and after every method in every round" if each
+               else "median of one probe pass per round, interleaved with the methods")
+        extra["read_bandwidth"] = probed_bandwidth(probe.nbytes, samples.pop("(read probe)"), how)
     return {**case_doc(case, arrays, ref, results, rtol, rounds, calls_per_round, samples, counts), **extra}
 
 
 def probed_bandwidth(moved: int, seconds: list[float], how: str) -> dict:
     """A probe's passes in a case's rounds (``moved`` bytes each) as the case's bandwidth entry."""
-    rates = [moved / t for t in seconds]
-    return {"bytes_per_s": median(rates), "samples_gbps": [r / 1e9 for r in rates], "method": how}
+    rates = sorted(moved / t for t in seconds)
+    q1, q3 = rates[len(rates) // 4], rates[(3 * len(rates)) // 4]
+    return {"bytes_per_s": median(rates), "samples_gbps": [moved / t / 1e9 for t in seconds], "method": how,
+            "array_bytes": moved, "min_gbps": rates[0] / 1e9, "max_gbps": rates[-1] / 1e9,
+            "spread": (q3 - q1) / median(rates)}  # interquartile range / median, as round_spread
 
 
-def finish_case(doc: dict, bw: Bandwidth, targets: Targets = CPU_TARGETS) -> dict:
+def finish_case(doc: dict, bw: Bandwidth | None, targets: Targets = CPU_TARGETS) -> dict:
     """Add the bound, the ratios, the best methods and the targets to a measured case. The bound
     uses the bandwidth of the case's own rounds when it was probed, else ``bw``."""
     probed = case_bandwidth(doc)
@@ -205,9 +215,11 @@ def finish_case(doc: dict, bw: Bandwidth, targets: Targets = CPU_TARGETS) -> dic
         return (max if slowest else min)(entries, key=lambda n: entries[n]["median_s"]) if entries else None
 
     fg = {n: e for n, e in timed.items() if e["fusegen"]}
-    others = {n: e for n, e in timed.items() if not e["fusegen"]}
-    best = fastest(timed)
-    for e in timed.values():
+    # a method that fell back to something else (torch.compile running eager PyTorch) is shown, marked,
+    # but is not the method its name says: it ranks against nothing
+    others = {n: e for n, e in timed.items() if not e["fusegen"] and "fallback" not in e}
+    best = fastest({**fg, **others})
+    for e in timed.values() if best is not None else ():
         e["ratio_to_best"] = e["median_s"] / timed[best]["median_s"]
     doc.update(best=best, best_fusegen=fastest(fg), best_other=fastest(others), targets={})
     judged = fastest(fg, slowest=targets.every_fusegen)
@@ -314,11 +326,13 @@ class BenchConfig:
     torch_compile: bool = False  # on the GPU: torch.compile too (Inductor compiles take minutes)
     compile_times: bool = False
     fresh_pages: bool = False
+    quick: bool = False  # rows with shapes of their own take their small ones
 
     @classmethod
     def quick(cls, **kw: Any) -> BenchConfig:
         # Below FUSEGEN_PARALLEL_THRESHOLD: fusegen's serial kernels, quick to compile.
-        small = dict(shapes=((256, 256),), rounds=3, per_call_rounds=3, per_call_calls=50, bandwidth_reps=3)
+        small = dict(shapes=((256, 256),), rounds=3, per_call_rounds=3, per_call_calls=50, bandwidth_reps=3,
+                     quick=True)
         return cls(**{**small, **kw})
 
     def plan(self) -> tuple[list[Case], list[str], int]:
@@ -333,8 +347,10 @@ class BenchConfig:
         out = []
         for name in self.ops:
             spec = ALL_OPS[name]
-            out += [Case(spec, s, a) for s in self.shapes for a in spec.variants]
-            out.append(Case(spec, self.small_shape, spec.variants[-1], small=True))
+            shapes = self.shapes if not spec.shapes else spec.small_shapes[:1] if self.quick else spec.shapes
+            out += [Case(spec, s, a) for s in shapes for a in spec.variants]
+            small = spec.small_shapes[-1] if spec.shapes else self.small_shape
+            out.append(Case(spec, small, spec.variants[-1], small=True))
         return out
 
 
@@ -433,9 +449,32 @@ def run_bench(cfg: BenchConfig, progress: Progress | None = None) -> dict:
             "cases": docs, "compile_times": compile_times, "ok": all(d["ok"] for d in docs)}
 
 
+#: A method measured faster than this multiple of the bound moved its bytes faster than the probe
+#: says memory can: the probe under-measured the bandwidth (it ran while a neighbour's burst took
+#: the memory bus), so the bound is wrong, not the method fast.
+PROBE_SUSPECT_RATIO = 0.9
+
+
+#: ... for a case whose bytes are this many or more (far beyond the caches: smaller inputs can
+#: really run faster than memory, from cache).
+PROBE_SUSPECT_BYTES = 64 << 20
+
+
+def probe_warnings(case: dict) -> list[str]:
+    """One line per method of a finished case that ran faster than ``PROBE_SUSPECT_RATIO`` times
+    its bound: a probe problem, reported as such rather than as a result."""
+    if case["bytes"] < PROBE_SUSPECT_BYTES:
+        return []
+    return [f"{name} ran at {e['ratio_to_bound']:.2f}x the bound, faster than memory allows: the bandwidth "
+            f"probe under-measured this machine (a probe problem, not a result); rerun on a quiet machine"
+            for name, e in case["results"].items() if e.get("ratio_to_bound", 1.0) < PROBE_SUSPECT_RATIO]
+
+
 def run_demo(shape: tuple[int, ...], axis: int, dtype: str, rounds: int, backends: list[str],
              devices: list[str], aot_flags: list[str] | None = None, progress: Progress | None = None) -> dict:
-    """``add_reduce_sum`` once through every available backend, checked against NumPy."""
+    """``add_reduce_sum`` once through every available backend, checked against NumPy, and timed
+    against the read bandwidth of a probe run before and after every method in every round (the
+    median of those passes, as methods are measured: a best-of-N probe catches bursts)."""
     from .cases import numpy_method
     say = progress or (lambda step, total, label: None)
     spec = OPS["add_reduce_sum"]
@@ -445,10 +484,17 @@ def run_demo(shape: tuple[int, ...], axis: int, dtype: str, rounds: int, backend
     if not methods:
         return doc  # nothing to show; spare the caller the bandwidth probe and the big inputs
     say(2, 3, "read bandwidth")
-    bw = read_bandwidth()
+    probe = np.ones(BANDWIDTH_BYTES // 4, np.float32)  # ones, not empty: every page must be really mapped
+    read_pass(probe)  # compile / load from Numba's cache, wake the thread pool
     say(3, 3, "running")
     case = Case(spec, tuple(shape), {"axis": axis})
     arrays = spec.make_inputs(case.shape, dtype)
-    doc["case"] = finish_case(measure_case([numpy_method(spec)] + methods, case, arrays, rounds), bw)
-    doc.update(bandwidth=bw.as_json(), machine=machine_info())
+    load_start = os.getloadavg() if hasattr(os, "getloadavg") else None
+    doc["case"] = finish_case(measure_case([numpy_method(spec)] + methods, case, arrays, rounds, probe=probe,
+                                           probe_each=True), None)
+    machine = machine_info()
+    machine["load_avg_start"] = list(load_start) if load_start else None
+    # a busy machine (the load average, rounds that disagree) and a bound beaten: said, not hidden
+    doc.update(bandwidth=doc["case"]["read_bandwidth"], machine=machine,
+               warnings=noise_warnings(machine, round_spread([doc["case"]])) + probe_warnings(doc["case"]))
     return doc

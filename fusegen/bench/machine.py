@@ -10,6 +10,8 @@ import ctypes.util
 import gc
 import os
 import platform
+import shutil
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -131,6 +133,30 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown CPU"
 
 
+#: Distributions whose versions a report names, where installed (read from their metadata).
+_VERSIONED = ("numpy", "numba", "llvmlite", "jax", "jaxlib", "torch", "numba-cuda")
+
+
+def library_versions() -> dict[str, str]:
+    """Python's version, every installed one of ``_VERSIONED`` (nothing is imported for it), and
+    the C++ compiler the AOT backend uses (the first line of its ``--version``)."""
+    import importlib.metadata
+    out = {"python": platform.python_version()}
+    for dist in _VERSIONED:
+        try:
+            out[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    compiler = shutil.which(os.environ.get("FUSEGEN_CXX") or "g++")
+    if compiler:
+        try:
+            proc = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=60)
+            out[os.path.basename(compiler)] = (proc.stdout.splitlines() or ["?"])[0].strip()
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    return out
+
+
 def machine_info() -> dict:
     """What the numbers depend on: CPU, cores, threads, versions."""
     import numba
@@ -149,6 +175,7 @@ def machine_info() -> dict:
             "platform": platform.platform(), "python": platform.python_version(),
             "numpy": np.__version__, "numba": numba.__version__, "fusegen": fusegen.__version__,
             "load_avg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,  # others' load skews all
+            "versions": library_versions(),
             "env": {k: os.environ[k] for k in _ENV_RECORDED if k in os.environ}}
 
 
@@ -177,26 +204,35 @@ def reused_pages() -> Iterator[str | None]:
 
 # --- timing ---------------------------------------------------------------------------------------
 def time_interleaved(calls: dict[str, Thunk], rounds: int,
-                     calls_per_round: int | dict[str, int] = 1) -> dict[str, list[float]]:
+                     calls_per_round: int | dict[str, int] = 1, between: str | None = None) -> dict[str, list[float]]:
     """Per round, time each call in turn, starting one method later each round (A B C, B C A,
     ...: no method always follows the same one); returns seconds per call, one sample per round
     (the round's mean when a method makes several calls per round: ``calls_per_round``, one
-    count for all or one per name). The collector is off meanwhile: a collection landing in one
-    sample is not its cost."""
-    names = list(calls)
-    counts = calls_per_round if isinstance(calls_per_round, dict) else dict.fromkeys(names, calls_per_round)
-    samples: dict[str, list[float]] = {name: [] for name in names}
+    count for all or one per name). ``between`` names a call (a bandwidth probe) timed before
+    every other call and once more at the end of each round (P A P B P C P), so it samples the
+    machine right around each method: it gets ``len(calls)`` samples a round. The collector is
+    off meanwhile: a collection landing in one sample is not its cost."""
+    names = [n for n in calls if n != between]
+    counts = calls_per_round if isinstance(calls_per_round, dict) else dict.fromkeys(calls, calls_per_round)
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+
+    def timed(name: str) -> None:
+        fn, count = calls[name], counts[name]
+        t0 = time.perf_counter_ns()
+        for _ in range(count):
+            fn()
+        samples[name].append((time.perf_counter_ns() - t0) * 1e-9 / count)
+
     enabled = gc.isenabled()
     gc.disable()
     try:
         for r in range(rounds):
             for k in range(len(names)):
-                name = names[(r + k) % len(names)]
-                fn, count = calls[name], counts[name]
-                t0 = time.perf_counter_ns()
-                for _ in range(count):
-                    fn()
-                samples[name].append((time.perf_counter_ns() - t0) * 1e-9 / count)
+                if between is not None:
+                    timed(between)
+                timed(names[(r + k) % len(names)])
+            if between is not None:
+                timed(between)
     finally:
         if enabled:
             gc.enable()

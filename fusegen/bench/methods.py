@@ -33,13 +33,22 @@ def gxx_works() -> bool:
     return _probes["gxx"]
 
 
-def cuda_available() -> bool:
-    """``numba.cuda.is_available()``, False when numba's CUDA support cannot even be imported."""
+def cuda_unavailable() -> str | None:
+    """Why fusegen's CUDA backends cannot run here (numba-cuda missing: what to install; no GPU or
+    driver), or None: the runtime's own rule (``native.device.require_gpu``)."""
+    from ..native.device import CudaUnavailableError, require_gpu
     try:
-        from numba import cuda
-        return bool(cuda.is_available())
-    except Exception:  # noqa: BLE001 - any failure to reach a GPU means "no GPU"
-        return False
+        require_gpu()
+    except CudaUnavailableError as e:
+        return str(e)
+    except Exception as e:  # noqa: BLE001 - any failure to reach a GPU means "no GPU"
+        return why(e)
+    return None
+
+
+def cuda_available() -> bool:
+    """Whether fusegen's CUDA backends can run here (``cuda_unavailable()`` has no reason)."""
+    return cuda_unavailable() is None
 
 
 def why(e: Exception) -> str:
@@ -76,8 +85,9 @@ def discover(op: Any, backends: list[str], devices: list[str], aot_flags: list[s
     for device in devices:
         for backend in backends:
             name = f"{backend}-{device}"
-            if device == "cuda" and not cuda_available():
-                skipped[name] = "no CUDA device"
+            reason = cuda_unavailable() if device == "cuda" else None
+            if reason:
+                skipped[name] = reason
                 continue
             if backend == "aot" and not gxx_works():
                 skipped[name] = "no working C++ compiler (g++ or $FUSEGEN_CXX)"

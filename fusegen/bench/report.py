@@ -130,7 +130,8 @@ def _cell(entry: dict | None, key: str, fmt) -> str:
         return ""
     if not entry.get("ok", False):
         return "FAIL"
-    return fmt(entry.get(key))
+    # not what the column's name says (torch.compile ran eager PyTorch): marked, explained below the table
+    return fmt(entry.get(key)) + (" (fallback)" if "fallback" in entry else "")
 
 
 #: Medians closer than this are a tie on these machines (run-to-run noise is a few percent).
@@ -231,6 +232,13 @@ def failures(doc: dict) -> list[str]:
     return out
 
 
+def fallbacks(doc: dict) -> list[str]:
+    """One line per method that did not run as its name says (torch.compile falling back to eager
+    PyTorch): its cells are marked "(fallback)" and rank against nothing."""
+    return [f"{case['op']} {case['label']}: {label(m)} fell back ({e['fallback']}); its cell is not a "
+            f"{label(m)} result" for case in doc["cases"] for m, e in case["results"].items() if "fallback" in e]
+
+
 def case_bandwidth(case: dict) -> dict | None:
     """The bandwidth probed in a case's own rounds: read (CPU) or copy (GPU), or None."""
     return case.get("read_bandwidth") or case.get("copy_bandwidth")
@@ -257,6 +265,13 @@ def gpu_text(doc: dict) -> str:
             f"copy bandwidth {_in_cases(doc)}{bw['copy']['gbps']:.1f} GB/s at best before and after (copy kernel, "
             f"{fmt_bytes(bw['copy']['array_bytes'])} read + written), cudaMemcpy {bw['memcpy']['gbps']:.1f} GB/s; "
             f"timer: {doc['timer']}")
+
+
+def versions_text(machine: dict) -> str:
+    """``fusegen 0.1.0, python 3.11.7, numpy 2.4.6, ..., g++ (Ubuntu 13.2.0) 13.2.0``: the software
+    behind a report's numbers (``machine_info()["versions"]``; a compiler's line starts with its name)."""
+    versions = {"fusegen": machine.get("fusegen", "?"), **machine.get("versions", {})}
+    return ", ".join(v if v.startswith(k) else f"{k} {v}" for k, v in versions.items())
 
 
 def machine_text(doc: dict) -> str:
@@ -325,9 +340,11 @@ def terminal_report(doc: dict) -> str:
     out.append(f"bound = (bytes of every input and output, once) / the {doc.get('bound_probe', 'read')} bandwidth "
                f"of a probe run in the case's own rounds, interleaved with the methods; {machine_text(doc)}")
     out.append(f"allocator: {doc['allocator']}")
+    out.append(f"software: {versions_text(doc['machine'])}")
     out += summary(doc)
     if doc.get("issue_4"):
         out.append(doc["issue_4"]["text"])
+    out += fallbacks(doc)
     out += failures(doc)
     return "\n".join(out)
 
@@ -338,7 +355,7 @@ def markdown_report(doc: dict, png: str | None = None) -> str:
     s = doc["settings"]
     out = ["# fusegen bench", "",
            f"{doc.get('created', '')}; {machine_text(doc)}; {s['dtype']}; allocator: {doc['allocator']}.", "",
-           f"Made by `{doc.get('command', 'fusegen bench')}`.", ""]
+           f"Made by `{doc.get('command', 'fusegen bench')}`; software: {versions_text(doc['machine'])}.", ""]
     out += [f"**Warning:** {w}.\n" for w in doc.get("warnings", [])]
     if png:
         out += [f"![each method's time as a multiple of the bound]({png})", ""]
@@ -358,6 +375,8 @@ def markdown_report(doc: dict, png: str | None = None) -> str:
                                  for i, line in enumerate(summary(doc))]
     if doc.get("issue_4"):
         out += ["", doc["issue_4"]["text"]]
+    if fallbacks(doc):
+        out += ["", "## Fallbacks", ""] + [f"* {line}" for line in fallbacks(doc)]
     bad = failures(doc)
     if bad:
         out += ["", "## Failures", ""] + [f"* {line}" for line in bad]

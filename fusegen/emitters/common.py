@@ -20,7 +20,7 @@ from .. import dtypes as dt
 from .. import vmath
 from ..dtypes import AttrType, DType
 from ..errors import DTypeError
-from ..ir import AttrRef, Node, Op, OpDef, ShapeOf, leaves_of, node_text
+from ..ir import NO_VALUE, PIECEWISE, VIEWS, AttrRef, Node, Op, OpDef, ShapeOf, leaves_of, node_text
 from ..plan import Plan
 from ..version import __version__
 
@@ -251,10 +251,22 @@ def _stage_text(op: OpDef, st) -> str:
     return ", ".join(parts)
 
 
+def _refuse_layout_ops(op: OpDef) -> None:
+    """The C++ emitters do not evaluate index maps yet: an op that reads through a view, a
+    piece, an iota or a dim would be emitted as if it were elementwise (a wrong kernel), so it
+    is refused here, naming the node, until they do."""
+    for n in op.graph.nodes:
+        if n.op in VIEWS or n.op in PIECEWISE or n.op in NO_VALUE:
+            raise NotImplementedError(
+                f"{op.name}: the emitted C++/CUDA/XLA sources do not support layout ops yet "
+                f"(%{op.graph.idx(n)} = {n.op.value}); use backend='numba'")
+
+
 def template_data(op: OpDef, plan: Plan, combos: list[dict], errors=None, **extra) -> dict:
     """What every C++/CUDA template and the shared partials read: the op's tables, its
     plan's stages and one entry per dtype combination (``combos``: already rendered by the
     caller, as their stage code differs between CPU and CUDA). ``extra``: template-specific."""
+    _refuse_layout_ops(op)
     name = c_name(op.name)
     return dict(
         version=__version__, op=op.name, name=name, text=op.text(), inputs=op.inputs,

@@ -68,7 +68,7 @@ def expr_fn(spec, node: Node, want: DType, names: dict) -> list[str]:
     # An attribute is stored as the ABI gives it (float, int64_t, bool); the expression table
     # expects the weak scalar's materialized dtype (double, int64_t, bool), so convert once.
     attr_text = {"float": "double({})", "int": "int64_t({})", "bool": "{}"}
-    w = ExprWriter(spec, CPP, lambda n: names[id(n)] if n.op is not Op.ATTR else
+    w = ExprWriter(spec, CPP, lambda n, ctx=(): names[id(n)] if n.op is not Op.ATTR else
                    attr_text[spec.of(n).dtype].format(f"a.{n.arg}"), prefix="t")
     v = w.value(node, want)
     lines = [f"const auto {name} = {expr};" for name, expr in w.lines]

@@ -55,10 +55,22 @@ class Op(enum.Enum):
     NE = "ne"
     AND = "logical_and"
     OR = "logical_or"
+    FLOOR_DIVIDE = "floor_divide"
+    REMAINDER = "remainder"
     # others
     WHERE = "where"
     CAST = "cast"
     REDUCE = "reduce"
+    # shapes and layouts (fusegen.graph.layout): a dim as a value, views, pieces, iota
+    DIM = "dim"
+    PERMUTE = "permute_dims"
+    INDEX = "index"
+    RESHAPE = "reshape"
+    BROADCAST_TO = "broadcast_to"
+    FLIP = "flip"
+    CONCAT = "concat"
+    PAD = "pad"
+    IOTA = "iota"
 
 
 # Each elementwise op's dtype rule is the NumPy ufunc whose type resolution it follows.
@@ -71,9 +83,11 @@ BINARY_UFUNC = {
     Op.ADD: "add", Op.SUB: "subtract", Op.MUL: "multiply", Op.DIV: "true_divide", Op.POW: "power",
     Op.MAX: "maximum", Op.MIN: "minimum", Op.LT: "less", Op.LE: "less_equal", Op.GT: "greater",
     Op.GE: "greater_equal", Op.EQ: "equal", Op.NE: "not_equal", Op.AND: "logical_and",
-    Op.OR: "logical_or",
+    Op.OR: "logical_or", Op.FLOOR_DIVIDE: "floor_divide", Op.REMAINDER: "remainder",
 }
-REDUCE_KINDS = ("sum", "mean", "prod", "max", "min")
+#: "copy" reduces over no axes: a materialized value (``fusegen.graph.canon``); it folds like
+#: "max" (identity -inf, NaN wins), so a tree or a split of it is still an exact copy.
+REDUCE_KINDS = ("sum", "mean", "prod", "max", "min", "copy")
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +136,46 @@ class ReduceArg:
 
 
 @dataclass(frozen=True, slots=True)
+class Perm:
+    """A permutation, spelled so it can be stated before the rank is known and resolved with it:
+    ``("explicit", perm)``, ``("reverse",)`` (``.T``), ``("swap", (a, b))`` (swapaxes, ``.mT``),
+    ``("move", (src...), (dst...))`` (moveaxis). Negative axes count from the end."""
+
+    kind: str
+    a: tuple = ()
+    b: tuple = ()
+
+    def __repr__(self) -> str:
+        if self.kind == "explicit":
+            return f"({', '.join(map(str, self.a))})"
+        if self.kind == "reverse":
+            return "reversed"
+        if self.kind == "swap":
+            return f"swap {self.a[0]},{self.a[1]}"
+        return f"move {self.a} to {self.b}"
+
+
+#: The kinds of basic-indexing items (``Op.INDEX``'s arg is a tuple of them): a slice whose
+#: start/stop/step each are given (a source node) or not, an integer, ``None``, ``...``, and a
+#: dim that ``squeeze`` drops (index 0, checked to be of size 1).
+SLICE_FLAGS = ((False, False, False), (True, False, False), (False, True, False), (False, False, True),
+               (True, True, False), (True, False, True), (False, True, True), (True, True, True))
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One basic-indexing item: ``kind`` in slice/int/new/ellipsis/squeeze; for a slice, which of
+    start, stop, step are sources (in that order, after the indexed tensor and earlier items')."""
+
+    kind: str
+    given: tuple = (False, False, False)
+
+    @property
+    def nsrcs(self) -> int:
+        return sum(self.given) if self.kind == "slice" else (1 if self.kind == "int" else 0)
+
+
+@dataclass(frozen=True, slots=True)
 class Node:
     """One IR node. Structural equality and a cached hash; ``loc`` is not part of either."""
 
@@ -138,11 +192,30 @@ class Node:
         return self._hash
 
 
+#: Layout ops whose sources after the first are static parameters (bounds, dims, widths):
+#: evaluated by shape inference, never read by a kernel.
+STATIC_PARAMS = frozenset({Op.INDEX, Op.RESHAPE, Op.BROADCAST_TO})
+#: Nodes that read no value at all: a dim reads a shape, an iota computes its value from its index.
+NO_VALUE = frozenset({Op.DIM, Op.IOTA})
+#: Views: each output element is one element of the first source, at a place the node's index
+#: map says (fusegen.plan evaluates the maps; kernels never materialize a view).
+VIEWS = frozenset({Op.PERMUTE, Op.INDEX, Op.RESHAPE, Op.BROADCAST_TO, Op.FLIP})
+#: Piecewise nodes: each output element comes from one of several sources (or a constant).
+PIECEWISE = frozenset({Op.CONCAT, Op.PAD})
+
+
 def value_srcs(n: Node) -> tuple[Node, ...]:
     """The sources whose *values* ``n`` reads. A ``sum_to``/``unreduce``/``cast_like``
-    node's second source is shape- or dtype-only: shape inference visits it, kernels don't."""
+    node's second source is shape- or dtype-only: shape inference visits it, kernels don't;
+    so are a layout op's parameters (``STATIC_PARAMS``) and a pad's widths."""
     if (n.op is Op.REDUCE and isinstance(n.arg.axes, ShapeOf)) or (n.op is Op.CAST and isinstance(n.arg, DTypeOf)):
         return n.srcs[:1]
+    if n.op in STATIC_PARAMS:
+        return n.srcs[:1]
+    if n.op is Op.PAD:
+        return n.srcs[:2]
+    if n.op in NO_VALUE:
+        return ()
     return n.srcs
 
 
@@ -184,7 +257,8 @@ class Graph:
 
 # --- queries on a graph --------------------------------------------------------------------------
 def leaves_of(node: Node) -> tuple[Node, ...]:
-    """The INPUT and REDUCE nodes an elementwise expression reads (REDUCE nodes are opaque)."""
+    """The INPUT, REDUCE and IOTA nodes an expression reads (REDUCE nodes are opaque), through
+    elementwise ops, views and pieces."""
     out: dict[int, Node] = {}
     stack, seen = [node], set()
     while stack:
@@ -192,7 +266,28 @@ def leaves_of(node: Node) -> tuple[Node, ...]:
         if id(n) in seen:
             continue
         seen.add(id(n))
-        if n.op in (Op.INPUT, Op.REDUCE):
+        if n.op in (Op.INPUT, Op.REDUCE, Op.IOTA):
+            out[id(n)] = n
+        else:
+            stack.extend(value_srcs(n))
+    return tuple(sorted(out.values(), key=_leaf_key))
+
+
+def shape_atoms(node: Node) -> tuple[Node, ...]:
+    """The nodes whose shapes broadcast to ``node``'s: through elementwise ops (whose shape is the
+    broadcast of their sources') down to the first node that is not one (an input, a reduction,
+    a view, a piece, an iota). Scalars (constants, attributes, dims) have shape () and drop out.
+    Two expressions with the same atoms have the same shape at run time."""
+    out: dict[int, Node] = {}
+    stack, seen = [node], set()
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if n.op in (Op.CONST, Op.ATTR, Op.DIM):
+            continue
+        if n.op in (Op.INPUT, Op.REDUCE, Op.IOTA) or n.op in VIEWS or n.op in PIECEWISE:
             out[id(n)] = n
         else:
             stack.extend(value_srcs(n))
@@ -201,6 +296,23 @@ def leaves_of(node: Node) -> tuple[Node, ...]:
 
 def _leaf_key(n: Node):
     return (0, n.arg) if n.op is Op.INPUT else (1, stable_key(n))
+
+
+def is_static(n: Node) -> bool:
+    """A scalar whose value shape inference knows: constants, attributes, dims (which read only a
+    shape), and elementwise ops and casts on them only: no tensor data."""
+    stack, seen = [n], set()
+    while stack:
+        m = stack.pop()
+        if id(m) in seen:
+            continue
+        seen.add(id(m))
+        if m.op is Op.DIM or m.op in (Op.CONST, Op.ATTR):
+            continue
+        if m.op in (Op.INPUT, Op.REDUCE, Op.IOTA) or m.op in VIEWS or m.op in PIECEWISE:
+            return False
+        stack.extend(m.srcs)
+    return True
 
 
 _STABLE: dict[Node, str] = {}

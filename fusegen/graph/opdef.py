@@ -15,9 +15,10 @@ from .. import dtypes as dt
 from ..dtypes import AttrType
 from ..errors import ArgumentError, AttrError, TraceError
 from . import requests
-from .nodes import AttrSpec, Graph, Op
+from .canon import materialize_pieces
+from .nodes import AttrSpec, Graph, Op, is_static
 from .text import op_text
-from .trace import Attr, Tensor, make, tracing
+from .trace import Attr, NeedsRank, NeedsShape, Tensor, make, tracing
 
 #: What runs an op called on arrays: ``executor(op, *args, **kwargs)``; the runtime sets it.
 _eager_executor = None
@@ -64,10 +65,73 @@ class OpDef:
                 self.attrs[p.name] = self._attr_spec(p, hints.get(p.name, p.annotation))
             else:
                 raise TraceError(f"op {self.name}: *args/**kwargs are not supported ({p})")
-        self.graph = self._trace()
+        self._inplace_spec = inplace
+        self._children: dict = {}
+        self.parent: OpDef | None = None
+        # "rank"/"shape": the body needs input ranks/shapes, so the op is traced per signature
+        # (``specialize``); ``why`` says which line asked for it.
+        self.specializes: str | None = None
+        self.why = ""
+        try:
+            self.graph = self._trace(None, self._generic_shape)
+        except (NeedsRank, NeedsShape) as e:
+            self.specializes, self.why, self.graph = ("rank" if isinstance(e, NeedsRank) else "shape"), str(e), None
+            self.multi_output = None
+            self.inplace = {}
+            self.key = hashlib.sha256(f"{self.name}|{self.specializes}|{self.why}".encode()).hexdigest()[:16]
+            return
+        self._finish()
+
+    def _generic_shape(self, node):
+        """A node's shape with every input of unknown rank: known where the ops fix it (a
+        reshape's rank). Best effort: what cannot be inferred without values is unknown."""
+        from .rules import infer_nodes
+        try:
+            return infer_nodes(self, Graph((node,)), [dt.float64] * len(self.inputs), [None] * len(self.inputs),
+                               {})[-1].shape
+        except Exception:  # noqa: BLE001 - e.g. an attribute axis, whose value a generic trace lacks
+            return None
+
+    def _finish(self) -> None:
         self.multi_output = self._multi
-        self.inplace: dict[int, int] = requests.declared_inplace(self, inplace)  # output -> input it may overwrite
+        self.inplace: dict[int, int] = requests.declared_inplace(self, self._inplace_spec)  # output -> input
         self.key = hashlib.sha256(self.text(locations=False).encode()).hexdigest()[:16]
+
+    # --- specialization -----------------------------------------------------------------------
+    def specialize(self, dtypes, shapes, attrs: dict) -> OpDef:
+        """The op traced for these input dtypes and shapes (the shapes' ranks only, for an op that
+        needs only ranks) and bound attributes: itself when the generic trace serves every
+        signature; else a rank- or shape-fixed ``OpDef`` of the same name, traced once and cached."""
+        if self.specializes is None:
+            return self
+        from .rules import infer_nodes   # the rules need the IR's nodes, not the op: no circle
+        dtypes = tuple(dt.as_dtype(d) for d in dtypes)
+        given = tuple(None if s is None else tuple(int(d) for d in s) for s in shapes)
+        if any(s is None for s in given) or (self.specializes == "shape" and any(-1 in s for s in given)):
+            raise TraceError(f"op {self.name} is traced per input {self.specializes} ({self.why}): it needs "
+                             f"known input {self.specializes}s, got {given}")
+        mode = self.specializes
+        shapes = given if mode == "shape" else tuple((-1,) * len(s) for s in given)
+        key = (mode, shapes, dtypes, tuple(sorted(attrs.items())))
+        child = self._children.get(key)
+        if child is not None:
+            return child
+        child = OpDef.__new__(OpDef)
+        child.__dict__.update({k: v for k, v in self.__dict__.items() if k not in ("graph", "_children")})
+        child._children, child.parent, child.specializes, child.why = {}, self, None, ""
+
+        def shape_fn(node):
+            return infer_nodes(child, Graph((node,)), dtypes, shapes, attrs)[-1].shape
+
+        try:
+            child.graph = child._trace(mode, shape_fn)
+        except NeedsShape as e:
+            if mode == "shape":
+                raise
+            self.specializes, self.why = "shape", str(e)   # a rank was not enough: trace per shape
+            return self.specialize(dtypes, given, attrs)
+        child._finish()
+        return self._children.setdefault(key, child)
 
     def _attr_spec(self, p, ann) -> AttrSpec:
         t = None if ann is inspect.Parameter.empty else dt.attr_type_from_annotation(ann)
@@ -86,8 +150,8 @@ class OpDef:
             raise AttrError(f"op {self.name}: default of attribute {p.name!r}: {e}") from None
         return AttrSpec(p.name, t, default, False)
 
-    def _trace(self) -> Graph:
-        with tracing(self.name) as declared_checks:
+    def _trace(self, mode: str | None = None, shape_fn=None) -> Graph:
+        with tracing(self.name, mode, shape_fn) as declared_checks:
             args = [Tensor(make(Op.INPUT, (), i)) for i in range(len(self.inputs))]
             kwargs = {n: Attr(make(Op.ATTR, (), n), s) for n, s in self.attrs.items()}
             out = self.fn(*args, **kwargs)
@@ -102,11 +166,19 @@ class OpDef:
                 raise TraceError(f"op {self.name}: output {i} is a {type(o).__name__}, not a traced tensor")
             nodes.append(o.node)
         g = Graph(tuple(nodes), checks)
+        roots = g.outputs + tuple(x for c in g.checks for x in c[:2])
+        new = materialize_pieces(g.nodes, roots)
+        if new is not roots:   # pieces read through a reshape or by a reduction are copied first
+            k = len(g.outputs)
+            g = Graph(new[:k], tuple((new[k + 2 * i], new[k + 2 * i + 1], c[2]) for i, c in enumerate(g.checks)))
         for i, o in enumerate(g.outputs):
-            if not any(n.op is Op.INPUT for n in Graph((o,)).nodes):
+            # attributes, constants and dims alone: no loop computes them (arange, full, eye and
+            # friends, which have a shape, are fine)
+            if is_static(o):
                 at = f" [at {o.loc}]" if o.loc else ""
-                raise TraceError(f"op {self.name}: output {i} does not depend on any input; "
-                                 f"its shape would be undefined{at}")
+                raise TraceError(f"op {self.name}: output {i} does not depend on any input or shape: it is a "
+                                 f"scalar of attributes and constants; use fg.full((), value) for a 0-d "
+                                 f"result{at}")
         return g
 
     # --- calling ------------------------------------------------------------------------------
@@ -161,6 +233,10 @@ class OpDef:
 
     # --- text form ----------------------------------------------------------------------------
     def text(self, locations: bool = True) -> str:
+        if self.graph is None:   # traced per rank or shape: say why, and show what was traced so far
+            head = (f"op {self.name}({', '.join(self.inputs)}): traced per input {self.specializes} "
+                    f"({self.why}); {len(self._children)} specialization(s) so far")
+            return "\n".join([head] + [c.text(locations) for c in self._children.values()])
         return op_text(self, locations)
 
     def __str__(self) -> str:

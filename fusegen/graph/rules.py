@@ -13,27 +13,14 @@ from ..dtypes import AttrType, DType
 from ..errors import ArgumentError, DTypeError, ShapeError
 from .nodes import (AttrRef, BINARY_UFUNC, DTypeOf, Graph, Node, Op, ShapeOf, UNARY_UFUNC, UNKNOWN_DIM,
                     UNKNOWN_RANK)
-from .opdef import OpDef
+from .shapes import LAYOUT_RULES, NodeInfo, Shape, static_cast, static_value  # noqa: F401
 from .text import where_text
-
-Shape = typing.Optional[tuple]  # None: unknown rank; -1 entries: unknown dims
-
-
-@dataclass(frozen=True)
-class NodeInfo:
-    dtype: DType | str         # a DType, or a weak scalar kind "bool"/"int"/"float"
-    shape: Shape
-    compute: DType | str | None = None   # elementwise: the dtype the op computes in
-    acc: DType | None = None             # reductions: the accumulation dtype
-    axes: tuple[int, ...] | None = None  # reductions: normalized axes (None if rank unknown)
-    keep_dims: bool = False
-
 
 @dataclass(frozen=True)
 class Spec:
     """The op specialized to input dtypes, shapes and attribute values."""
 
-    opdef: OpDef
+    opdef: object   # the OpDef (not imported: the op's module calls these rules)
     dtypes: tuple[DType, ...]
     attrs: tuple
     info: tuple[NodeInfo, ...]
@@ -88,7 +75,7 @@ def normalize_axes(axes, rank: int, fail) -> tuple[int, ...]:
 
 def reduce_dtypes(kind: str, x: DType) -> tuple[DType, DType]:
     """(output dtype, accumulation dtype) of a reduction, as NumPy's np.<kind> gives."""
-    if kind in ("max", "min"):
+    if kind in ("max", "min", "copy"):
         out = x
     elif kind == "mean":
         out = x if x.is_float else dt.float64
@@ -102,7 +89,7 @@ def reduce_dtypes(kind: str, x: DType) -> tuple[DType, DType]:
     return out, acc
 
 
-def infer(opdef: OpDef, in_dtypes, in_shapes, attrs: dict) -> Spec:
+def infer(opdef, in_dtypes, in_shapes, attrs: dict) -> Spec:
     """Evaluate the op's dtype and shape rules.
 
     ``in_shapes`` entries are tuples (with -1 for unknown dims) or None / ``(-2,)`` for an
@@ -113,6 +100,25 @@ def infer(opdef: OpDef, in_dtypes, in_shapes, attrs: dict) -> Spec:
         raise ArgumentError(f"op {opdef.name} takes {len(opdef.inputs)} inputs "
                             f"({', '.join(opdef.inputs)}), got {len(in_dtypes)}")
     in_dtypes = tuple(dt.as_dtype(d) for d in in_dtypes)
+    info = infer_nodes(opdef, g, in_dtypes, in_shapes, attrs)
+    for n, i in zip(g.nodes, info):  # kernels index with int64: refuse before anything is allocated
+        if i.shape is not None and UNKNOWN_DIM not in i.shape:
+            count = 1
+            for d in i.shape:
+                count *= d
+            if count >= 2 ** 62:
+                raise ShapeError(f"{where_text(opdef, n)}: shape {i.shape} is too large: {count} elements "
+                                 "overflow a kernel's int64 indexing")
+    for a, b, what in g.checks:
+        sa, sb = info[g.idx(a)].shape, info[g.idx(b)].shape
+        if not same_shape(sa, sb):
+            raise ShapeError(f"op {opdef.name}: {what}: {sa} != {sb}")
+    return Spec(opdef, in_dtypes, tuple(sorted(attrs.items())), tuple(info))
+
+
+def infer_nodes(opdef, g: Graph, in_dtypes, in_shapes, attrs: dict) -> list[NodeInfo]:
+    """The rules evaluated over ``g``'s nodes (``opdef`` names the op, its inputs and attribute
+    types in messages: an ``OpDef``, or while tracing an object with the same fields)."""
     shapes = [None if (s is None or tuple(s) == (UNKNOWN_RANK,)) else tuple(int(d) for d in s)
               for s in in_shapes]
     info: list[NodeInfo] = []
@@ -125,12 +131,14 @@ def infer(opdef: OpDef, in_dtypes, in_shapes, attrs: dict) -> Spec:
             info.append(NodeInfo(in_dtypes[n.arg], shapes[n.arg]))
         elif n.op is Op.ATTR:
             kind = {AttrType.BOOL: "bool", AttrType.INT: "int", AttrType.FLOAT: "float"}[opdef.attrs[n.arg].type]
-            info.append(NodeInfo(kind, ()))
+            info.append(NodeInfo(kind, (), value=attrs.get(n.arg)))
         elif n.op is Op.CONST:
-            info.append(NodeInfo(n.arg[0], ()))
+            info.append(NodeInfo(n.arg[0], (), value=n.arg[1]))
         elif n.op is Op.CAST:
             to = dt.materialize(srcs[1].dtype) if isinstance(n.arg, DTypeOf) else n.arg
-            info.append(NodeInfo(to, srcs[0].shape))
+            info.append(NodeInfo(to, srcs[0].shape, value=static_cast(srcs[0].value, to)))
+        elif n.op in LAYOUT_RULES:
+            info.append(LAYOUT_RULES[n.op](n, srcs, fail))
         elif n.op is Op.REDUCE and isinstance(n.arg.axes, ShapeOf):
             info.append(_infer_shape_of(n, srcs, info, g, fail))
         elif n.op is Op.REDUCE:
@@ -172,21 +180,10 @@ def infer(opdef: OpDef, in_dtypes, in_shapes, attrs: dict) -> Spec:
             if n.op is Op.RELU and comp == "bool" or (isinstance(comp, DType) and comp.kind == "b"
                                                        and n.op is Op.RELU):
                 fail("relu is not defined for bool", exc=DTypeError)
-            info.append(NodeInfo(out, broadcast_shapes([s.shape for s in srcs], fail), comp))
-    for n, i in zip(g.nodes, info):  # kernels index with int64: refuse before anything is allocated
-        if i.shape is not None and UNKNOWN_DIM not in i.shape:
-            count = 1
-            for d in i.shape:
-                count *= d
-            if count >= 2 ** 62:
-                raise ShapeError(f"{where_text(opdef, n)}: shape {i.shape} is too large: {count} elements "
-                                 "overflow a kernel's int64 indexing")
-    for a, b, what in g.checks:
-        sa, sb = info[g.idx(a)].shape, info[g.idx(b)].shape
-        if not same_shape(sa, sb):
-            raise ShapeError(f"op {opdef.name}: {what}: {sa} != {sb}")
-    spec = Spec(opdef, in_dtypes, tuple(sorted(attrs.items())), tuple(info))
-    return spec
+            value = static_value(n.op, [s.value for s in srcs], fail) if all(
+                s.value is not None and s.shape == () for s in srcs) else None
+            info.append(NodeInfo(out, broadcast_shapes([s.shape for s in srcs], fail), comp, value=value))
+    return info
 
 
 def same_shape(a: Shape, b: Shape) -> bool:

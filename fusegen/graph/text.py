@@ -22,12 +22,55 @@ def node_text(n: Node, src_names: list[str], opdef=None) -> str:
         if n.arg.axes.rule == "broadcast":
             return f"sum_to {src_names[0]}, shape of {src_names[1]}"
         return f"unreduce {src_names[0]}, axes of {src_names[1]}"
+    if n.op is Op.REDUCE and n.arg.kind == "copy":
+        return f"copy {src_names[0]}"
     if n.op is Op.REDUCE:
         a = n.arg
         axes = "all" if a.axes is None else (repr(a.axes) if isinstance(a.axes, AttrRef) else
                                              ",".join(map(str, a.axes)))
         return f"{a.kind} {src_names[0]}, axis={axes}, keep_dims={a.keep_dims!r}"
+    if n.op in _LAYOUT_TEXT:
+        return _LAYOUT_TEXT[n.op](n, src_names)
     return f"{n.op.value} {', '.join(src_names)}"
+
+
+def _index_text(n: Node, s: list[str]) -> str:
+    params = iter(s[1:])
+    parts = []
+    for it in n.arg:
+        if it.kind == "slice":
+            b = [next(params) if g else "" for g in it.given]
+            parts.append(f"{b[0]}:{b[1]}" + (f":{b[2]}" if it.given[2] else ""))
+        elif it.kind == "int":
+            parts.append(next(params))
+        elif it.kind == "new":
+            parts.append("None")
+        elif it.kind == "ellipsis":
+            parts.append("...")
+        else:
+            parts.append("squeeze")
+    return f"{s[0]}[{', '.join(parts)}]"
+
+
+def _pad_text(n: Node, s: list[str]) -> str:
+    w = s[2:]
+    pairs = ", ".join(f"({w[2 * i]}, {w[2 * i + 1]})" for i in range(n.arg[1]))
+    return f"pad {s[0]}, ({pairs}){' on every axis' if n.arg[0] == 'all' else ''}, value {s[1]}"
+
+
+_LAYOUT_TEXT = {
+    Op.DIM: lambda n, s: f"size of {s[0]}" if n.arg is None else f"dim {s[0]}.shape[{n.arg}]",
+    Op.PERMUTE: lambda n, s: f"permute_dims {s[0]}, {n.arg!r}",
+    Op.INDEX: _index_text,
+    Op.RESHAPE: lambda n, s: f"reshape {s[0]}, " + (f"shape of {s[1]}" if n.arg == "like" else
+                                                     f"({', '.join(s[1:])}{',' if len(s) == 2 else ''})"),
+    Op.BROADCAST_TO: lambda n, s: f"broadcast_to {s[0]}, " + (f"shape of {s[1]}" if n.arg[0] == "like" else
+                                                               f"({', '.join(s[1:])}{',' if len(s) == 2 else ''})"),
+    Op.FLIP: lambda n, s: f"flip {s[0]}, axis={'all' if n.arg is None else ','.join(map(str, n.arg))}",
+    Op.CONCAT: lambda n, s: f"concat {', '.join(s)}, axis={n.arg}",
+    Op.PAD: _pad_text,
+    Op.IOTA: lambda n, s: f"iota {s[0]}",
+}
 
 
 def op_text(opdef, locations: bool = True) -> str:

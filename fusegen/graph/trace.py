@@ -19,7 +19,7 @@ from ..errors import TraceError
 from .nodes import AttrRef, AttrSpec, DTypeOf, Node, Op, REDUCE_KINDS, ReduceArg, ShapeOf
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_TRACING_FILES = {os.path.join(_HERE, f) for f in ("trace.py", "vocab.py")}
+_TRACING_FILES = {os.path.join(_HERE, f) for f in ("trace.py", "vocab.py", "layout.py", "compose.py")}
 _tls = threading.local()
 
 
@@ -43,16 +43,45 @@ def make(op: Op, srcs=(), arg=None) -> Node:
 
 
 @contextlib.contextmanager
-def tracing(op_name: str):
+def tracing(op_name: str, mode: str | None = None, shape_fn=None):
     """The scope of one op's trace: interning, the op's name for messages, and the shape checks
     (``expect_same_shape``) the body declares, yielded as a list to read after the body ran.
-    Nested traces (an op calling another op, ``fg.grad``) restore the outer one."""
-    prev = getattr(_tls, "intern", None), getattr(_tls, "op_name", None), getattr(_tls, "checks", None)
+    ``mode`` is None for the generic trace, ``"rank"`` or ``"shape"`` for a specialized one, where
+    ``shape_fn(node)`` gives a node's shape (inferred from the specialization's inputs).
+    Nested traces (an op calling another op, ``fg.grad``) restore the outer one; an inlined op
+    body runs in its caller's trace (and specialization)."""
+    prev = (getattr(_tls, "intern", None), getattr(_tls, "op_name", None), getattr(_tls, "checks", None),
+            getattr(_tls, "spec", None))
     _tls.intern, _tls.op_name, _tls.checks = {}, op_name, []
+    _tls.spec = (mode, shape_fn) if (mode or shape_fn) else None
     try:
         yield _tls.checks
     finally:
-        _tls.intern, _tls.op_name, _tls.checks = prev
+        _tls.intern, _tls.op_name, _tls.checks, _tls.spec = prev
+
+
+class NeedsRank(TraceError):
+    """The body needs an input's rank (``len(x.shape)``, ``x.ndim``, unpacking ``x.shape``):
+    ``OpDef`` traces the op again per input-rank tuple."""
+
+
+class NeedsShape(TraceError):
+    """The body needs a concrete dim (``int(d)``, ``if d > 1``, ``range(d)``): ``OpDef`` traces the
+    op again per input-shape tuple."""
+
+
+def specialization() -> str | None:
+    """The current trace's specialization: None (generic), ``"rank"`` or ``"shape"``."""
+    spec = getattr(_tls, "spec", None)
+    return spec[0] if spec else None
+
+
+def current_shape(node: Node):
+    """A node's shape as far as the trace knows it: in a specialized trace, inferred from the
+    inputs' ranks or shapes; in the generic one, only what the ops fix whatever the inputs (a
+    reshape's rank, an iota's). None: the rank is unknown."""
+    spec = getattr(_tls, "spec", None)
+    return spec[1](node) if spec and spec[1] else None
 
 
 def op_prefix() -> str:
@@ -85,6 +114,10 @@ class Tensor:
     def __rtruediv__(self, o): return binary(Op.DIV, o, self)
     def __pow__(self, o): return binary(Op.POW, self, o)
     def __rpow__(self, o): return binary(Op.POW, o, self)
+    def __floordiv__(self, o): return binary(Op.FLOOR_DIVIDE, self, o)
+    def __rfloordiv__(self, o): return binary(Op.FLOOR_DIVIDE, o, self)
+    def __mod__(self, o): return binary(Op.REMAINDER, self, o)
+    def __rmod__(self, o): return binary(Op.REMAINDER, o, self)
     def __lt__(self, o): return binary(Op.LT, self, o)
     def __le__(self, o): return binary(Op.LE, self, o)
     def __gt__(self, o): return binary(Op.GT, self, o)
@@ -104,14 +137,22 @@ class Tensor:
     def astype(self, dtype) -> Tensor:
         return Tensor(make(Op.CAST, (self.node,), dt.as_dtype(dtype)))
 
-    def sum(self, axis=None, keep_dims=False): return reduce("sum", self, axis, keep_dims)
-    def mean(self, axis=None, keep_dims=False): return reduce("mean", self, axis, keep_dims)
-    def prod(self, axis=None, keep_dims=False): return reduce("prod", self, axis, keep_dims)
-    def max(self, axis=None, keep_dims=False): return reduce("max", self, axis, keep_dims)
-    def min(self, axis=None, keep_dims=False): return reduce("min", self, axis, keep_dims)
+    def sum(self, axis=None, keepdims=False, *, keep_dims=None):
+        return reduce("sum", self, axis, keepdims if keep_dims is None else keep_dims)
+    def mean(self, axis=None, keepdims=False, *, keep_dims=None):
+        return reduce("mean", self, axis, keepdims if keep_dims is None else keep_dims)
+    def prod(self, axis=None, keepdims=False, *, keep_dims=None):
+        return reduce("prod", self, axis, keepdims if keep_dims is None else keep_dims)
+    def max(self, axis=None, keepdims=False, *, keep_dims=None):
+        return reduce("max", self, axis, keepdims if keep_dims is None else keep_dims)
+    def min(self, axis=None, keepdims=False, *, keep_dims=None):
+        return reduce("min", self, axis, keepdims if keep_dims is None else keep_dims)
 
     # control flow is not traceable -----------------------------------------------------------
     def _no(self, how: str):
+        if reads_a_dim(self.node):  # a shape value: traceable once the op is traced per shape
+            raise NeedsShape(f"{op_prefix()}{how} on a dim (x.shape[i]) needs the shape of an input "
+                             f"[at {user_loc()}]")
         what = "attribute" if self.node.op is Op.ATTR else "tensor"
         extra = (f" (attribute {self.node.arg!r} is read by the kernel at run time)"
                  if self.node.op is Op.ATTR else "")
@@ -127,6 +168,23 @@ class Tensor:
 
     def __repr__(self) -> str:
         return f"<fusegen traced {self.node.op.value}>"
+
+
+def reads_a_dim(n: Node) -> bool:
+    """A static scalar made of dims (and constants/attributes): its value is a shape's."""
+    stack, seen, dim = [n], set(), False
+    while stack:
+        m = stack.pop()
+        if id(m) in seen:
+            continue
+        seen.add(id(m))
+        if m.op is Op.DIM:
+            dim = True
+            continue
+        if m.op in (Op.INPUT, Op.REDUCE, Op.IOTA):
+            return False
+        stack.extend(m.srcs)
+    return dim
 
 
 class Attr(Tensor):

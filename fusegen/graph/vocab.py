@@ -7,6 +7,14 @@ from __future__ import annotations
 
 from .nodes import Op
 from .trace import Tensor, binary, cast, reduce, unary, where  # noqa: F401
+from .layout import (  # noqa: F401  (views, pieces, shapes: the manipulation and indexing groups)
+    broadcast_to, concat, expand_dims, flip, matrix_transpose, moveaxis, pad, permute_dims, reshape, squeeze,
+    stack, swapaxes,
+)
+from .compose import (  # noqa: F401  (compositions and creation)
+    arange, broadcast_arrays, empty, empty_like, eye, full, full_like, linspace, meshgrid, ones, ones_like, repeat,
+    roll, split, tile, tril, triu, unstack, zeros, zeros_like,
+)
 
 
 def _unary_fn(op: Op, name: str):
@@ -26,11 +34,12 @@ def _binary_fn(op: Op, name: str):
 
 
 def _reduce_fn(kind: str):
-    def f(x, axis=None, keep_dims: bool = False) -> Tensor:
-        return reduce(kind, x, axis, keep_dims)
+    def f(x, axis=None, keepdims: bool = False, *, keep_dims=None) -> Tensor:
+        return reduce(kind, x, axis, keepdims if keep_dims is None else keep_dims)
     f.__name__ = f.__qualname__ = kind
     f.__doc__ = (f"np.{kind} over ``axis`` (None: all; an int, a tuple of ints or an attribute; "
-                 "negative axes count from the end), keeping reduced dims if ``keep_dims``.")
+                 "negative axes count from the end), keeping reduced dims if ``keepdims`` (the array API's "
+                 "name; ``keep_dims``, MindSpore's, is an alias).")
     return f
 
 
@@ -66,6 +75,8 @@ equal = _binary_fn(Op.EQ, "equal")
 not_equal = _binary_fn(Op.NE, "not_equal")
 logical_and = _binary_fn(Op.AND, "logical_and")
 logical_or = _binary_fn(Op.OR, "logical_or")
+floor_divide = _binary_fn(Op.FLOOR_DIVIDE, "floor_divide")
+remainder = _binary_fn(Op.REMAINDER, "remainder")
 
 sum = _reduce_fn("sum")  # noqa: A001
 mean = _reduce_fn("mean")

@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from .. import dtypes as dt
 from ..dtypes import DType
 from ..ir import Node, Op, Spec, nodes_of
-from ..plan import GroupRun, Plan, slot_name
+from ..plan import GroupRun, Plan
+from ..plan.paths import is_param, path_steps
 from ..plan.exprs import CUDA_PY, ExprWriter, reduce_identity, reg_dtype
-from .pysource import combine
+from .pysource import combine, general_maps, operand_name
 
 # meta: nO, nRO, RI, I, O_total, RO_total, count, nsplit, chunk; then extents, then strides
 HEADER = 9
@@ -43,15 +44,22 @@ class CudaGroupSource:
     def __init__(self, plan: Plan, spec: Spec, run: GroupRun, launch: Launch):
         self.plan, self.spec, self.run, self.launch = plan, spec, run, launch
         self.stages = [plan.stages[i] for i in run.stages]
-        self.ops = {key: (slot_name(key), k) for k, key in enumerate(run.operands)}
-        # the group's accesses: which operand a loaded leaf is, where a reduction's result goes
-        self.read_slot = {id(a.node): a.slot for st in self.stages for a in st.reads}
+        self.ops = {key: (operand_name(key), k) for k, key in enumerate(run.operands)}
+        inners = run.inners or [None] * len(run.operands)
+        self.kind = {key: "iota" if key[0] == "iota" else ("modular" if inner is not None else "array")
+                     for key, inner in zip(run.operands, inners)}
+        self.active = dict(zip(run.operands, run.active or [True] * len(run.operands)))
+        self.general = general_maps(self.stages, inners)
+        # the group's accesses: which operand a loaded leaf is in its view context, where a
+        # reduction's result goes
+        self.slot_of = {id(a.node): a.slot for st in self.stages for a in st.reads}
         self.store_slots: dict[int, list] = {}
         for st in self.stages:
             for a in st.stores:
                 if a.node.op is Op.REDUCE:
-                    self.store_slots.setdefault(id(a.node), []).append(a.slot)
+                    self.store_slots.setdefault(id(a.node), []).append(run.operand_of[(a.slot, a.steps)])
         self.attrs = sorted({n.arg for st in self.stages for n in _nodes_of(st) if n.op is Op.ATTR})
+        self.dim_params = [n for st in self.stages for n in st.params]
         self.reductions = [r for st in self.stages for r in st.reductions]
         self.split = launch.nsplit > 1
         self.lines: list[str] = []
@@ -59,7 +67,11 @@ class CudaGroupSource:
     # --- public -----------------------------------------------------------------------------
     def params(self) -> list[str]:
         parts = [f"p{j}" for j in range(len(self.stages[0].reductions))] if self.split else []
-        return [n for n, _ in self.ops.values()] + parts + ["meta"] + [f"a_{a}" for a in self.attrs]
+        arrays = [n for key, (n, _) in self.ops.items() if self.kind[key] != "iota"]
+        return arrays + parts + ["meta"] + [f"a_{a}" for a in self.attrs] + [self.param_name(n) for n in self.dim_params]
+
+    def param_name(self, n: Node) -> str:
+        return f"d_{self.plan.opdef.graph.idx(n)}"
 
     def emit(self) -> str:
         self.lines = []
@@ -94,8 +106,10 @@ class CudaGroupSource:
     def _base(self, pad: int) -> None:
         """Offsets of every operand at outer index ``o`` and inner index ``i``."""
         w = self._w
-        for n, _ in self.ops.values():
-            w(pad, f"b_{n} = i * si_{n}")
+        nops = len(self.ops)
+        for n, k in self.ops.values():
+            # offsets: a slice's start, a piece's place, an iota's first value (plans with layout ops)
+            w(pad, f"b_{n} = meta[SB + {nops} * W + {k}] + i * si_{n}" if self.general else f"b_{n} = i * si_{n}")
         w(pad, "rem = o")
         w(pad, "for d in range(nO - 1, -1, -1):")
         w(pad + 1, f"e = meta[{HEADER} + d]")
@@ -127,14 +141,29 @@ class CudaGroupSource:
             w(pad + 1, f"c_{n} += ix * meta[SB + {k} * W + nO + d]")
 
     def _reads(self, st) -> list[str]:
-        return [self.ops[a.slot][0] for a in st.reads]
+        """The operands a stage reads in this box (a piece's only where it is active)."""
+        out = []
+        for a in st.reads:
+            key = self.run.operand_of[(a.slot, a.steps)]
+            if self.active[key] and self.ops[key][0] not in out:
+                out.append(self.ops[key][0])
+        return out
 
-    def _load(self, n: Node) -> str:
+    def _load(self, n: Node, ctx: tuple = ()) -> str:
         if n.op is Op.ATTR:
             return f"a_{n.arg}"
-        name = self.ops[self.read_slot[id(n)]][0]
+        if is_param(n):
+            return self.param_name(n)
+        key = self.run.operand_of[(self.slot_of[id(n)], path_steps(ctx, n))]
+        name, k = self.ops[key]
+        if self.kind[key] == "iota":
+            return f"c_{name}"
         d = dt.materialize(self.spec.of(n).dtype) if n.op is Op.INPUT else None
-        text = f"{name}[c_{name}]"
+        if self.kind[key] == "modular":
+            nops = len(self.ops)
+            text = f"{name}[_inner(meta, meta[SB + {nops} * W + {nops} + {k}], c_{name})]"
+        else:
+            text = f"{name}[c_{name}]"
         # half is loaded as half and widened: the expression table computes in float32
         return CUDA_PY.cast(text, dt.float32) if d is dt.float16 else text
 
@@ -143,7 +172,7 @@ class CudaGroupSource:
 
     def _body(self, pad: int, st, tag: str) -> tuple[list[str], list[tuple[str, str]]]:
         """Emit one loop body of stage ``st``: returns (reduction values, (store target, value))."""
-        ew = ExprWriter(self.spec, CUDA_PY, self._load, prefix=f"{tag}{st.index}_")
+        ew = ExprWriter(self.spec, CUDA_PY, self._load, prefix=f"{tag}{st.index}_", variant=self.run.variant)
         vals = [ew.value(r.srcs[0], reg_dtype(self.spec.of(r).acc)) for r in st.reductions]
         stores = []
         for k, n in st.writes:
@@ -170,7 +199,7 @@ class CudaGroupSource:
             for t in self._targets(r):
                 v = name if t.startswith("ws") else self._store(name, acc, out)
                 w(pad, f"{t}[b_{t}] = {v}")
-        ew = ExprWriter(self.spec, CUDA_PY, lambda n: results[id(n)] if n.op is Op.REDUCE else f"a_{n.arg}",
+        ew = ExprWriter(self.spec, CUDA_PY, lambda n, ctx=(): results[id(n)] if n.op is Op.REDUCE else f"a_{n.arg}",
                         prefix=f"f{st.index}_")
         outs = []
         for k, n in st.finals:

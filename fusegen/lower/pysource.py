@@ -40,7 +40,7 @@ def combine(kind: str, acc: str, v: str) -> str:
         return f"{acc} += {v}"
     if kind == "prod":
         return f"{acc} *= {v}"
-    return f"{acc} = _fmax({acc}, {v})" if kind == "max" else f"{acc} = _fmin({acc}, {v})"
+    return f"{acc} = _fmax({acc}, {v})" if kind in ("max", "copy") else f"{acc} = _fmin({acc}, {v})"
 
 
 def source_dir(sub: str) -> str:
@@ -73,3 +73,51 @@ def import_source(src: str, sub: str, prefix: str, setup=None, key_extra: str = 
                 setup(mod)
             _modules[modname] = mod
     return mod
+
+
+# --- what index maps add to a group's meta block (both Numba backends) --------------------------
+#: A modular map's address, from its linear index and the digits ``meta[pos:]`` holds (see
+#: ``layout_tail``): only in the sources of groups that read through one.
+INNER_HELPER = '''
+
+def _inner(meta, pos, lin):
+    a = meta[pos + 1]
+    for j in range(meta[pos] - 1, -1, -1):
+        e = meta[pos + 2 + 2 * j]
+        q = lin // e
+        a += (lin - q * e) * meta[pos + 3 + 2 * j]
+        lin = q
+    return a
+'''
+
+
+def layout_tail(run, start: int) -> list[int]:
+    """The part of a group's int64 meta block after its strides (which end at ``start``): each
+    operand's offset at the box's start, then where its modular map's digits are (0: none), then
+    those digits: count, base offset, (extent, stride) pairs."""
+    tail = list(run.offsets)
+    inners = run.inners or [None] * len(run.operands)
+    pos, digits = [], []
+    first = start + 2 * len(run.operands)
+    for inner in inners:
+        if inner is None:
+            pos.append(0)
+            continue
+        pos.append(first + len(digits))
+        digits += [len(inner.digits), inner.offset] + [x for d in inner.digits for x in d]
+    return tail + pos + digits
+
+
+def operand_name(key: tuple) -> str:
+    """The variable of a group operand: its slot's name (x0, out1, ws0, iota5), suffixed when one
+    array is read through several maps (x0_1)."""
+    from ..plan import slot_name
+    return slot_name(key[:2]) + (f"_{key[2]}" if len(key) > 2 else "")
+
+
+def general_maps(stages, inners) -> bool:
+    """Whether a group's code must read offsets and digits from meta: some access goes through a
+    view, a piece or an iota (plans without layout ops keep the shorter code they always had)."""
+    from ..plan.access import BROADCAST, REDUCED
+    plain = ((BROADCAST,), (REDUCED,), ())
+    return any(a.steps not in plain for st in stages for a in st.reads + st.stores) or any(inners or ())

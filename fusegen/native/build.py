@@ -37,7 +37,7 @@ import threading
 from pathlib import Path
 from typing import NamedTuple
 
-from ..cache import cache_dir
+from ..cache import cache_dir, source_key_text
 from ..emitters.common import CUDA_DEFAULT_ARCHS, HEADER_PATH
 from ..errors import CompileError, LibraryError
 
@@ -49,6 +49,11 @@ __all__ = ["BUILD_FORMAT_VERSION", "HEADER_PATH", "MINDSPORE_CPU_FLAGS", "CUDA_D
 #: Bump when the cache layout or anything else that changes the artifact for
 #: identical inputs changes; it is part of every key.
 BUILD_FORMAT_VERSION = 1
+
+#: fusegen's ``custom_aot_extra.h`` (``HEADER_PATH``): ``build_library`` puts its folder on every
+#: build's include path *after* the source's own folder (as MindSpore puts its own header there),
+#: so a source that includes ``"custom_aot_extra.h"`` builds without a copy beside it, and a header
+#: shipped beside the source still wins.
 
 #: MindSpore's own CPU auto-compile flags (no -O, as MindSpore does); the
 #: ``-I<source dir>`` it adds is appended to every build by ``build_library``.
@@ -297,6 +302,12 @@ def _include_dirs(flags: list[str]) -> tuple[list[Path], list[Path]]:
     return quote, angle
 
 
+def _implicit_include_dirs(source: Path) -> list[Path]:
+    """The include folders every build gets after the caller's flags: the source's own, then the
+    one holding fusegen's ``custom_aot_extra.h`` (the header MindSpore's build would supply)."""
+    return [source.parent, HEADER_PATH.parent]
+
+
 def local_includes(source: str | os.PathLike, flags: list[str] = ()) -> list[tuple[str, Path | None]]:
     """Headers ``source`` includes, recursively, that resolve outside the system dirs.
 
@@ -306,7 +317,7 @@ def local_includes(source: str | os.PathLike, flags: list[str] = ()) -> list[tup
     """
     source = Path(source)
     quote_dirs, angle_dirs = _include_dirs(list(flags))
-    angle_dirs = angle_dirs + [source.parent]  # build_library always adds -I<source dir>
+    angle_dirs = angle_dirs + _implicit_include_dirs(source)  # what build_library always adds
     found: list[tuple[str, Path | None]] = []
     seen: set[Path] = set()
     pending = [source]
@@ -343,17 +354,6 @@ def _native_arch(compiler: str) -> str:
         except (OSError, StopIteration):
             return os.uname().machine
     return _memoized(("native", compiler), query)
-
-
-# A source location at the end of a // comment line, as fusegen's emitted headers and text forms
-# carry them ("//     %3 = add %1, %2      # model.py:17"). Comments do not reach the library.
-_LOCATION_COMMENT = re.compile(rb"^(\s*//.*?)\s*# [^\s#]+\.py:\d+[ \t]*$", re.M)
-
-
-def source_key_text(text: bytes) -> bytes:
-    """The source as the build cache keys it: location comments dropped, so an op moved within its
-    file (or to another) reuses its library; the shipped file keeps them."""
-    return _LOCATION_COMMENT.sub(rb"\1", text)
 
 
 def _cache_key(source: Path, compiler: str, flags: list[str]) -> str:
@@ -446,7 +446,8 @@ def compile_cached(source: Path, flags: list[str] | None, compiler: str | None) 
         raise CompileError(f"cannot write to the build cache {root}: {exc}") from None
     try:
         out = tmp / f"lib{source.stem}.so"
-        command = [compiler, *flags, f"-I{source.parent}", "-o", str(out), str(source)]
+        command = [compiler, *flags, *(f"-I{d}" for d in _implicit_include_dirs(source)), "-o", str(out),
+                   str(source)]
         _run_compiler(command, source)
         check_shared_library(out)
         meta = {"format": BUILD_FORMAT_VERSION, "library": out.name, "size": out.stat().st_size,
@@ -477,7 +478,8 @@ def build_library(source_or_lib: str | os.PathLike, *, flags: list[str] | None =
 
     ``.cc``/``.cpp`` are compiled with g++ and ``.cu`` with nvcc (``flags=None``
     means ``default_cpp_flags()`` / ``default_cuda_flags()``; given flags replace
-    them, ``-shared`` is added if missing and ``-I<source dir>`` always is).  Any
+    them, ``-shared`` is added if missing, and ``-I<source dir>`` then ``-I<the folder of
+    fusegen's custom_aot_extra.h>`` always are: a source's own header wins).  Any
     other path is taken as a library and returned after checks.  The whitelist is
     applied to the path given (see the module docstring).  Raises ``CompileError``
     when the compiler fails or is missing, ``LibraryError`` for a missing file, a

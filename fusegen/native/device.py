@@ -18,11 +18,17 @@ class CudaUnavailableError(FusegenError, RuntimeError):
 
 
 def require_gpu() -> None:
-    """Raise ``CudaUnavailableError`` unless a GPU (or ``NUMBA_ENABLE_CUDASIM=1``) is usable."""
+    """Raise ``CudaUnavailableError`` unless numba-cuda is installed and a GPU (or
+    ``NUMBA_ENABLE_CUDASIM=1``) is usable; the message says what is missing."""
+    from ..lower_cuda import numba_cuda_missing
+    missing = numba_cuda_missing()
+    if missing:
+        raise CudaUnavailableError(missing)
     try:
         from numba import cuda
-    except ImportError as e:  # numba-cuda missing
-        raise CudaUnavailableError(f"the CUDA backend needs numba-cuda: pip install 'fusegen[cuda]' ({e})") from None
+    except ImportError as e:  # a broken numba-cuda install
+        raise CudaUnavailableError(f"numba-cuda does not import ({e}): reinstall it, pip install 'fusegen[cuda]'") \
+            from None
     if not cuda.is_available():
         raise CudaUnavailableError("no CUDA GPU is available (numba.cuda.is_available() is False: no device or no "
                                    "driver). Run on a machine with a GPU, or set NUMBA_ENABLE_CUDASIM=1 before "

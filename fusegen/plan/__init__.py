@@ -10,7 +10,8 @@ from __future__ import annotations
 from ..ir import computed_nodes, leaves_of, stable_key  # noqa: F401  (graph queries plans are built from)
 from .access import BROADCAST, REDUCED, Access, Broadcast, Reduced, slot_name  # noqa: F401
 from .layout import (  # noqa: F401
-    STEP_RULES, GroupRun, Layout, access_layout, c_strides, collapse, evaluate, read_strides, schedule,
+    STEP_RULES, GroupRun, Layout, access_layout, access_view, c_strides, collapse, evaluate, read_strides, schedule,
+    strides_of,
     stage_domain, write_strides,
 )
 from .stages import Plan, Stage, build_plan, read_leaves  # noqa: F401

@@ -13,8 +13,13 @@ consumes that result (the emitted C++ has the twin evaluators, ``fg::read_stride
 * ``(Reduced(),)``: a reduction result over the domain (its writes, and reads of it at the
   index where it was written).
 
-The README's "Index maps" section lists the kinds designed next (permute, slice, reshape,
-piecewise, gather, iota); each is one more step class here and one more case in ``evaluate``.
+Layout ops add three more, so a read is the array's C-contiguous view carried up to the
+domain through a *path*: ``Broadcast(to=node)`` (to an intermediate node's shape),
+``View(node)`` (a permute, index, reshape, broadcast_to or flip node, with the parameters its
+``NodeInfo`` resolved), ``Piece(node, p)`` (source ``p`` of a concat, the interior of a pad),
+then ``Broadcast()`` to the domain. An iota is read the same way from a virtual array whose
+"address" is the index (slot ``("iota", k)``). ``fusegen.plan.layout`` evaluates them with
+``fusegen.plan.views``.
 """
 from __future__ import annotations
 
@@ -25,11 +30,35 @@ from ..ir import Node
 
 @dataclass(frozen=True, slots=True)
 class Broadcast:
-    """Read the array broadcast into the domain: its dims align with the domain's last dims;
-    a missing leading dim or a size-1 dim repeats (stride 0)."""
+    """Read the array broadcast into the domain (``to=None``), or into an intermediate node's
+    shape: its dims align with the target's last dims; a missing leading dim or a size-1 dim
+    repeats (stride 0)."""
+
+    to: Node | None = None
 
     def __str__(self) -> str:
-        return "broadcast"
+        return "broadcast" if self.to is None else f"broadcast to {self.to.op.value}"
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    """Read through a view node (its resolved parameters are in the signature's NodeInfo)."""
+
+    node: Node
+
+    def __str__(self) -> str:
+        return self.node.op.value
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """Source ``index`` of a piecewise node: the operand is active only where that piece is."""
+
+    node: Node
+    index: int
+
+    def __str__(self) -> str:
+        return f"{self.node.op.value} piece {self.index}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,9 +89,17 @@ class Access:
         """The operand's name in generated code: x<i>, out<k>, ws<b>."""
         return slot_name(self.slot)
 
-    def map_text(self) -> str:
-        return " then ".join(str(s) for s in self.steps) or "identity"
+    def map_text(self, name=None) -> str:
+        """The map as text; ``name(node)`` names the nodes a step refers to (``%3``)."""
+        parts = []
+        for s in self.steps:
+            text = str(s)
+            node = getattr(s, "to", None) or getattr(s, "node", None)
+            if name is not None and node is not None:
+                text += f" {name(node)}"
+            parts.append(text)
+        return " then ".join(parts) or "identity"
 
 
 def slot_name(slot: tuple) -> str:
-    return {"in": "x", "out": "out", "buf": "ws"}[slot[0]] + str(slot[1])
+    return {"in": "x", "out": "out", "buf": "ws", "iota": "iota", "probe": "probe"}[slot[0]] + str(slot[1])

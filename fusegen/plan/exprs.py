@@ -12,7 +12,8 @@ from typing import Callable
 
 from .. import dtypes as dt
 from ..dtypes import DType
-from ..ir import Node, Op, Spec
+from ..ir import PIECEWISE, VIEWS, Node, Op, Spec
+from .paths import is_param
 
 # The C-like base table. NaN handling follows NumPy: maximum/minimum propagate NaN,
 # relu(NaN) is NaN (it is maximum(x, 0)).
@@ -60,6 +61,11 @@ def _vmath_rows(exp: str, tanh: str) -> dict[Op, str]:
 PY_F32_ROWS = _vmath_rows("_exp_f32", "_tanh_f32")
 CPP_F32_ROWS = _vmath_rows("fg::exp_f32", "fg::tanh_f32")
 
+# bool + bool is logical or and bool * bool logical and (NumPy's), and must stay a bool: in both
+# languages they would give an int (True + True == 2), wrong as soon as a reduction sums it.
+PY_BOOL_ROWS = {Op.ADD: "({0} | {1})", Op.MUL: "({0} & {1})"}
+CPP_BOOL_ROWS = {Op.ADD: "({0} || {1})", Op.MUL: "({0} && {1})"}
+
 
 def reduce_identity(kind: str, acc: DType):
     """The value a reduction's accumulator starts from, in accumulation dtype ``acc``."""
@@ -68,6 +74,7 @@ def reduce_identity(kind: str, acc: DType):
         return 0
     if kind == "prod":
         return 1
+    kind = "max" if kind == "copy" else kind   # a copy folds like max (one value per accumulator)
     if acc.kind == "f":
         return float("-inf") if kind == "max" else float("inf")
     if acc.kind == "b":
@@ -113,7 +120,8 @@ def _py_cast(text: str, d: DType) -> str:
 
 
 PYTHON = Dialect(PY_TABLE, lambda d: f"np.{d.name}", _py_cast, _py_literal,
-                 frozenset({dt.float32, dt.float64, dt.bool_, dt.int64, dt.uint64}), {dt.float32: PY_F32_ROWS})
+                 frozenset({dt.float32, dt.float64, dt.bool_, dt.int64, dt.uint64}),
+                 {dt.float32: PY_F32_ROWS, dt.bool_: PY_BOOL_ROWS})
 
 _CPP_TYPES = {"bool": "bool", "float16": "_Float16", "float32": "float", "float64": "double",
               **{f"{s}int{b}": f"{s}int{b}_t" for s in ("", "u") for b in (8, 16, 32, 64)}}
@@ -144,22 +152,24 @@ def _cpp_literal(v, d: DType) -> str:
 CPP = Dialect(CPP_TABLE, lambda d: _CPP_TYPES[d.name],
               lambda t, d: f"({t} != 0)" if d.kind == "b" else f"({_CPP_TYPES[d.name]})({t})",
               _cpp_literal, frozenset({dt.float32, dt.float64, dt.bool_, dt.int64, dt.uint64, dt.int32,
-                                       dt.uint32}), {dt.float32: CPP_F32_ROWS})
+                                       dt.uint32}), {dt.float32: CPP_F32_ROWS, dt.bool_: CPP_BOOL_ROWS})
 
 
 class ExprWriter:
     """Renders a stage's elementwise expressions as a list of named temporaries.
 
-    ``leaf(node)`` gives the text (already in register dtype) of an INPUT/REDUCE/ATTR
+    ``leaf(node, ctx)`` gives the text (already in register dtype) of an INPUT/REDUCE/ATTR
     leaf. Each interior node becomes one ``name = expr`` line, in dependency order,
     so generated code reads like the IR's text form.
     """
 
-    def __init__(self, spec: Spec, dialect: Dialect, leaf: Callable[[Node], str], prefix: str = "t"):
+    def __init__(self, spec: Spec, dialect: Dialect, leaf: Callable[[Node, tuple], str], prefix: str = "t",
+                 variant: dict | None = None):
         self.spec, self.d, self.leaf, self.prefix = spec, dialect, leaf, prefix
         self.lines: list[tuple[str, str]] = []   # (name, expr)
-        self.names: dict[int, str] = {}
-        self.types: dict[int, DType] = {}
+        self.names: dict[tuple, str] = {}
+        self.types: dict[tuple, DType] = {}
+        self.variant: dict = variant or {}
 
     def take(self) -> list[tuple[str, str]]:
         """The lines emitted since the last take (names stay valid for reuse)."""
@@ -167,37 +177,46 @@ class ExprWriter:
         self._count = getattr(self, "_count", 0) + len(out)
         return out
 
-    def value(self, node: Node, want: DType | None = None) -> str:
-        """Text of ``node`` converted to register dtype ``want`` (default: its own)."""
-        text, have = self._emit(node)
+    def value(self, node: Node, want: DType | None = None, ctx: tuple = ()) -> str:
+        """Text of ``node`` read in view context ``ctx`` (``fusegen.plan.access``: the views and
+        pieces between it and the stage root) converted to register dtype ``want`` (default: its
+        own). A view has its source's value (read elsewhere); a piecewise node has the value of
+        the piece ``variant`` says is active in this loop's box (a pad's constant where none is)."""
+        text, have = self._emit(node, ctx)
         want = reg_dtype(want) if want is not None else have
         if want is have:
             return text
         return self.d.cast(text, want)
 
-    def _emit(self, node: Node) -> tuple[str, DType]:
+    def _emit(self, node: Node, ctx: tuple) -> tuple[str, DType]:
         info = self.spec.of(node)
         if node.op is Op.CONST:
             d = reg_dtype(dt.materialize(info.dtype))
             return self.d.literal(node.arg[1], d), d
-        if node.op in (Op.INPUT, Op.REDUCE, Op.ATTR):
+        if node.op in (Op.INPUT, Op.REDUCE, Op.ATTR, Op.IOTA) or is_param(node):
             d = reg_dtype(info.acc) if (node.op is Op.REDUCE and info.acc is not None) else \
                 reg_dtype(dt.materialize(info.dtype))
-            return self.leaf(node), d
-        if id(node) in self.names:
-            return self.names[id(node)], self.types[id(node)]
+            return self.leaf(node, ctx), d
+        if node.op in VIEWS:
+            return self._emit(node.srcs[0], ctx + ((node, 0),))
+        key = (id(node), ctx)
+        if key in self.names:
+            return self.names[key], self.types[key]
         out = reg_dtype(dt.materialize(info.dtype))
-        if node.op is Op.CAST:
-            expr = self.value(node.srcs[0], out)
+        if node.op in PIECEWISE:
+            p = self.variant.get((node, ctx))
+            expr = self.value(node.srcs[1], out, ctx) if p is None else self.value(node.srcs[p], out, ctx + ((node, p),))
+        elif node.op is Op.CAST:
+            expr = self.value(node.srcs[0], out, ctx)
         else:
             comp = reg_dtype(dt.materialize(info.compute))
             if node.op is Op.WHERE:
-                args = [self.value(node.srcs[0], dt.bool_)] + [self.value(s, comp) for s in node.srcs[1:]]
+                args = [self.value(node.srcs[0], dt.bool_, ctx)] + [self.value(s, comp, ctx) for s in node.srcs[1:]]
             elif node.op in (Op.AND, Op.OR, Op.NOT):  # truth values, whatever the operands' dtype
                 comp = dt.bool_
-                args = [self.value(s, dt.bool_) for s in node.srcs]
+                args = [self.value(s, dt.bool_, ctx) for s in node.srcs]
             else:
-                args = [self.value(s, comp) for s in node.srcs]
+                args = [self.value(s, comp, ctx) for s in node.srcs]
             expr = _small_power(node, args, comp) or \
                 self.d.row(node.op, comp).format(*args, one=self.d.literal(1, comp), zero=self.d.literal(0, comp))
             result_type = dt.bool_ if node.op in _BOOL_OPS else comp
@@ -207,8 +226,8 @@ class ExprWriter:
                 expr = self.d.cast(expr, out)
         name = f"{self.prefix}{getattr(self, '_count', 0) + len(self.lines)}"
         self.lines.append((name, expr))
-        self.names[id(node)] = name
-        self.types[id(node)] = out
+        self.names[key] = name
+        self.types[key] = out
         return name, out
 
 
@@ -238,7 +257,8 @@ CUDA_PY_TABLE = {**PY_TABLE,
                  Op.TANH: "math.tanh({0})", Op.SIGMOID: "({one} / ({one} + math.exp(-{0})))",
                  Op.FLOOR: "math.floor({0})", Op.CEIL: "math.ceil({0})"}
 
-CUDA_PY = Dialect(CUDA_PY_TABLE, PYTHON.type_name, _py_cast, _py_literal, PYTHON.exact_types)
+CUDA_PY = Dialect(CUDA_PY_TABLE, PYTHON.type_name, _py_cast, _py_literal, PYTHON.exact_types,
+                  {dt.bool_: PY_BOOL_ROWS})
 
 # CUDA C++ device code: CUDA's math API overloads exp/log/... for float and double in the global
 # namespace (std:: versions are host functions), and fusegen's NumPy-compatible helpers live in
@@ -252,4 +272,4 @@ _CUDA_TYPES = {**_CPP_TYPES, "float16": "__half"}
 
 CUDA_CPP = Dialect(CUDA_CPP_TABLE, lambda d: _CUDA_TYPES[d.name],
                    lambda t, d: f"({t} != 0)" if d.kind == "b" else f"({_CUDA_TYPES[d.name]})({t})",
-                   _cpp_literal, CPP.exact_types)
+                   _cpp_literal, CPP.exact_types, {dt.bool_: CPP_BOOL_ROWS})

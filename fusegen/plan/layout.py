@@ -19,8 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ShapeError
-from ..ir import UNKNOWN_DIM, Spec, broadcast_shapes
-from .access import Access, Broadcast, Reduced
+from ..ir import UNKNOWN_DIM, Op, Spec, broadcast_shapes
+from . import views as V
+from .access import Access, Broadcast, Piece, Reduced, View
 from .stages import Plan, Stage
 
 
@@ -35,45 +36,69 @@ def c_strides(shape: tuple[int, ...]) -> list[int]:
 
 def read_strides(shape: tuple[int, ...], dom: tuple[int, ...]) -> list[int]:
     """Strides of a C-contiguous ``shape`` read broadcast into ``dom`` (0 where broadcast)."""
-    return evaluate((Broadcast(),), shape, dom)[1]
+    return list(strides_of(evaluate((Broadcast(),), V.contiguous(shape), None, dom))[1])
 
 
 def write_strides(result_shape: tuple[int, ...], dom: tuple[int, ...], axes: tuple[int, ...]) -> list[int]:
     """Strides, over ``dom``, of a reduction result stored C-contiguous in ``result_shape``
     (see ``fusegen.plan.access.Reduced``)."""
-    return evaluate((Reduced(),), result_shape, dom, axes)[1]
+    return list(strides_of(evaluate((Reduced(),), V.contiguous(result_shape), None, dom, axes))[1])
 
 
-def _broadcast(shape, strides, offset, dom, axes):
-    off = len(dom) - len(shape)
-    return dom, [0 if k < off or shape[k - off] == 1 else strides[k - off] for k in range(len(dom))], offset
+def _broadcast(v, step, spec, dom, axes):
+    return V.broadcast(v, dom if step.to is None else spec.of(step.to).shape)
 
 
-def _reduced(shape, strides, offset, dom, axes):
+def _view(v, step, spec, dom, axes):
+    return _VIEW_STEP[step.node.op](v, spec.of(step.node).params)
+
+
+def _piece(v, step, spec, dom, axes):
+    info = spec.of(step.node)
+    if step.node.op is Op.CONCAT:
+        axis, starts = info.params
+        return V.place(v, axis, starts[step.index], info.shape[axis])
+    for k, (before, _) in enumerate(info.params):  # a pad's interior: placed along every axis
+        v = V.place(v, k, before, info.shape[k])
+    return v
+
+
+def _reduced(v, step, spec, dom, axes):
     # The result's dims other than 1 are ``dom``'s unreduced dims other than 1, in order, however
     # the size-1 dims sit, so pairing those two lists is the whole rule.
-    big = [strides[j] for j, d in enumerate(shape) if d != 1]
-    return dom, [0 if k in axes or dom[k] == 1 else big.pop(0) for k in range(len(dom))], offset
+    big = [a.sub[0][1] for a in v.dims if a.extent != 1]
+    strides = [0 if k in axes or dom[k] == 1 else big.pop(0) for k in range(len(dom))]
+    return V.View([V.Axis([(e, st)]) for e, st in zip(dom, strides)], v.offset)
 
 
-#: How each kind of map step transforms a view (shape, strides, offset) given the domain and the
-#: reduced axes. A new kind of index map is a new step class and one row here.
-STEP_RULES = {Broadcast: _broadcast, Reduced: _reduced}
+_VIEW_STEP = {
+    Op.PERMUTE: V.permute, Op.INDEX: V.index, Op.RESHAPE: V.reshape, Op.BROADCAST_TO: V.broadcast,
+    Op.FLIP: V.flip,
+}
+
+#: How each kind of map step carries a view (``fusegen.plan.views``) toward the domain. A new
+#: kind of index map is a new step class and one row here.
+STEP_RULES = {Broadcast: _broadcast, View: _view, Piece: _piece, Reduced: _reduced}
 
 
-def evaluate(steps: tuple, shape: tuple[int, ...], dom: tuple[int, ...], axes: tuple[int, ...] = ()
-             ) -> tuple[int, list[int]]:
-    """``(offset, strides over dom)`` of a C-contiguous array of ``shape`` read or written through
-    the index map ``steps`` by a loop over ``dom`` (reducing ``axes``)."""
-    view, strides, offset = tuple(shape), c_strides(shape), 0
+def evaluate(steps: tuple, v: V.View, spec: Spec | None, dom: tuple[int, ...], axes: tuple[int, ...] = ()
+             ) -> V.View:
+    """The view ``v`` (an array's, or an iota's) carried through map ``steps`` up to a loop over
+    ``dom`` (reducing ``axes``)."""
     for step in steps:
-        view, strides, offset = STEP_RULES[type(step)](view, strides, offset, dom, axes)
-    return offset, strides
+        v = STEP_RULES[type(step)](v, step, spec, dom, axes)
+    return v
 
 
-def access_layout(a: Access, spec: Spec, dom: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, list[int]]:
-    """Where access ``a`` lands for the signature ``spec``: its map evaluated over ``dom``."""
-    return evaluate(a.steps, spec.of(a.node).shape, dom, axes)
+def access_view(a: Access, spec: Spec, dom: tuple[int, ...], axes: tuple[int, ...]) -> V.View:
+    """Access ``a`` for the signature ``spec``, evaluated over ``dom`` (reducing ``axes``)."""
+    start = dom if a.steps == () else spec.of(a.node).shape
+    return evaluate(a.steps, V.contiguous(start), spec, dom, axes)
+
+
+def access_layout(a: Access, spec: Spec, dom: tuple[int, ...], axes: tuple[int, ...]):
+    """``(offset, strides over dom)`` of a strided access (None for a modular one)."""
+    return strides_of(access_view(a, spec, dom, axes))
 
 
 @dataclass
@@ -136,12 +161,25 @@ def collapse(dom: tuple[int, ...], reduced: tuple[int, ...], strides: list[list[
 
 @dataclass
 class GroupRun:
+    """One loop nest to run: a fused group of stages over one box of its (refined) domain."""
+
     stages: tuple[int, ...]          # stage indices fused in this group
-    dom: tuple[int, ...]
-    axes: tuple[int, ...]
-    operands: list[tuple]            # ("in", i) | ("out", k) | ("buf", b): arrays the group touches
+    dom: tuple[int, ...]             # the box's extents over the refined domain dims
+    axes: tuple[int, ...]            # the reduced ones among them
+    operands: list[tuple]            # per operand: its key, the slot ("in", i) | ("out", k) | ("buf", b) |
+                                     # ("iota", node) of the first access, the slot + (n,) for another map
     layout: Layout
-    offsets: list[int]               # per operand: the element offset its map evaluated to (0 today)
+    offsets: list[int]               # per operand: the element offset (or iota value) at the box's start
+    operand_of: dict = None          # (slot, steps) of every access -> its operand key
+    inners: list = None              # per operand: a modular map's digits (views.Inner), else None
+    active: list = None              # per operand: read in this box (a piece's operands only in its own)
+    variant: dict = None             # (piecewise node, context) -> the piece active in this box (None: constant)
+    box: tuple = ()                  # the box's (lo, hi) per domain dim; () for the whole domain
+
+    def slot(self, k: int) -> tuple:
+        """The array operand ``k`` reads or writes (its key without a map number)."""
+        key = self.operands[k]
+        return key[:2]
 
 
 def stage_domain(spec: Spec, stage: Stage) -> tuple[int, ...]:
@@ -150,7 +188,8 @@ def stage_domain(spec: Spec, stage: Stage) -> tuple[int, ...]:
 
 
 def schedule(plan: Plan, spec: Spec) -> list[GroupRun]:
-    """Group the plan's stages for concrete shapes and compute each group's layout."""
+    """Group the plan's stages for concrete shapes and compute each group's layout: one
+    ``GroupRun`` per box where pieces cut the domain, else one per group."""
     groups: list[dict] = []
     for st in plan.stages:
         dom = stage_domain(spec, st)
@@ -163,7 +202,15 @@ def schedule(plan: Plan, spec: Spec) -> list[GroupRun]:
             g["stages"].append(st)
             continue
         groups.append(dict(stages=[st], dom=dom, axes=axes if axes is not None else ()))
-    return [_group_run(spec, g) for g in groups]
+    return [run for g in groups for run in _group_runs(spec, g)]
+
+
+def strides_of(v: V.View) -> tuple:
+    """A single-digit view's (offset, strides), size-1 dims' strides made 0 (they are never
+    stepped, and broadcasting and slicing leave different values there)."""
+    if v.inner is not None or any(len([d for d in a.sub if d[0] != 1]) > 1 for a in v.dims):
+        return None
+    return v.offset, tuple(0 if a.extent == 1 else [d for d in a.sub if d[0] != 1][0][1] for a in v.dims)
 
 
 def _aligned(spec: Spec, st: Stage, g: dict, dom) -> bool:
@@ -172,22 +219,56 @@ def _aligned(spec: Spec, st: Stage, g: dict, dom) -> bool:
     written = {a.slot: a for s in g["stages"] for a in s.stores if a.slot[0] == "buf"}
     for a in st.reads:
         w = written.get(a.slot)
-        if w is not None and access_layout(a, spec, dom, g["axes"]) != access_layout(w, spec, dom, g["axes"]):
+        if w is None:
+            continue
+        r, wv = access_view(a, spec, dom, g["axes"]), access_view(w, spec, dom, g["axes"])
+        if r.inner is not None or strides_of(r) is None or strides_of(r) != strides_of(wv):
             return False
     return True
 
 
-def _group_run(spec: Spec, g: dict) -> GroupRun:
+def _group_runs(spec: Spec, g: dict) -> list[GroupRun]:
     dom, axes = g["dom"], g["axes"]
-    operands: list[tuple] = []
-    strides: list[list[int]] = []
-    offsets: list[int] = []
+    keys: list[tuple] = []
+    views: list[V.View] = []
+    operand_of: dict = {}
     for st in g["stages"]:
         for a in st.reads + st.stores:
-            if a.slot not in operands:  # the first access decides (a result written, then read back)
-                offset, st_ = access_layout(a, spec, dom, axes)
-                operands.append(a.slot)
-                strides.append(st_)
-                offsets.append(offset)
-    lay = collapse(dom, axes, strides)
-    return GroupRun(tuple(s.index for s in g["stages"]), dom, axes, operands, lay, offsets)
+            v = access_view(a, spec, dom, axes)
+            k = next((i for i, (key, w) in enumerate(zip(keys, views))
+                      if key[:2] == a.slot and v.inner is None and w.inner is None
+                      and strides_of(v) is not None and strides_of(v) == strides_of(w)
+                      and _active_same(v, w)), None)
+            if k is None:
+                n = sum(1 for key in keys if key[:2] == a.slot)
+                keys.append(a.slot if n == 0 else a.slot + (n,))
+                views.append(v)
+                k = len(keys) - 1
+            operand_of[(a.slot, a.steps)] = keys[k]
+    probes, instances = [], []
+    for st in g["stages"]:
+        for inst, piece_steps in st.instances:
+            instances.append((inst, len(probes), len(piece_steps)))
+            for p, steps in enumerate(piece_steps):
+                start = inst[0].srcs[p]
+                probes.append(evaluate(steps, V.contiguous(spec.of(start).shape), spec, dom, axes))
+    nest = V.refine(views + probes, dom)
+    reduced = tuple(j for j, o in enumerate(nest.origin) if o in axes)
+    nops = len(views)
+    runs = []
+    boxes = V.boxes(nest, dom)
+    for ranges, active in boxes:
+        ext, offs = V.box_layout(nest, ranges)
+        variant = {}
+        for inst, first, count in instances:
+            on = [p for p in range(count) if active[nops + first + p]]
+            variant[inst] = on[0] if on else None
+        lay = collapse(tuple(ext), reduced, [list(s) for s in nest.strides[:nops]])
+        runs.append(GroupRun(tuple(s.index for s in g["stages"]), tuple(ext), reduced, keys, lay, offs[:nops],
+                             operand_of, nest.inners[:nops], active[:nops], variant,
+                             tuple(ranges) if len(boxes) > 1 else ()))
+    return runs
+
+
+def _active_same(v: V.View, w: V.View) -> bool:
+    return all((a.lo, a.hi) == (b.lo, b.hi) for a, b in zip(v.dims, w.dims)) and v.active == w.active

@@ -19,21 +19,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..ir import AttrRef, Node, Op, OpDef, ShapeOf, computed_nodes, leaves_of
-from .access import BROADCAST, REDUCED, Access
+from ..ir import PIECEWISE, VIEWS, AttrRef, Node, Op, OpDef, ShapeOf, computed_nodes, leaves_of, nodes_of, shape_atoms
+from .access import REDUCED, Access, slot_name
+from .paths import stage_reads
 
 
 @dataclass(frozen=True)
 class Stage:
     index: int
     level: int
-    leaves: tuple[Node, ...]           # INPUT and REDUCE nodes whose broadcast is the domain
+    leaves: tuple[Node, ...]           # the nodes whose shapes broadcast to the domain (``shape_atoms``)
     axes: tuple[int, ...] | AttrRef | None | str  # reduction axes spec; "elementwise" for none
     reductions: tuple[Node, ...] = ()  # computed here
     writes: tuple[tuple[int, Node], ...] = ()   # (output index, node) written over the domain
     finals: tuple[tuple[int, Node], ...] = ()   # (output index, node) written per reduced index
-    reads: tuple[Access, ...] = ()     # the arrays the loop body loads (inputs, workspaces)
+    reads: tuple[Access, ...] = ()     # the arrays the loop body loads (inputs, workspaces, iotas)
     stores: tuple[Access, ...] = ()    # where results land: reductions', then finals', then writes'
+    instances: tuple = ()              # piecewise nodes read in a view context: ((node, ctx), piece probes)
+    params: tuple[Node, ...] = ()      # static scalars made of dims, passed to the loop body as values
 
     @property
     def is_reduction(self) -> bool:
@@ -69,9 +72,12 @@ class Plan:
             over = "" if st.axes == "elementwise" else f" over axes {st.axes!r}"
             lines.append(f"  stage {st.index} (level {st.level}){over}: {', '.join(what)}")
             for a in st.reads:
-                lines.append(f"    read  {a.name:<6} {node(a.node):<5} through {a.map_text()}")
+                lines.append(f"    read  {a.name:<6} {node(a.node):<5} through {a.map_text(node)}")
             for a in st.stores:
-                lines.append(f"    store {a.name:<6} {node(a.node):<5} through {a.map_text()}")
+                lines.append(f"    store {a.name:<6} {node(a.node):<5} through {a.map_text(node)}")
+            for (n, _), _ in st.instances:
+                lines.append(f"    pieces of {node(n)} ({n.op.value}): the domain is cut where they change, "
+                             f"one loop per box")
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -79,13 +85,35 @@ class Plan:
 
 
 def read_leaves(st: Stage) -> list[Node]:
-    """The INPUT and REDUCE nodes a stage's loop body loads, in first-use order."""
+    """The INPUT, REDUCE and IOTA nodes a stage's loop body loads, in first-use order."""
     exprs = [r.srcs[0] for r in st.reductions] + [n for _, n in st.writes]
     seen: dict[int, Node] = {}
     for e in exprs:
         for l in leaves_of(e):
             seen[id(l)] = l
     return list(seen.values())
+
+
+def _atoms(exprs) -> tuple[Node, ...]:
+    out: dict[int, Node] = {}
+    for e in exprs:
+        for a in shape_atoms(e):
+            out[id(a)] = a
+    return tuple(out.values())
+
+
+def _plain(n: Node) -> bool:
+    """An expression of reduction results through elementwise ops only (a stage's final)."""
+    stack, seen = [n], set()
+    while stack:
+        m = stack.pop()
+        if id(m) in seen or m.op is Op.REDUCE:
+            continue
+        seen.add(id(m))
+        if m.op in VIEWS or m.op in PIECEWISE or m.op is Op.IOTA:
+            return False
+        stack.extend(m.srcs)
+    return True
 
 
 def _stage_key(r: Node):
@@ -110,7 +138,7 @@ def build_plan(opdef: OpDef) -> Plan:
         groups.setdefault(key, []).append(r)
     stages: list[dict] = []
     for (lvl, _, _), rs in groups.items():
-        leaves = leaves_of(rs[0].srcs[0])
+        leaves = shape_atoms(rs[0].srcs[0])
         if isinstance(rs[0].arg.axes, ShapeOf) and rs[0].arg.axes.rule == "broadcast":
             # sum_to's loop spans like's (and the span's) shapes: measured, not read
             leaves += tuple(n for i, n in enumerate(rs[0].srcs[1:], 1)
@@ -129,13 +157,14 @@ def build_plan(opdef: OpDef) -> Plan:
         # shape) is finished in that stage's epilogue instead of a pass of its own.
         owners = {id(_stage_for(stages, l)) for l in lv if l.op is Op.REDUCE}
         if lv and all(l.op is Op.REDUCE for l in lv) and len(owners) == 1 and \
-                len({repr(l.arg.keep_dims) for l in lv}) == 1:
+                len({repr(l.arg.keep_dims) for l in lv}) == 1 and _plain(o):
             _stage_for(stages, lv[0])["finals"].append((k, o))
             continue
-        key = tuple(id(l) for l in lv)
+        atoms = shape_atoms(o)
+        key = tuple(id(a) for a in atoms)   # same atoms: same shape, so one loop writes them all
         if key not in ew_groups:
             lvl = 1 + max((level[id(l)] for l in lv if l.op is Op.REDUCE), default=0)
-            ew_groups[key] = dict(level=lvl, leaves=lv, axes="elementwise", reductions=(), writes=[], finals=[])
+            ew_groups[key] = dict(level=lvl, leaves=atoms, axes="elementwise", reductions=(), writes=[], finals=[])
             stages.append(ew_groups[key])
         ew_groups[key]["writes"].append((k, o))
 
@@ -149,23 +178,29 @@ def build_plan(opdef: OpDef) -> Plan:
             if l.op is Op.REDUCE and all(l is not b for b in read_later):
                 read_later.append(l)
     outs = {k: tuple(v) for k, v in reduce_outputs.items()}
-    final = tuple(_with_accesses(s, tuple(read_later), outs) for s in final)
+    final = tuple(_with_accesses(s, tuple(read_later), outs, g) for s in final)
     return Plan(opdef, final, tuple(read_later), outs)
 
 
-def _with_accesses(st: Stage, buffers: tuple[Node, ...], reduce_outputs: dict) -> Stage:
-    def buf(n: Node) -> tuple:
+def _with_accesses(st: Stage, buffers: tuple[Node, ...], reduce_outputs: dict, g) -> Stage:
+    def slot(n: Node) -> tuple:
+        if n.op is Op.INPUT:
+            return ("in", n.arg)
+        if n.op is Op.IOTA:
+            return ("iota", g.idx(n))
         return ("buf", next(i for i, b in enumerate(buffers) if b is n))
 
-    reads = tuple(Access(("in", l.arg) if l.op is Op.INPUT else buf(l), l, (BROADCAST,)) for l in read_leaves(st))
+    found = stage_reads([r.srcs[0] for r in st.reductions] + [n for _, n in st.writes])
+    reads = tuple(Access(slot(l), l, steps) for l, steps in found.accesses)
     stores = []
     for r in st.reductions:
         stores += [Access(("out", k), r, (REDUCED,)) for k in reduce_outputs.get(id(r), ())]
         if any(r is b for b in buffers):
-            stores.append(Access(buf(r), r, (REDUCED,)))
+            stores.append(Access(slot(r), r, (REDUCED,)))
     stores += [Access(("out", k), n, (REDUCED,)) for k, n in st.finals]
     stores += [Access(("out", k), n, ()) for k, n in st.writes]
-    return replace(st, reads=reads, stores=tuple(stores))
+    return replace(st, reads=reads, stores=tuple(stores), instances=tuple(found.instances),
+                   params=tuple(found.params))
 
 
 def _stage_for(stages: list[dict], r: Node) -> dict:

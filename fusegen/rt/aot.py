@@ -5,6 +5,15 @@ The emitted library reads attributes at Init time (as MindSpore's do), so one ``
 (one ``AotExtra``) exists per distinct attribute value set; all of them share the one compiled
 library. Per signature the runner calls the prepared argument block (``AotKernel.run_prepared``).
 
+Dtypes on demand: the library built at construction holds the ``dtypes=`` combinations (default:
+every float dtype). A call bringing another combination (int8, bool, ...) emits and builds a
+library for that combination alone, on first use, as the Numba backend compiles per signature.
+One library per new combination, rather than one library regenerated with the union, because a
+library's content then depends only on its combination: the build cache serves it in any later
+process whatever order the calls come in, nothing already loaded is rebuilt or reloaded, and a
+combination already built costs a call exactly what it cost before (the kernel's signature cache
+is looked up first).
+
 On a GPU (``device="cuda"``) the ``.cu`` is built with nvcc (``flags``: None builds without
 ``--use_fast_math``, so results agree with NumPy as the other backends' do; ``"mindspore"`` keeps
 MindSpore's GPU flags) and called on device memory. ``emit_device="cpu"`` runs the op's C++ twin
@@ -22,7 +31,6 @@ import numpy as np
 
 from ..abi_emit import emit
 from ..cache import cache_dir
-from ..errors import DTypeError
 from ..ir import infer
 from ..native.aot_kernel import AotKernel
 from ..native.build import MINDSPORE_CPU_FLAGS, default_cuda_flags
@@ -56,13 +64,10 @@ class AotExecutor(Executor):
         super().__init__(kernel)
         self.op, self.flags, self._dynamic_workspace = op, flags, dynamic_workspace
         self.emit_device = emit_device
-        self.emitted = emit(op, abi="mindspore-aot", device=self.emit_device, dtypes=dtypes,
-                            dynamic_workspace=dynamic_workspace)
-        digest = hashlib.sha256(self.emitted.source.encode()).hexdigest()[:16]
-        self.directory = Path(cache_dir()) / "aot-src" / f"{op.name}-{digest}"
-        self.emitted.write(self.directory)
-        self.func = self.emitted.func(self.directory)
-        self.combos = {tuple(c) for c in self.emitted.dtypes}
+        self.emitted, self.directory, self.func = self._emit(dtypes)
+        # each input dtype combination -> the "lib.cc:Name" that holds it (the first library's,
+        # then one more library per combination a call brings: see the module docstring)
+        self.funcs: dict[tuple[str, ...], str] = {tuple(c): self.func for c in self.emitted.dtypes}
         # An op that returns a 1-tuple gets a 1-tuple back (AotKernel returns a bare array).
         self._one_tuple = op.multi_output and len(op.graph.outputs) == 1
         self.by_attrs: dict[tuple, AotKernel] = {}
@@ -70,31 +75,60 @@ class AotExecutor(Executor):
         self.first = self.kernel_for(tuple(op.bind_attrs({}).items()) if not any(
             s.required for s in op.attrs.values()) else None)
 
+    def _emit(self, dtypes):
+        """Emit the op's source for ``dtypes`` into the cache (named by its content); returns the
+        ``Emitted``, its directory and its ``"path.cc:Name"``."""
+        emitted = emit(self.op, abi="mindspore-aot", device=self.emit_device, dtypes=dtypes,
+                       dynamic_workspace=self._dynamic_workspace)
+        digest = hashlib.sha256(emitted.source.encode()).hexdigest()[:16]
+        directory = Path(cache_dir()) / "aot-src" / f"{self.op.name}-{digest}"
+        emitted.write(directory)
+        return emitted, directory, emitted.func(directory)
+
+    @property
+    def combos(self) -> set[tuple[str, ...]]:
+        """Every input dtype combination built so far."""
+        return set(self.funcs)
+
+    def func_for(self, names: tuple[str, ...]) -> str:
+        """The library holding dtype combination ``names``, emitted and built on first use."""
+        func = self.funcs.get(names)
+        if func is None:
+            with self._lock:
+                func = self.funcs.get(names)
+                if func is None:
+                    func = self._emit([names])[2]
+                    self.funcs[names] = func
+        return func
+
     def describe(self) -> str:
         return f" func={self.func}"
 
     def source(self, last=None) -> str:
+        """The source of the library built at construction (for the ``dtypes=`` combinations)."""
         return self.emitted.source
 
     @property
     def lib_path(self):
-        k = next(iter(self.by_attrs.values()), None)
+        k = next((k for (func, _), k in self.by_attrs.items() if func == self.func), None)
         return k.lib_path if k is not None else None
 
-    def kernel_for(self, attrs: tuple | None) -> AotKernel | None:
-        """The ``AotKernel`` for these bound attribute values (created on first use)."""
+    def kernel_for(self, attrs: tuple | None, func: str | None = None) -> AotKernel | None:
+        """The ``AotKernel`` of library ``func`` (default: the first one) for these bound attribute
+        values (created on first use)."""
         if attrs is None:
             return None
-        k = self.by_attrs.get(attrs)
+        key = (func or self.func, attrs)
+        k = self.by_attrs.get(key)
         if k is None:
             with self._lock:
-                k = self.by_attrs.get(attrs)
+                k = self.by_attrs.get(key)
                 if k is None:
-                    k = AotKernel(self.func, attrs={n: (list(v) if isinstance(v, tuple) else v) for n, v in attrs},
+                    k = AotKernel(key[0], attrs={n: (list(v) if isinstance(v, tuple) else v) for n, v in attrs},
                                   out_shape=None, out_dtype=None, flags=self.flags,
                                   n_outputs=len(self.op.graph.outputs), n_inputs=len(self.op.inputs),
                                   name=self.op.name, device=self.kernel.device, reentrant=True)
-                    self.by_attrs[attrs] = k
+                    self.by_attrs[key] = k
         return k
 
     def variant_options(self, op) -> dict:
@@ -109,14 +143,8 @@ class AotExecutor(Executor):
             options["emit_device"] = self.emit_device
         return options
 
-    def check(self, arrs) -> None:
-        names = tuple(np.dtype(a.dtype).name for a in arrs)
-        if names not in self.combos:
-            raise DTypeError(f"op {self.op.name}: the AOT kernel was generated for dtype combinations "
-                             f"{sorted(self.combos)}; got {names}. Pass dtypes=... to fg.compile.")
-
     def prepare(self, spec, bound: dict, arrs, key) -> AotCall:
-        kernel = self.kernel_for(tuple(bound.items()))
+        kernel = self.kernel_for(tuple(bound.items()), self.func_for(tuple(np.dtype(a.dtype).name for a in arrs)))
         call = AotCall(spec.out_shapes, tuple(d.np for d in spec.out_dtypes), bound)
         call.kernel = kernel
         if key is not None:

@@ -53,7 +53,10 @@ class Kernel:
         self.backend = backend
         self.device = device
         self.options = options
-        self.plan: Plan = build_plan(op)
+        # An op traced per input rank or shape (``OpDef.specializes``) has no plan of its own: each
+        # specialization gets a kernel of its own (``_children``), whose calls this one caches.
+        self.plan: Plan | None = build_plan(op) if op.graph is not None else None
+        self._children: dict = {}
         self._calls: dict = {}
         self._variants: dict = {}   # write-request variants of the op -> their kernels
         self._lock = threading.Lock()
@@ -140,8 +143,36 @@ class Kernel:
         arrs, key, stream = self.place.arguments(self, arrays, attrs)
         call = self._calls.get(key) if key is not None else None
         if call is None:
-            call = self._prepare(arrs, attrs, key)
+            call = self._prepare(arrs, attrs, key) if self.plan is not None else self._specialized(arrs, attrs, key)
         return call.run(arrs, out) if stream is None else call.run(arrs, out, stream)
+
+    def specialized(self, arrays, attrs: dict) -> Kernel:
+        """The kernel of the op's specialization for these arrays (itself for an op traced once)."""
+        if self.plan is not None:
+            return self
+        bound = self.op.bind_attrs(attrs)
+        child_op = self.op.specialize([a.dtype for a in arrays], [tuple(a.shape) for a in arrays], bound)
+        with self._lock:
+            k = self._children.get(id(child_op))
+        if k is None:
+            k = Kernel(child_op, self.backend, self.device, **self.options)
+            with self._lock:
+                k = self._children.setdefault(id(child_op), k)
+        return k
+
+    def _specialized(self, arrs, attrs, key) -> Call:
+        for i, a in enumerate(arrs):
+            try:
+                dt.as_dtype(a.dtype)
+            except DTypeError:
+                raise DTypeError(f"op {self.op.name}: input {self.op.inputs[i]!r} has dtype {a.dtype}, which "
+                                 f"fusegen does not support ({', '.join(dt.DTYPES)})") from None
+        call = self.specialized(arrs, attrs)._prepare(arrs, attrs, None)
+        if key is not None:
+            with self._lock:
+                self._calls[key] = call
+        self._last = call
+        return call
 
     def _prepare(self, arrs, attrs, key) -> Call:
         """Everything a signature needs, once: validation, the IR's rules, the backend's code."""

@@ -27,9 +27,10 @@ from .call import Call, Executor
 class Group:
     func: object
     meta: np.ndarray
-    sources: tuple      # per operand: (kind, index)
+    sources: tuple      # per array operand: (kind, index)
     attrs: tuple        # attribute names passed as scalars
     source: str
+    params: tuple = ()  # static scalars (dims) passed after the attributes: their values
     entry: object = None    # the compiled function for the signature (``entry_point``)
 
 
@@ -61,7 +62,8 @@ class NumbaCpuExecutor(Executor):
             ntasks = int(meta[6] * meta[4] * nsplit)
             parallel = big and ntasks > 1
             gk = compile_group(plan, spec, run, parallel, nsplit > 1)
-            groups.append(Group(gk.func, meta, tuple(run.operands), gk.attrs, gk.source))
+            groups.append(Group(gk.func, meta, tuple(k[:2] for k in run.operands if k[0] != "iota"), gk.attrs,
+                                gk.source, tuple(spec.of(n).value for n in gk.params)))
         ws = [(spec.of(b).shape, reg_dtype(spec.of(b).acc).np) for b in plan.buffers]
         call = NumbaCpuCall(spec.out_shapes, tuple(d.np for d in spec.out_dtypes), bound,
                             reg_out_dtypes=tuple(reg_dtype(d).np for d in spec.out_dtypes),
@@ -90,7 +92,7 @@ def entry_point(grp: Group, call: NumbaCpuCall, in_types: list):
              "out": [_array_type(d, len(s)) for s, d in zip(call.out_shapes, call.reg_out_dtypes)],
              "buf": [_array_type(d, len(s)) for s, d in call.ws]}
     sig = [types[k][i] for k, i in grp.sources] + [_array_type(grp.meta.dtype, grp.meta.ndim)]
-    sig += [numba.typeof(call.attr_values[a]) for a in grp.attrs]
+    sig += [numba.typeof(call.attr_values[a]) for a in grp.attrs] + [numba.typeof(v) for v in grp.params]
     try:
         return grp.func.compile(tuple(sig))
     except Exception:  # noqa: BLE001 - e.g. a type Numba infers differently from a value: the dispatcher decides
@@ -141,6 +143,9 @@ def make_runner(op, call: NumbaCpuCall):
         for a in grp.attrs:
             g[f"_A{j}_{a}"] = call.attr_values[a]
             args.append(f"_A{j}_{a}")
+        for i, v in enumerate(grp.params):
+            g[f"_P{j}_{i}"] = v
+            args.append(f"_P{j}_{i}")
         lines.append(f"    _f{j}({', '.join(args)})")
     if call.ws:
         lines.append("    _pool.append(ws)")

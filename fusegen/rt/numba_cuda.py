@@ -34,6 +34,7 @@ class CudaGroup:
     partials: list             # (size, numpy dtype) per split reduction
     source: str
     skip: bool
+    dims: tuple = ()           # values of the dims (static scalars) the kernel takes after the attributes
 
 
 @dataclass
@@ -80,8 +81,11 @@ class NumbaCudaExecutor(Executor):
             partials = [(outputs * launch.nsplit, reg_dtype(spec.of(r).acc).np)
                         for r in stage0.reductions] if launch.nsplit > 1 else []
             cgrid = min(max(-(-outputs // launch.block), 1), max_blocks)
-            groups.append(CudaGroup(gk.kernel, gk.combine, meta, cuda.to_device(meta), tuple(run.operands),
-                                    gk.attrs, grid, launch.block, cgrid, partials, gk.source, skip=outputs == 0))
+            arrays = tuple(k[:2] for k in run.operands if k[0] != "iota")
+            dims = tuple(spec.of(n).value for i in run.stages for n in plan.stages[i].params)
+            groups.append(CudaGroup(gk.kernel, gk.combine, meta, cuda.to_device(meta), arrays,
+                                    gk.attrs, grid, launch.block, cgrid, partials, gk.source, skip=outputs == 0,
+                                    dims=dims))
         ws = [(int(np.prod(spec.of(b).shape)) if spec.of(b).shape else 1, reg_dtype(spec.of(b).acc).np)
               for b in plan.buffers]
         call = NumbaCudaCall(spec.out_shapes, tuple(d.np for d in spec.out_dtypes), bound, ws=ws, groups=groups)
@@ -108,7 +112,7 @@ def _runner(op, call: NumbaCudaCall):
                 continue
             args = [names[k][i] for k, i in g.operands]
             parts = [cuda.device_array(max(n, 1), d, stream=st) for n, d in g.partials]
-            tail = [g.meta] + [call.attr_values[a] for a in g.attrs]
+            tail = [g.meta] + [call.attr_values[a] for a in g.attrs] + list(g.dims)
             g.kernel[g.grid, g.block, st](*args, *parts, *tail)
             if g.combine is not None:
                 g.combine[g.combine_grid, g.block, st](*args, *parts, *tail)

@@ -35,7 +35,7 @@ def pytest_configure(config):
             globals()["PROPERTY_STATS"] = _helpers.PROPERTY_STATS = plugin.PROPERTY_STATS
 
 
-SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM", "") not in ("", "0")
+from _optional import HAVE, PIECES, SIMULATOR  # noqa: E402  (tests/ is on sys.path: its conftest is loaded first)
 
 
 def _real_gpu() -> bool:
@@ -48,9 +48,11 @@ def _real_gpu() -> bool:
         return False
 
 
-CUDA_TESTS = SIMULATOR or _real_gpu()
+# numba-cuda first: without it numba.cuda is Numba's own deprecated target (its simulator too)
+CUDA_TESTS = HAVE["numba-cuda"] and (SIMULATOR or _real_gpu())
 REASON = ("CUDA kernel tests need NUMBA_ENABLE_CUDASIM=1 (own pytest process: "
-          "NUMBA_ENABLE_CUDASIM=1 python -m pytest tests/cuda) or a GPU with FUSEGEN_CUDA_TESTS=1")
+          "NUMBA_ENABLE_CUDASIM=1 python -m pytest tests/cuda) or a GPU with FUSEGEN_CUDA_TESTS=1"
+          + ("" if HAVE["numba-cuda"] else f", and {PIECES['numba-cuda'][1]}"))
 
 
 def pytest_collection_modifyitems(config, items):

@@ -10,7 +10,6 @@ On a GPU (``FUSEGEN_CUDA_TESTS=1``) the same tests run with CUDA events and the 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 import json
 import re
@@ -24,7 +23,9 @@ from fusegen.bench import cases as bench_cases, cuda as bench_cuda, harness as b
 
 from conftest import SIMULATOR
 
-HAS_MPL = importlib.util.find_spec("matplotlib") is not None
+from _optional import HAVE
+
+HAS_MPL = HAVE["matplotlib"]
 #: Tiny: the simulator runs every thread in Python (and is slow with syncthreads).
 TINY = dict(shapes=((8, 16),), small_shape=(4, 5), per_call_rounds=2, per_call_calls=3, bandwidth_reps=2,
             bandwidth_bytes=4096)

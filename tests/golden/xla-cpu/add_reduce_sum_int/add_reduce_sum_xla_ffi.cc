@@ -1208,7 +1208,7 @@ namespace k_bool_bool {
 // --- stage 0: sum (%3)
 FG_INLINE int64_t s0_r0(bool v0, bool v1, const ScalarAttrs &a) {
   (void)a;
-  const auto t0 = (v0 + v1);
+  const auto t0 = (v0 || v1);
   return (int64_t)(t0);
 }
 

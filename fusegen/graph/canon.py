@@ -1,0 +1,60 @@
+"""Canonical form of a traced graph: where a piece must be materialized.
+
+A piecewise node (``concat``, ``pad``) costs no memory when a loop can be cut into boxes where
+each piece is whole (``fusegen.plan.views``). Two places cannot be cut that way: a reshape that
+merges or splits the piece's dim (the pieces' boundaries no longer fall on one dim), and a
+reduction (a box cut along a reduced dim would leave each box with a partial result). There the
+piece is *copied* first: a ``copy`` reduction over no axes, which every backend runs as an
+ordinary reduction stage into a workspace, read afterwards like any array. ``print(op)`` shows it
+(``copy %9``) and ``print(plan)`` counts its workspace.
+"""
+from __future__ import annotations
+
+from .nodes import PIECEWISE, Node, Op, ReduceArg, ShapeOf, value_srcs
+
+COPY = ReduceArg("copy", (), False)
+
+
+def _pieces_below(start: Node, found: dict) -> None:
+    """The piecewise nodes ``start`` reads through elementwise ops and views (not through a
+    reduction or a copy, which are arrays by then)."""
+    stack, seen = [start], set()
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if n.op in PIECEWISE:
+            found[id(n)] = n
+            continue
+        if n.op in (Op.INPUT, Op.REDUCE, Op.IOTA, Op.CONST, Op.ATTR, Op.DIM):
+            continue
+        stack.extend(value_srcs(n))
+
+
+def materialize_pieces(nodes: tuple[Node, ...], roots: tuple[Node, ...]):
+    """``roots`` (outputs, then the nodes shape checks name) with every piece read through a
+    reshape or by a reduction replaced by a copy of it; ``nodes`` is the graph's topological
+    order. Returns the new roots (the same objects when nothing is copied)."""
+    targets: dict[int, Node] = {}
+    for n in nodes:
+        # sum_to's axes (ShapeOf "broadcast") are reduced axes too; unreduce only reshapes
+        only_reshapes = isinstance(n.arg, ReduceArg) and isinstance(n.arg.axes, ShapeOf) \
+            and n.arg.axes.rule != "broadcast"
+        if n.op is Op.RESHAPE or (n.op is Op.REDUCE and not only_reshapes and n.arg.kind != "copy"):
+            _pieces_below(n.srcs[0], targets)
+    if not targets:
+        return roots
+    rebuilt: dict[int, Node] = {}
+    copies: dict[int, Node] = {}
+    for n in nodes:
+        srcs = []
+        for s in n.srcs:
+            new = rebuilt[id(s)]
+            if id(s) in targets:
+                if id(s) not in copies:
+                    copies[id(s)] = Node(Op.REDUCE, (new,), COPY, s.loc)
+                new = copies[id(s)]
+            srcs.append(new)
+        rebuilt[id(n)] = n if all(a is b for a, b in zip(srcs, n.srcs)) else Node(n.op, tuple(srcs), n.arg, n.loc)
+    return tuple(rebuilt[id(r)] for r in roots)
