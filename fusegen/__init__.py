@@ -20,6 +20,9 @@ from .graph.vocab import (  # noqa: E402
     linspace, matrix_transpose, meshgrid, moveaxis, ones, ones_like, pad, permute_dims, repeat, reshape, roll,
     split, squeeze, stack, swapaxes, tile, tril, triu, unstack, zeros, zeros_like,
 )
+from .graph.gathers import take, take_along_axis  # noqa: E402  (issue #17)
+from .graph.searching import argmax, argmin, count_nonzero, searchsorted  # noqa: E402  (issue #17)
+from .graph.scans import cummax, cummin, cumulative_prod, cumulative_sum, logcumsumexp  # noqa: E402  (issue #17)
 from .graph.grad import grad  # noqa: E402
 from .runtime import Kernel, compile  # noqa: E402
 from .rt.engine import Engine, EngineError  # noqa: E402
@@ -35,6 +38,8 @@ __all__ = [
     "full", "full_like", "linspace", "matrix_transpose", "meshgrid", "moveaxis", "ones", "ones_like", "pad",
     "permute_dims", "repeat", "reshape", "roll", "split", "squeeze", "stack", "swapaxes", "tile", "tril", "triu",
     "unstack", "zeros", "zeros_like",
+    "take", "take_along_axis", "argmax", "argmin", "count_nonzero", "searchsorted",
+    "cumulative_sum", "cumulative_prod", "cummax", "cummin", "logcumsumexp",
     "DType", "DTYPES", "as_dtype",
     # running and emitting (emit, AotKernel, jax, torch, examples and random load lazily, see __getattr__)
     "compile", "Kernel", "emit", "AotKernel", "Engine", "EngineError",

@@ -19,7 +19,7 @@ from .ir import OpDef
 
 
 def emit(op: OpDef, abi: str = "mindspore-aot", device: str = "cpu", dtypes=None,
-         dynamic_workspace: str = "kernel") -> Emitted:
+         dynamic_workspace: str = "kernel", ranks=None, shapes=None) -> Emitted:
     """Generate the files a user ships for ``op``.
 
     ``dtypes``: the dtype combinations to support — a dtype name (all inputs), a list of
@@ -29,17 +29,21 @@ def emit(op: OpDef, abi: str = "mindspore-aot", device: str = "cpu", dtypes=None
     sees as unknown (-1): ``"kernel"`` (default) asks for no workspace and lets the kernel
     own and grow its scratch, so the op runs under MindSpore's dynamic shapes;
     ``"error"`` returns ``FG_ERR_DYNAMIC_WORKSPACE`` instead.
+    ``ranks``/``shapes``: for an op traced per input rank or shape (one whose Python branches on
+    ``x.ndim`` or on a dim), the input ranks or shapes to emit its specialization for; the
+    kernel then checks them at each call (``FG_ERR_RANK``/``FG_ERR_OUT_SHAPE``). Without them
+    such an op is a ``TraceError`` naming the line that needed them.
     """
     if dynamic_workspace not in ("kernel", "error"):
         raise ValueError(f"dynamic_workspace must be 'kernel' or 'error', got {dynamic_workspace!r}")
     if not isinstance(op, OpDef):
         raise TypeError(f"fusegen.emit expects an @fusegen.op, got {type(op).__name__}")
     if abi == "xla-ffi":  # XLA typed-FFI handlers around the same loops
-        return emit_xla(op, device=device, dtypes=dtypes)
+        return emit_xla(op, device=device, dtypes=dtypes, ranks=ranks, shapes=shapes)
     if abi != "mindspore-aot":
         raise NotImplementedError(f"abi={abi!r} is not available: use 'mindspore-aot' or 'xla-ffi'")
     if device == "cuda":  # the .cu: same tables and entry points, CUDA kernels
-        return emit_cuda(op, dtypes=dtypes)
+        return emit_cuda(op, dtypes=dtypes, ranks=ranks, shapes=shapes)
     if device != "cpu":
         raise NotImplementedError(f"device={device!r} is not available: use 'cpu' or 'cuda'")
-    return emit_cpu(op, dtypes=dtypes, dynamic_workspace=dynamic_workspace)
+    return emit_cpu(op, dtypes=dtypes, dynamic_workspace=dynamic_workspace, ranks=ranks, shapes=shapes)

@@ -162,7 +162,8 @@ def adam_step(param, grad, m, v, *, lr: float = 1e-3, beta1: float = 0.9, beta2:
 
 __all__ = ["add_reduce_sum", "add_mul_div", "smooth_l1", "softmax", "layer_norm", "rms_norm", "bias_gelu",
            "transpose_add", "rope", "heads_split", "causal_softmax", "swiglu", "group_norm",
-           "gelu_erf", "silu", "sigmoid", "softplus", "adam_step", "REFERENCE_OPS", "LAYOUT_OPS", "PERF_OPS"]
+           "gelu_erf", "silu", "sigmoid", "softplus", "adam_step", "REFERENCE_OPS", "LAYOUT_OPS", "PERF_OPS",
+           "cross_entropy", "accuracy", "embedding_layer_norm", "cumsum_last", "cumsum_first", "GATHER_OPS"]
 
 REFERENCE_OPS = [add_reduce_sum, add_mul_div, smooth_l1, softmax, layer_norm, rms_norm, bias_gelu]
 
@@ -173,3 +174,48 @@ LAYOUT_OPS = [transpose_add, rope, heads_split, causal_softmax, swiglu, group_no
 #: step. Checked numerically and for vectorization (tests/test_perf_ops.py, tests/test_vectorize.py),
 #: not by every backend-wide suite that loops over ``REFERENCE_OPS`` (golden text, sanitizers, MindSpore).
 PERF_OPS = [gelu_erf, silu, sigmoid, softplus, adam_step]
+
+# --- issue #17: gathers, arg-reductions and scans ------------------------------------------------
+# (not in REFERENCE_OPS yet: the emitted C++/XLA backends refuse gathers until they can emit them)
+from .graph.gathers import take, take_along_axis  # noqa: E402
+from .graph.scans import cumulative_sum  # noqa: E402
+from .graph.searching import argmax  # noqa: E402
+
+
+@op
+def cross_entropy(logits, labels):
+    """Mean softmax cross-entropy: ``logsumexp(z) - z[label]`` per row. (The picked logit is
+    summed over its size-1 axis instead of indexed, so fg.grad needs no view adjoint.)"""
+    lse = fg.log(fg.sum(fg.exp(logits - fg.max(logits, axis=-1, keepdims=True)), axis=-1)) + fg.max(logits, axis=-1)
+    picked = fg.sum(take_along_axis(logits, labels[:, None], axis=-1), axis=-1)
+    return fg.mean(lse - picked)
+
+
+@op
+def accuracy(logits, labels):
+    """Top-1 accuracy: the fraction of rows whose argmax is the label."""
+    return fg.mean(fg.cast(argmax(logits, axis=-1) == labels, "float32"))
+
+
+@op
+def embedding_layer_norm(table, ids, gamma, beta, *, eps: float = 1e-5):
+    """An embedding lookup (rows of ``table`` at ``ids``) followed by a layer norm over the
+    embedding dim: the gathered rows are read once per reduction pass, never materialized."""
+    e = take(table, ids, axis=0)
+    mean = fg.mean(e, axis=-1, keepdims=True)
+    d = e - mean
+    rstd = fg.rsqrt(fg.mean(d * d, axis=-1, keepdims=True) + eps)
+    return d * rstd * gamma + beta
+
+
+@op
+def cumsum_last(x):
+    return cumulative_sum(x, axis=-1)
+
+
+@op
+def cumsum_first(x):
+    return cumulative_sum(x, axis=0)
+
+
+GATHER_OPS = [cross_entropy, accuracy, embedding_layer_norm, cumsum_last, cumsum_first]

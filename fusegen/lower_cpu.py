@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 from . import vmath
 from .ir import Node, Op, Spec, nodes_of
-from .lower.pysource import INNER_HELPER, NAN_HELPERS, combine, general_maps, import_source, layout_tail, operand_name
+from .lower.gathers import GatherSlots
+from .lower.pysource import INNER_HELPER, NAN_HELPERS, combine, general_maps, group_params, import_source, layout_tail, operand_name
 from .plan import GroupRun, Plan
 from .plan.paths import is_param, path_steps
 from .plan.exprs import PYTHON, ExprWriter, reduce_identity, reg_dtype
@@ -74,8 +75,6 @@ class _Op:
         return self.kind != "iota"
 
 
-
-
 class GroupSource:
     """Builds the source of one group function."""
 
@@ -103,7 +102,8 @@ class GroupSource:
         self.general = general_maps(self._stages(), inners)
         self.lines: list[str] = []
         self.attrs: list[str] = sorted({n.arg for st in self._stages() for n in _nodes_of(st) if n.op is Op.ATTR})
-        self.params = [n for st in self._stages() for n in st.params]
+        self.params = group_params(self._stages())
+        self.g = GatherSlots(self._stages(), run)
 
     def _stages(self):
         return [self.plan.stages[i] for i in self.run.stages]
@@ -114,6 +114,7 @@ class GroupSource:
     def emit(self, fname: str) -> str:
         args = [o.name for o in self.ops.values() if o.is_array] + ["meta"] + [f"a_{a}" for a in self.attrs]
         args += [self.param_name(n) for n in self.params]
+        args += self.g.args()
         w = self.lines.append
         w(f"def {fname}({', '.join(args)}):")
         w(f"    # stages {', '.join(str(s) for s in self.run.stages)} of op {self.plan.opdef.name}, "
@@ -129,6 +130,7 @@ class GroupSource:
         w("    ntiles = meta[4]; TILE = meta[5]; ROT = meta[7]; count = meta[8]")
         w(f"    nsplit = meta[9]; chunk = meta[10]; W = nO + nRO + 2; SB = {HEADER} + nO + nRO")
         w("    ntasks = meta[6] * ntiles * nsplit")
+        self.lines += self.g.cpu_lines("alloc")
         for o in self.ops.values():
             if o.ri == "n":
                 w(f"    {o.name}_sri = meta[SB + {o.k} * W + nO + nRO]")
@@ -152,11 +154,13 @@ class GroupSource:
             else:
                 w(f"        b_{o.name} = i0 * meta[SB + {o.k} * W + nO + nRO + 1]")
         self._unravel("        ", "o", "nO", "", "b", self.ops.values())
+        self.lines += self.g.cpu_lines("task start")
         for st in self._stages():
             self._stage(st)
+        self.lines += self.g.cpu_lines("task end")
         if self.split:
             self._combine_partials(self._stages()[0])
-        w("    return 0")
+        self.lines += self.g.cpu_lines("return") if self.g.checks else ["    return 0"]
         return "\n".join(self.lines) + "\n"
 
     # --- one stage ----------------------------------------------------------------------------
@@ -196,10 +200,13 @@ class GroupSource:
             for o in moving:
                 at = f"c_{o.name} + {_idx(o.ri, 'r_lo', o.name + '_sri')}"
                 w(f"{p2}{_view(o, o.ri, at, o.name + '_sri')}" if o.kind == "array" else f"{p2}q_{o.name} = {at}")
+                if o.key in self.g.operands:
+                    w(f"{p2}ga_{o.name} = {at}")
             w(f"{p2}for ri in range(r_hi - r_lo):")
             p3 = p2 + "    "
             ew = ExprWriter(self.spec, PYTHON, lambda n, ctx: self._load(n, ctx, "row"), prefix=f"s{st.index}_",
-                            variant=self.run.variant)
+                            variant=self.run.variant, gather=self.g.cpu_index)
+            self._ew = ew
             vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
             outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.writes]
             for name, expr in ew.lines:
@@ -215,7 +222,7 @@ class GroupSource:
                 self._finalize_row(st, accs, pad)
         else:
             r_start = "r_lo"
-            if accs and not st.writes and all(o.i == 1 and o.kind == "array" for o in moving):
+            if accs and not st.writes and all(o.i == 1 and o.kind == "array" for o in moving) and not self.g.nodes:
                 self._fold4(st, accs, moving, p2)
                 r_start = "ri"
             w(f"{p2}for ri in range({r_start}, r_hi):")
@@ -223,10 +230,13 @@ class GroupSource:
             for o in moving:
                 at = f"c_{o.name} + {_idx(o.ri, 'ri', o.name + '_sri')}"
                 w(f"{p3}{_view(o, o.i, at, o.name + '_si')}" if o.kind == "array" else f"{p3}q_{o.name} = {at}")
+                if o.key in self.g.operands:
+                    w(f"{p3}ga_{o.name} = {at}")
             w(f"{p3}for i in range(n):")
             p4 = p3 + "    "
             ew = ExprWriter(self.spec, PYTHON, lambda n, ctx: self._load(n, ctx, "col"), prefix=f"s{st.index}_",
-                            variant=self.run.variant)
+                            variant=self.run.variant, gather=self.g.cpu_index)
+            self._ew = ew
             vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
             outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.writes]
             for name, expr in ew.lines:
@@ -385,6 +395,12 @@ class GroupSource:
         o = self.ops[self._operand(n, ctx)]
         cls = o.ri if mode == "row" else o.i
         var = "ri" if mode == "row" else "i"
+        terms = self.g.address_terms(n, ctx, self._ew)
+        if terms:
+            if o.kind != "array":
+                self.g.refuse(self.plan.opdef.name)
+            step = {0: "", 1: f" + {var}"}.get(cls, f" + {var} * {o.name}_s{var}")
+            return f"{o.name}_[ga_{o.name}{step}{terms}]"
         if o.kind == "array":
             return f"s_{o.name}" if cls == 0 else f"v_{o.name}[{var}]"
         stride = f"{o.name}_s{var}"
@@ -451,6 +467,7 @@ class GroupKernel:
     func: object           # the numba dispatcher
     attrs: tuple           # attribute names, in the order the function takes them
     params: tuple = ()     # static scalars (dims) the function takes after the attributes
+    gathers: object = None  # fusegen.lower.gathers.GatherSlots: what the function's gathers take
 
 
 def compile_group(plan: Plan, spec: Spec, run: GroupRun, parallel: bool, split: bool = False) -> GroupKernel:
@@ -477,4 +494,4 @@ def compile_group(plan: Plan, spec: Spec, run: GroupRun, parallel: bool, split: 
         mod.kernel = numba.njit(**jit)(mod.kernel)
 
     mod = import_source(src, "numba", "fusegen_k", setup)
-    return GroupKernel(src, mod.__file__, mod.kernel, tuple(gs.attrs), tuple(gs.params))
+    return GroupKernel(src, mod.__file__, mod.kernel, tuple(gs.attrs), tuple(gs.params), gs.g)

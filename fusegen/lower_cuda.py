@@ -30,7 +30,7 @@ import numpy as np
 from .dtypes import DType
 from .ir import Spec
 from .lower.cuda_source import HEADER, CudaGroupSource, Launch  # noqa: F401  (HEADER, Launch: part of the face)
-from .lower.pysource import INNER_HELPER, NAN_HELPERS, import_source, layout_tail
+from .lower.pysource import INNER_HELPER, NAN_HELPERS, group_params, import_source, layout_tail
 from .plan import GroupRun, Plan, build_plan, schedule
 from .plan.exprs import reg_dtype
 from .version import __version__
@@ -116,6 +116,7 @@ class CudaGroupKernel:
     module: object
     attrs: tuple
     n_partials: int
+    gathers: object = None  # fusegen.lower.gathers.GatherSlots (issue #17)
 
 
 def load_group(plan: Plan, spec: Spec, run: GroupRun, launch: Launch, jit: bool = True) -> CudaGroupKernel:
@@ -140,7 +141,7 @@ def load_group(plan: Plan, spec: Spec, run: GroupRun, launch: Launch, jit: bool 
     mod = import_source(src, "numba-cuda", "fusegen_cuda", setup, key_extra=repr((sim, jit)))
     n_parts = len(gs.stages[0].reductions) if gs.split else 0
     return CudaGroupKernel(src, mod.__file__, mod.kernel, getattr(mod, "combine", None), mod,
-                           tuple(gs.attrs), n_parts)
+                           tuple(gs.attrs), n_parts, gs.g)
 
 
 def choose_launch(plan: Plan, run: GroupRun, max_threads: int, split: int | None = None,
@@ -180,7 +181,7 @@ def choose_launch(plan: Plan, run: GroupRun, max_threads: int, split: int | None
 
 
 def kernel_signature(spec: Spec, plan: Plan, run: GroupRun, gs_attrs: tuple, n_partials: int,
-                     partial_dtypes: list[DType]):
+                     partial_dtypes: list[DType], gathers=None):
     """The numba-cuda signature of a group kernel (for ``compile_ptx``)."""
     import numba
     from numba import types
@@ -205,8 +206,10 @@ def kernel_signature(spec: Spec, plan: Plan, run: GroupRun, gs_attrs: tuple, n_p
     scalar = {"bool": types.boolean, "int": types.int64, "float": types.float64}
     for a in gs_attrs:
         args.append(scalar[plan.opdef.attrs[a].type.value])
-    for st in (plan.stages[i] for i in run.stages):
-        args += [types.int64 for _ in st.params]   # dims (static scalars) come as int64
+    args += [types.int64 for _ in group_params([plan.stages[i] for i in run.stages])]   # dims come as int64
+    if gathers is not None and gathers.nodes:     # issue #17: error block, extents, strides
+        args += [types.Array(types.int64, 1, "C")] if gathers.checks else []
+        args += [types.int64] * (len(gathers.nodes) + len(gathers.terms))
     return tuple(args)
 
 
@@ -230,7 +233,7 @@ def compile_ptx(op, dtypes, shapes, attrs: dict | None = None, cc=(9, 0), max_th
         launch = choose_launch(plan, run, max_threads, split, True, spec)
         gk = load_group(plan, spec, run, launch, jit=False)
         parts = [reg_dtype(spec.of(r).acc) for r in plan.stages[run.stages[0]].reductions]
-        sig = kernel_signature(spec, plan, run, gk.attrs, gk.n_partials, parts)
+        sig = kernel_signature(spec, plan, run, gk.attrs, gk.n_partials, parts, gk.gathers)
         fns = [("kernel", gk.module.kernel)] + ([("combine", gk.module.combine)] if gk.combine else [])
         for name, fn in fns:
             ptx, _ = cuda.compile_ptx(fn, sig, cc=cc)

@@ -464,7 +464,7 @@ def test_hidden_reduction_gets_a_workspace(kernels, rng):
 # InferShape / InferType
 # =============================================================================================
 
-def _dynamic_variants(shapes):
+def dynamic_variants(shapes):
     """The case's shapes with each single dim unknown, every dim unknown, and each input of unknown rank."""
     yield shapes
     for i, s in enumerate(shapes):
@@ -490,7 +490,7 @@ def test_infer_shape_matches_python_rules(kernels, name):
     raw = Raw(default_kernel(kernels(name)))
     checked = 0
     for shapes, attrs in CASES[name]:
-        for variant in _dynamic_variants(shapes):
+        for variant in dynamic_variants(shapes):
             assert raw.infer_shape(variant, bound(name, attrs)) == _py_shapes(op, variant, attrs), (variant, attrs)
             checked += 1
     assert checked > 20

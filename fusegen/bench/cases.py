@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
-from numba import get_num_threads, njit, prange
+from numba import get_num_threads
 
 from . import layout_cases as lc
 
@@ -95,136 +95,9 @@ def torch_namespace(torch: Any) -> Any:
         permute_dims=lambda a, axes: a.permute(axes))
 
 
-# --- the hand-written Numba versions --------------------------------------------------------------
-# fastmath lets LLVM vectorize the float reductions (reassociation), as a user chasing speed
-# writes it; cache=True keeps their compile out of every run but the first. Written for the
-# bench's float32 2-D inputs: constants are float32 (a float64 literal would make every
-# element's arithmetic float64, which no one tuning float32 code leaves in).
-_JIT = dict(parallel=True, fastmath=True, cache=True)
-_F0, _HALF, _ONE = np.float32(0.0), np.float32(0.5), np.float32(1.0)
-_GELU_A, _GELU_B = np.float32(_GELU_C), np.float32(0.044715)
-
-
-@njit(**_JIT)
-def nb_sum_rows(x, y):  # pragma: no cover - compiled by Numba
-    n, m = x.shape
-    out = np.empty(n, x.dtype)
-    for i in prange(n):
-        xi, yi = x[i], y[i]
-        s = _F0
-        for j in range(m):
-            s += xi[j] + yi[j]
-        out[i] = s
-    return out
-
-
-@njit(**_JIT)
-def nb_sum_cols(x, y, nblocks):  # pragma: no cover - compiled by Numba
-    # Blocks of rows (a few per thread), each summed into a private row, then the rows folded:
-    # every thread streams whole rows whatever the matrix's aspect.
-    n, m = x.shape
-    nt = max(1, min(n, nblocks))
-    step = (n + nt - 1) // nt
-    part = np.zeros((nt, m), x.dtype)
-    for t in prange(nt):
-        p = part[t]
-        for i in range(t * step, min(n, (t + 1) * step)):
-            xi, yi = x[i], y[i]
-            for j in range(m):
-                p[j] += xi[j] + yi[j]
-    return part.sum(axis=0)
-
-
-@njit(**_JIT)
-def nb_add_mul_div(x, y):  # pragma: no cover - compiled by Numba
-    n, m = x.shape
-    a, p, q = np.empty_like(x), np.empty_like(x), np.empty_like(x)
-    for i in prange(n):
-        for j in range(m):
-            a[i, j] = x[i, j] + y[i, j]
-            p[i, j] = x[i, j] * y[i, j]
-            q[i, j] = x[i, j] / y[i, j]
-    return a, p, q
-
-
-@njit(**_JIT)
-def nb_smooth_l1(x, y, lim, half, off):  # pragma: no cover - compiled by Numba
-    n, m = x.shape
-    out = np.empty_like(x)
-    for i in prange(n):
-        for j in range(m):
-            d = x[i, j] - y[i, j]
-            ad = abs(d)
-            out[i, j] = half * d * d if ad < lim else ad - off
-    return out
-
-
-@njit(**_JIT)
-def nb_softmax(x):  # pragma: no cover - compiled by Numba
-    n, m = x.shape
-    out = np.empty_like(x)
-    for i in prange(n):
-        xi, oi = x[i], out[i]
-        mx = xi[0]
-        for j in range(1, m):
-            mx = max(mx, xi[j])
-        s = _F0
-        for j in range(m):
-            e = np.exp(xi[j] - mx)
-            oi[j] = e
-            s += e
-        inv = _ONE / s
-        for j in range(m):
-            oi[j] *= inv
-    return out
-
-
-@njit(**_JIT)
-def nb_layer_norm(x, eps):  # pragma: no cover - compiled by Numba
-    n, m = x.shape
-    y = np.empty_like(x)
-    mean = np.empty((n, 1), x.dtype)
-    rstd = np.empty((n, 1), x.dtype)
-    for i in prange(n):
-        xi, yi = x[i], y[i]
-        s = _F0
-        for j in range(m):
-            s += xi[j]
-        mu = np.float32(s / m)
-        v = _F0
-        for j in range(m):
-            v += (xi[j] - mu) * (xi[j] - mu)
-        r = np.float32(1.0 / np.sqrt(v / m + eps))
-        for j in range(m):
-            yi[j] = (xi[j] - mu) * r
-        mean[i, 0], rstd[i, 0] = mu, r
-    return y, mean, rstd
-
-
-@njit(**_JIT)
-def nb_rms_norm(x, w, eps):  # pragma: no cover - compiled by Numba
-    n, m = x.shape
-    out = np.empty_like(x)
-    for i in prange(n):
-        xi, oi = x[i], out[i]
-        s = _F0
-        for j in range(m):
-            s += xi[j] * xi[j]
-        r = np.float32(1.0 / np.sqrt(s / m + eps))
-        for j in range(m):
-            oi[j] = xi[j] * r * w[j]
-    return out
-
-
-@njit(**_JIT)
-def nb_bias_gelu(x, b):  # pragma: no cover - compiled by Numba
-    n, m = x.shape
-    out = np.empty_like(x)
-    for i in prange(n):
-        for j in range(m):
-            h = x[i, j] + b[j]
-            out[i, j] = _HALF * h * (_ONE + np.tanh(_GELU_A * (h + _GELU_B * h * h * h)))
-    return out
+# the hand-written Numba versions (the njit peers)
+from .handwritten import (nb_add_mul_div, nb_bias_gelu, nb_layer_norm, nb_rms_norm,  # noqa: E402
+                          nb_smooth_l1, nb_softmax, nb_sum_cols, nb_sum_rows)
 
 
 # --- one row per op -------------------------------------------------------------------------------
@@ -239,7 +112,7 @@ class OpBench:
     name: str
     xp_ref: Callable                  # fn(xp, *arrays, **attrs): the obvious NumPy code
     njit: Callable | None             # fn(arrays, attrs) -> (hand-written @njit function, its args)
-    inputs: tuple[tuple[str, Callable], ...]  # per input: ("x" = x's shape, "row" = x's last dim), values
+    inputs: tuple[tuple[str, Callable], ...]  # per input: ("x" = x's shape, "row" = x's last dim, other), values
     variants: tuple[dict, ...]        # attribute sets, each a case per shape
     reduced: Callable = field(default=lambda shape, attrs: 1)  # terms summed into each output value
     # An op with shapes of its own (the layout rows' 3-D and 4-D tensors): its large shapes, and
@@ -313,6 +186,10 @@ OPS: dict[str, OpBench] = {b.name: b for b in (
 )}
 
 
+from .cases_i17 import I17_ROWS  # noqa: E402  (issue #17's rows: gathers, arg-reductions)
+OPS.update({row["name"]: OpBench(**row) for row in I17_ROWS})
+
+
 # --- correctness ----------------------------------------------------------------------------------
 def as_outputs(result: Any) -> tuple[np.ndarray, ...]:
     """Any method's result (an array, a tuple, JAX or torch arrays) as a tuple of NumPy arrays."""
@@ -323,7 +200,7 @@ def as_outputs(result: Any) -> tuple[np.ndarray, ...]:
 def reference(spec: OpBench, arrays: Arrays, attrs: dict) -> tuple[np.ndarray, ...]:
     """NumPy's result on float64 copies of the inputs, rounded to the input dtype: the correctly
     rounded answer every method (NumPy's own float32 code included) is compared with."""
-    wide = [a.astype(np.float64) for a in arrays]
+    wide = [a.astype(np.float64) if a.dtype.kind == "f" else a for a in arrays]   # int indices stay
     with np.errstate(all="ignore"):
         outs = as_outputs(spec.xp_ref(np, *wide, **attrs))
     return tuple(o.astype(arrays[0].dtype) for o in outs)

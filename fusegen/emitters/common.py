@@ -20,9 +20,10 @@ from .. import dtypes as dt
 from .. import vmath
 from ..dtypes import AttrType, DType
 from ..errors import DTypeError
-from ..ir import NO_VALUE, PIECEWISE, VIEWS, AttrRef, Node, Op, OpDef, ShapeOf, leaves_of, node_text
+from ..ir import AttrRef, Node, Op, OpDef, ShapeOf, leaves_of, node_text
 from ..plan import Plan
 from ..version import __version__
+from . import layout
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 HEADER_NAME = "custom_aot_extra.h"
@@ -65,8 +66,14 @@ ERRORS: list[tuple[str, str]] = [
 ERROR_CODES = {name: i for i, (name, _) in enumerate(ERRORS)}
 
 
-def error_table(name: str) -> dict[int, str]:
-    return {i: f"{n}: {m.replace('<Name>', name)}" for i, (n, m) in enumerate(ERRORS)}
+def error_table(name: str, general: bool = False) -> dict[int, str]:
+    """Code -> text of a kernel's return codes (``general``: an op with layout ops, whose table
+    adds the layout rules' and the view evaluator's codes)."""
+    rows = ERRORS + (layout.LAYOUT_ERRORS if general else [])
+    table = {i: f"{n}: {m.replace('<Name>', name)}" for i, (n, m) in enumerate(rows)}
+    if general:
+        table.update({c: f"{n}: {m}" for c, n, m in layout.VIEW_ERRORS})
+    return table
 
 
 def c_name(op_name: str) -> str:
@@ -110,9 +117,23 @@ def default_dtypes(op: OpDef) -> list[tuple[DType, ...]]:
     return [tuple([d] * len(op.inputs)) for d in dt.FLOAT_DTYPES]
 
 
+def refuse_unemitted(op: OpDef) -> None:
+    """Issue #17's ops (gathers) run on Numba only so far: the emitted C++/CUDA/XLA refuses them
+    by name instead of emitting wrong code."""
+    from ..errors import FusegenError
+    from ..graph.text import where_text
+    from ..ir import Op
+    for n in op.graph.nodes:
+        if n.op is Op.GATHER:
+            fn = "take" if n.arg.kind == "take" else "take_along_axis"
+            raise FusegenError(f"{where_text(op, n)}: {fn} (a gather) cannot be emitted as C++/CUDA/XLA yet "
+                               f"(issue #17): run it with fg.compile (Numba CPU)")
+
+
 def parse_dtypes(op: OpDef, dtypes) -> list[tuple[DType, ...]]:
     """Dtype combinations from: None (every float dtype); a dtype (all inputs alike);
     a string "float32,int32" (one dtype per input); or a list of any of these."""
+    refuse_unemitted(op)
     if dtypes is None:
         return default_dtypes(op)
     if not isinstance(dtypes, (str, DType, list, tuple)):
@@ -251,29 +272,34 @@ def _stage_text(op: OpDef, st) -> str:
     return ", ".join(parts)
 
 
-def _refuse_layout_ops(op: OpDef) -> None:
-    """The C++ emitters do not evaluate index maps yet: an op that reads through a view, a
-    piece, an iota or a dim would be emitted as if it were elementwise (a wrong kernel), so it
-    is refused here, naming the node, until they do."""
-    for n in op.graph.nodes:
-        if n.op in VIEWS or n.op in PIECEWISE or n.op in NO_VALUE:
-            raise NotImplementedError(
-                f"{op.name}: the emitted C++/CUDA/XLA sources do not support layout ops yet "
-                f"(%{op.graph.idx(n)} = {n.op.value}); use backend='numba'")
-
-
-def template_data(op: OpDef, plan: Plan, combos: list[dict], errors=None, **extra) -> dict:
+def template_data(op: OpDef, plan: Plan, combos: list[dict], errors=None, spec_ranks=None, spec_shapes=None,
+                  **extra) -> dict:
     """What every C++/CUDA template and the shared partials read: the op's tables, its
     plan's stages and one entry per dtype combination (``combos``: already rendered by the
-    caller, as their stage code differs between CPU and CUDA). ``extra``: template-specific."""
-    _refuse_layout_ops(op)
+    caller, as their stage code differs between CPU and CUDA). An op with layout ops adds its
+    layout rules, error codes and view stages (``emitters.layout``); ``spec_ranks``/``spec_shapes``:
+    the input ranks/shapes a specialization's kernel checks. ``extra``: template-specific."""
     name = c_name(op.name)
+    rules = _shape_rules(op)
+    errors = list(errors or ERRORS)
+    general = layout.is_layout_op(op)
+    view_errors, view_stages = [], []
+    if general:
+        spec = layout.generic_spec(op, spec_ranks)
+        for i, rule in layout.layout_rules(op, spec).items():
+            rules[i] = dict(rule, text=rules[i]["text"])
+        errors += layout.LAYOUT_ERRORS
+        view_errors = [(c, n, m.replace("<Name>", name)) for c, n, m in layout.VIEW_ERRORS]
+        view_stages = layout.view_stages(op, plan, operand_ids(op))
     return dict(
+        general=general, layout_kinds=layout.RULE_KINDS, view_errors=view_errors, view_stages=view_stages,
+        spec_ranks=spec_ranks, spec_shapes=spec_shapes,
         version=__version__, op=op.name, name=name, text=op.text(), inputs=op.inputs,
         n_in=len(op.inputs), n_out=len(op.graph.outputs), n_ws=len(plan.buffers),
-        n_nodes=len(op.graph.nodes), attrs=_attr_data(op), rules=_shape_rules(op),
+        n_nodes=len(op.graph.nodes), attrs=_attr_data(op), rules=rules,
         checks=[dict(a=op.graph.idx(a), b=op.graph.idx(b), text=what) for a, b, what in op.graph.checks],
-        outputs=[op.graph.idx(o) for o in op.graph.outputs], stages=_stage_data(op, plan),
+        outputs=[op.graph.idx(o) for o in op.graph.outputs],
+        stages=_stage_data(op, plan) if not general else [dict(text=_stage_text(op, st)) for st in plan.stages],
         combos=combos, errors=[(n, m.replace("<Name>", name)) for n, m in (errors or ERRORS)],
         # the ABI picks the infer signature by output count (a 1-tuple is one output)
         multi=len(op.graph.outputs) > 1, vmath=vmath.template_data(), **extra)

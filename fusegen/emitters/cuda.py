@@ -9,17 +9,19 @@ from __future__ import annotations
 
 from .. import dtypes as dt
 from ..dtypes import DType
-from ..ir import Node, Op, OpDef, infer
+from ..ir import Node, Op, OpDef
 from ..plan import Plan, build_plan
 from ..plan.exprs import CUDA_CPP, ExprWriter, reduce_identity, reg_dtype
+from . import layout
 from .common import (CUDA_DEFAULT_ARCHS, HEADER_NAME, TEMPLATES, TYPE_IDS, Emitted, c_name, env, error_table,
                      operand_ids, parse_dtypes, template_data)
 
 
-def combo_data(op: OpDef, plan: Plan, combo) -> dict:
-    """Concrete types and device code of one dtype combination."""
+def combo_data(op: OpDef, plan: Plan, combo, ranks=None) -> dict:
+    """Concrete types and device code of one dtype combination (``ranks``: the input ranks of a
+    specialization)."""
     g = op.graph
-    spec = infer(op, combo, [None] * len(combo), {n: s.default for n, s in op.attrs.items()})
+    spec = layout.generic_spec(op, ranks, combo)
     of = operand_ids(op)
     out_dtypes = list(spec.out_dtypes)
     op_types = list(combo) + out_dtypes + [reg_dtype(spec.of(b).acc) for b in plan.buffers]
@@ -29,8 +31,9 @@ def combo_data(op: OpDef, plan: Plan, combo) -> dict:
         v = w.value(node, want)
         return [f"const auto {name} = {expr};" for name, expr in w.lines] + [f"return {v};"]
 
+    general = layout.is_layout_op(op)
     stages = []
-    for st in plan.stages:
+    for st in [] if general else plan.stages:   # an op with layout ops: its view_stages instead
         params = [dict(op=of(a.slot), name=f"v{of(a.slot)}", reg=CUDA_CPP.type_name(reg_dtype(op_types[of(a.slot)])))
                   for a in st.reads]
         names = {id(a.node): p["name"] for a, p in zip(st.reads, params)}
@@ -62,7 +65,9 @@ def combo_data(op: OpDef, plan: Plan, combo) -> dict:
                 outputs=[d.name for d in out_dtypes], types=[CUDA_CPP.type_name(d) for d in op_types],
                 type_ids=[TYPE_IDS[d.name] for d in out_dtypes], in_type_ids=[TYPE_IDS[d.name] for d in combo],
                 ws_itemsize=[reg_dtype(spec.of(b).acc).itemsize for b in plan.buffers],
-                ws_nodes=[g.idx(b) for b in plan.buffers], stages=stages)
+                ws_nodes=[g.idx(b) for b in plan.buffers], stages=stages,
+                view_stages=layout.combo_stages(op, plan, spec, [CUDA_CPP.type_name(d) for d in op_types], of,
+                                                CUDA_CPP, device=True) if general else [])
 
 
 def nvcc_command(op_name: str) -> str:
@@ -74,14 +79,15 @@ def nvcc_command(op_name: str) -> str:
             f"-I. -o {op_name}.so {op_name}.cu")
 
 
-def emit_cuda(op: OpDef, dtypes=None) -> Emitted:
+def emit_cuda(op: OpDef, dtypes=None, ranks=None, shapes=None) -> Emitted:
     """``fg.emit(op, abi="mindspore-aot", device="cuda")``: the ``.cu`` and its header."""
+    op, ranks, shapes = layout.specialization(op, ranks, shapes)
     plan = build_plan(op)
     combos = parse_dtypes(op, dtypes)
     name = c_name(op.name)
-    data = template_data(op, plan, [combo_data(op, plan, c) for c in combos],
-                         nvcc_command=nvcc_command(op.name))
+    data = template_data(op, plan, [combo_data(op, plan, c, ranks) for c in combos], spec_ranks=ranks,
+                         spec_shapes=shapes, nvcc_command=nvcc_command(op.name))
     src = env().get_template("mindspore_aot_cuda.cu.j2").render(**data)
     main = f"{op.name}.cu"
-    return Emitted({main: src, HEADER_NAME: (TEMPLATES / HEADER_NAME).read_text()}, main, name, error_table(name),
+    return Emitted({main: src, HEADER_NAME: (TEMPLATES / HEADER_NAME).read_text()}, main, name, error_table(name, data["general"]),
                    [tuple(d.name for d in c) for c in combos])

@@ -7,22 +7,25 @@ from __future__ import annotations
 
 from .. import dtypes as dt
 from ..dtypes import DType
-from ..ir import Node, Op, OpDef, infer
+from ..ir import Node, Op, OpDef
 from ..plan import Plan, build_plan
 from ..plan.exprs import CPP, ExprWriter, reduce_identity, reg_dtype
+from . import layout
 from .common import (HEADER_NAME, TEMPLATES, TYPE_IDS, Emitted, c_name, env, error_table, operand_ids,
                      parse_dtypes, template_data)
 
 
-def combo_data(op: OpDef, plan: Plan, combo: tuple[DType, ...]) -> dict:
-    """Concrete types and expression code of one dtype combination."""
+def combo_data(op: OpDef, plan: Plan, combo: tuple[DType, ...], ranks=None) -> dict:
+    """Concrete types and expression code of one dtype combination (``ranks``: the input ranks
+    of a specialization)."""
     g = op.graph
-    spec = infer(op, combo, [None] * len(combo), {n: s.default for n, s in op.attrs.items()})
+    spec = layout.generic_spec(op, ranks, combo)
     of = operand_ids(op)
     out_dtypes = list(spec.out_dtypes)
     op_types = [d for d in combo] + out_dtypes + [reg_dtype(spec.of(b).acc) for b in plan.buffers]
+    general = layout.is_layout_op(op)
     stages = []
-    for st in plan.stages:
+    for st in [] if general else plan.stages:   # an op with layout ops: its view_stages instead
         params = []
         for a in st.reads:
             # invariant: a reduction result, so often constant along the row a fused stage
@@ -52,6 +55,7 @@ def combo_data(op: OpDef, plan: Plan, combo: tuple[DType, ...]) -> dict:
             finals.append(dict(fn=f"s{st.index}_f{k}", op=of(("out", k)), reg=CPP.type_name(out),
                                params=fparams, body=expr_fn(spec, n, out, rnames)))
         stages.append(dict(index=st.index, params=params, values=values, finals=finals))
+    view_stages = layout.combo_stages(op, plan, spec, [CPP.type_name(d) for d in op_types], of) if general else []
     suffix = "_".join(d.name for d in combo)
     return dict(suffix=suffix, inputs=[d.name for d in combo], outputs=[d.name for d in out_dtypes],
                 types=[CPP.type_name(d) for d in op_types],
@@ -60,7 +64,7 @@ def combo_data(op: OpDef, plan: Plan, combo: tuple[DType, ...]) -> dict:
                 in_type_ids=[TYPE_IDS[d.name] for d in combo],
                 ws_itemsize=[reg_dtype(spec.of(b).acc).itemsize for b in plan.buffers],
                 ws_nodes=[g.idx(b) for b in plan.buffers],
-                stages=stages)
+                stages=stages, view_stages=view_stages)
 
 
 def expr_fn(spec, node: Node, want: DType, names: dict) -> list[str]:
@@ -75,14 +79,17 @@ def expr_fn(spec, node: Node, want: DType, names: dict) -> list[str]:
     return lines + [f"return {v};"]
 
 
-def emit_cpu(op: OpDef, dtypes=None, dynamic_workspace: str = "kernel") -> Emitted:
-    """``fg.emit(op, abi="mindspore-aot", device="cpu")``: the ``.cc`` and its header."""
+def emit_cpu(op: OpDef, dtypes=None, dynamic_workspace: str = "kernel", ranks=None, shapes=None) -> Emitted:
+    """``fg.emit(op, abi="mindspore-aot", device="cpu")``: the ``.cc`` and its header (``ranks``/
+    ``shapes``: a specializing op's specialization to emit, see ``fusegen.abi_emit.emit``)."""
+    op, ranks, shapes = layout.specialization(op, ranks, shapes)
     plan = build_plan(op)
     combos = parse_dtypes(op, dtypes)
     name = c_name(op.name)
-    data = template_data(op, plan, [combo_data(op, plan, c) for c in combos], dynamic_workspace=dynamic_workspace)
+    data = template_data(op, plan, [combo_data(op, plan, c, ranks) for c in combos], dynamic_workspace=dynamic_workspace,
+                         spec_ranks=ranks, spec_shapes=shapes)
     src = env().get_template("mindspore_aot_cpu.cc.j2").render(**data)
     header = (TEMPLATES / HEADER_NAME).read_text()
     main = f"{op.name}.cc"
-    return Emitted({main: src, HEADER_NAME: header}, main, name, error_table(name),
+    return Emitted({main: src, HEADER_NAME: header}, main, name, error_table(name, data["general"]),
                    [tuple(d.name for d in c) for c in combos])

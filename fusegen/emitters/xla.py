@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from ..dtypes import DTYPES, AttrType
 from ..ir import OpDef
 from ..plan import build_plan
-from . import cuda, mindspore_cpu
+from . import cuda, layout, mindspore_cpu
 from .common import CUDA_DEFAULT_ARCHS, ERRORS, Emitted, c_name, env, parse_dtypes, template_data
 
 #: fusegen dtype -> XLA FFI ``ffi::DataType`` (the element type a typed buffer binds to).
@@ -109,7 +109,7 @@ def nvcc_command(op_name: str) -> str:
             f'-I"$JAX_FFI" -o {op_name}_xla_ffi.so {op_name}_xla_ffi.cu')
 
 
-def emit_xla(op: OpDef, device: str = "cpu", dtypes=None) -> XlaEmitted:
+def emit_xla(op: OpDef, device: str = "cpu", dtypes=None, ranks=None, shapes=None) -> XlaEmitted:
     """The XLA FFI source for ``op``: one handler per dtype combination (see ``fusegen.abi_emit.emit``).
 
     ``device="cuda"`` renders the CUDA kernels of fusegen's MindSpore-AOT ``.cu`` (its stage code,
@@ -117,6 +117,7 @@ def emit_xla(op: OpDef, device: str = "cpu", dtypes=None) -> XlaEmitted:
     that take XLA:GPU's stream."""
     if device not in SUPPORTED_DEVICES:
         raise NotImplementedError(f"abi='xla-ffi' device={device!r} is not available: use 'cpu' or 'cuda'")
+    op, ranks, shapes = layout.specialization(op, ranks, shapes)
     _check_attrs(op)
     plan = build_plan(op)
     combos = parse_dtypes(op, dtypes)
@@ -124,19 +125,21 @@ def emit_xla(op: OpDef, device: str = "cpu", dtypes=None) -> XlaEmitted:
     n_ws = len(plan.buffers)
     extra: dict = {}
     if device == "cuda":
-        combo_data = [cuda.combo_data(op, plan, c) for c in combos]
+        combo_data = [cuda.combo_data(op, plan, c, ranks) for c in combos]
         extra = dict(nvcc_command=nvcc_command(op.name))
     else:
-        combo_data = [mindspore_cpu.combo_data(op, plan, c) for c in combos]
+        combo_data = [mindspore_cpu.combo_data(op, plan, c, ranks) for c in combos]
     # The keys the shared partials read are exactly abi_emit.emit's; the rest is XLA's.
-    data = template_data(op, plan, combo_data, errors=ERRORS_XLA, ffi_attrs=_ffi_attr_data(op),
+    data = template_data(op, plan, combo_data, errors=ERRORS_XLA, spec_ranks=ranks, spec_shapes=shapes,
+                         ffi_attrs=_ffi_attr_data(op),
                          handlers=[_handler_data(name, c, n_ws) for c in combo_data], **extra)
     template, suffix = _TEMPLATES[device]
     src = env().get_template(template).render(**data)
     keys = [tuple(d.name for d in c) for c in combos]
     main = f"{op.name}_xla_ffi{suffix}"
     return XlaEmitted(
-        {main: src}, main, name, {i: f"{n}: {m}" for i, (n, m) in enumerate(data["errors"])}, keys,
+        {main: src}, main, name, {**{i: f"{n}: {m}" for i, (n, m) in enumerate(data["errors"])},
+                                  **{c: f"{n}: {m}" for c, n, m in data["view_errors"]}}, keys,
         device=device,
         handlers={k: h["symbol"] for k, h in zip(keys, data["handlers"])},
         out_dtypes={k: tuple(c["outputs"]) for k, c in zip(keys, combo_data)},

@@ -39,7 +39,7 @@ _ZERO_GRAD = {Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE, Op.AND, Op.OR, Op.NOT, O
               Op.INPUT, Op.ATTR, Op.CONST, Op.DIM, Op.IOTA, Op.FLOOR_DIVIDE}
 # Nodes with a shape of their own (not the broadcast of their sources'): an adjoint reaching
 # one is summed to its shape exactly, like at an input.
-_OWN_SHAPE = {Op.INPUT, Op.REDUCE, Op.IOTA} | VIEWS | PIECEWISE
+_OWN_SHAPE = {Op.INPUT, Op.REDUCE, Op.IOTA, Op.GATHER} | VIEWS | PIECEWISE
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
 
@@ -145,11 +145,11 @@ def _reverse(op: OpDef, fwd_in: list[Tensor], outs: list[Tensor], cots: list[Ten
         g, spans = acc.total(n)
         if n.op in _OWN_SHAPE:   # the adjoint goes back to the source's shape, not the result's
             spans = ()
-        if n.op in VIEWS or n.op in PIECEWISE:
+        if n.op in VIEWS or n.op in PIECEWISE or n.op is Op.GATHER:
             # a view moves elements: its cotangent must be exactly its shape first
             if acc.label(g, ()) != acc.extent(n):
                 g = broadcast_like(g, Tensor(n))
-            for src, contribution in view_adjoints(n, g):
+            for src, contribution in (view_adjoints(n, g) if n.op is not Op.GATHER else _gather_adjoints(n, g)):
                 if id(src) in live:
                     if contribution.node.op in _OWN_SHAPE:
                         acc.alias[id(contribution.node)] = acc.extent(src)
@@ -312,3 +312,10 @@ def _reduce_rule(r: Node, g: Tensor) -> Tensor:
     hit = a == kept
     ties = Tensor(_make(Op.REDUCE, (where(hit, 1.0, 0.0).node,), ReduceArg("sum", arg.axes, True)))
     return where(hit, cast_like(up(g) / ties, g), 0)
+
+
+# --- gathers (issue #17; at the end of the module, so the lines emitted sources cite stay put) ---
+def _gather_adjoints(n: Node, g: Tensor) -> list[tuple[Node, Tensor]]:
+    """A gather's adjoint: a scatter-add into its source, owner-computes (``fusegen.graph.gathers``)."""
+    from .gathers import gather_adjoint
+    return [(n.srcs[0], gather_adjoint(n, g))]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import TraceError
-from .nodes import Item, Node, Op, Perm, is_static
+from .nodes import GatherArg, Item, Node, Op, Perm, is_static
 from .trace import (Attr, NeedsRank, NeedsShape, Tensor, current_shape, make, op_prefix, operand, specialization,
                     user_loc)
 
@@ -194,15 +194,41 @@ def index(x, key) -> Tensor:
         elif is_int(it) or isinstance(it, Attr) or (isinstance(it, Tensor) and is_static(it.node)):
             nodes.append(scalar(it, "an index"))
             arg.append(Item("int"))
-        elif isinstance(it, Tensor):
-            raise TraceError(f"{op_prefix()}integer-array indexing (a gather) is not supported here: index with "
-                             f"ints, slices, None and ...{_where()}")
+        elif isinstance(it, Tensor):   # integer-array indexing: a gather (issue #17)
+            return advanced_index(x, items)
         else:
             raise TraceError(f"{op_prefix()}cannot index with {type(it).__name__} {it!r}: use ints, slices, "
                              f"None, ... or an integer tensor{_where()}")
     if all(a.kind == "slice" and a.given == (False, False, False) for a in arg) or not arg:
         return x
     return Tensor(make(Op.INDEX, (x.node, *nodes), tuple(arg)))
+
+
+# --- gathers (issue #17; take and take_along_axis are fusegen.graph.gathers) ------------------------
+def gather(x: Tensor, idx: Tensor, arg: GatherArg) -> Tensor:
+    """An ``Op.GATHER`` node: ``x`` read at the places ``idx`` holds along ``arg.axis``."""
+    return Tensor(make(Op.GATHER, (x.node, idx.node), arg))
+
+
+def advanced_index(x: Tensor, items: tuple) -> Tensor:
+    """``x[items]`` where one item is an integer tensor and the others are slices, ``None`` and
+    ``...``: the basic part as a view, then a take along the advanced item's axis (NumPy's result
+    shape for a single advanced index)."""
+    arrays = [k for k, it in enumerate(items) if isinstance(it, Tensor)]
+    if len(arrays) != 1:
+        raise TraceError(f"{op_prefix()}indexing with {len(arrays)} integer arrays is not supported: use one "
+                         f"(with slices, None and ...) or fg.take / fg.take_along_axis{_where()}")
+    k = arrays[0]
+    others = items[:k] + items[k + 1:]
+    if any(not (it is None or it is Ellipsis or isinstance(it, slice)) for it in others):
+        raise TraceError(f"{op_prefix()}an integer array index can only be combined with slices, None and ...; "
+                         f"index the other dims first{_where()}")
+    basic = index(x, items[:k] + (slice(None),) + items[k + 1:])
+    if any(it is Ellipsis for it in items[:k]):   # the axis counts from the end
+        axis = -1 - sum(1 for it in items[k + 1:] if it is not Ellipsis)
+    else:
+        axis = sum(1 for it in items[:k])
+    return gather(basic, items[k], GatherArg("take", axis, "raise"))
 
 
 def reshape(x, /, shape, *, copy=None) -> Tensor:

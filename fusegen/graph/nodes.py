@@ -71,6 +71,8 @@ class Op(enum.Enum):
     CONCAT = "concat"
     PAD = "pad"
     IOTA = "iota"
+    # gathers (fusegen.graph.gathers, issue #17): a read at a data-dependent place
+    GATHER = "gather"
 
 
 # Each elementwise op's dtype rule is the NumPy ufunc whose type resolution it follows.
@@ -204,6 +206,21 @@ VIEWS = frozenset({Op.PERMUTE, Op.INDEX, Op.RESHAPE, Op.BROADCAST_TO, Op.FLIP})
 PIECEWISE = frozenset({Op.CONCAT, Op.PAD})
 
 
+@dataclass(frozen=True, slots=True)
+class GatherArg:
+    """``Op.GATHER``'s argument (srcs ``(x, indices)``): ``kind`` "take" (NumPy's ``take``: the
+    indices' dims replace ``axis``) or "along" (``take_along_axis``: same rank, broadcast);
+    ``axis`` may be negative (resolved by shape inference); ``mode`` "raise" (an out-of-range
+    index is a ``BoundsError``), "wrap" or "clip" (NumPy's spellings)."""
+
+    kind: str
+    axis: int
+    mode: str = "raise"
+
+    def __repr__(self) -> str:
+        return f"{self.kind} axis={self.axis} mode={self.mode}"
+
+
 def value_srcs(n: Node) -> tuple[Node, ...]:
     """The sources whose *values* ``n`` reads. A ``sum_to``/``unreduce``/``cast_like``
     node's second source is shape- or dtype-only: shape inference visits it, kernels don't;
@@ -287,7 +304,7 @@ def shape_atoms(node: Node) -> tuple[Node, ...]:
         seen.add(id(n))
         if n.op in (Op.CONST, Op.ATTR, Op.DIM):
             continue
-        if n.op in (Op.INPUT, Op.REDUCE, Op.IOTA) or n.op in VIEWS or n.op in PIECEWISE:
+        if n.op in (Op.INPUT, Op.REDUCE, Op.IOTA, Op.GATHER) or n.op in VIEWS or n.op in PIECEWISE:
             out[id(n)] = n
         else:
             stack.extend(value_srcs(n))
@@ -309,7 +326,7 @@ def is_static(n: Node) -> bool:
         seen.add(id(m))
         if m.op is Op.DIM or m.op in (Op.CONST, Op.ATTR):
             continue
-        if m.op in (Op.INPUT, Op.REDUCE, Op.IOTA) or m.op in VIEWS or m.op in PIECEWISE:
+        if m.op in (Op.INPUT, Op.REDUCE, Op.IOTA, Op.GATHER) or m.op in VIEWS or m.op in PIECEWISE:
             return False
         stack.extend(m.srcs)
     return True

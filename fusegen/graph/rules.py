@@ -157,7 +157,8 @@ def infer_nodes(opdef, g: Graph, in_dtypes, in_shapes, attrs: dict) -> list[Node
                 shp = tuple(1 if k in ax else d for k, d in enumerate(x.shape))
             else:
                 shp = tuple(d for k, d in enumerate(x.shape) if k not in ax)
-            if a.kind in ("max", "min") and any(x.shape[k] == 0 for k in ax):
+            if a.kind in ("max", "min") and any(x.shape[k] == 0 for k in ax) and \
+                    all(d != 0 for k, d in enumerate(x.shape) if k not in ax):   # NumPy: an empty result is fine
                 fail(f"{a.kind} over an axis of size 0 has no identity", exc=ShapeError)
             info.append(NodeInfo(out_dt, shp, xd, acc, ax, keep))
         else:

@@ -326,8 +326,42 @@ def _iota(n: Node, srcs, fail) -> NodeInfo:
                     params=None if length is None else int(length))
 
 
+# --- gathers (issue #17) -------------------------------------------------------------------------
+def _gather(n: Node, srcs, fail) -> NodeInfo:
+    """``take`` (the indices' dims replace ``axis``) and ``take_along_axis`` (same rank; the
+    indices' extent on ``axis``, the broadcast of both elsewhere). params: (axis, extent of x
+    on axis)."""
+    x, idx = srcs
+    name = "take" if n.arg.kind == "take" else "take_along_axis"
+    idt = dt.materialize(idx.dtype)
+    if idt.kind not in "iu":
+        fail(f"{name}: indices must have an integer dtype, got {idt}", exc=DTypeError)
+    if x.shape is None or idx.shape is None:
+        return NodeInfo(x.dtype, None)
+    if n.arg.kind == "take":
+        if not x.shape:
+            fail(f"{name}: x must have rank >= 1 (got a 0-d array)")
+        a = _axis(n.arg.axis, len(x.shape), fail)
+        shape = x.shape[:a] + idx.shape + x.shape[a + 1:]
+    else:
+        if len(idx.shape) != len(x.shape) or not x.shape:
+            fail(f"{name}: indices must have the rank of x ({len(x.shape)}), got rank {len(idx.shape)}")
+        a = _axis(n.arg.axis, len(x.shape), fail)
+        xs = tuple(1 if k == a else d for k, d in enumerate(x.shape))
+        shape = []
+        for k, (p, q) in enumerate(zip(xs, idx.shape)):
+            if p not in (1, UNKNOWN_DIM) and q not in (1, UNKNOWN_DIM) and p != q:
+                fail(f"{name}: cannot broadcast x {x.shape} and indices {idx.shape} at axis {k}")
+            shape.append(q if p == 1 else (p if q in (1, UNKNOWN_DIM) else q))
+        shape = tuple(shape)
+    if x.shape[a] == 0 and UNKNOWN_DIM not in shape and math.prod(shape) > 0:
+        fail(f"{name}: cannot take from axis {a} of size 0", exc=BoundsError)
+    return NodeInfo(x.dtype, shape, params=(a, x.shape[a]))
+
+
 #: The rule of each layout op (``rules.infer`` dispatches here).
 LAYOUT_RULES = {
     Op.DIM: _dim, Op.PERMUTE: _permute, Op.INDEX: _index, Op.RESHAPE: _reshape,
     Op.BROADCAST_TO: _broadcast_to, Op.FLIP: _flip, Op.CONCAT: _concat, Op.PAD: _pad, Op.IOTA: _iota,
+    Op.GATHER: _gather,
 }

@@ -70,6 +70,8 @@ _LAYOUT_TEXT = {
     Op.CONCAT: lambda n, s: f"concat {', '.join(s)}, axis={n.arg}",
     Op.PAD: _pad_text,
     Op.IOTA: lambda n, s: f"iota {s[0]}",
+    Op.GATHER: lambda n, s: (f"take {s[0]}, {s[1]}" if n.arg.kind == "take" else f"take_along_axis {s[0]}, {s[1]}")
+    + f", axis={n.arg.axis}" + ("" if n.arg.mode == "raise" else f", mode={n.arg.mode}"),
 }
 
 

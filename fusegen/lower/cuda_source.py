@@ -13,7 +13,8 @@ from ..ir import Node, Op, Spec, nodes_of
 from ..plan import GroupRun, Plan
 from ..plan.paths import is_param, path_steps
 from ..plan.exprs import CUDA_PY, ExprWriter, reduce_identity, reg_dtype
-from .pysource import combine, general_maps, operand_name
+from .gathers import GatherSlots
+from .pysource import combine, general_maps, group_params, operand_name
 
 # meta: nO, nRO, RI, I, O_total, RO_total, count, nsplit, chunk; then extents, then strides
 HEADER = 9
@@ -59,16 +60,19 @@ class CudaGroupSource:
                 if a.node.op is Op.REDUCE:
                     self.store_slots.setdefault(id(a.node), []).append(run.operand_of[(a.slot, a.steps)])
         self.attrs = sorted({n.arg for st in self.stages for n in _nodes_of(st) if n.op is Op.ATTR})
-        self.dim_params = [n for st in self.stages for n in st.params]
+        self.dim_params = group_params(self.stages)
         self.reductions = [r for st in self.stages for r in st.reductions]
         self.split = launch.nsplit > 1
         self.lines: list[str] = []
+        self.g = GatherSlots(self.stages, run)   # gathers (issue #17): bad indices via atomics into gerr
 
     # --- public -----------------------------------------------------------------------------
     def params(self) -> list[str]:
         parts = [f"p{j}" for j in range(len(self.stages[0].reductions))] if self.split else []
         arrays = [n for key, (n, _) in self.ops.items() if self.kind[key] != "iota"]
-        return arrays + parts + ["meta"] + [f"a_{a}" for a in self.attrs] + [self.param_name(n) for n in self.dim_params]
+        gathers = (["gerr"] if self.g.checks else []) + self.g.args()
+        return arrays + parts + ["meta"] + [f"a_{a}" for a in self.attrs] + [self.param_name(n) for n in self.dim_params] \
+            + gathers
 
     def param_name(self, n: Node) -> str:
         return f"d_{self.plan.opdef.graph.idx(n)}"
@@ -156,6 +160,8 @@ class CudaGroupSource:
             return self.param_name(n)
         key = self.run.operand_of[(self.slot_of[id(n)], path_steps(ctx, n))]
         name, k = self.ops[key]
+        if self.kind[key] != "array" and self.g.nodes and self.g.address_terms(n, ctx, self._ew):
+            self.g.refuse(self.plan.opdef.name)
         if self.kind[key] == "iota":
             return f"c_{name}"
         d = dt.materialize(self.spec.of(n).dtype) if n.op is Op.INPUT else None
@@ -163,16 +169,24 @@ class CudaGroupSource:
             nops = len(self.ops)
             text = f"{name}[_inner(meta, meta[SB + {nops} * W + {nops} + {k}], c_{name})]"
         else:
-            text = f"{name}[c_{name}]"
+            text = f"{name}[c_{name}{self.g.address_terms(n, ctx, self._ew) if self.g.nodes else ''}]"
         # half is loaded as half and widened: the expression table computes in float32
         return CUDA_PY.cast(text, dt.float32) if d is dt.float16 else text
+
+    def _gather_index(self, node: Node, ctx: tuple, raw: str, ew: ExprWriter) -> str:
+        # a bad index: gerr[2c] = 1, gerr[2c + 1] = the largest bad value (set to INT64_MIN by the host)
+        return self.g.index_lines(node, raw, ew, lambda c, bad, r: [
+            (f"{bad}n", f"cuda.atomic.max(gerr, {2 * c}, 1) if {bad} else 0"),
+            (f"{bad}v", f"cuda.atomic.max(gerr, {2 * c + 1}, {r}) if {bad} else 0")])
 
     def _store(self, value: str, have: DType, want: DType) -> str:
         return value if reg_dtype(want) is want and want is have else CUDA_PY.cast(value, want)
 
     def _body(self, pad: int, st, tag: str) -> tuple[list[str], list[tuple[str, str]]]:
         """Emit one loop body of stage ``st``: returns (reduction values, (store target, value))."""
-        ew = ExprWriter(self.spec, CUDA_PY, self._load, prefix=f"{tag}{st.index}_", variant=self.run.variant)
+        ew = ExprWriter(self.spec, CUDA_PY, self._load, prefix=f"{tag}{st.index}_", variant=self.run.variant,
+                        gather=self._gather_index)
+        self._ew = ew
         vals = [ew.value(r.srcs[0], reg_dtype(self.spec.of(r).acc)) for r in st.reductions]
         stores = []
         for k, n in st.writes:

@@ -115,6 +115,15 @@ def operand_name(key: tuple) -> str:
     return slot_name(key[:2]) + (f"_{key[2]}" if len(key) > 2 else "")
 
 
+def group_params(stages) -> list:
+    """The static scalars (dims) a fused group's function takes: each once, however many of its
+    stages read it."""
+    out: list = []
+    for st in stages:
+        out += [n for n in st.params if all(n is not m for m in out)]
+    return out
+
+
 def general_maps(stages, inners) -> bool:
     """Whether a group's code must read offsets and digits from meta: some access goes through a
     view, a piece or an iota (plans without layout ops keep the shorter code they always had)."""

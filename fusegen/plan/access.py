@@ -62,6 +62,20 @@ class Piece:
 
 
 @dataclass(frozen=True, slots=True)
+class Gather:
+    """Source ``index`` of a gather node (issue #17): 0 is the gathered array, read with the
+    gathered axis replaced by the indices' dims at stride 0 (the data-dependent term
+    ``index * stride`` is added per element by the renderer); 1 is the indices, read with the
+    array's other dims at stride 0 (``take``) or broadcast to the result (``take_along_axis``)."""
+
+    node: Node
+    index: int
+
+    def __str__(self) -> str:
+        return f"{'gathered from' if self.index == 0 else 'indices of'} {self.node.op.value}"
+
+
+@dataclass(frozen=True, slots=True)
 class Reduced:
     """The array is a reduction result over the domain: its dims other than 1 are the domain's
     kept (not reduced) dims other than 1, in order, however its size-1 dims sit (kept, dropped,

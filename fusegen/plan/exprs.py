@@ -164,12 +164,18 @@ class ExprWriter:
     """
 
     def __init__(self, spec: Spec, dialect: Dialect, leaf: Callable[[Node, tuple], str], prefix: str = "t",
-                 variant: dict | None = None):
+                 variant: dict | None = None, gather: Callable | None = None):
         self.spec, self.d, self.leaf, self.prefix = spec, dialect, leaf, prefix
         self.lines: list[tuple[str, str]] = []   # (name, expr)
         self.names: dict[tuple, str] = {}
         self.types: dict[tuple, DType] = {}
         self.variant: dict = variant or {}
+        # gathers (issue #17): ``gather(node, ctx, raw, writer)`` gives the text of the checked
+        # (or wrapped, clipped) index from the raw one's, adding lines; ``gathered[(node, ctx)]``
+        # is that text, which the backend's ``leaf`` adds (times the axis's stride) to the address
+        # of every array read in context ctx + ((node, 0),).
+        self.gather = gather
+        self.gathered: dict[tuple, str] = {}
 
     def take(self) -> list[tuple[str, str]]:
         """The lines emitted since the last take (names stay valid for reuse)."""
@@ -198,6 +204,15 @@ class ExprWriter:
                 reg_dtype(dt.materialize(info.dtype))
             return self.leaf(node, ctx), d
         if node.op in VIEWS:
+            return self._emit(node.srcs[0], ctx + ((node, 0),))
+        if node.op is Op.GATHER:
+            if (id(node), ctx) not in self.gathered:
+                if self.gather is None:
+                    from ..errors import FusegenError
+                    raise FusegenError(f"op {self.spec.opdef.name}: {node.arg.kind} (a gather) is not supported by "
+                                       "this backend yet (issue #17): use backend='numba' on the CPU")
+                raw = self.value(node.srcs[1], dt.int64, ctx + ((node, 1),))
+                self.gathered[(id(node), ctx)] = self.gather(node, ctx, raw, self)
             return self._emit(node.srcs[0], ctx + ((node, 0),))
         key = (id(node), ctx)
         if key in self.names:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from ..errors import ShapeError
 from ..ir import UNKNOWN_DIM, Op, Spec, broadcast_shapes
 from . import views as V
-from .access import Access, Broadcast, Piece, Reduced, View
+from .access import Access, Broadcast, Gather, Piece, Reduced, View
 from .stages import Plan, Stage
 
 
@@ -76,9 +76,42 @@ _VIEW_STEP = {
     Op.FLIP: V.flip,
 }
 
+def _gather(v, step, spec, dom, axes):
+    """A gather's sources carried to its result's shape (``fusegen.plan.access.Gather``)."""
+    n = step.node
+    info = spec.of(n)
+    a = info.params[0]
+    if n.arg.kind == "take":
+        ishape = spec.of(n.srcs[1]).shape
+        if step.index == 0:
+            dims = v.dims[:a] + [V.Axis([(e, 0)]) for e in ishape] + v.dims[a + 1:]
+            return V.View(dims, v.offset, v.inner, v.active)
+        pre, post = a, len(info.shape) - a - len(ishape)
+        v = V.broadcast(v, ishape)
+        dims = [V.Axis([(e, 0)]) for e in info.shape[:pre]] + v.dims + \
+            [V.Axis([(e, 0)]) for e in info.shape[len(info.shape) - post:]]
+        return V.View(dims, v.offset, v.inner, v.active)
+    if step.index == 0:   # take_along_axis: x's axis becomes a size-1 dim, then both broadcast
+        v = V.View(v.dims[:a] + [V.Axis([(1, 0)])] + v.dims[a + 1:], v.offset, v.inner, v.active)
+    return V.broadcast(v, info.shape)
+
+
+def gather_stride(a: Access, k: int, spec: Spec, dom, axes) -> int:
+    """The element stride of the gathered axis of the array read by ``a`` at its ``k``-th step
+    (a ``Gather`` step with index 0): the data-dependent term of its address is index * stride."""
+    step = a.steps[k]
+    v = evaluate(a.steps[:k], V.contiguous(spec.of(a.node).shape), spec, dom, axes)
+    ax = v.dims[spec.of(step.node).params[0]]
+    digits = [d for d in ax.sub if d[0] != 1]
+    if v.inner is not None or len(digits) > 1 or ax.hi is not None:
+        raise V.MapError("FG_ERR_VIEW_PARAM", "a gather from a reshaped or piecewise view is not supported: "
+                         "gather from the array itself")
+    return digits[0][1] if digits else 0
+
+
 #: How each kind of map step carries a view (``fusegen.plan.views``) toward the domain. A new
 #: kind of index map is a new step class and one row here.
-STEP_RULES = {Broadcast: _broadcast, View: _view, Piece: _piece, Reduced: _reduced}
+STEP_RULES = {Broadcast: _broadcast, View: _view, Piece: _piece, Reduced: _reduced, Gather: _gather}
 
 
 def evaluate(steps: tuple, v: V.View, spec: Spec | None, dom: tuple[int, ...], axes: tuple[int, ...] = ()

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir import PIECEWISE, VIEWS, Node, Op, is_static, leaves_of, reads_a_dim, value_srcs
-from .access import BROADCAST, Broadcast, Piece, View
+from .access import BROADCAST, Broadcast, Gather, Piece, View
 
 
 def path_steps(ctx: tuple, start: Node) -> tuple:
@@ -24,7 +24,7 @@ def path_steps(ctx: tuple, start: Node) -> tuple:
         src = node.srcs[p]
         if src is not prev:
             steps.append(Broadcast(src))
-        steps.append(View(node) if node.op in VIEWS else Piece(node, p))
+        steps.append(View(node) if node.op in VIEWS else (Gather(node, p) if node.op is Op.GATHER else Piece(node, p)))
         prev = node
     steps.append(BROADCAST)
     return tuple(steps)
@@ -84,6 +84,9 @@ def _walk(root: Node, out: StageReads) -> list:
                 found.append(key)
             continue
         if n.op in VIEWS:
+            stack.append((n.srcs[0], ctx + ((n, 0),)))
+        elif n.op is Op.GATHER:   # the indices, then the gathered array, each in its own context
+            stack.append((n.srcs[1], ctx + ((n, 1),)))
             stack.append((n.srcs[0], ctx + ((n, 0),)))
         elif n.op in PIECEWISE:
             inst = (n, ctx)

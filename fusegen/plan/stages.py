@@ -110,7 +110,7 @@ def _plain(n: Node) -> bool:
         if id(m) in seen or m.op is Op.REDUCE:
             continue
         seen.add(id(m))
-        if m.op in VIEWS or m.op in PIECEWISE or m.op is Op.IOTA:
+        if m.op in VIEWS or m.op in PIECEWISE or m.op in (Op.IOTA, Op.GATHER):
             return False
         stack.extend(m.srcs)
     return True
@@ -134,10 +134,12 @@ def build_plan(opdef: OpDef) -> Plan:
     # Reductions that share (level, leaves, axes spec) share a stage, hence one loop.
     groups: dict[tuple, list[Node]] = {}
     for r in reductions:
-        key = (level[id(r)], tuple(id(l) for l in leaves_of(r.srcs[0])), _stage_key(r))
+        # (the shape atoms too: leaves read through different views have different domains)
+        key = (level[id(r)], tuple(id(l) for l in leaves_of(r.srcs[0])), _stage_key(r),
+               tuple(id(a) for a in shape_atoms(r.srcs[0])))
         groups.setdefault(key, []).append(r)
     stages: list[dict] = []
-    for (lvl, _, _), rs in groups.items():
+    for (lvl, _, _, _), rs in groups.items():
         leaves = shape_atoms(rs[0].srcs[0])
         if isinstance(rs[0].arg.axes, ShapeOf) and rs[0].arg.axes.rule == "broadcast":
             # sum_to's loop spans like's (and the span's) shapes: measured, not read

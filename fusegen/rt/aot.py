@@ -64,14 +64,21 @@ class AotExecutor(Executor):
         super().__init__(kernel)
         self.op, self.flags, self._dynamic_workspace = op, flags, dynamic_workspace
         self.emit_device = emit_device
+        self.by_attrs: dict[tuple, AotKernel] = {}
+        self._lock = threading.Lock()
+        if op.graph is None:
+            # traced per input rank or shape: each specialization's kernel (rt.kernel's children)
+            # emits and builds its own source; this one only dispatches to them
+            self.emitted = self.func = self.first = self.directory = None
+            self.funcs: dict[tuple[str, ...], str] = {}
+            self._one_tuple = False
+            return
         self.emitted, self.directory, self.func = self._emit(dtypes)
         # each input dtype combination -> the "lib.cc:Name" that holds it (the first library's,
         # then one more library per combination a call brings: see the module docstring)
-        self.funcs: dict[tuple[str, ...], str] = {tuple(c): self.func for c in self.emitted.dtypes}
+        self.funcs = {tuple(c): self.func for c in self.emitted.dtypes}
         # An op that returns a 1-tuple gets a 1-tuple back (AotKernel returns a bare array).
         self._one_tuple = op.multi_output and len(op.graph.outputs) == 1
-        self.by_attrs: dict[tuple, AotKernel] = {}
-        self._lock = threading.Lock()
         self.first = self.kernel_for(tuple(op.bind_attrs({}).items()) if not any(
             s.required for s in op.attrs.values()) else None)
 
@@ -106,7 +113,7 @@ class AotExecutor(Executor):
 
     def source(self, last=None) -> str:
         """The source of the library built at construction (for the ``dtypes=`` combinations)."""
-        return self.emitted.source
+        return self.emitted.source if self.emitted is not None else ""
 
     @property
     def lib_path(self):

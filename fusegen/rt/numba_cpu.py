@@ -31,6 +31,7 @@ class Group:
     attrs: tuple        # attribute names passed as scalars
     source: str
     params: tuple = ()  # static scalars (dims) passed after the attributes: their values
+    on_error: object = None  # gathers that check their indices: (code, value) -> raises BoundsError
     entry: object = None    # the compiled function for the signature (``entry_point``)
 
 
@@ -63,7 +64,8 @@ class NumbaCpuExecutor(Executor):
             parallel = big and ntasks > 1
             gk = compile_group(plan, spec, run, parallel, nsplit > 1)
             groups.append(Group(gk.func, meta, tuple(k[:2] for k in run.operands if k[0] != "iota"), gk.attrs,
-                                gk.source, tuple(spec.of(n).value for n in gk.params)))
+                                gk.source, tuple(spec.of(n).value for n in gk.params) + gather_args(gk, spec),
+                                gather_error(plan.opdef, spec, tuple(gk.gathers.checks))))
         ws = [(spec.of(b).shape, reg_dtype(spec.of(b).acc).np) for b in plan.buffers]
         call = NumbaCpuCall(spec.out_shapes, tuple(d.np for d in spec.out_dtypes), bound,
                             reg_out_dtypes=tuple(reg_dtype(d).np for d in spec.out_dtypes),
@@ -146,7 +148,13 @@ def make_runner(op, call: NumbaCpuCall):
         for i, v in enumerate(grp.params):
             g[f"_P{j}_{i}"] = v
             args.append(f"_P{j}_{i}")
-        lines.append(f"    _f{j}({', '.join(args)})")
+        if grp.on_error is None:
+            lines.append(f"    _f{j}({', '.join(args)})")
+        else:
+            g[f"_E{j}"] = grp.on_error
+            lines.append(f"    _r{j} = _f{j}({', '.join(args)})")
+            lines.append(f"    if _r{j}[0]:")
+            lines.append(f"        _E{j}(_r{j})")
     if call.ws:
         lines.append("    _pool.append(ws)")
     if call.reg_out_dtypes != call.out_dtypes:
@@ -160,3 +168,29 @@ def make_runner(op, call: NumbaCpuCall):
     run = g["run"]
     run.source = src
     return run
+
+
+# --- gathers (issue #17) -------------------------------------------------------------------------
+def gather_args(gk, spec) -> tuple:
+    """The values a group function with gathers takes after its params: each gather's axis extent,
+    then each gathered read's axis stride."""
+    from ..plan.layout import gather_stride
+    return tuple(int(spec.of(n).params[1]) for n in gk.gathers.nodes) + \
+        tuple(int(gather_stride(a, k, spec, None, ())) for a, k in gk.gathers.terms)
+
+
+def gather_error(opdef, spec, checks):
+    """The function that turns a group's (which checked gather + 1, bad index) into a BoundsError
+    naming the op, the node, the axis and the value; None without checked gathers."""
+    if not checks:
+        return None
+    from ..errors import BoundsError
+    from ..graph.text import where_text
+
+    def raise_bounds(code):
+        n = checks[int(code[0]) - 1]
+        axis, extent = spec.of(n).params
+        fn = "take" if n.arg.kind == "take" else "take_along_axis"
+        raise BoundsError(f"{where_text(opdef, n)}: {fn}: index {int(code[1])} is out of bounds for axis {axis} "
+                          f"with size {extent}")
+    return raise_bounds

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..lower.pysource import group_params
 from ..lower_cuda import choose_launch, load_group, meta_array, simulator
 from ..native.device import deliver, device_outputs, flat, is_device_array, resolve_stream
 from ..plan import schedule
@@ -35,6 +36,9 @@ class CudaGroup:
     source: str
     skip: bool
     dims: tuple = ()           # values of the dims (static scalars) the kernel takes after the attributes
+    gathers: tuple = ()        # gathers (issue #17): extents and strides after the dims
+    gerr: object = None        # checked gathers: the host's initial error block, and the raising function
+    on_error: object = None
 
 
 @dataclass
@@ -82,10 +86,10 @@ class NumbaCudaExecutor(Executor):
                         for r in stage0.reductions] if launch.nsplit > 1 else []
             cgrid = min(max(-(-outputs // launch.block), 1), max_blocks)
             arrays = tuple(k[:2] for k in run.operands if k[0] != "iota")
-            dims = tuple(spec.of(n).value for i in run.stages for n in plan.stages[i].params)
+            dims = tuple(spec.of(n).value for n in group_params([plan.stages[i] for i in run.stages]))
             groups.append(CudaGroup(gk.kernel, gk.combine, meta, cuda.to_device(meta), arrays,
                                     gk.attrs, grid, launch.block, cgrid, partials, gk.source, skip=outputs == 0,
-                                    dims=dims))
+                                    dims=dims, **_gather_fields(plan, spec, gk.gathers)))
         ws = [(int(np.prod(spec.of(b).shape)) if spec.of(b).shape else 1, reg_dtype(spec.of(b).acc).np)
               for b in plan.buffers]
         call = NumbaCudaCall(spec.out_shapes, tuple(d.np for d in spec.out_dtypes), bound, ws=ws, groups=groups)
@@ -113,9 +117,30 @@ def _runner(op, call: NumbaCudaCall):
             args = [names[k][i] for k, i in g.operands]
             parts = [cuda.device_array(max(n, 1), d, stream=st) for n, d in g.partials]
             tail = [g.meta] + [call.attr_values[a] for a in g.attrs] + list(g.dims)
+            gerr = None if g.gerr is None else cuda.to_device(g.gerr, stream=st)
+            tail += ([] if gerr is None else [gerr]) + list(g.gathers)
             g.kernel[g.grid, g.block, st](*args, *parts, *tail)
             if g.combine is not None:
                 g.combine[g.combine_grid, g.block, st](*args, *parts, *tail)
+            if gerr is not None:   # a checked gather: its error block decides before anything is delivered
+                code = gerr.copy_to_host(stream=st)
+                st.synchronize()
+                for c in range(len(code) // 2):
+                    if code[2 * c]:
+                        g.on_error((c + 1, code[2 * c + 1]))
         results = deliver([o.reshape(s) for o, s in zip(outs, call.out_shapes)], given, on_device, st)
         return tuple(results) if op.multi_output else results[0]
     return run
+
+
+def _gather_fields(plan, spec, slots) -> dict:
+    """A group's gather arguments (extents, strides), its error block and the function that
+    raises a BoundsError from it (issue #17; the same message as Numba CPU's)."""
+    if slots is None or not slots.nodes:
+        return {}
+    from .numba_cpu import gather_error
+    from ..plan.layout import gather_stride
+    values = tuple(int(spec.of(n).params[1]) for n in slots.nodes) + \
+        tuple(int(gather_stride(a, k, spec, None, ())) for a, k in slots.terms)
+    init = np.array([0, np.iinfo(np.int64).min] * len(slots.checks), dtype=np.int64) if slots.checks else None
+    return dict(gathers=values, gerr=init, on_error=gather_error(plan.opdef, spec, tuple(slots.checks)))

@@ -282,3 +282,17 @@ def test_engine_runs_aot_cuda_kernels_on_streams(rng):
     soft = aot.reference("softmax", [x], {})
     want = aot.reference("add_reduce_sum", [soft, x], dict(axis=0, keep_dims=True))
     np.testing.assert_allclose(d2.copy_to_host(), want, rtol=1e-5, atol=1e-6)
+
+
+# --- layout ops (views, pieces, iotas) ------------------------------------------------------------
+@pytest.mark.skipif(not SIMULATOR, reason="the emitted .cu has no layout ops yet (fusegen.emitters.cuda refuses them)")
+def test_layout_ops_on_simulated_device_memory():
+    """x + y.T, a concat of slices (RoPE's rotation) and a causal mask: the C++ twin on device arrays."""
+    op = fg.op(lambda x, y: (x + y.T, fg.concat([-x[..., 2:], x[..., :2]], axis=-1),
+                             fg.where(fg.arange(4)[None, :] <= fg.arange(5)[:, None], x, 0.0)), name="layout_sim")
+    k = fg.compile(op, backend="aot", device="cuda", dtypes="float32", emit_device="cpu")
+    x, y = np.arange(20, dtype=np.float32).reshape(5, 4), np.ones((4, 5), np.float32)
+    got = [host(a) for a in k(*on_device(x, y))]
+    np.testing.assert_array_equal(got[0], x + y.T)
+    np.testing.assert_array_equal(got[1], np.concatenate([-x[:, 2:], x[:, :2]], axis=-1))
+    np.testing.assert_array_equal(got[2], np.where(np.tril(np.ones((5, 4), bool)), x, 0))

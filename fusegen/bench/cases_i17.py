@@ -1,0 +1,119 @@
+"""``fusegen bench`` rows of issue #17 (gathers and arg-reductions): cross_entropy, accuracy and
+embedding_layer_norm, each with its obvious NumPy/jax.numpy code and a hand-written Numba version
+(see ``fusegen.bench.cases``). The inputs come from the case's shape ``(rows, cols)``: logits of
+that shape with int64 labels per row; an embedding table of that shape read at ``rows`` random
+ids. cumsum_last/cumsum_first have no rows yet: fusegen's scans are O(n^2) along the axis
+(``fusegen.graph.scans``) and would take minutes at the bench's shapes.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+# as fusegen.bench.cases's hand-written versions: fused, prange over rows, float32 constants
+_JIT = dict(parallel=True, fastmath=True, cache=True)
+_F0, _ONE = np.float32(0.0), np.float32(1.0)
+
+
+def xp_cross_entropy(xp, z, y):
+    m = xp.max(z, axis=-1, keepdims=True)
+    lse = xp.log(xp.sum(xp.exp(z - m), axis=-1)) + m[:, 0]
+    return xp.mean(lse - xp.take_along_axis(z, y[:, None], axis=-1)[:, 0])
+
+
+def xp_accuracy(xp, z, y):
+    return xp.mean(xp.astype(xp.argmax(z, axis=-1) == y, z.dtype) if hasattr(xp, "astype") else
+                   (xp.argmax(z, axis=-1) == y) * 1.0)
+
+
+def xp_embedding_layer_norm(xp, table, ids, gamma, beta, *, eps):
+    e = table[ids]
+    mean = xp.mean(e, axis=-1, keepdims=True)
+    d = e - mean
+    return d / xp.sqrt(xp.mean(d * d, axis=-1, keepdims=True) + eps) * gamma + beta
+
+
+@njit(**_JIT)
+def nb_cross_entropy(z, y):  # pragma: no cover - compiled by Numba
+    n, m = z.shape
+    losses = np.empty(n, np.float64)
+    for i in prange(n):
+        zi = z[i]
+        mx = zi[0]
+        for j in range(m):
+            mx = max(mx, zi[j])
+        s = _F0
+        for j in range(m):
+            s += np.exp(zi[j] - mx)
+        losses[i] = np.log(s) + mx - zi[y[i]]
+    return np.float32(losses.mean())
+
+
+@njit(**_JIT)
+def nb_accuracy(z, y):  # pragma: no cover - compiled by Numba
+    n, m = z.shape
+    hits = np.empty(n, np.float64)
+    for i in prange(n):
+        zi = z[i]
+        best, at = zi[0], 0
+        for j in range(m):
+            if zi[j] > best:
+                best, at = zi[j], j
+        hits[i] = 1.0 if at == y[i] else 0.0
+    return hits.mean()
+
+
+@njit(**_JIT)
+def nb_embedding_layer_norm(table, ids, gamma, beta, eps):  # pragma: no cover - compiled by Numba
+    n, d = ids.shape[0], table.shape[1]
+    out = np.empty((n, d), table.dtype)
+    for i in prange(n):
+        e, o = table[ids[i]], out[i]
+        s = _F0
+        for j in range(d):
+            s += e[j]
+        mean = s / d
+        v = _F0
+        for j in range(d):
+            v += (e[j] - mean) * (e[j] - mean)
+        r = np.float32(_ONE / np.sqrt(v / d + eps))
+        for j in range(d):
+            o[j] = (e[j] - mean) * r * gamma[j] + beta[j]
+    return out
+
+
+def _f32(fn):
+    """A scalar result as a float32 0-d value, as the references and fusegen give it."""
+    return lambda *a: np.float32(fn(*a))
+
+
+def _whole(shape):
+    """The input kind whose values get the case's whole shape (and pick their own)."""
+    return shape
+
+
+def _labels(rng, shape, dtype):
+    return rng.integers(0, shape[-1], shape[:-1], dtype=np.int64)
+
+
+def _ids(rng, shape, dtype):
+    return rng.integers(0, shape[0], shape[:1], dtype=np.int64)
+
+
+def _uniform(lo: float, hi: float):
+    return lambda rng, shape, dtype: (lo + (hi - lo) * rng.random(shape, dtype=np.float32)).astype(dtype)
+
+
+#: ``fusegen.bench.cases.OpBench`` fields per row (cases.py makes the rows: no import back).
+I17_ROWS = (
+    dict(name="cross_entropy", xp_ref=xp_cross_entropy, njit=lambda a, at: (_f32(nb_cross_entropy), a),
+         inputs=(("x", _uniform(-8.0, 8.0)), (_whole, _labels)), variants=({},),
+         reduced=lambda shape, at: shape[0] * shape[1]),
+    dict(name="accuracy", xp_ref=xp_accuracy, njit=lambda a, at: (_f32(nb_accuracy), a),
+         inputs=(("x", _uniform(-8.0, 8.0)), (_whole, _labels)), variants=({},),
+         reduced=lambda shape, at: shape[0]),
+    dict(name="embedding_layer_norm", xp_ref=xp_embedding_layer_norm,
+         njit=lambda a, at: (nb_embedding_layer_norm, (*a, at["eps"])),
+         inputs=(("x", _uniform(0.0, 1.0)), (_whole, _ids), ("row", _uniform(0.5, 1.5)), ("row", _uniform(-0.5, 0.5))),
+         variants=({"eps": 1e-5},), reduced=lambda shape, at: shape[-1]),
+)

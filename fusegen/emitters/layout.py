@@ -1,0 +1,348 @@
+"""Plain data for the C++ kernels of ops with layout ops (views, pieces, iotas, dims as values).
+
+Such an op's kernel evaluates, at each call, the same things ``fusegen.plan.layout.schedule``
+evaluates in Python for the Numba backends: its ``NameInferShape``/``infer_shapes`` runs the
+layout rules (``_fg_layout.inc.j2``, the twin of ``fusegen.graph.shapes``) and the values of
+static scalars; each stage builds one view per access (and per piece probe) with the view
+evaluator (``_fg_views.inc.j2``, the twin of ``fusegen.plan.views``), refines the domain, cuts
+it into boxes, and runs the stage body of each box's *variant* (which piece each piecewise node
+takes there): one loop body per variant, no branch in the hot loop.
+
+This module turns the op and its plan into the lists and dicts those templates read
+(``rules``: ``layout_rules``; stages: ``view_stages``); expression text comes from the shared
+tables through ``plan.exprs.ExprWriter``, as for every other kernel. Ops without layout ops keep
+the original kernels (``is_layout_op``), byte for byte.
+"""
+from __future__ import annotations
+
+import itertools
+
+from .. import dtypes as dt
+from ..dtypes import AttrType, DType
+from ..errors import TraceError
+from ..ir import PIECEWISE, VIEWS, Node, Op, OpDef, Spec, infer, is_static
+from ..plan import Plan
+from ..plan import views as V
+from ..plan.access import Broadcast, Piece, Reduced, View
+from ..plan.exprs import CPP, ExprWriter, reduce_identity, reg_dtype
+from ..plan.paths import is_param, path_steps
+
+#: Ops whose kernels take the layout path.
+LAYOUT_OPS = VIEWS | PIECEWISE | {Op.IOTA, Op.DIM}
+
+#: Error codes of the layout rules, after the common table's rows (only in layout ops' tables).
+#: ``fusegen.native`` raises the exception each names (``EXCEPTIONS``).
+LAYOUT_ERRORS: list[tuple[str, str]] = [
+    ("FG_ERR_LAYOUT", "a layout op's parameters do not fit its operand (a permutation, axis, concat shape, "
+                      "negative pad width or dim)"),
+    ("FG_ERR_INDEX", "an integer index is out of bounds"),
+    ("FG_ERR_INDEX_COUNT", "too many indices for the tensor's rank"),
+    ("FG_ERR_SQUEEZE", "cannot squeeze a dim whose size is not 1"),
+    ("FG_ERR_SLICE_STEP", "slice step cannot be zero"),
+    ("FG_ERR_RESHAPE", "cannot reshape: the sizes differ, a dim is below -1, or more than one dim is -1"),
+    ("FG_ERR_VARIANT", "a loop box whose pieces match none of the generated stage bodies (a fusegen bug)"),
+]
+
+#: The exception ``fusegen.native`` raises for a layout error code (by name); others: KernelError.
+EXCEPTIONS = {"FG_ERR_INDEX": "BoundsError", **{n: "ShapeError" for n in (
+    "FG_ERR_LAYOUT", "FG_ERR_INDEX_COUNT", "FG_ERR_SQUEEZE", "FG_ERR_SLICE_STEP", "FG_ERR_RESHAPE",
+    "FG_ERR_BROADCAST", "FG_ERR_AXIS", "FG_ERR_OUT_SHAPE")}}
+
+#: The view evaluator's codes (``enum fg::ViewError``, from 64), as (code, name, message).
+VIEW_ERRORS = [(64 + i, n, m) for i, (n, m) in enumerate(V.ERRORS)]
+
+#: The rule kinds ``layout_rules`` gives (rendered by ``_layout_rules.inc.j2``).
+RULE_KINDS = ("static", "dim", "permute", "index", "reshape", "reshape_like", "broadcast_dims", "broadcast_like",
+              "flip", "concat", "pad", "iota")
+
+#: At most this many stage bodies per stage (the product of its pieces' counts).
+MAX_VARIANTS = 64
+
+
+def is_layout_op(op: OpDef) -> bool:
+    """Whether ``op``'s kernel needs the layout path (any view, piece, iota or dim)."""
+    return any(n.op in LAYOUT_OPS for n in op.graph.nodes)
+
+
+def check_emittable(op: OpDef) -> None:
+    """An op traced per input rank or shape has no generic graph: ``fg.emit`` needs ``ranks=`` or
+    ``shapes=`` to pick its specialization."""
+    if getattr(op, "specializes", None):
+        raise TraceError(f"op {op.name} is traced per input {op.specializes} ({op.why}); emit one "
+                         f"specialization: fusegen.emit(op, ..., {op.specializes}s=[...one per input...])")
+
+
+def specialization(op: OpDef, ranks=None, shapes=None) -> tuple[OpDef, list | None, list | None]:
+    """The op to emit for ``ranks=``/``shapes=`` and the ranks or shapes its kernel must check."""
+    if ranks is not None and shapes is not None:
+        raise ValueError("fusegen.emit: pass ranks= or shapes=, not both")
+    if ranks is None and shapes is None:
+        check_emittable(op)
+        return op, None, None
+    given = [tuple(s) for s in shapes] if shapes is not None else [(-1,) * int(r) for r in ranks]
+    if len(given) != len(op.inputs):
+        raise ValueError(f"op {op.name}: {len(given)} ranks/shapes for {len(op.inputs)} inputs")
+    if not getattr(op, "specializes", None):
+        return op, None, None
+    attrs = {n: s.default for n, s in op.attrs.items() if not s.required}
+    child = op.specialize([dt.float32] * len(given), given, attrs)
+    if op.specializes == "shape" and shapes is None:
+        raise TraceError(f"op {op.name} is traced per input shape ({op.why}); pass shapes=, not ranks=")
+    return child, [len(s) for s in given], ([list(s) for s in given] if op.specializes == "shape" else None)
+
+
+def generic_spec(op: OpDef, ranks=None, dtypes=None) -> Spec:
+    """The op inferred with unknown dims (of ``ranks`` where a specialization fixes them) and
+    default attributes: what its static scalars' kinds and its expressions' dtypes need."""
+    dtypes = dtypes or [dt.float32] * len(op.inputs)
+    shapes = [None] * len(op.inputs) if ranks is None else [(-1,) * r for r in ranks]
+    return infer(op, dtypes, shapes, {n: s.default for n, s in op.attrs.items()})
+
+
+# ---------------------------------------------------------------------------------------------
+# Shape rules and static values
+# ---------------------------------------------------------------------------------------------
+def _kind(d) -> str:
+    """A static scalar's C++ kind: 'f' (double, Scalar::f) or 'i' (int64/bool, Scalar::i)."""
+    if isinstance(d, DType):
+        return "f" if d.kind in "fc" else "i"
+    return "f" if d == "float" else "i"
+
+
+_STATIC_TEXT = {
+    Op.ADD: "({0} + {1})", Op.SUB: "({0} - {1})", Op.MUL: "({0} * {1})", Op.LT: "({0} < {1})",
+    Op.LE: "({0} <= {1})", Op.GT: "({0} > {1})", Op.GE: "({0} >= {1})", Op.EQ: "({0} == {1})",
+    Op.NE: "({0} != {1})", Op.AND: "(bool({0}) && bool({1}))", Op.OR: "(bool({0}) || bool({1}))",
+    Op.NEG: "(-{0})", Op.NOT: "(!{0})", Op.WHERE: "({0} ? {1} : {2})", Op.MAX: "std::max({0}, {1})",
+    Op.MIN: "std::min({0}, {1})", Op.ABS: "std::abs({0})", Op.CEIL: "std::ceil(double({0}))",
+    Op.FLOOR: "std::floor(double({0}))", Op.DIV: "(double({0}) / double({1}))",
+}
+_STATIC_INT = {Op.FLOOR_DIVIDE: "fg::static_floordiv({0}, {1})", Op.REMAINDER: "fg::static_mod({0}, {1})",
+               Op.POW: "fg::fg_pow({0}, {1})"}
+_STATIC_FLOAT = {Op.FLOOR_DIVIDE: "std::floor({0} / {1})", Op.REMAINDER: "({0} - std::floor({0} / {1}) * {1})",
+                 Op.POW: "std::pow({0}, {1})"}
+
+
+def _static_expr(op: OpDef, spec: Spec, n: Node) -> str | None:
+    """C++ giving the ``fg::Scalar`` value of static scalar ``n`` (None: not evaluated, unknown)."""
+    g = op.graph
+    out = _kind(spec.of(n).dtype)
+    make = "fg::float_value" if out == "f" else "fg::int_value"
+    if n.op is Op.CONST:
+        v = n.arg[1]
+        return f"{make}(true, {CPP.literal(float(v), dt.float64)})" if out == "f" else \
+            f"{make}(true, INT64_C({int(v)}))"
+    if n.op is Op.ATTR:
+        if op.attrs[n.arg].type not in (AttrType.INT, AttrType.BOOL, AttrType.FLOAT):
+            return None
+        return f"{make}(true, {'double' if out == 'f' else 'int64_t'}(a.{n.arg}))"
+    srcs = [g.idx(s) for s in n.srcs]
+    known = " && ".join(f"s->val[{j}].known" for j in srcs) or "true"
+    kinds = [_kind(spec.of(s).dtype) for s in n.srcs]
+    if n.op is Op.CAST:
+        v = f"s->val[{srcs[0]}].{kinds[0]}"
+        if out == "i" and spec.of(n).dtype in (dt.bool_, "bool"):
+            v = f"({v} != 0)"
+        return f"{make}({known}, {v})"
+    floating = "f" in kinds
+    args = [f"s->val[{j}].{'f' if floating and n.op is not Op.WHERE else k}" for j, k in zip(srcs, kinds)]
+    if n.op is Op.WHERE:
+        args = [f"s->val[{srcs[0]}].{kinds[0]}"] + [f"s->val[{j}].{'f' if 'f' in kinds[1:] else k}"
+                                                     for j, k in zip(srcs[1:], kinds[1:])]
+    table = {**_STATIC_TEXT, **(_STATIC_FLOAT if floating else _STATIC_INT)}
+    if n.op not in table:
+        return None
+    return f"{make}({known}, {table[n.op].format(*args)})"
+
+
+_PERM_KIND = {"explicit": 0, "reverse": 1, "swap": 2, "move": 3}
+_ITEM_KIND = {"slice": 0, "int": 1, "new": 2, "ellipsis": 3, "squeeze": 4}
+
+
+def layout_rules(op: OpDef, spec: Spec) -> dict[int, dict]:
+    """Per node index: the layout rule or static value the templates render in ``infer_shapes``
+    (other nodes keep the common rules)."""
+    g = op.graph
+    out: dict[int, dict] = {}
+    for i, n in enumerate(g.nodes):
+        s = [g.idx(x) for x in n.srcs]
+        if n.op is Op.DIM:
+            out[i] = dict(kind="dim", src=s[0], axis=0 if n.arg is None else n.arg, all=n.arg is None)
+        elif n.op is Op.PERMUTE:
+            p = n.arg
+            out[i] = dict(kind="permute", src=s[0], pkind=_PERM_KIND[p.kind], a=list(p.a) or [0], na=len(p.a),
+                          b=list(p.b) or [0], nb=len(p.b))
+        elif n.op is Op.INDEX:
+            items = [dict(kind=_ITEM_KIND[it.kind], given=["true" if x else "false" for x in it.given])
+                     for it in n.arg]
+            out[i] = dict(kind="index", src=s[0], index_items=items, vals=s[1:])
+        elif n.op is Op.RESHAPE:
+            out[i] = dict(kind="reshape_like", src=s[0], like=s[1]) if n.arg == "like" else \
+                dict(kind="reshape", src=s[0], dims=s[1:])
+        elif n.op is Op.BROADCAST_TO:
+            out[i] = dict(kind="broadcast_like", src=s[0], like=s[1]) if n.arg[0] == "like" else \
+                dict(kind="broadcast_dims", src=s[0], dims=s[1:])
+        elif n.op is Op.FLIP:
+            axes = list(n.arg) if n.arg is not None else []
+            out[i] = dict(kind="flip", src=s[0], axes=axes or [0], n=len(axes), all=n.arg is None)
+        elif n.op is Op.CONCAT:
+            out[i] = dict(kind="concat", srcs=s, axis=n.arg)
+        elif n.op is Op.PAD:
+            out[i] = dict(kind="pad", src=s[0], value=s[1], widths=s[2:], npairs=n.arg[1], all=n.arg[0] == "all")
+        elif n.op is Op.IOTA:
+            out[i] = dict(kind="iota", n=s[0])
+        elif spec.of(n).shape == () and is_static(n) and n.op is not Op.INPUT:
+            expr = _static_expr(op, spec, n)
+            if expr is not None:
+                out[i] = dict(kind="static", expr=expr)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Stages: each access's view chain, the pieces' probes and one body per variant
+# ---------------------------------------------------------------------------------------------
+def _steps_data(g, steps: tuple) -> list[dict]:
+    out = []
+    for st in steps:
+        if isinstance(st, Broadcast):
+            out.append(dict(kind="broadcast", shape="dom" if st.to is None else f"s.node[{g.idx(st.to)}]",
+                            text=str(st)))
+        elif isinstance(st, Reduced):
+            out.append(dict(kind="reduced", text=str(st)))
+        elif isinstance(st, Piece):
+            kind = "concat" if st.node.op is Op.CONCAT else "pad"
+            out.append(dict(kind=kind, node=g.idx(st.node), piece=st.index, text=f"{st} %{g.idx(st.node)}"))
+        else:
+            assert isinstance(st, View)
+            kind = {Op.PERMUTE: "permute", Op.INDEX: "index", Op.RESHAPE: "reshape", Op.BROADCAST_TO: "broadcast_to",
+                    Op.FLIP: "flip"}[st.node.op]
+            out.append(dict(kind=kind, node=g.idx(st.node), text=f"{st} %{g.idx(st.node)}"))
+    return out
+
+
+def view_stages(op: OpDef, plan: Plan, operand_id) -> list[dict]:
+    """Per stage: its domain, reduced axes, and operands: every access (reads, then stores) and
+    every piece probe, each with the start of its view chain and the chain's steps."""
+    g = op.graph
+    stages = []
+    for st in plan.stages:
+        operands = []
+        for a in st.reads:
+            iota = a.slot[0] == "iota"
+            operands.append(dict(kind="iota" if iota else "array", id=None if iota else operand_id(a.slot),
+                                 start=f"s.node[{g.idx(a.node)}]", steps=_steps_data(g, a.steps), store=False,
+                                 text=f"{'iota' if iota else a.name} (%{g.idx(a.node)}) through {a.map_text()}"))
+        for a in st.stores:
+            start = "dom" if a.steps == () else f"s.node[{g.idx(a.node)}]"
+            operands.append(dict(kind="array", id=operand_id(a.slot), start=start, steps=_steps_data(g, a.steps),
+                                 store=True, text=f"{a.name} (%{g.idx(a.node)}) through {a.map_text()}"))
+        instances = []
+        for (node, ctx), probes in st.instances:
+            first = len(operands)
+            for p, steps in enumerate(probes):
+                src = node.srcs[p]
+                operands.append(dict(kind="probe", id=None, start=f"s.node[{g.idx(src)}]",
+                                     steps=_steps_data(g, steps), store=False,
+                                     text=f"where piece {p} of %{g.idx(node)} lies"))
+            instances.append(dict(node=g.idx(node), first=first, count=len(probes), pad=node.op is Op.PAD))
+        stages.append(dict(index=st.index, leaves=[g.idx(l) for l in st.leaves],
+                           axes_node=g.idx(st.reductions[0]) if st.reductions else -1,
+                           reduction=bool(st.reductions), operands=operands, instances=instances,
+                           nops=len(operands)))
+    return stages
+
+
+def variants(st) -> list[dict]:
+    """Every combination of pieces a box can take (mixed radix, the first instance slowest; a
+    pad's second choice is its constant), as ExprWriter's ``variant`` dicts."""
+    choices = [range(len(probes) + (inst[0].op is Op.PAD)) for inst, probes in st.instances]
+    combos = list(itertools.product(*choices))
+    if len(combos) > MAX_VARIANTS:
+        raise NotImplementedError(f"stage {st.index} has {len(combos)} combinations of concat/pad pieces; emitted "
+                                  f"kernels support {MAX_VARIANTS}")
+    out = []
+    for combo in combos:
+        out.append({inst: (None if p == len(probes) else p) for ((inst, probes), p) in zip(st.instances, combo)})
+    return out
+
+
+def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id, dialect=CPP,
+                 device: bool = False) -> list[dict]:
+    """Per stage, for one dtype combination: the typed operand pointers and one body per variant
+    (lines computing the reductions' values, the written outputs' values) in ``dialect``;
+    ``device``: CUDA kernels, which read the modular maps from their ``M`` argument."""
+    g = op.graph
+    attr_text = {"float": "double({})", "int": "int64_t({})", "bool": "{}"}
+    out = []
+    for st in plan.stages:
+        index_of = {}
+        for k, a in enumerate(st.reads):
+            index_of[(a.slot, a.steps)] = k
+        reads = []
+        for k, a in enumerate(st.reads):
+            kind = "iota" if a.slot[0] == "iota" else "array"
+            t = None if kind == "iota" else types[operand_id(a.slot)]
+            reg = dialect.type_name(reg_dtype(spec.of(a.node).acc if a.node.op is Op.REDUCE and spec.of(a.node).acc
+                                          else dt.materialize(spec.of(a.node).dtype)))
+            reads.append(dict(k=k, kind=kind, type=t, reg=reg, id=None if kind == "iota" else operand_id(a.slot)))
+        slot_of = {id(a.node): a.slot for a in st.reads}
+
+        def leaf(n, ctx=(), reads=reads, slot_of=slot_of, index_of=index_of):
+            if n.op is Op.ATTR:
+                return attr_text[spec.of(n).dtype].format(f"a.{n.arg}")
+            if is_param(n):
+                return f"pv{g.idx(n)}"
+            k = index_of[(slot_of[id(n)], path_steps(ctx, n))]
+            at = f"c[{k}] + i * B.istr[{k}]"
+            r = reads[k]
+            if r["kind"] == "iota":
+                return f"int64_t({at})"
+            # a modular map (a reshape whose radices do not nest) unravels the linear index: the
+            # slow path; the test is loop-invariant
+            mod, inner = (f"M.mod[{k}]", f"M.inner[{k}]") if device else (f"mod{k}", f"inner{k}")
+            return f"{r['reg']}(fg::at(p{k}, {mod}, {inner}, {at}))"
+
+        nreads = len(st.reads)
+        stores = []
+        for j, a in enumerate(st.stores):
+            stores.append(dict(k=nreads + j, type=types[operand_id(a.slot)], id=operand_id(a.slot),
+                               node=g.idx(a.node), kind=a.slot[0]))
+        bodies = []
+        for variant in variants(st):
+            w = ExprWriter(spec, dialect, leaf, prefix="t", variant=variant)
+            reds = []
+            for j, r in enumerate(st.reductions):
+                info = spec.of(r)
+                acc = reg_dtype(info.acc)
+                v = w.value(r.srcs[0], acc)
+                targets = [s["k"] for s, a in zip(stores, st.stores) if a.node is r]
+                reds.append(dict(j=j, kind=r.arg.kind, acc=dialect.type_name(acc),
+                                 init=dialect.literal(reduce_identity(r.arg.kind, acc), acc), value=v,
+                                 targets=targets))
+            writes = []
+            for k, n in st.writes:
+                want = reg_dtype(dt.materialize(spec.of(n).dtype))
+                target = next(s["k"] for s, a in zip(stores, st.stores) if a.slot == ("out", k))
+                writes.append(dict(k=target, value=w.value(n, want)))
+            lines = [f"const auto {name} = {expr};" for name, expr in w.lines]
+            bodies.append(dict(lines=lines, reds=reds, writes=writes,
+                               text=", ".join(f"%{g.idx(n)} {'constant' if p is None else f'piece {p}'}"
+                                              for (n, _), p in variant.items())))
+        finals = []
+        if st.finals:
+            results = {id(r): f"r{j}" for j, r in enumerate(st.reductions)}
+            fw = ExprWriter(spec, dialect, lambda n, ctx=(): results[id(n)] if n.op is Op.REDUCE else
+                            attr_text[spec.of(n).dtype].format(f"a.{n.arg}"), prefix="f")
+            for k, n in st.finals:
+                want = reg_dtype(dt.materialize(spec.of(n).dtype))
+                target = next(s["k"] for s, a in zip(stores, st.stores) if a.slot == ("out", k) and a.node is n)
+                finals.append(dict(k=target, value=fw.value(n, want)))
+            final_lines = [f"const auto {name} = {expr};" for name, expr in fw.lines]
+        else:
+            final_lines = []
+        params = [dict(node=g.idx(n), cpp="double" if _kind(spec.of(n).dtype) == "f" else "int64_t",
+                       field=_kind(spec.of(n).dtype)) for n in st.params]
+        out.append(dict(index=st.index, reads=reads, stores=stores, bodies=bodies, finals=finals,
+                        final_lines=final_lines, params=params, nops=len(st.reads) + len(st.stores) + sum(
+                            len(p) for _, p in st.instances)))
+    return out

@@ -1,0 +1,274 @@
+"""Layout ops (views, pieces, iotas, dims as values) through every CPU backend, against NumPy.
+
+One table of cases (``CASES``: a traced function, its inputs, a NumPy reference) runs through
+``backend="numba"``, ``backend="aot"`` (the emitted MindSpore C++) and ``fusegen.jax.function``
+(the XLA FFI handlers). To compile once per backend, the cases are batched into one op with
+many inputs and outputs (``_batched``): the ops traced generically in one, those traced per
+input rank (``x.shape`` unpacked, ``x.ndim``) in another.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import fusegen as fg
+from fusegen.native import host
+from test_aot_backend import dynamic_variants
+
+_rng = np.random.default_rng(16)
+
+
+def _r(*shape):
+    return _rng.standard_normal(shape).astype(np.float32)
+
+
+def _heads(x):
+    b, s, e = x.shape
+    return x.reshape(b, s, 4, e // 4).transpose(0, 2, 1, 3) * 0.5
+
+
+def _merge(x):
+    b, h, s, d = x.shape
+    return x.transpose(0, 2, 1, 3).reshape(b, s, h * d) + 1
+
+
+def _causal(x):
+    m = fg.arange(x.shape[-1])[None, :] <= fg.arange(x.shape[-2])[:, None]
+    s = fg.where(m, x, -np.inf)
+    e = fg.exp(s - fg.max(s, axis=-1, keepdims=True))
+    return e / fg.sum(e, axis=-1, keepdims=True)
+
+
+def _causal_ref(x):
+    s = np.where(np.tril(np.ones(x.shape[-2:], bool)), x, -np.inf)
+    e = np.exp(s - s.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def _gnorm(x):
+    b, c, h, w = x.shape
+    g = x.reshape(b, 2, c // 2 * h * w)
+    mu = fg.mean(g, axis=-1, keepdims=True)
+    var = fg.mean((g - mu) ** 2, axis=-1, keepdims=True)
+    return ((g - mu) / fg.sqrt(var + 1e-5)).reshape(b, c, h, w)
+
+
+def _gnorm_ref(x):
+    g = x.reshape(x.shape[0], 2, -1).astype(np.float64)
+    mu = g.mean(-1, keepdims=True)
+    return ((g - mu) / np.sqrt(((g - mu) ** 2).mean(-1, keepdims=True) + 1e-5)).reshape(x.shape)
+
+
+def _rope(x, c, s):
+    h = x.shape[-1] // 2
+    return x * c + fg.concat([-x[..., h:], x[..., :h]], axis=-1) * s
+
+
+def _swiglu(x):
+    a, b = fg.split(x, 2, axis=-1)
+    return a * fg.sigmoid(a) * b
+
+
+#: (name, traced function, inputs, NumPy reference, traced per rank)
+CASES = [
+    ("x+y.T", lambda x, y: x + y.T, [_r(5, 7), _r(7, 5)], lambda x, y: x + y.T, False),
+    ("swiglu", _swiglu, [_r(4, 10)], lambda x: (lambda a, b: a / (1 + np.exp(-a)) * b)(*np.split(x, 2, -1)), False),
+    ("heads", _heads, [_r(2, 3, 8)], lambda x: x.reshape(2, 3, 4, 2).transpose(0, 2, 1, 3) * 0.5, True),
+    ("merge", _merge, [_r(2, 3, 4, 5)], lambda x: x.transpose(0, 2, 1, 3).reshape(2, 4, 15) + 1, True),
+    ("causal softmax", _causal, [_r(2, 3, 6, 6)], _causal_ref, False),
+    ("group norm", _gnorm, [_r(2, 4, 3, 3)], _gnorm_ref, True),
+    ("pad stencil", lambda x: (lambda p: p[2:] + p[:-2] - 2 * p[1:-1])(fg.pad(x, 1)), [_r(9)],
+     lambda x: (lambda p: p[2:] + p[:-2] - 2 * p[1:-1])(np.pad(x, 1)), False),
+    ("pad 2d", lambda x: fg.pad(x, ((1, 2), (0, 3)), constant_values=7.0), [_r(3, 4)],
+     lambda x: np.pad(x, ((1, 2), (0, 3)), constant_values=7), False),
+    ("roll", lambda x: fg.roll(x, 2, axis=1), [_r(3, 5)], lambda x: np.roll(x, 2, 1), False),
+    ("roll flat", lambda x: fg.roll(x, -3), [_r(3, 5)], lambda x: np.roll(x, -3), False),
+    ("tile", lambda x: fg.tile(x, (2, 3)), [_r(3, 4)], lambda x: np.tile(x, (2, 3)), True),
+    ("repeat", lambda x: fg.repeat(x, 3, axis=0), [_r(3, 4)], lambda x: np.repeat(x, 3, 0), True),
+    ("repeat flat", lambda x: fg.repeat(x, 2), [_r(3, 4)], lambda x: np.repeat(x, 2), False),
+    ("flip", lambda x: fg.flip(x, axis=(0, 2)), [_r(2, 3, 4)], lambda x: np.flip(x, (0, 2)), False),
+    ("eye", lambda x: x + fg.eye(4, 5, k=1, dtype="float32"), [_r(4, 5)],
+     lambda x: x + np.eye(4, 5, k=1, dtype=np.float32), False),
+    ("tril", lambda x: fg.tril(x, k=-1), [_r(2, 4, 4)], lambda x: np.tril(x, -1), False),
+    ("triu", lambda x: fg.triu(x), [_r(4, 6)], np.triu, False),
+    ("arange", lambda x: x * fg.arange(x.shape[-1]), [_r(3, 5)], lambda x: x * np.arange(5), False),
+    ("arange float", lambda x: x + fg.arange(0.5, 3.0, 0.5, dtype="float32"), [_r(5)],
+     lambda x: x + np.arange(0.5, 3.0, 0.5, dtype=np.float32), False),
+    ("stack", lambda x, y: fg.stack([x, y], axis=1), [_r(3, 4), _r(3, 4)], lambda x, y: np.stack([x, y], 1), False),
+    ("unstack", lambda x: fg.unstack(x, axis=1)[1] * 2, [_r(3, 4)], lambda x: x[:, 1] * 2, True),
+    ("concat3", lambda x, y, z: fg.concat([x, y, z], axis=0), [_r(2, 3), _r(1, 3), _r(4, 3)],
+     lambda x, y, z: np.concatenate([x, y, z], 0), False),
+    ("modular reshape", lambda x: x.T.reshape(3, 2) + 0, [_r(3, 2)], lambda x: x.T.reshape(3, 2), False),
+    ("broadcast_to", lambda x: fg.broadcast_to(x, (3, 4)) * 1, [_r(4)], lambda x: np.broadcast_to(x, (3, 4)), False),
+    ("expand/squeeze", lambda x: fg.squeeze(fg.expand_dims(x, axis=1), axis=1) + fg.expand_dims(x, axis=-1)[..., 0],
+     [_r(3, 4)], lambda x: 2 * x, False),
+    ("moveaxis", lambda x: fg.moveaxis(x, 0, -1) + 0, [_r(2, 3, 4)], lambda x: np.moveaxis(x, 0, -1), False),
+    ("neg slices", lambda x: x[::-2, 1:-1] * 1, [_r(7, 5)], lambda x: x[::-2, 1:-1], False),
+    ("int index", lambda x: x[1] + x[-1, ::2].sum(), [_r(3, 8)], lambda x: x[1] + x[-1, ::2].sum(), False),
+    ("x/x.shape", lambda x: x / x.shape[-1], [_r(3, 4)], lambda x: x / 4, False),
+    ("sum of slice", lambda x: fg.sum(x[:, 1:3], axis=1), [_r(4, 5)], lambda x: x[:, 1:3].sum(1), False),
+    ("mean over T", lambda x: fg.mean(x.T, axis=0), [_r(4, 5)], lambda x: x.T.mean(0), False),
+    ("zeros_like+full", lambda x: fg.zeros_like(x) + fg.full((3, 4), 2.0, dtype="float32") + x, [_r(3, 4)],
+     lambda x: x + 2, False),
+    ("linspace", lambda x: x + fg.linspace(0.0, 1.0, 5), [_r(5)], lambda x: x + np.linspace(0, 1, 5), False),
+    ("meshgrid", lambda x: (lambda a, b: a * 10 + b)(*fg.meshgrid(fg.arange(3), fg.arange(4))) + x, [_r(4, 3)],
+     lambda x: (lambda a, b: a * 10 + b)(*np.meshgrid(np.arange(3), np.arange(4))) + x, False),
+    ("rope", _rope, [_r(2, 3, 4, 8), _r(4, 8), _r(4, 8)],
+     lambda x, c, s: x * c + np.concatenate([-x[..., 4:], x[..., :4]], -1) * s, False),
+]
+
+
+def _batched(cases, name: str):
+    """One op computing every case: inputs a0, a1, ... (each case's in turn), one output per case."""
+    counts = [len(args) for _, _, args, _, _ in cases]
+    params = [f"a{i}" for i in range(sum(counts))]
+    ns = {"fns": [fn for _, fn, _, _, _ in cases]}
+    calls, j = [], 0
+    for k, n in enumerate(counts):
+        calls.append(f"fns[{k}]({', '.join(params[j:j + n])})")
+        j += n
+    exec(f"def {name}({', '.join(params)}):\n    return ({', '.join(calls)},)\n", ns)
+    return fg.op(ns[name])
+
+
+#: The default run's share of the table (the whole table is slow: ``-m slow``).
+QUICK = {"x+y.T", "rope", "causal softmax", "pad 2d", "modular reshape", "int index", "x/x.shape", "stack",
+         "heads", "group norm"}
+
+
+def _table(quick: bool, per_rank: bool) -> list:
+    return [c for c in CASES if c[4] == per_rank and (not quick or c[0] in QUICK)]
+
+
+_OPS: dict = {}
+
+
+def _op(quick: bool, per_rank: bool):
+    key = (quick, per_rank)
+    if key not in _OPS:
+        _OPS[key] = _batched(_table(quick, per_rank), f"layout_{'quick' if quick else 'all'}_{int(per_rank)}")
+    return _OPS[key]
+
+
+def _check(cases, results):
+    assert len(results) == len(cases)
+    for (name, _, args, ref, _), got in zip(cases, results):
+        want = ref(*[a.astype(np.float64) for a in args])
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+def _inputs(cases):
+    return [a for _, _, args, _, _ in cases for a in args]
+
+
+def _run(backend: str, quick: bool, per_rank: bool) -> None:
+    cases, op = _table(quick, per_rank), _op(quick, per_rank)
+    if backend == "xla":
+        pytest.importorskip("jax")
+        import fusegen.jax as fgj
+        # partition=False: fusegen.plan.dimflow has no rules for layout ops yet
+        f = fgj.function(op, dtypes="float32", partition=False)
+    else:
+        f = fg.compile(op, backend=backend, **(dict(dtypes="float32") if backend == "aot" else {}))
+    _check(cases, f(*_inputs(cases)))
+
+
+@pytest.mark.parametrize("quick", [True, pytest.param(False, marks=pytest.mark.slow)], ids=["quick", "all"])
+@pytest.mark.parametrize("backend", ["numba", "aot", "xla"])
+@pytest.mark.parametrize("per_rank", [False, True], ids=["generic", "per_rank"])
+def test_layout_cases_against_numpy(backend, per_rank, quick):
+    if backend == "xla" and per_rank:
+        pytest.skip("fusegen.jax does not yet specialize ops traced per input rank")
+    _run(backend, quick, per_rank)
+
+
+# --- the emitted source ----------------------------------------------------------------------
+def test_emitted_layout_source_reads_through_views():
+    src = fg.emit(fg.op(lambda x, y: x + y.T, name="x_plus_yt"), dtypes="float32").source
+    assert "fg::permute_rule(" in src                      # the shape rule of .T
+    assert re.search(r"fg::views::permute\(&v\[1\], s\.prm\[\d+\]\.v", src)  # y read through it
+    assert "FG_ERR_VIEW_PARAM" in src and "case 64:" in src  # the view errors are in the table
+    # a concat's pieces: one body per piece, chosen per box
+    src = fg.emit(_op(True, False), dtypes="float32").source
+    assert "// %" in src and "piece 1" in src
+    assert "fg::views::place(" in src and "fg::views::pad_piece(" in src
+
+
+def test_emit_of_a_rank_specializing_op():
+    with pytest.raises(fg.TraceError, match=r"ranks=.*|traced per input rank"):
+        fg.emit(_op(True, True), dtypes="float32")
+    ranks = [a.ndim for a in _inputs(_table(True, True))]
+    src = fg.emit(_op(True, True), dtypes="float32", ranks=ranks).source
+    assert f"in[0].rank != {ranks[0]}) return fg::FG_ERR_RANK" in src
+    with pytest.raises(ValueError):
+        fg.emit(_op(True, True), ranks=ranks[:1])
+
+
+def test_aot_layout_errors():
+    k = fg.compile(fg.op(lambda x: x[3] * 1, name="int_index_oob"), backend="aot", dtypes="float32")
+    np.testing.assert_array_equal(k(np.arange(8, dtype=np.float32).reshape(4, 2)), [6, 7])
+    with pytest.raises(fg.BoundsError):
+        k(np.zeros((3, 2), np.float32))
+    r = fg.compile(fg.op(lambda x: x.reshape(2, -1) * 1, name="reshape_bad"), backend="aot", dtypes="float32")
+    with pytest.raises(fg.ShapeError):
+        r(np.zeros(5, np.float32))
+
+
+def _infer_shape(compiled, shapes) -> list[tuple]:
+    """The emitted NameInferShape on ``shapes`` (-1: unknown dim, (-2,): unknown rank)."""
+    k = compiled.executor.kernel_for(())
+    shim = k._loaded.shim
+    extra = shim.fg_extra_new()
+    k._loaded.extras.append(extra)  # destroyed with the kernel
+    host.set_attrs(shim, extra, {})
+    return k._call_infer_shape([tuple(s) for s in shapes], extra)
+
+
+def _twin(x, y):
+    h = x.shape[-1] // 2
+    return (x[1:, ::-2] + y.T[:, :1], fg.concat([x, x[:1]], axis=0), fg.pad(x, ((1, 2), (0, 1))),
+            x.T.reshape(-1), fg.flip(x, axis=0)[..., :h], fg.stack([x, x], axis=-1), fg.moveaxis(y, 0, 1)[None],
+            fg.expand_dims(x, axis=0)[0, :, -1], fg.broadcast_to(y[:, :1], (3, y.shape[0], 2)),
+            fg.arange(x.shape[0]) * 1, fg.reshape(x, (y.shape[1], -1)), fg.squeeze(y[:1], axis=0))
+
+
+TWIN = fg.op(_twin, name="infer_twin")
+
+
+@pytest.mark.parametrize("shapes", [[(6, 4), (4, 2)], [(3, 8), (2, 4)], [(5, 2), (2, 1)]])
+def test_emitted_infer_shape_matches_infer(shapes):
+    """NameInferShape of the emitted library against fusegen.infer, with unknown dims and ranks."""
+    k = fg.compile(TWIN, backend="aot", dtypes="float32")
+    for variant in dynamic_variants(shapes):
+        try:
+            spec = fg.infer(TWIN, ["float32"] * 2, [None if s == (-2,) else s for s in variant], {})
+        except fg.FusegenError:
+            with pytest.raises(fg.KernelError):
+                _infer_shape(k, variant)
+            continue
+        want = [(-2,) if s is None else tuple(s) for s in spec.out_shapes]
+        assert _infer_shape(k, variant) == want, variant
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (CUDA toolkit)")
+@pytest.mark.parametrize("abi", ["mindspore-aot", pytest.param("xla-ffi", marks=pytest.mark.slow)])
+def test_emitted_layout_cu_compiles_with_nvcc(abi, tmp_path):
+    """The .cu of views, pieces, an iota mask, a modular reshape under a reduction and a dim as a
+    value (the device code cannot run here: no GPU; the simulator runs the C++ twin)."""
+    op = fg.op(lambda x, y: (x + y.T, fg.concat([-x[..., 2:], x[..., :2]], axis=-1),
+                             fg.where(fg.arange(4)[None, :] <= fg.arange(5)[:, None], x, 0.0),
+                             fg.sum(x.T.reshape(2, -1), axis=1), fg.pad(x, 1) * x.shape[-1]), name="layout_cu")
+    e = fg.emit(op, abi=abi, device="cuda", dtypes="float32")
+    e.write(tmp_path)
+    assert "<<<unsigned(blocks), kBlock, 0, stream>>>" in e.source and "fg::views::refine<" in e.source
+    cmd = ["nvcc", "-std=c++17", "--shared", "-Xcompiler", "-fPIC", "-O1", "--expt-relaxed-constexpr",
+           "-gencode", "arch=compute_80,code=sm_80", f"-I{tmp_path}", "-o", str(tmp_path / "k.so"), str(tmp_path / e.main)]
+    if abi == "xla-ffi":
+        jax = pytest.importorskip("jax")
+        cmd[1:1] = ["-isystem", jax.ffi.include_dir()]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
