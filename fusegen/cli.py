@@ -163,9 +163,9 @@ def _print_demo(res: dict, args: argparse.Namespace) -> None:
 
 # --- bench ----------------------------------------------------------------------------------------
 def parse_ops(text: str) -> list[str]:
-    """``softmax,rms_norm`` -> the names, each a reference op the bench knows."""
-    from .bench.cases import OPS
-    return parse_names(text, list(OPS), "op")
+    """``softmax,rms_norm`` -> the names, each a row the bench knows (``bench.variants.ALL_OPS``)."""
+    from .bench.variants import ALL_OPS
+    return parse_names(text, list(ALL_OPS), "op")
 
 
 def _matplotlib_missing() -> bool:
@@ -185,6 +185,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.bridges:  # the JAX and PyTorch bridges (fusegen.bench.bridges)
         from .bench import bridges
         return bridges.main(args, _write)
+    if args.calls:  # where a small call's time goes (fusegen.bench.calls)
+        from .bench import calls, variants
+        specs = [variants.ALL_OPS[n] for n in (args.ops or list(variants.ALL_OPS))]
+        rounds = 5 if args.quick else 30
+        table = calls.calls_table(specs, [b for b in args.backends if b in ("numba", "aot")], rounds=rounds)
+        print(calls.format_calls(table))
+        if args.json:
+            print(f"wrote {_write(args.json, json.dumps(table, indent=1) + chr(10))}")
+        return 0
     from .bench import harness as bench, report as bench_report
     cuda = args.device == "cuda"
     stem = "bench-results/bench" + ("-cuda" if cuda else "")  # the GPU's files beside the CPU's
@@ -361,6 +370,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--bridges", action="store_true",
                    help="fused ops inside jax.jit and torch.compile vs jnp/torch code, and a sharded row "
                         "(4 host devices): bench-results/bridges.json")
+    b.add_argument("--calls", action="store_true",
+                   help="instead: a table of where a call at (4, 5) spends its time, per backend (validation, "
+                        "shape inference, lookup, allocation, dispatch, native)")
     b.add_argument("--compile-times", action="store_true",
                    help="also measure compile time, cold and warm cache, in new processes (minutes)")
     b.add_argument("--fresh-pages", action="store_true",

@@ -121,15 +121,38 @@ def group_norm(x, gamma, beta, *, groups: int = 32, eps: float = 1e-5):
     return (y * gamma[:, None] + beta[:, None]).reshape(x.shape[0], x.shape[1], x.shape[2], x.shape[3])
 
 
+@op
+def sigmoid(x):
+    """The logistic function, ``1 / (1 + exp(-x))``."""
+    return fg.sigmoid(x)
+
+
+@op(inplace={0: "param", 1: "m", 2: "v"})
+def adam_step(param, grad, m, v, *, lr: float = 1e-3, beta1: float = 0.9, beta2: float = 0.999,
+              eps: float = 1e-8, step: int = 1):
+    """One Adam update (Kingma & Ba, with bias correction): returns the new ``param``, ``m`` and
+    ``v``; each may be written over its input (``kernel(..., inplace=True)``)."""
+    m1 = beta1 * m + (1.0 - beta1) * grad
+    v1 = beta2 * v + (1.0 - beta2) * grad * grad
+    mhat = m1 / (1.0 - beta1 ** step)
+    vhat = v1 / (1.0 - beta2 ** step)
+    return param - lr * mhat / (fg.sqrt(vhat) + eps), m1, v1
+
+
 __all__ = ["add_reduce_sum", "add_mul_div", "smooth_l1", "softmax", "layer_norm", "rms_norm", "bias_gelu",
            "transpose_add", "rope", "heads_split", "causal_softmax", "swiglu", "group_norm",
-           "REFERENCE_OPS", "LAYOUT_OPS",
+           "sigmoid", "adam_step", "REFERENCE_OPS", "LAYOUT_OPS", "PERF_OPS",
            "cross_entropy", "accuracy", "embedding_layer_norm", "cumsum_last", "cumsum_first", "GATHER_OPS"]
 
 REFERENCE_OPS = [add_reduce_sum, add_mul_div, smooth_l1, softmax, layer_norm, rms_norm, bias_gelu]
 
 #: The layout reference ops (issue #16): every backend that evaluates index maps runs them.
 LAYOUT_OPS = [transpose_add, rope, heads_split, causal_softmax, swiglu, group_norm]
+
+#: More rows of ``fusegen bench`` (issue #19): the logistic function and an optimizer step (the
+#: other activations are ``ACTIVATION_OPS``). Checked numerically and for vectorization (tests/test_perf_ops.py, tests/test_vectorize.py),
+#: not by every backend-wide suite that loops over ``REFERENCE_OPS`` (golden text, sanitizers, MindSpore).
+PERF_OPS = [sigmoid, adam_step]
 
 # --- issue #17: gathers, arg-reductions and scans ------------------------------------------------
 # (not in REFERENCE_OPS yet: the emitted C++/XLA backends refuse gathers until they can emit them)

@@ -87,6 +87,19 @@ def test_flags_and_source_change_the_key(tmp_path, compiles):
     assert build.build_library(src) not in (fast, mindspore)
 
 
+def test_source_locations_in_comments_do_not_change_the_key(tmp_path, compiles):
+    # emitted sources quote the op's traced text with the line each node came from: moving an
+    # unchanged op down a line must not rebuild it (it did: 1.74 s against 0.25 s from the cache)
+    text = ('//   %3 = add %1, %2                                # model.py:{}\n'
+            'extern "C" int fg_answer() {{ return {}; }}  // # not a location.py:1 (code follows)\n')
+    first = build.build_library(write(tmp_path / "a" / "k.cc", text.format(17, 42)))
+    moved = write(tmp_path / "b" / "k.cc", text.format(18, 42))
+    assert build.build_library(moved) == first and len(compiles) == 1
+    assert moved.read_text().count("model.py:18") == 1  # the shipped file keeps its locations
+    assert build.build_library(write(tmp_path / "c" / "k.cc", text.format(17, 43))) != first
+    assert build.source_key_text(b"x = 1;  // # a.py:3\n") == b"x = 1;  // # a.py:3\n"  # not a comment line
+
+
 def test_key_follows_included_headers_recursively(tmp_path, compiles):
     write(tmp_path / "outer.h", '#include "sub/inner.h"\n')
     inner = write(tmp_path / "sub" / "inner.h", "constexpr int kValue = 1;\n")

@@ -89,7 +89,8 @@ def torch_namespace(torch: Any) -> Any:
         sum=lambda a, axis, keepdims=False: torch.sum(a, dim=axis, keepdim=keepdims),
         mean=lambda a, axis, keepdims=False: torch.mean(a, dim=axis, keepdim=keepdims),
         max=lambda a, axis, keepdims=False: torch.amax(a, dim=axis, keepdim=keepdims),
-        exp=torch.exp, abs=torch.abs, sqrt=torch.sqrt, tanh=torch.tanh, where=torch.where,
+        exp=torch.exp, abs=torch.abs, sqrt=torch.sqrt, tanh=torch.tanh, where=torch.where, erf=torch.erf, log=torch.log,
+        maximum=lambda a, b: torch.clamp(a, min=b) if isinstance(b, (int, float)) else torch.maximum(a, b),
         concat=lambda arrays, axis=0: torch.cat(arrays, dim=axis), arange=torch.arange,
         permute_dims=lambda a, axes: a.permute(axes),
         maximum=lambda a, b: torch.clamp(a, min=b), log1p=torch.log1p, round=torch.round, clip=torch.clamp,
@@ -108,7 +109,7 @@ from .activations import (  # noqa: E402  (#18: quantization and activations)
 
 
 # --- one row per op -------------------------------------------------------------------------------
-def _uniform(lo: float, hi: float) -> Callable:
+def uniform(lo: float, hi: float) -> Callable:
     return lambda rng, shape, dtype: (lo + (hi - lo) * rng.random(shape, dtype=np.float32)).astype(dtype)
 
 
@@ -118,7 +119,7 @@ class OpBench:
 
     name: str
     xp_ref: Callable                  # fn(xp, *arrays, **attrs): the obvious NumPy code
-    njit: Callable                    # fn(arrays, attrs) -> (hand-written @njit function, its args)
+    njit: Callable | None             # fn(arrays, attrs) -> (hand-written @njit function, its args)
     inputs: tuple[tuple[str, Callable], ...]  # per input: ("x" = x's shape, "row" = x's last dim, other), values
     variants: tuple[dict, ...]        # attribute sets, each a case per shape
     reduced: Callable = field(default=lambda shape, attrs: 1)  # terms summed into each output value
@@ -126,9 +127,12 @@ class OpBench:
     # the small ones quick runs and the per-call case use. Empty: the config's 2-D shapes.
     shapes: tuple = ()
     small_shapes: tuple = ()
+    op_def: Any = None                # the op, when it is not the reference op of this name (bench.variants)
 
     @property
     def op(self) -> Any:
+        if self.op_def is not None:
+            return self.op_def
         from .. import examples
         return getattr(examples, self.name)
 
@@ -151,40 +155,40 @@ def _axis_len(shape: tuple[int, ...], attrs: dict) -> int:
 
 # Value ranges: positive summands (the sum's magnitude is then its tolerance's scale), y away
 # from 0 for x / y, both branches of smooth L1, softmax inputs whose exp spans many octaves.
-_X01 = ("x", _uniform(0.0, 1.0))
+_X01 = ("x", uniform(0.0, 1.0))
 OPS: dict[str, OpBench] = {b.name: b for b in (
     OpBench("add_reduce_sum", xp_add_reduce_sum,
             lambda a, at: (nb_sum_rows, a) if at["axis"] % 2 else (nb_sum_cols, (*a, 4 * get_num_threads())),
             (_X01, _X01), ({"axis": 0}, {"axis": 1}), reduced=_axis_len),
     OpBench("add_mul_div", xp_add_mul_div, lambda a, at: (nb_add_mul_div, a),
-            (("x", _uniform(-1.0, 1.0)), ("x", _uniform(1.0, 2.0))), ({},)),
+            (("x", uniform(-1.0, 1.0)), ("x", uniform(1.0, 2.0))), ({},)),
     OpBench("smooth_l1", xp_smooth_l1, lambda a, at: (nb_smooth_l1, (*a, *_smooth_l1_consts(at["sigma"]))),
-            (("x", _uniform(-2.0, 2.0)), ("x", _uniform(-2.0, 2.0))), ({"sigma": 1.0},)),
+            (("x", uniform(-2.0, 2.0)), ("x", uniform(-2.0, 2.0))), ({"sigma": 1.0},)),
     OpBench("softmax", xp_softmax, lambda a, at: (nb_softmax, a),
-            (("x", _uniform(-8.0, 8.0)),), ({"axis": -1},), reduced=_axis_len),
+            (("x", uniform(-8.0, 8.0)),), ({"axis": -1},), reduced=_axis_len),
     OpBench("layer_norm", xp_layer_norm, lambda a, at: (nb_layer_norm, (*a, at["eps"])),
             (_X01,), ({"axis": -1, "eps": 1e-5},), reduced=_axis_len),
     OpBench("rms_norm", xp_rms_norm, lambda a, at: (nb_rms_norm, (*a, at["eps"])),
-            (_X01, ("row", _uniform(0.5, 1.5))), ({"eps": 1e-6},), reduced=_axis_len),
+            (_X01, ("row", uniform(0.5, 1.5))), ({"eps": 1e-6},), reduced=_axis_len),
     OpBench("bias_gelu", xp_bias_gelu, lambda a, at: (nb_bias_gelu, a),
-            (("x", _uniform(-3.0, 3.0)), ("row", _uniform(-0.5, 0.5))), ({},)),
+            (("x", uniform(-3.0, 3.0)), ("row", uniform(-0.5, 0.5))), ({},)),
     # --- layout ops (issue #16), with the issue's shapes ---
     OpBench("transpose_add", lc.xp_transpose_add, lambda a, at: (lc.nb_transpose_add, a),
-            (("x", _uniform(-1.0, 1.0)), (lc.transposed, _uniform(-1.0, 1.0))), ({},),
+            (("x", uniform(-1.0, 1.0)), (lc.transposed, uniform(-1.0, 1.0))), ({},),
             shapes=((4096, 4096),), small_shapes=((256, 256), (4, 5))),
     OpBench("rope", lc.xp_rope, lambda a, at: (lc.nb_rope, a),
-            (("x", _uniform(-1.0, 1.0)), (lc.last_two, _uniform(-1.0, 1.0)), (lc.last_two, _uniform(-1.0, 1.0))),
+            (("x", uniform(-1.0, 1.0)), (lc.last_two, uniform(-1.0, 1.0)), (lc.last_two, uniform(-1.0, 1.0))),
             ({},), shapes=((8, 16, 1024, 128),), small_shapes=((2, 4, 32, 16), (1, 1, 2, 4))),
     OpBench("heads_split", lc.xp_heads_split, lambda a, at: (lc.nb_heads_split, (*a, at["heads"], at["scale"])),
-            (("x", _uniform(-1.0, 1.0)),), ({"heads": 16, "scale": 0.125},),
+            (("x", uniform(-1.0, 1.0)),), ({"heads": 16, "scale": 0.125},),
             shapes=((8, 1024, 2048),), small_shapes=((2, 32, 256), (1, 2, 16))),
     OpBench("causal_softmax", lc.xp_causal_softmax, lambda a, at: (lc.nb_causal_softmax, a),
-            (("x", _uniform(-8.0, 8.0)),), ({},), reduced=lambda shape, at: shape[-1],
+            (("x", uniform(-8.0, 8.0)),), ({},), reduced=lambda shape, at: shape[-1],
             shapes=((8, 16, 512, 512),), small_shapes=((2, 2, 64, 64), (1, 1, 4, 4))),
-    OpBench("swiglu", lc.xp_swiglu, lambda a, at: (lc.nb_swiglu, a), (("x", _uniform(-3.0, 3.0)),), ({},),
+    OpBench("swiglu", lc.xp_swiglu, lambda a, at: (lc.nb_swiglu, a), (("x", uniform(-3.0, 3.0)),), ({},),
             shapes=((8192, 8192),), small_shapes=((256, 256), (4, 6))),
     OpBench("group_norm", lc.xp_group_norm, lambda a, at: (lc.nb_group_norm, (*a, at["groups"], at["eps"])),
-            (_X01, (lc.channels, _uniform(0.5, 1.5)), (lc.channels, _uniform(-0.5, 0.5))),
+            (_X01, (lc.channels, uniform(0.5, 1.5)), (lc.channels, uniform(-0.5, 0.5))),
             ({"groups": 32, "eps": 1e-5},), reduced=lambda shape, at: math.prod(shape[1:]) // at["groups"],
             shapes=((32, 256, 32, 32),), small_shapes=((2, 64, 8, 8), (1, 32, 1, 2))),
     # (#18) quantization and activations
@@ -375,7 +379,9 @@ def competitor_methods(spec: OpBench, dtype: str, kinds: list[str]) -> tuple[lis
         if kind == "numpy":
             methods.append(numpy_method(spec))
         elif kind == "njit":
-            if np.dtype(dtype) == np.float32:
+            if spec.njit is None:
+                skipped["njit-cpu"] = "no hand-written Numba version of this row"
+            elif np.dtype(dtype) == np.float32:
                 methods.append(_njit_method(spec))
             else:
                 skipped["njit-cpu"] = "the hand-written Numba code is float32 code"

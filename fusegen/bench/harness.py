@@ -47,6 +47,7 @@ from .cases import OPS, Method, OpBench, Thunk, check, competitor_methods, refer
 from .machine import (BANDWIDTH_BYTES, SPREAD_LIMIT, Bandwidth, copy_bandwidth, gbps, machine_info, noise_warnings,  # noqa: F401
                       read_bandwidth, read_pass, reused_pages, round_spread, time_interleaved)
 from .methods import cuda_available, cuda_unavailable, discover, fg_jax_method, gxx_works, why  # noqa: F401
+from .variants import ALL_OPS
 from .report import case_bandwidth
 
 SCHEMA = "fusegen-bench/2"
@@ -248,8 +249,7 @@ _CHILD = ("import time; t0 = time.perf_counter(); import json, sys; from fusegen
 def compile_child(request: dict, import_s: float = 0.0) -> dict:
     """Runs in a new process: set up ``request['method']`` for one op and make the first call of
     each of its cases (the JIT or native compile of that signature). Seconds per step."""
-    from . import cases as bench_cases
-    spec = bench_cases.OPS[request["op"]]
+    spec = ALL_OPS[request["op"]]
     name, dtype = request["method"], request["dtype"]
     t1 = time.perf_counter()
     if name in ("numba-cpu", "aot-cpu"):
@@ -309,7 +309,7 @@ def measure_compile_times(cases: list[Case], method_names: list[str], dtype: str
 class BenchConfig:
     """What ``fusegen bench`` runs; ``quick()`` is the small variant the tests use."""
 
-    ops: tuple[str, ...] = tuple(OPS)
+    ops: tuple[str, ...] = tuple(ALL_OPS)
     shapes: tuple[tuple[int, int], ...] = ((4096, 4096), (16384, 1024))   # large: memory-bound
     small_shape: tuple[int, int] = (4, 5)                                  # per-call cost
     dtype: str = "float32"
@@ -346,7 +346,7 @@ class BenchConfig:
         """Every case, op by op: each large shape with each attribute variant, then the small shape."""
         out = []
         for name in self.ops:
-            spec = OPS[name]
+            spec = ALL_OPS[name]
             shapes = self.shapes if not spec.shapes else spec.small_shapes[:1] if self.quick else spec.shapes
             out += [Case(spec, s, a) for s in shapes for a in spec.variants]
             small = spec.small_shapes[-1] if spec.shapes else self.small_shape
@@ -379,7 +379,7 @@ def measure_ops(cfg: BenchConfig, cases: list[Case], methods_for: Callable[[OpBe
     for op_name in dict.fromkeys(c.spec.name for c in cases):
         step += 1
         say(step, total, f"{op_name}: setting up methods")
-        spec = OPS[op_name]
+        spec = next(c.spec for c in cases if c.spec.name == op_name)
         methods, why = methods_for(spec, cfg)
         skipped.update(why)
         if not any(m.fusegen for m in methods):

@@ -457,6 +457,13 @@ class AotKernel(aot_cuda.DeviceCalls, GuardedCalls):
                 if signature.evicted or not self._open:
                     self._leave_idle(signature)
 
+    def call_block(self, signature: Signature, keep: Any = None) -> int:
+        """Call the main function on ``signature``'s first argument block as the last call left
+        it, and return its status: the native time alone, for benchmarks. The arrays of that call
+        (passed as ``keep``) must still be alive, as the block points into them."""
+        del keep  # held by the caller for the duration of the call
+        return self._call_main(signature.block_address)
+
     def _run_block(self, signature: Signature, entry: tuple, arrays: Sequence[np.ndarray], out: Any):
         """One call through the argument block ``entry`` (``(block, address, params, keep)``)."""
         block, address, params, _ = entry

@@ -37,7 +37,7 @@ import threading
 from pathlib import Path
 from typing import NamedTuple
 
-from ..cache import cache_dir
+from ..cache import cache_dir, source_key_text
 from ..emitters.common import CUDA_DEFAULT_ARCHS, HEADER_PATH
 from ..errors import CompileError, LibraryError
 
@@ -363,7 +363,7 @@ def _cache_key(source: Path, compiler: str, flags: list[str]) -> str:
         h.update(value)
     part("format", str(BUILD_FORMAT_VERSION).encode())
     part("suffix", source.suffix.encode())
-    part("source", source.read_bytes())
+    part("source", source_key_text(source.read_bytes()))
     for name, header in local_includes(source, flags):
         part("include", name.encode())
         part("header", header.read_bytes() if header else b"<missing>")

@@ -53,7 +53,8 @@ def host_outputs(name: str, out, shapes, dtypes, reg_dtypes) -> list:
             raise DTypeError(f"op {name}: out[{k}] must have dtype {d}, got {o.dtype}")
         if not o.flags.writeable:
             raise ArgumentError(f"op {name}: out[{k}] is read-only")
-        direct = o.flags.c_contiguous and r == d
+        flags = o.flags
+        direct = flags.c_contiguous and flags.aligned and r == d  # what the compiled code is typed for
         res.append(o if direct else np.empty(s, r))
     return res
 

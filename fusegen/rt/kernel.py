@@ -26,7 +26,7 @@ from ..errors import DTypeError
 from ..ir import OpDef, infer, set_eager_executor
 from ..plan import Plan, build_plan
 from . import requests
-from .call import Call
+from .call import Call, signature_fn
 
 BACKENDS = ("numba", "aot")
 DEVICES = ("cpu", "cuda")
@@ -61,6 +61,7 @@ class Kernel:
         self._variants: dict = {}   # write-request variants of the op -> their kernels
         self._lock = threading.Lock()
         self._last: Call | None = None
+        self._shapes = signature_fn(len(op.inputs))   # the fast path's (dtype, shape) per input
         self.place = _device(device)          # what the device contributes: rt.cpu.HOST or rt.cuda.CUDA
         self.executor = _executor(backend, device)(self, **options)
 
@@ -111,14 +112,22 @@ class Kernel:
         try:
             # The signature key: dtypes and shapes, then attribute values *and types*
             # (1, 1.0 and True are equal as dict keys but must not share an entry).
-            key = tuple([(a.dtype, a.shape) for a in arrays])
+            key = self._shapes(*arrays)
             if attrs:
                 key = (key, *attrs.items(), *map(type, attrs.values()))
             run = self._calls[key].run
         except (KeyError, AttributeError, TypeError):
-            # first call with this signature, a non-array input, an unhashable attribute, a stream
+            # first call with this signature, a non-array input, a wrong input count, an unhashable
+            # attribute, a stream
             return self._slow_call(arrays, out, attrs)
         return run(arrays, out)
+
+    def prepared(self, *arrays, **attrs) -> Call:
+        """The ``Call`` of this input signature (its runner, output shapes, the executor's parts),
+        prepared first if no call had it (``fusegen bench --calls`` times its parts)."""
+        arrs, key, _ = self.place.arguments(self, arrays, attrs)
+        call = self._calls.get(key) if key is not None else None
+        return call if call is not None else self._prepare(arrs, attrs, key)
 
     def _derived(self, op: OpDef) -> Kernel:
         """The kernel of a write-request variant of this op (``fusegen.rt.requests``), cached."""

@@ -13,6 +13,7 @@ import builtins
 import functools
 from dataclasses import dataclass, field
 
+import numba
 import numpy as np
 
 from ..lower_cpu import compile_group, meta_array
@@ -31,6 +32,7 @@ class Group:
     source: str
     params: tuple = ()  # static scalars (dims) passed after the attributes: their values
     on_error: object = None  # gathers that check their indices: (code, value) -> raises BoundsError
+    entry: object = None    # the compiled function for the signature (``entry_point``)
 
 
 @dataclass
@@ -69,14 +71,45 @@ class NumbaCpuExecutor(Executor):
                             reg_out_dtypes=tuple(reg_dtype(d).np for d in spec.out_dtypes),
                             in_reg=tuple(np.dtype(np.float32) if a.dtype == np.float16 else None for a in arrs),
                             ws=ws, groups=groups)
+        in_types = [_array_type(conv or a.dtype, np.ndim(a)) for a, conv in zip(arrs, call.in_reg)]
+        for grp in groups:
+            grp.entry = entry_point(grp, call, in_types)
         call.run = make_runner(self.kernel.op, call)
         return call
+
+
+def _array_type(dtype, ndim: int):
+    return numba.types.Array(numba.from_dtype(np.dtype(dtype)), ndim, "C")
+
+
+def entry_point(grp: Group, call: NumbaCpuCall, in_types: list):
+    """The compiled function of ``grp`` for this signature, called without Numba's dispatcher.
+
+    The dispatcher types every argument on every call to pick an overload (a third of a small
+    call's cost); the runner knows the types already: its arrays are C-contiguous and aligned
+    (it copies any other input), outputs and workspaces are its own or checked ``out=`` arrays,
+    and the scalars are this signature's attribute values. Falls back to the dispatcher where
+    Numba will not compile the signature ahead of the call."""
+    types = {"in": in_types,
+             "out": [_array_type(d, len(s)) for s, d in zip(call.out_shapes, call.reg_out_dtypes)],
+             "buf": [_array_type(d, len(s)) for s, d in call.ws]}
+    sig = [types[k][i] for k, i in grp.sources] + [_array_type(grp.meta.dtype, grp.meta.ndim)]
+    sig += [numba.typeof(call.attr_values[a]) for a in grp.attrs] + [numba.typeof(v) for v in grp.params]
+    try:
+        return grp.func.compile(tuple(sig))
+    except Exception:  # noqa: BLE001 - e.g. a type Numba infers differently from a value: the dispatcher decides
+        return grp.func
+
+
+def _behaved(a: np.ndarray) -> np.ndarray:
+    """A C-contiguous, aligned copy (what the compiled functions are typed for)."""
+    return np.require(a, requirements="CA")
 
 
 def make_runner(op, call: NumbaCpuCall):
     """A small function specialized to one signature: no loops or lookups on the hot path."""
     nin, nout = len(op.inputs), len(call.out_shapes)
-    g = {"np": np, "_ascontig": np.ascontiguousarray, "_nd": np.ndarray, "_pool": call.pool, "_call": call,
+    g = {"np": np, "_behaved": _behaved, "_nd": np.ndarray, "_pool": call.pool, "_call": call,
          "_outputs": functools.partial(host_outputs, op.name, shapes=call.out_shapes, dtypes=call.out_dtypes,
                                        reg_dtypes=call.reg_out_dtypes),
          "_finish": functools.partial(finish, dtypes=call.out_dtypes, multi=op.multi_output)}
@@ -87,10 +120,11 @@ def make_runner(op, call: NumbaCpuCall):
         lines.append(f"        a{i} = np.asarray(a{i})")
         if conv is not None:  # float16: Numba has no CPU float16, the kernel reads float32
             g[f"_c{i}"] = conv
-            lines.append(f"    a{i} = a{i}.astype(_c{i})")
+            lines.append(f"    a{i} = a{i}.astype(_c{i}, order=\"C\")  # what the entry point is typed for")
         else:
-            lines.append(f"    if not a{i}.flags.c_contiguous:")
-            lines.append(f"        a{i} = _ascontig(a{i})")
+            lines.append(f"    f{i} = a{i}.flags")
+            lines.append(f"    if not (f{i}.c_contiguous and f{i}.aligned):")
+            lines.append(f"        a{i} = _behaved(a{i})")
     outs = ", ".join(f"o{k}" for k in range(nout)) + ("," if nout == 1 else "")
     lines.append("    if out is None:")
     for k, (shp, d) in enumerate(zip(call.out_shapes, call.reg_out_dtypes)):
@@ -105,7 +139,7 @@ def make_runner(op, call: NumbaCpuCall):
         lines.append("        ws = [np.empty(s, d) for s, d in _call.ws]")
     names = {"in": "a", "out": "o"}
     for j, grp in enumerate(call.groups):
-        g[f"_f{j}"], g[f"_m{j}"] = grp.func, grp.meta
+        g[f"_f{j}"], g[f"_m{j}"] = grp.entry or grp.func, grp.meta
         args = [f"ws[{i}]" if k == "buf" else f"{names[k]}{i}" for k, i in grp.sources]
         args.append(f"_m{j}")
         for a in grp.attrs:

@@ -6,7 +6,6 @@ import math
 import numpy as np
 from numba import prange
 from fusegen.vmath_numba import exp_f32 as _exp_f32, tanh_f32 as _tanh_f32
-from fusegen.vmath_numba import log_f32 as _log_f32, log1p_f32 as _log1p_f32, log2_f32 as _log2_f32, log10_f32 as _log10_f32, expm1_f32 as _expm1_f32, erf_f32 as _erf_f32, sin_f32 as _sin_f32, cos_f32 as _cos_f32, tan_f32 as _tan_f32, atan_f32 as _atan_f32, asin_f32 as _asin_f32, acos_f32 as _acos_f32, sinh_f32 as _sinh_f32, cosh_f32 as _cosh_f32, asinh_f32 as _asinh_f32, acosh_f32 as _acosh_f32, atanh_f32 as _atanh_f32, atan2_f32 as _atan2_f32, hypot_f32 as _hypot_f32
 
 
 def _fmax(a, b):  # NumPy's maximum: NaN wins
@@ -16,97 +15,12 @@ def _fmax(a, b):  # NumPy's maximum: NaN wins
 def _fmin(a, b):
     return a if (a < b or a != a) else b
 
-
-
-def _fg_floor_divide(a, b, one):  # NumPy's floor_divide on floats (npy_divmod)
-    if b == 0:
-        return a / b
-    mod = np.fmod(a, b)
-    div = (a - mod) / b
-    if mod != 0 and ((b < 0) != (mod < 0)):
-        div = div - one
-    if div != 0:
-        fl = np.floor(div)
-        if div - fl > 0.5:
-            fl = fl + one
-        return fl
-    return np.copysign(div - div, a / b)
-
-
-def _fg_remainder(a, b, one):  # NumPy's remainder on floats: the sign of the divisor
-    mod = np.fmod(a, b)
-    if b == 0:
-        return mod
-    if mod != 0:
-        if (b < 0) != (mod < 0):
-            mod = mod + b
-        return mod
-    return np.copysign(mod - mod, b)
-
-
-def _fg_floor_divide_int(a, b):  # x // 0 is 0 and INT_MIN // -1 wraps, as NumPy's (no SIGFPE)
-    if b == 0:
-        return a - a
-    if b == -1:
-        return (a - a) - a
-    return a // b
-
-
-def _fg_remainder_int(a, b):
-    if b == 0 or b == -1:
-        return a - a
-    return a % b
-
-
-def _fg_shl(a, b, bits):  # NumPy: a count outside [0, bits) shifts everything out
-    if b < 0 or b >= bits:
-        return a - a
-    return a << b
-
-
-def _fg_shr(a, b, bits):
-    if b < 0 or b >= bits:
-        return (a - a) - (a < 0)
-    return a >> b
-
-
-def _fg_shr_u(a, b, bits):
-    if b >= bits:
-        return a - a
-    return a >> b
-
-
-def _fg_logaddexp(x, y):  # NumPy's npy_logaddexp: equal infinities give themselves
-    if x == y:
-        return x + 0.6931471805599453
-    tmp = x - y
-    if tmp > 0:
-        return x + np.log1p(np.exp(-tmp))
-    if tmp <= 0:
-        return y + np.log1p(np.exp(tmp))
-    return tmp
-
-
-def _fg_trunc(x):
-    return np.trunc(x) if x - x == 0 else x
-
-
-def _fg_rint(x, one):  # round half to even, the sign of a zero kept (numba-cuda has no rint)
-    if not (x - x == 0):
-        return x
-    f = np.floor(x)
-    d = x - f
-    half = one / (one + one)
-    if d > half or (d == half and np.fmod(f, one + one) != 0):
-        f = f + one
-    return np.copysign(f, x)
-
-def kernel(x1, x2, ws0, ws3, meta, a_eps):
+def kernel(x1, x2, ws0, ws4, meta, a_eps):
     # stages 1 of op rms_norm_grad, col mode
     x1_ = x1.ravel()
     x2_ = x2.ravel()
     ws0_ = ws0.ravel()
-    ws3_ = ws3.ravel()
+    ws4_ = ws4.ravel()
     nO = meta[0]; nRO = meta[1]; RI = meta[2]; I = meta[3]
     ntiles = meta[4]; TILE = meta[5]; ROT = meta[7]; count = meta[8]
     nsplit = meta[9]; chunk = meta[10]; W = nO + nRO + 2; SB = 11 + nO + nRO
@@ -121,7 +35,7 @@ def kernel(x1, x2, ws0, ws3, meta, a_eps):
         b_x1 = i0 * meta[SB + 0 * W + nO + nRO + 1]
         b_x2 = i0 * meta[SB + 1 * W + nO + nRO + 1]
         b_ws0 = i0 * meta[SB + 2 * W + nO + nRO + 1]
-        b_ws3 = i0 * meta[SB + 3 * W + nO + nRO + 1]
+        b_ws4 = i0 * meta[SB + 3 * W + nO + nRO + 1]
         rem = o
         for d in range(nO - 1, -1, -1):
             e = meta[11 + d]
@@ -131,7 +45,7 @@ def kernel(x1, x2, ws0, ws3, meta, a_eps):
             b_x1 += ix * meta[SB + 0 * W + d]
             b_x2 += ix * meta[SB + 1 * W + d]
             b_ws0 += ix * meta[SB + 2 * W + d]
-            b_ws3 += ix * meta[SB + 3 * W + d]
+            b_ws4 += ix * meta[SB + 3 * W + d]
         # stage 1: sum reduction
         acc0 = np.full(n, np.float32(0.0), dtype=np.float32)
         for ro in range(ROT):
@@ -157,8 +71,8 @@ def kernel(x1, x2, ws0, ws3, meta, a_eps):
                     s1_2 = (np.float32(1.0) / np.sqrt(s1_1))
                     s1_3 = (s1_0 * s1_2)
                     acc0[i] += s1_3
-        f_ws3 = ws3_[b_ws3:]
+        f_ws4 = ws4_[b_ws4:]
         for i in range(n):
             r0 = acc0[i]
-            f_ws3[i] = r0
+            f_ws4[i] = r0
     return 0

@@ -13,92 +13,7 @@ def _fmax(a, b):  # NumPy's maximum: NaN wins
 def _fmin(a, b):
     return a if (a < b or a != a) else b
 
-
-
-def _fg_floor_divide(a, b, one):  # NumPy's floor_divide on floats (npy_divmod)
-    if b == 0:
-        return a / b
-    mod = math.fmod(a, b)
-    div = (a - mod) / b
-    if mod != 0 and ((b < 0) != (mod < 0)):
-        div = div - one
-    if div != 0:
-        fl = math.floor(div)
-        if div - fl > 0.5:
-            fl = fl + one
-        return fl
-    return math.copysign(div - div, a / b)
-
-
-def _fg_remainder(a, b, one):  # NumPy's remainder on floats: the sign of the divisor
-    mod = math.fmod(a, b)
-    if b == 0:
-        return mod
-    if mod != 0:
-        if (b < 0) != (mod < 0):
-            mod = mod + b
-        return mod
-    return math.copysign(mod - mod, b)
-
-
-def _fg_floor_divide_int(a, b):  # x // 0 is 0 and INT_MIN // -1 wraps, as NumPy's (no SIGFPE)
-    if b == 0:
-        return a - a
-    if b == -1:
-        return (a - a) - a
-    return a // b
-
-
-def _fg_remainder_int(a, b):
-    if b == 0 or b == -1:
-        return a - a
-    return a % b
-
-
-def _fg_shl(a, b, bits):  # NumPy: a count outside [0, bits) shifts everything out
-    if b < 0 or b >= bits:
-        return a - a
-    return a << b
-
-
-def _fg_shr(a, b, bits):
-    if b < 0 or b >= bits:
-        return (a - a) - (a < 0)
-    return a >> b
-
-
-def _fg_shr_u(a, b, bits):
-    if b >= bits:
-        return a - a
-    return a >> b
-
-
-def _fg_logaddexp(x, y):  # NumPy's npy_logaddexp: equal infinities give themselves
-    if x == y:
-        return x + 0.6931471805599453
-    tmp = x - y
-    if tmp > 0:
-        return x + math.log1p(math.exp(-tmp))
-    if tmp <= 0:
-        return y + math.log1p(math.exp(tmp))
-    return tmp
-
-
-def _fg_trunc(x):
-    return math.trunc(x) if x - x == 0 else x
-
-
-def _fg_rint(x, one):  # round half to even, the sign of a zero kept (numba-cuda has no rint)
-    if not (x - x == 0):
-        return x
-    f = math.floor(x)
-    d = x - f
-    half = one / (one + one)
-    if d > half or (d == half and math.fmod(f, one + one) != 0):
-        f = f + one
-    return math.copysign(f, x)
-
-def kernel(x1, x2, ws0, ws3, meta, a_eps):
+def kernel(x1, x2, ws0, ws4, meta, a_eps):
     # stages 1 of op rms_norm_grad: one thread per output point
     nO = meta[0]
     nRO = meta[1]
@@ -116,8 +31,8 @@ def kernel(x1, x2, ws0, ws3, meta, a_eps):
     si_x2 = meta[SB + 1 * W + nO + nRO + 1]
     sri_ws0 = meta[SB + 2 * W + nO + nRO]
     si_ws0 = meta[SB + 2 * W + nO + nRO + 1]
-    sri_ws3 = meta[SB + 3 * W + nO + nRO]
-    si_ws3 = meta[SB + 3 * W + nO + nRO + 1]
+    sri_ws4 = meta[SB + 3 * W + nO + nRO]
+    si_ws4 = meta[SB + 3 * W + nO + nRO + 1]
     for t in range(cuda.grid(1), OT * I * nsplit, cuda.gridsize(1)):
         i = t % I
         v = t // I
@@ -126,7 +41,7 @@ def kernel(x1, x2, ws0, ws3, meta, a_eps):
         b_x1 = i * si_x1
         b_x2 = i * si_x2
         b_ws0 = i * si_ws0
-        b_ws3 = i * si_ws3
+        b_ws4 = i * si_ws4
         rem = o
         for d in range(nO - 1, -1, -1):
             e = meta[9 + d]
@@ -136,7 +51,7 @@ def kernel(x1, x2, ws0, ws3, meta, a_eps):
             b_x1 += ix * meta[SB + 0 * W + d]
             b_x2 += ix * meta[SB + 1 * W + d]
             b_ws0 += ix * meta[SB + 2 * W + d]
-            b_ws3 += ix * meta[SB + 3 * W + d]
+            b_ws4 += ix * meta[SB + 3 * W + d]
         # stage 1
         acc1_0 = np.float32(0.0)
         r_lo = s * chunk
@@ -150,4 +65,4 @@ def kernel(x1, x2, ws0, ws3, meta, a_eps):
             s1_3 = (s1_0 * s1_2)
             acc1_0 += s1_3
         r1_0 = acc1_0
-        ws3[b_ws3] = r1_0
+        ws4[b_ws4] = r1_0

@@ -18,17 +18,17 @@
 //     %12 = add %6, %11                              # grad.py:232
 //     %13 = mul %12, %4                              # grad.py:251
 //     %14 = sum_to %13, shape of %1                  # grad.py:222
-//     %15 = eq %1, %2                                # grad.py:318
+//     %15 = eq %1, %2                                # grad.py:312
 //     %16 = neg %13                                  # grad.py:266
 //     %17 = sum_to %16, shape of %2                  # grad.py:222
-//     %18 = const 1.0                                # grad.py:319
-//     %19 = const 0.0                                # grad.py:319
-//     %20 = where %15, %18, %19                      # grad.py:319
-//     %21 = sum %20, axis=@axis, keep_dims=True      # grad.py:319
-//     %22 = div %17, %21                             # grad.py:320
-//     %23 = cast %22 to dtype of %17                 # grad.py:320
-//     %24 = const 0                                  # grad.py:320
-//     %25 = where %15, %23, %24                      # grad.py:320
+//     %18 = const 1.0                                # grad.py:313
+//     %19 = const 0.0                                # grad.py:313
+//     %20 = where %15, %18, %19                      # grad.py:313
+//     %21 = sum %20, axis=@axis, keep_dims=True      # grad.py:313
+//     %22 = div %17, %21                             # grad.py:314
+//     %23 = cast %22 to dtype of %17                 # grad.py:314
+//     %24 = const 0                                  # grad.py:314
+//     %25 = where %15, %23, %24                      # grad.py:314
 //     %26 = sum_to %25, shape of %1                  # grad.py:222
 //     %27 = add %14, %26                             # grad.py:232
 //     %28 = cast %27 to dtype of %1                  # grad.py:169
@@ -473,133 +473,64 @@ FG_INLINE T fg_pow(T base, T exp) {  // integer power by squaring, as NumPy's in
   return result;
 }
 
-// ---------------------------------------------------------------------------------------------
-// fusegen vmath: float32 functions as straight-line float64 arithmetic, bit operations and
-// selects, so the loops that call them vectorize (std::exp/std::log... are opaque libm calls,
-// which g++ vectorizes only under -ffast-math: not allowed, it breaks NaN rules). Correctly
-// rounded except in rare near-midpoint cases (1 ulp). The algorithms, constants and measured
-// errors: fusegen/vmath.py; the Numba twins, operation for operation: fusegen/vmath_numba.py.
-// double arguments keep libm (std::exp in the tables): accuracy first.
-// No product feeds an addition except through an explicit vm_fma (or vm_mul), so g++'s and nvcc's
-// default contraction cannot make these differ from the Numba versions; every select is a blend
-// (vm_select). Bit casts through memcpy (defined behaviour, compiled to nothing); unsigned
-// arithmetic where shifts must wrap.
-// Under nvcc every function is __host__ __device__, and the device side uses CUDA's own fma,
-// rint, sqrt and bit casts.
-// ---------------------------------------------------------------------------------------------
-#if defined(__CUDACC__)
-#define FG_VM __host__ __device__ __forceinline__
-#else
-#define FG_VM FG_INLINE
-#endif
-
-FG_VM uint64_t f64_bits(double x) {
-#if defined(__CUDA_ARCH__)
-  return static_cast<uint64_t>(__double_as_longlong(x));
-#else
+// float32 exp and tanh as straight-line float64 arithmetic and bit operations, so the loops that
+// call them vectorize: std::exp/std::tanh are opaque libm calls, which g++ vectorizes only under
+// -ffast-math (not allowed: it breaks NaN rules). Correctly rounded except in rare near-midpoint
+// cases (1 ulp). The algorithm, constants and error bounds: fusegen/vmath.py; the Numba twin:
+// fusegen/vmath_numba.py. double arguments keep libm (std::exp in the tables): accuracy first.
+// Bit casts through memcpy (defined behaviour, compiled to nothing); unsigned arithmetic so the
+// shifts wrap, defined even for NaN's bits.
+FG_INLINE uint64_t f64_bits(double x) {
   uint64_t b;
   std::memcpy(&b, &x, sizeof b);
   return b;
-#endif
 }
 
-FG_VM double f64_from_bits(uint64_t b) {
-#if defined(__CUDA_ARCH__)
-  return __longlong_as_double(static_cast<long long>(b));
-#else
+FG_INLINE double f64_from_bits(uint64_t b) {
   double x;
   std::memcpy(&x, &b, sizeof x);
   return x;
-#endif
 }
 
-#if defined(__CUDA_ARCH__)
-FG_VM double vm_fma(double a, double b, double c) { return ::fma(a, b, c); }
-FG_VM double vm_fabs(double x) { return ::fabs(x); }
-FG_VM double vm_copysign(double x, double s) { return ::copysign(x, s); }
-FG_VM double vm_rint(double x) { return ::rint(x); }
-FG_VM double vm_sqrt(double x) { return ::sqrt(x); }
-#else
-FG_VM double vm_fma(double a, double b, double c) { return std::fma(a, b, c); }
-FG_VM double vm_fabs(double x) { return std::fabs(x); }
-FG_VM double vm_copysign(double x, double s) { return std::copysign(x, s); }
-FG_VM double vm_rint(double x) { return std::rint(x); }
-FG_VM double vm_sqrt(double x) { return std::sqrt(x); }
-#endif
-constexpr double kVmInf = __builtin_huge_val();
-constexpr double kVmNaN = __builtin_nan("");
-
-// a * b, rounded, that g++ and nvcc cannot fuse into a following addition (their default
-// contraction turns a * b + c into fma(a, b, c), which rounds differently unless the product is
-// exact). Every other product here feeds no addition, or is exact; tests/test_vmath.py checks
-// that -ffp-contract=fast and =off compile these functions to the same instructions.
-FG_VM double vm_mul(double a, double b) { return vm_fma(a, b, 0.0); }
-
-// c ? a : b that stays a blend: with -ftrapping-math (the default) g++ sinks a value that only one
-// arm of ?: uses into a branch, and then cannot if-convert that branch (its conversion to float
-// may trap), so the loop stays scalar. A bit-mask blend uses both arms. Every select below is one.
-FG_VM double vm_select(bool c, double a, double b) {
-  const uint64_t m = uint64_t(0) - static_cast<uint64_t>(c);
-  return f64_from_bits((f64_bits(a) & m) | (f64_bits(b) & ~m));
-}
-
-// |x| clamped to 104.0, its sign kept (see EXP_LIMIT in fusegen/vmath.py); NaN passes.
-FG_VM double clamp_exp_arg(double x) {
-  return vm_select(vm_fabs(x) > 104.0, vm_copysign(104.0, x), x);
-}
-
-// ---- exp_core: exp(x) for a double |x| <= 104.0 (or NaN, which propagates) ----
-// n = round(x / ln2) with k = n + 1.5 * 2^52 (its low bits hold n); r = x - n ln2, |r| <= ln2 / 2.
-struct ExpReduced {
-  double k, n, r;
-};
-
-FG_VM ExpReduced exp_reduce(double x) {
-  const double k = vm_fma(x, 1.4426950408889634, 6755399441055744.0);
-  const double n = k - 6755399441055744.0;
-  return {k, n, vm_fma(-n, 2.8235290563031577e-13, vm_fma(-n, 0.693147180559663, x))};  // n * ln2_hi is exact
-}
-
-// 2^n for k = n + 1.5 * 2^52: the low 12 bits of bits(k) + 1023 are n + 1023 (the shifter's are
-// 0); << 52 moves them into the exponent field and drops the rest.
-FG_VM double pow2_of(double k) { return f64_from_bits((f64_bits(k) + 1023u) << 52); }
-
-FG_VM double exp_core(double x) {
-  const ExpReduced e = exp_reduce(x);
+// exp(x) for |x| <= 104.0 or NaN (which propagates).
+FG_INLINE double exp_core(double x) {
+  const double k = x * 1.4426950408889634 + 6755399441055744.0;  // n + 1.5 * 2^52: low bits hold n
+  const double n = k - 6755399441055744.0;                         // round(x / ln2)
+  const double r = (x - n * 0.693147180559663) - n * 2.8235290563031577e-13;  // |r| <= ln2 / 2
   double s = 2.7476782228146016e-07;
-  s = vm_fma(s, e.r, 2.7635003237095916e-06);
-  s = vm_fma(s, e.r, 2.480193183306402e-05);
-  s = vm_fma(s, e.r, 0.00019841185208826579);
-  s = vm_fma(s, e.r, 0.0013888888516042496);
-  s = vm_fma(s, e.r, 0.008333333370888577);
-  s = vm_fma(s, e.r, 0.04166666666813746);
-  s = vm_fma(s, e.r, 0.16666666666611518);
-  s = vm_fma(s, e.r, 0.49999999999998324);
-  return vm_mul(1.0 + vm_fma(e.r * e.r, s, e.r), pow2_of(e.k));
+  s = s * r + 2.7635003237095916e-06;
+  s = s * r + 2.480193183306402e-05;
+  s = s * r + 0.00019841185208826579;
+  s = s * r + 0.0013888888516042496;
+  s = s * r + 0.008333333370888577;
+  s = s * r + 0.04166666666813746;
+  s = s * r + 0.16666666666611518;
+  s = s * r + 0.49999999999998324;
+  const double p = 1.0 + (r + r * r * s);
+  // 2^n: the low 12 bits of bits(k) + 1023 are n + 1023 (the shifter's are 0); << 52 moves them
+  // into the exponent field and drops the rest.
+  return p * f64_from_bits((f64_bits(k) + 1023u) << 52);
 }
 
-// ---- exp_f32 ----
-FG_VM float exp_f32(float x) {
-  return static_cast<float>(exp_core(clamp_exp_arg(x)));  // overflow, underflow, subnormals: this one rounding
+FG_INLINE float exp_f32(float x) {
+  double xd = x;
+  // One select with a non-constant arm: see EXP_LIMIT in fusegen/vmath.py. NaN passes.
+  xd = std::fabs(xd) > 104.0 ? std::copysign(104.0, xd) : xd;
+  return static_cast<float>(exp_core(xd));  // overflow, underflow, subnormals: this one rounding
 }
 
-// ---- tanh_f32: odd Taylor polynomial below 0.03125, (e - 1) / (e + 1) above ----
-FG_VM float tanh_f32(float x) {
+FG_INLINE float tanh_f32(float x) {
   const double xd = x;
   const double x2 = xd * xd;
-  double p = 0.021869488536155203;
-  p = vm_fma(p, x2, -0.05396825396825397);
-  p = vm_fma(p, x2, 0.13333333333333333);
-  p = vm_fma(p, x2, -0.3333333333333333);
-  p = vm_fma(p, x2, 1.0);
-  const double small = xd * p;  // keeps -0.0 and subnormals exact
-  double a = vm_fabs(xd);
-  // float32 tanh is +-1 from 10.0 on; inf too; NaN passes
-  a = vm_select(a > 10.0, 10.0, a);
+  // |x| < 0.03125: odd Taylor polynomial (keeps -0.0 and subnormals exact)
+  const double small = xd * (1.0 + x2 * (-0.3333333333333333 + x2 * (0.13333333333333333 +
+                             x2 * (-0.05396825396825397 + x2 * 0.021869488536155203))));
+  double a = std::fabs(xd);
+  a = a > 10.0 ? 10.0 : a;  // float32 tanh is +-1 there; inf too; NaN passes
   const double e = exp_core(2.0 * a);
   double big = (e - 1.0) / (e + 1.0);
-  big = vm_select(xd < 0.0, -big, big);
-  return static_cast<float>(vm_select(a < 0.03125, small, big));
+  big = xd < 0.0 ? -big : big;
+  return static_cast<float>(a < 0.03125 ? small : big);
 }
 
 // One stage of a fused group, run on one task: outer index + inner tile (in `base`, `n`) and
@@ -952,36 +883,36 @@ const fg::StageInfo kStageInfo[kStages] = {
     // stage 1: sum (%5), sum (%21)
     {2, {1, 2}, 5,
      2, {0, 3}, {1, 2},
-     2, {4, 6}, {5, 21},
+     2, {4, 7}, {5, 21},
      0, {}, {},
      0, {}, 2},
     // stage 2: sum (%11)
-    {5, {1, 0, 2, 5, 8}, 11,
-     4, {0, 1, 3, 4}, {1, 0, 2, 5},
+    {5, {1, 0, 5, 2, 8}, 11,
+     4, {0, 1, 4, 3}, {1, 0, 5, 2},
      1, {5}, {11},
      0, {}, {},
      0, {}, 1},
     // stage 3: sum (%14)
-    {7, {1, 0, 2, 5, 11, 8, 4}, 14,
-     5, {0, 1, 3, 4, 5}, {1, 0, 2, 5, 11},
-     1, {8}, {14},
+    {7, {1, 0, 5, 11, 2, 8, 4}, 14,
+     5, {0, 1, 4, 5, 3}, {1, 0, 5, 11, 2},
+     1, {9}, {14},
      0, {}, {},
      0, {}, 1},
     // stage 4: sum (%17)
-    {7, {1, 0, 2, 5, 11, 8, 4}, 17,
-     5, {0, 1, 3, 4, 5}, {1, 0, 2, 5, 11},
-     1, {7}, {17},
+    {7, {1, 0, 5, 11, 2, 8, 4}, 17,
+     5, {0, 1, 4, 5, 3}, {1, 0, 5, 11, 2},
+     1, {6}, {17},
      0, {}, {},
      0, {}, 1},
     // stage 5: sum (%26)
-    {4, {1, 2, 21, 17}, 26,
-     4, {0, 3, 6, 7}, {1, 2, 21, 17},
-     1, {9}, {26},
+    {4, {1, 17, 2, 21}, 26,
+     4, {0, 6, 3, 7}, {1, 17, 2, 21},
+     1, {8}, {26},
      0, {}, {},
      0, {}, 1},
     // stage 6: output 0 (%28)
-    {2, {14, 26}, -1,
-     2, {8, 9}, {14, 26},
+    {2, {26, 14}, -1,
+     2, {8, 9}, {26, 14},
      0, {}, {},
      0, {}, {},
      1, {2}, 0},
@@ -1006,9 +937,9 @@ int find_combo(const char **dtypes, int count) {
 }
 
 const int64_t kWorkspaceItemsize[][kWorkspaces + 1] = {
-    {4, 4, 4, 8, 4, 4, 4, 0},
+    {4, 4, 4, 4, 8, 4, 4, 0},
 };
-const int kWorkspaceNode[kWorkspaces] = {2, 5, 11, 21, 17, 14, 26};
+const int kWorkspaceNode[kWorkspaces] = {2, 5, 11, 17, 21, 26, 14};
 
 int read_inputs(int *ndims, int64_t **shapes, fg::Shape *in) {
   for (int i = 0; i < kInputs; ++i) FG_TRY(fg::read_shape(ndims[i], shapes[i], &in[i]));
@@ -1170,7 +1101,7 @@ void stage1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
   const float *p0 = static_cast<const float *>(ptr[0]);
   const float *p3 = static_cast<const float *>(ptr[3]);
   float *q4 = static_cast<float *>(ptr[4]);
-  double *q6 = static_cast<double *>(ptr[6]);
+  double *q7 = static_cast<double *>(ptr[7]);
   if (L.inner == 1) {
     // Row mode: the innermost dim is reduced; several accumulators per reduction keep the adds independent.
     (void)n;
@@ -1229,7 +1160,7 @@ void stage1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
       return;
     }
     q4[base[4]] = float(r0);
-    q6[base[6]] = double(r1);
+    q7[base[7]] = double(r1);
   } else {
     // Col mode: the innermost dim is kept; each task owns a tile of it and one accumulator per element.
     float local0[fg::kTile];
@@ -1288,7 +1219,7 @@ void stage1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
       float r0 = acc0[i];
       q4[base[4] + i * L.i_str[4]] = float(r0);
       double r1 = acc1[i];
-      q6[base[6] + i * L.i_str[6]] = double(r1);
+      q7[base[7] + i * L.i_str[7]] = double(r1);
     }
   }
 }
@@ -1299,7 +1230,7 @@ void combine1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
   const ScalarAttrs a = scalar_attrs(attrs);
   (void)a;
   float *q4 = static_cast<float *>(ptr[4]);
-  double *q6 = static_cast<double *>(ptr[6]);
+  double *q7 = static_cast<double *>(ptr[7]);
   for (int64_t i = 0; i < n; ++i) {
     float r0 = reinterpret_cast<const float *>(part + 0 * stride)[i];
     for (int64_t s = 1; s < count; ++s) {
@@ -1312,12 +1243,12 @@ void combine1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
       const double p = reinterpret_cast<const double *>(part + s * span + 1 * stride)[i];
       r1 += p;
     }
-    q6[base[6] + i * L.i_str[6]] = double(r1);
+    q7[base[7] + i * L.i_str[7]] = double(r1);
   }
 }
 
 // --- stage 2: sum (%11)
-FG_INLINE float s2_r0(float v0, float v1, float v3, float v4, const ScalarAttrs &a) {
+FG_INLINE float s2_r0(float v0, float v1, float v4, float v3, const ScalarAttrs &a) {
   (void)a;
   const auto t0 = (-v1);
   const auto t1 = (v0 - v3);
@@ -1333,8 +1264,8 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
   const ScalarAttrs a = scalar_attrs(attrs);
   const float *p0 = static_cast<const float *>(ptr[0]);
   const float *p1 = static_cast<const float *>(ptr[1]);
-  const float *p3 = static_cast<const float *>(ptr[3]);
   const float *p4 = static_cast<const float *>(ptr[4]);
+  const float *p3 = static_cast<const float *>(ptr[3]);
   float *q5 = static_cast<float *>(ptr[5]);
   if (L.inner == 1) {
     // Row mode: the innermost dim is reduced; several accumulators per reduction keep the adds independent.
@@ -1346,39 +1277,39 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
       fg::ro_offsets(L, ro, base, c);
       float pk0[fg::kChunk];
       float pk1[fg::kChunk];
-      float pk3[fg::kChunk];
       float pk4[fg::kChunk];
+      float pk3[fg::kChunk];
       // Reduction results read here are usually constant along the row (stride 0). They are
       // then passed as scalars, so what depends on them alone (e.g. rsqrt(var + eps)) is
       // computed once per row instead of per element, and no pack buffer is filled with copies.
-      const bool row_const = L.ri_str[3] == 0 && L.ri_str[4] == 0;
-      const float s3 = row_const ? float(p3[c[3]]) : float(0);
+      const bool row_const = L.ri_str[4] == 0 && L.ri_str[3] == 0;
       const float s4 = row_const ? float(p4[c[4]]) : float(0);
+      const float s3 = row_const ? float(p3[c[3]]) : float(0);
       for (int64_t r0 = r_lo; r0 < r_hi; r0 += fg::kChunk) {
         const int64_t m = std::min<int64_t>(fg::kChunk, r_hi - r0);
         const float *v0 = fg::view(p0 + c[0] + r0 * L.ri_str[0], L.ri_str[0], m, pk0);
         const float *v1 = fg::view(p1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], m, pk1);
-        const float *v3 = row_const ? nullptr : fg::view(p3 + c[3] + r0 * L.ri_str[3], L.ri_str[3], m, pk3);
         const float *v4 = row_const ? nullptr : fg::view(p4 + c[4] + r0 * L.ri_str[4], L.ri_str[4], m, pk4);
+        const float *v3 = row_const ? nullptr : fg::view(p3 + c[3] + r0 * L.ri_str[3], L.ri_str[3], m, pk3);
         if (row_const) {
           int64_t i = 0;
           for (; i + fg::kLanes <= m; i += fg::kLanes) {
             for (int l = 0; l < fg::kLanes; ++l) {
-              acc0[l] += s2_r0(v0[i + l], v1[i + l], s3, s4, a);
+              acc0[l] += s2_r0(v0[i + l], v1[i + l], s4, s3, a);
             }
           }
           for (; i < m; ++i) {
-            acc0[0] += s2_r0(v0[i], v1[i], s3, s4, a);
+            acc0[0] += s2_r0(v0[i], v1[i], s4, s3, a);
           }
         } else {
           int64_t i = 0;
           for (; i + fg::kLanes <= m; i += fg::kLanes) {
             for (int l = 0; l < fg::kLanes; ++l) {
-              acc0[l] += s2_r0(v0[i + l], v1[i + l], v3[i + l], v4[i + l], a);
+              acc0[l] += s2_r0(v0[i + l], v1[i + l], v4[i + l], v3[i + l], a);
             }
           }
           for (; i < m; ++i) {
-            acc0[0] += s2_r0(v0[i], v1[i], v3[i], v4[i], a);
+            acc0[0] += s2_r0(v0[i], v1[i], v4[i], v3[i], a);
           }
         }
       }
@@ -1402,27 +1333,27 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
       fg::ro_offsets(L, ro, base, c);
       float pk0[fg::kChunk];
       float pk1[fg::kChunk];
-      float pk3[fg::kChunk];
       float pk4[fg::kChunk];
+      float pk3[fg::kChunk];
       int64_t ri = r_lo;
       // Four rows per pass over the accumulators when every operand is unit-stride along the
       // tile: the accumulators are loaded and stored a quarter as often (they can be wider
       // than L1 when the reduced dim is split across threads).
-      if (L.i_str[0] == 1 && L.i_str[1] == 1 && L.i_str[3] == 1 && L.i_str[4] == 1) {
+      if (L.i_str[0] == 1 && L.i_str[1] == 1 && L.i_str[4] == 1 && L.i_str[3] == 1) {
         const int64_t s0 = L.ri_str[0];
         const int64_t s1 = L.ri_str[1];
-        const int64_t s3 = L.ri_str[3];
         const int64_t s4 = L.ri_str[4];
+        const int64_t s3 = L.ri_str[3];
         for (; ri + 4 <= r_hi; ri += 4) {
           for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
             const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
             const float *v0 = p0 + c[0] + ri * s0 + j0;
             const float *v1 = p1 + c[1] + ri * s1 + j0;
-            const float *v3 = p3 + c[3] + ri * s3 + j0;
             const float *v4 = p4 + c[4] + ri * s4 + j0;
+            const float *v3 = p3 + c[3] + ri * s3 + j0;
             float *a0 = acc0 + j0;
             for (int64_t i = 0; i < m; ++i) {
-              a0[i] += (s2_r0(v0[i], v1[i], v3[i], v4[i], a) + s2_r0(v0[i + 1 * s0], v1[i + 1 * s1], v3[i + 1 * s3], v4[i + 1 * s4], a)) + (s2_r0(v0[i + 2 * s0], v1[i + 2 * s1], v3[i + 2 * s3], v4[i + 2 * s4], a) + s2_r0(v0[i + 3 * s0], v1[i + 3 * s1], v3[i + 3 * s3], v4[i + 3 * s4], a));
+              a0[i] += (s2_r0(v0[i], v1[i], v4[i], v3[i], a) + s2_r0(v0[i + 1 * s0], v1[i + 1 * s1], v4[i + 1 * s4], v3[i + 1 * s3], a)) + (s2_r0(v0[i + 2 * s0], v1[i + 2 * s1], v4[i + 2 * s4], v3[i + 2 * s3], a) + s2_r0(v0[i + 3 * s0], v1[i + 3 * s1], v4[i + 3 * s4], v3[i + 3 * s3], a));
             }
           }
         }
@@ -1433,11 +1364,11 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
           const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
           const float *v0 = fg::view(p0 + c[0] + ri * L.ri_str[0] + j0 * L.i_str[0], L.i_str[0], m, pk0);
           const float *v1 = fg::view(p1 + c[1] + ri * L.ri_str[1] + j0 * L.i_str[1], L.i_str[1], m, pk1);
-          const float *v3 = fg::view(p3 + c[3] + ri * L.ri_str[3] + j0 * L.i_str[3], L.i_str[3], m, pk3);
           const float *v4 = fg::view(p4 + c[4] + ri * L.ri_str[4] + j0 * L.i_str[4], L.i_str[4], m, pk4);
+          const float *v3 = fg::view(p3 + c[3] + ri * L.ri_str[3] + j0 * L.i_str[3], L.i_str[3], m, pk3);
           float *a0 = acc0 + j0;
           for (int64_t i = 0; i < m; ++i) {
-            a0[i] += s2_r0(v0[i], v1[i], v3[i], v4[i], a);
+            a0[i] += s2_r0(v0[i], v1[i], v4[i], v3[i], a);
           }
         }
       }
@@ -1467,7 +1398,7 @@ void combine2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
 }
 
 // --- stage 3: sum (%14)
-FG_INLINE float s3_r0(float v0, float v1, float v3, float v4, float v5, const ScalarAttrs &a) {
+FG_INLINE float s3_r0(float v0, float v1, float v4, float v5, float v3, const ScalarAttrs &a) {
   (void)a;
   const auto t0 = (v1 / v4);
   const auto t1 = (t0 + v5);
@@ -1482,322 +1413,9 @@ void stage3(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
   const ScalarAttrs a = scalar_attrs(attrs);
   const float *p0 = static_cast<const float *>(ptr[0]);
   const float *p1 = static_cast<const float *>(ptr[1]);
-  const float *p3 = static_cast<const float *>(ptr[3]);
   const float *p4 = static_cast<const float *>(ptr[4]);
   const float *p5 = static_cast<const float *>(ptr[5]);
-  float *q8 = static_cast<float *>(ptr[8]);
-  if (L.inner == 1) {
-    // Row mode: the innermost dim is reduced; several accumulators per reduction keep the adds independent.
-    (void)n;
-    float acc0[fg::kLanes];
-    std::fill(acc0, acc0 + fg::kLanes, 0.0f);
-    for (int64_t ro = 0; ro < L.ro_total; ++ro) {
-      int64_t c[kOperands];
-      fg::ro_offsets(L, ro, base, c);
-      float pk0[fg::kChunk];
-      float pk1[fg::kChunk];
-      float pk3[fg::kChunk];
-      float pk4[fg::kChunk];
-      float pk5[fg::kChunk];
-      // Reduction results read here are usually constant along the row (stride 0). They are
-      // then passed as scalars, so what depends on them alone (e.g. rsqrt(var + eps)) is
-      // computed once per row instead of per element, and no pack buffer is filled with copies.
-      const bool row_const = L.ri_str[3] == 0 && L.ri_str[4] == 0 && L.ri_str[5] == 0;
-      const float s3 = row_const ? float(p3[c[3]]) : float(0);
-      const float s4 = row_const ? float(p4[c[4]]) : float(0);
-      const float s5 = row_const ? float(p5[c[5]]) : float(0);
-      for (int64_t r0 = r_lo; r0 < r_hi; r0 += fg::kChunk) {
-        const int64_t m = std::min<int64_t>(fg::kChunk, r_hi - r0);
-        const float *v0 = fg::view(p0 + c[0] + r0 * L.ri_str[0], L.ri_str[0], m, pk0);
-        const float *v1 = fg::view(p1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], m, pk1);
-        const float *v3 = row_const ? nullptr : fg::view(p3 + c[3] + r0 * L.ri_str[3], L.ri_str[3], m, pk3);
-        const float *v4 = row_const ? nullptr : fg::view(p4 + c[4] + r0 * L.ri_str[4], L.ri_str[4], m, pk4);
-        const float *v5 = row_const ? nullptr : fg::view(p5 + c[5] + r0 * L.ri_str[5], L.ri_str[5], m, pk5);
-        if (row_const) {
-          int64_t i = 0;
-          for (; i + fg::kLanes <= m; i += fg::kLanes) {
-            for (int l = 0; l < fg::kLanes; ++l) {
-              acc0[l] += s3_r0(v0[i + l], v1[i + l], s3, s4, s5, a);
-            }
-          }
-          for (; i < m; ++i) {
-            acc0[0] += s3_r0(v0[i], v1[i], s3, s4, s5, a);
-          }
-        } else {
-          int64_t i = 0;
-          for (; i + fg::kLanes <= m; i += fg::kLanes) {
-            for (int l = 0; l < fg::kLanes; ++l) {
-              acc0[l] += s3_r0(v0[i + l], v1[i + l], v3[i + l], v4[i + l], v5[i + l], a);
-            }
-          }
-          for (; i < m; ++i) {
-            acc0[0] += s3_r0(v0[i], v1[i], v3[i], v4[i], v5[i], a);
-          }
-        }
-      }
-    }
-    float r0 = acc0[0];
-    for (int l = 1; l < fg::kLanes; ++l) r0 += acc0[l];
-    if (part != nullptr) {  // split mode: leave the partial result for combine3
-      reinterpret_cast<float *>(part + 0 * stride)[0] = r0;
-      return;
-    }
-    q8[base[8]] = float(r0);
-  } else {
-    // Col mode: the innermost dim is kept; each task owns a tile of it and one accumulator per element.
-    float local0[fg::kTile];
-    float *acc0 = part != nullptr
-        ? reinterpret_cast<float *>(part + 0 * stride)
-        : local0;
-    std::fill(acc0, acc0 + n, 0.0f);
-    for (int64_t ro = 0; ro < L.ro_total; ++ro) {
-      int64_t c[kOperands];
-      fg::ro_offsets(L, ro, base, c);
-      float pk0[fg::kChunk];
-      float pk1[fg::kChunk];
-      float pk3[fg::kChunk];
-      float pk4[fg::kChunk];
-      float pk5[fg::kChunk];
-      int64_t ri = r_lo;
-      // Four rows per pass over the accumulators when every operand is unit-stride along the
-      // tile: the accumulators are loaded and stored a quarter as often (they can be wider
-      // than L1 when the reduced dim is split across threads).
-      if (L.i_str[0] == 1 && L.i_str[1] == 1 && L.i_str[3] == 1 && L.i_str[4] == 1 && L.i_str[5] == 1) {
-        const int64_t s0 = L.ri_str[0];
-        const int64_t s1 = L.ri_str[1];
-        const int64_t s3 = L.ri_str[3];
-        const int64_t s4 = L.ri_str[4];
-        const int64_t s5 = L.ri_str[5];
-        for (; ri + 4 <= r_hi; ri += 4) {
-          for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
-            const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
-            const float *v0 = p0 + c[0] + ri * s0 + j0;
-            const float *v1 = p1 + c[1] + ri * s1 + j0;
-            const float *v3 = p3 + c[3] + ri * s3 + j0;
-            const float *v4 = p4 + c[4] + ri * s4 + j0;
-            const float *v5 = p5 + c[5] + ri * s5 + j0;
-            float *a0 = acc0 + j0;
-            for (int64_t i = 0; i < m; ++i) {
-              a0[i] += (s3_r0(v0[i], v1[i], v3[i], v4[i], v5[i], a) + s3_r0(v0[i + 1 * s0], v1[i + 1 * s1], v3[i + 1 * s3], v4[i + 1 * s4], v5[i + 1 * s5], a)) + (s3_r0(v0[i + 2 * s0], v1[i + 2 * s1], v3[i + 2 * s3], v4[i + 2 * s4], v5[i + 2 * s5], a) + s3_r0(v0[i + 3 * s0], v1[i + 3 * s1], v3[i + 3 * s3], v4[i + 3 * s4], v5[i + 3 * s5], a));
-            }
-          }
-        }
-      }
-      for (; ri < r_hi; ++ri) {
-        // Each row of the tile in chunks: the row streams in full, the pack buffers stay small.
-        for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
-          const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
-          const float *v0 = fg::view(p0 + c[0] + ri * L.ri_str[0] + j0 * L.i_str[0], L.i_str[0], m, pk0);
-          const float *v1 = fg::view(p1 + c[1] + ri * L.ri_str[1] + j0 * L.i_str[1], L.i_str[1], m, pk1);
-          const float *v3 = fg::view(p3 + c[3] + ri * L.ri_str[3] + j0 * L.i_str[3], L.i_str[3], m, pk3);
-          const float *v4 = fg::view(p4 + c[4] + ri * L.ri_str[4] + j0 * L.i_str[4], L.i_str[4], m, pk4);
-          const float *v5 = fg::view(p5 + c[5] + ri * L.ri_str[5] + j0 * L.i_str[5], L.i_str[5], m, pk5);
-          float *a0 = acc0 + j0;
-          for (int64_t i = 0; i < m; ++i) {
-            a0[i] += s3_r0(v0[i], v1[i], v3[i], v4[i], v5[i], a);
-          }
-        }
-      }
-    }
-    if (part != nullptr) return;  // split mode: combine3 finishes
-    for (int64_t i = 0; i < n; ++i) {
-      float r0 = acc0[i];
-      q8[base[8] + i * L.i_str[8]] = float(r0);
-    }
-  }
-}
-
-// Split mode: folds the partial accumulators of one tile and finishes like col mode.
-void combine3(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
-              const unsigned char *part, int64_t count, int64_t span, int64_t stride) {
-  const ScalarAttrs a = scalar_attrs(attrs);
-  (void)a;
-  float *q8 = static_cast<float *>(ptr[8]);
-  for (int64_t i = 0; i < n; ++i) {
-    float r0 = reinterpret_cast<const float *>(part + 0 * stride)[i];
-    for (int64_t s = 1; s < count; ++s) {
-      const float p = reinterpret_cast<const float *>(part + s * span + 0 * stride)[i];
-      r0 += p;
-    }
-    q8[base[8] + i * L.i_str[8]] = float(r0);
-  }
-}
-
-// --- stage 4: sum (%17)
-FG_INLINE float s4_r0(float v0, float v1, float v3, float v4, float v5, const ScalarAttrs &a) {
-  (void)a;
-  const auto t0 = (v1 / v4);
-  const auto t1 = (t0 + v5);
-  const auto t2 = (v0 - v3);
-  const auto t3 = fg::exp_f32(t2);
-  const auto t4 = (t1 * t3);
-  const auto t5 = (-t4);
-  return t5;
-}
-
-void stage4(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
-            int64_t r_lo, int64_t r_hi, unsigned char *part, int64_t stride) {
-  const ScalarAttrs a = scalar_attrs(attrs);
-  const float *p0 = static_cast<const float *>(ptr[0]);
-  const float *p1 = static_cast<const float *>(ptr[1]);
   const float *p3 = static_cast<const float *>(ptr[3]);
-  const float *p4 = static_cast<const float *>(ptr[4]);
-  const float *p5 = static_cast<const float *>(ptr[5]);
-  float *q7 = static_cast<float *>(ptr[7]);
-  if (L.inner == 1) {
-    // Row mode: the innermost dim is reduced; several accumulators per reduction keep the adds independent.
-    (void)n;
-    float acc0[fg::kLanes];
-    std::fill(acc0, acc0 + fg::kLanes, 0.0f);
-    for (int64_t ro = 0; ro < L.ro_total; ++ro) {
-      int64_t c[kOperands];
-      fg::ro_offsets(L, ro, base, c);
-      float pk0[fg::kChunk];
-      float pk1[fg::kChunk];
-      float pk3[fg::kChunk];
-      float pk4[fg::kChunk];
-      float pk5[fg::kChunk];
-      // Reduction results read here are usually constant along the row (stride 0). They are
-      // then passed as scalars, so what depends on them alone (e.g. rsqrt(var + eps)) is
-      // computed once per row instead of per element, and no pack buffer is filled with copies.
-      const bool row_const = L.ri_str[3] == 0 && L.ri_str[4] == 0 && L.ri_str[5] == 0;
-      const float s3 = row_const ? float(p3[c[3]]) : float(0);
-      const float s4 = row_const ? float(p4[c[4]]) : float(0);
-      const float s5 = row_const ? float(p5[c[5]]) : float(0);
-      for (int64_t r0 = r_lo; r0 < r_hi; r0 += fg::kChunk) {
-        const int64_t m = std::min<int64_t>(fg::kChunk, r_hi - r0);
-        const float *v0 = fg::view(p0 + c[0] + r0 * L.ri_str[0], L.ri_str[0], m, pk0);
-        const float *v1 = fg::view(p1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], m, pk1);
-        const float *v3 = row_const ? nullptr : fg::view(p3 + c[3] + r0 * L.ri_str[3], L.ri_str[3], m, pk3);
-        const float *v4 = row_const ? nullptr : fg::view(p4 + c[4] + r0 * L.ri_str[4], L.ri_str[4], m, pk4);
-        const float *v5 = row_const ? nullptr : fg::view(p5 + c[5] + r0 * L.ri_str[5], L.ri_str[5], m, pk5);
-        if (row_const) {
-          int64_t i = 0;
-          for (; i + fg::kLanes <= m; i += fg::kLanes) {
-            for (int l = 0; l < fg::kLanes; ++l) {
-              acc0[l] += s4_r0(v0[i + l], v1[i + l], s3, s4, s5, a);
-            }
-          }
-          for (; i < m; ++i) {
-            acc0[0] += s4_r0(v0[i], v1[i], s3, s4, s5, a);
-          }
-        } else {
-          int64_t i = 0;
-          for (; i + fg::kLanes <= m; i += fg::kLanes) {
-            for (int l = 0; l < fg::kLanes; ++l) {
-              acc0[l] += s4_r0(v0[i + l], v1[i + l], v3[i + l], v4[i + l], v5[i + l], a);
-            }
-          }
-          for (; i < m; ++i) {
-            acc0[0] += s4_r0(v0[i], v1[i], v3[i], v4[i], v5[i], a);
-          }
-        }
-      }
-    }
-    float r0 = acc0[0];
-    for (int l = 1; l < fg::kLanes; ++l) r0 += acc0[l];
-    if (part != nullptr) {  // split mode: leave the partial result for combine4
-      reinterpret_cast<float *>(part + 0 * stride)[0] = r0;
-      return;
-    }
-    q7[base[7]] = float(r0);
-  } else {
-    // Col mode: the innermost dim is kept; each task owns a tile of it and one accumulator per element.
-    float local0[fg::kTile];
-    float *acc0 = part != nullptr
-        ? reinterpret_cast<float *>(part + 0 * stride)
-        : local0;
-    std::fill(acc0, acc0 + n, 0.0f);
-    for (int64_t ro = 0; ro < L.ro_total; ++ro) {
-      int64_t c[kOperands];
-      fg::ro_offsets(L, ro, base, c);
-      float pk0[fg::kChunk];
-      float pk1[fg::kChunk];
-      float pk3[fg::kChunk];
-      float pk4[fg::kChunk];
-      float pk5[fg::kChunk];
-      int64_t ri = r_lo;
-      // Four rows per pass over the accumulators when every operand is unit-stride along the
-      // tile: the accumulators are loaded and stored a quarter as often (they can be wider
-      // than L1 when the reduced dim is split across threads).
-      if (L.i_str[0] == 1 && L.i_str[1] == 1 && L.i_str[3] == 1 && L.i_str[4] == 1 && L.i_str[5] == 1) {
-        const int64_t s0 = L.ri_str[0];
-        const int64_t s1 = L.ri_str[1];
-        const int64_t s3 = L.ri_str[3];
-        const int64_t s4 = L.ri_str[4];
-        const int64_t s5 = L.ri_str[5];
-        for (; ri + 4 <= r_hi; ri += 4) {
-          for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
-            const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
-            const float *v0 = p0 + c[0] + ri * s0 + j0;
-            const float *v1 = p1 + c[1] + ri * s1 + j0;
-            const float *v3 = p3 + c[3] + ri * s3 + j0;
-            const float *v4 = p4 + c[4] + ri * s4 + j0;
-            const float *v5 = p5 + c[5] + ri * s5 + j0;
-            float *a0 = acc0 + j0;
-            for (int64_t i = 0; i < m; ++i) {
-              a0[i] += (s4_r0(v0[i], v1[i], v3[i], v4[i], v5[i], a) + s4_r0(v0[i + 1 * s0], v1[i + 1 * s1], v3[i + 1 * s3], v4[i + 1 * s4], v5[i + 1 * s5], a)) + (s4_r0(v0[i + 2 * s0], v1[i + 2 * s1], v3[i + 2 * s3], v4[i + 2 * s4], v5[i + 2 * s5], a) + s4_r0(v0[i + 3 * s0], v1[i + 3 * s1], v3[i + 3 * s3], v4[i + 3 * s4], v5[i + 3 * s5], a));
-            }
-          }
-        }
-      }
-      for (; ri < r_hi; ++ri) {
-        // Each row of the tile in chunks: the row streams in full, the pack buffers stay small.
-        for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
-          const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
-          const float *v0 = fg::view(p0 + c[0] + ri * L.ri_str[0] + j0 * L.i_str[0], L.i_str[0], m, pk0);
-          const float *v1 = fg::view(p1 + c[1] + ri * L.ri_str[1] + j0 * L.i_str[1], L.i_str[1], m, pk1);
-          const float *v3 = fg::view(p3 + c[3] + ri * L.ri_str[3] + j0 * L.i_str[3], L.i_str[3], m, pk3);
-          const float *v4 = fg::view(p4 + c[4] + ri * L.ri_str[4] + j0 * L.i_str[4], L.i_str[4], m, pk4);
-          const float *v5 = fg::view(p5 + c[5] + ri * L.ri_str[5] + j0 * L.i_str[5], L.i_str[5], m, pk5);
-          float *a0 = acc0 + j0;
-          for (int64_t i = 0; i < m; ++i) {
-            a0[i] += s4_r0(v0[i], v1[i], v3[i], v4[i], v5[i], a);
-          }
-        }
-      }
-    }
-    if (part != nullptr) return;  // split mode: combine4 finishes
-    for (int64_t i = 0; i < n; ++i) {
-      float r0 = acc0[i];
-      q7[base[7] + i * L.i_str[7]] = float(r0);
-    }
-  }
-}
-
-// Split mode: folds the partial accumulators of one tile and finishes like col mode.
-void combine4(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
-              const unsigned char *part, int64_t count, int64_t span, int64_t stride) {
-  const ScalarAttrs a = scalar_attrs(attrs);
-  (void)a;
-  float *q7 = static_cast<float *>(ptr[7]);
-  for (int64_t i = 0; i < n; ++i) {
-    float r0 = reinterpret_cast<const float *>(part + 0 * stride)[i];
-    for (int64_t s = 1; s < count; ++s) {
-      const float p = reinterpret_cast<const float *>(part + s * span + 0 * stride)[i];
-      r0 += p;
-    }
-    q7[base[7] + i * L.i_str[7]] = float(r0);
-  }
-}
-
-// --- stage 5: sum (%26)
-FG_INLINE float s5_r0(float v0, float v3, double v6, float v7, const ScalarAttrs &a) {
-  (void)a;
-  const auto t0 = (v0 == v3);
-  const auto t1 = ((double)(v7) / v6);
-  const auto t2 = (float)(t1);
-  const auto t3 = (t0 ? t2 : (float)(INT64_C(0)));
-  return t3;
-}
-
-void stage5(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
-            int64_t r_lo, int64_t r_hi, unsigned char *part, int64_t stride) {
-  const ScalarAttrs a = scalar_attrs(attrs);
-  const float *p0 = static_cast<const float *>(ptr[0]);
-  const float *p3 = static_cast<const float *>(ptr[3]);
-  const double *p6 = static_cast<const double *>(ptr[6]);
-  const float *p7 = static_cast<const float *>(ptr[7]);
   float *q9 = static_cast<float *>(ptr[9]);
   if (L.inner == 1) {
     // Row mode: the innermost dim is reduced; several accumulators per reduction keep the adds independent.
@@ -1808,48 +1426,50 @@ void stage5(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
       int64_t c[kOperands];
       fg::ro_offsets(L, ro, base, c);
       float pk0[fg::kChunk];
+      float pk1[fg::kChunk];
+      float pk4[fg::kChunk];
+      float pk5[fg::kChunk];
       float pk3[fg::kChunk];
-      double pk6[fg::kChunk];
-      float pk7[fg::kChunk];
       // Reduction results read here are usually constant along the row (stride 0). They are
       // then passed as scalars, so what depends on them alone (e.g. rsqrt(var + eps)) is
       // computed once per row instead of per element, and no pack buffer is filled with copies.
-      const bool row_const = L.ri_str[3] == 0 && L.ri_str[6] == 0 && L.ri_str[7] == 0;
+      const bool row_const = L.ri_str[4] == 0 && L.ri_str[5] == 0 && L.ri_str[3] == 0;
+      const float s4 = row_const ? float(p4[c[4]]) : float(0);
+      const float s5 = row_const ? float(p5[c[5]]) : float(0);
       const float s3 = row_const ? float(p3[c[3]]) : float(0);
-      const double s6 = row_const ? double(p6[c[6]]) : double(0);
-      const float s7 = row_const ? float(p7[c[7]]) : float(0);
       for (int64_t r0 = r_lo; r0 < r_hi; r0 += fg::kChunk) {
         const int64_t m = std::min<int64_t>(fg::kChunk, r_hi - r0);
         const float *v0 = fg::view(p0 + c[0] + r0 * L.ri_str[0], L.ri_str[0], m, pk0);
+        const float *v1 = fg::view(p1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], m, pk1);
+        const float *v4 = row_const ? nullptr : fg::view(p4 + c[4] + r0 * L.ri_str[4], L.ri_str[4], m, pk4);
+        const float *v5 = row_const ? nullptr : fg::view(p5 + c[5] + r0 * L.ri_str[5], L.ri_str[5], m, pk5);
         const float *v3 = row_const ? nullptr : fg::view(p3 + c[3] + r0 * L.ri_str[3], L.ri_str[3], m, pk3);
-        const double *v6 = row_const ? nullptr : fg::view(p6 + c[6] + r0 * L.ri_str[6], L.ri_str[6], m, pk6);
-        const float *v7 = row_const ? nullptr : fg::view(p7 + c[7] + r0 * L.ri_str[7], L.ri_str[7], m, pk7);
         if (row_const) {
           int64_t i = 0;
           for (; i + fg::kLanes <= m; i += fg::kLanes) {
             for (int l = 0; l < fg::kLanes; ++l) {
-              acc0[l] += s5_r0(v0[i + l], s3, s6, s7, a);
+              acc0[l] += s3_r0(v0[i + l], v1[i + l], s4, s5, s3, a);
             }
           }
           for (; i < m; ++i) {
-            acc0[0] += s5_r0(v0[i], s3, s6, s7, a);
+            acc0[0] += s3_r0(v0[i], v1[i], s4, s5, s3, a);
           }
         } else {
           int64_t i = 0;
           for (; i + fg::kLanes <= m; i += fg::kLanes) {
             for (int l = 0; l < fg::kLanes; ++l) {
-              acc0[l] += s5_r0(v0[i + l], v3[i + l], v6[i + l], v7[i + l], a);
+              acc0[l] += s3_r0(v0[i + l], v1[i + l], v4[i + l], v5[i + l], v3[i + l], a);
             }
           }
           for (; i < m; ++i) {
-            acc0[0] += s5_r0(v0[i], v3[i], v6[i], v7[i], a);
+            acc0[0] += s3_r0(v0[i], v1[i], v4[i], v5[i], v3[i], a);
           }
         }
       }
     }
     float r0 = acc0[0];
     for (int l = 1; l < fg::kLanes; ++l) r0 += acc0[l];
-    if (part != nullptr) {  // split mode: leave the partial result for combine5
+    if (part != nullptr) {  // split mode: leave the partial result for combine3
       reinterpret_cast<float *>(part + 0 * stride)[0] = r0;
       return;
     }
@@ -1865,28 +1485,31 @@ void stage5(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
       int64_t c[kOperands];
       fg::ro_offsets(L, ro, base, c);
       float pk0[fg::kChunk];
+      float pk1[fg::kChunk];
+      float pk4[fg::kChunk];
+      float pk5[fg::kChunk];
       float pk3[fg::kChunk];
-      double pk6[fg::kChunk];
-      float pk7[fg::kChunk];
       int64_t ri = r_lo;
       // Four rows per pass over the accumulators when every operand is unit-stride along the
       // tile: the accumulators are loaded and stored a quarter as often (they can be wider
       // than L1 when the reduced dim is split across threads).
-      if (L.i_str[0] == 1 && L.i_str[3] == 1 && L.i_str[6] == 1 && L.i_str[7] == 1) {
+      if (L.i_str[0] == 1 && L.i_str[1] == 1 && L.i_str[4] == 1 && L.i_str[5] == 1 && L.i_str[3] == 1) {
         const int64_t s0 = L.ri_str[0];
+        const int64_t s1 = L.ri_str[1];
+        const int64_t s4 = L.ri_str[4];
+        const int64_t s5 = L.ri_str[5];
         const int64_t s3 = L.ri_str[3];
-        const int64_t s6 = L.ri_str[6];
-        const int64_t s7 = L.ri_str[7];
         for (; ri + 4 <= r_hi; ri += 4) {
           for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
             const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
             const float *v0 = p0 + c[0] + ri * s0 + j0;
+            const float *v1 = p1 + c[1] + ri * s1 + j0;
+            const float *v4 = p4 + c[4] + ri * s4 + j0;
+            const float *v5 = p5 + c[5] + ri * s5 + j0;
             const float *v3 = p3 + c[3] + ri * s3 + j0;
-            const double *v6 = p6 + c[6] + ri * s6 + j0;
-            const float *v7 = p7 + c[7] + ri * s7 + j0;
             float *a0 = acc0 + j0;
             for (int64_t i = 0; i < m; ++i) {
-              a0[i] += (s5_r0(v0[i], v3[i], v6[i], v7[i], a) + s5_r0(v0[i + 1 * s0], v3[i + 1 * s3], v6[i + 1 * s6], v7[i + 1 * s7], a)) + (s5_r0(v0[i + 2 * s0], v3[i + 2 * s3], v6[i + 2 * s6], v7[i + 2 * s7], a) + s5_r0(v0[i + 3 * s0], v3[i + 3 * s3], v6[i + 3 * s6], v7[i + 3 * s7], a));
+              a0[i] += (s3_r0(v0[i], v1[i], v4[i], v5[i], v3[i], a) + s3_r0(v0[i + 1 * s0], v1[i + 1 * s1], v4[i + 1 * s4], v5[i + 1 * s5], v3[i + 1 * s3], a)) + (s3_r0(v0[i + 2 * s0], v1[i + 2 * s1], v4[i + 2 * s4], v5[i + 2 * s5], v3[i + 2 * s3], a) + s3_r0(v0[i + 3 * s0], v1[i + 3 * s1], v4[i + 3 * s4], v5[i + 3 * s5], v3[i + 3 * s3], a));
             }
           }
         }
@@ -1896,17 +1519,18 @@ void stage5(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
         for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
           const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
           const float *v0 = fg::view(p0 + c[0] + ri * L.ri_str[0] + j0 * L.i_str[0], L.i_str[0], m, pk0);
+          const float *v1 = fg::view(p1 + c[1] + ri * L.ri_str[1] + j0 * L.i_str[1], L.i_str[1], m, pk1);
+          const float *v4 = fg::view(p4 + c[4] + ri * L.ri_str[4] + j0 * L.i_str[4], L.i_str[4], m, pk4);
+          const float *v5 = fg::view(p5 + c[5] + ri * L.ri_str[5] + j0 * L.i_str[5], L.i_str[5], m, pk5);
           const float *v3 = fg::view(p3 + c[3] + ri * L.ri_str[3] + j0 * L.i_str[3], L.i_str[3], m, pk3);
-          const double *v6 = fg::view(p6 + c[6] + ri * L.ri_str[6] + j0 * L.i_str[6], L.i_str[6], m, pk6);
-          const float *v7 = fg::view(p7 + c[7] + ri * L.ri_str[7] + j0 * L.i_str[7], L.i_str[7], m, pk7);
           float *a0 = acc0 + j0;
           for (int64_t i = 0; i < m; ++i) {
-            a0[i] += s5_r0(v0[i], v3[i], v6[i], v7[i], a);
+            a0[i] += s3_r0(v0[i], v1[i], v4[i], v5[i], v3[i], a);
           }
         }
       }
     }
-    if (part != nullptr) return;  // split mode: combine5 finishes
+    if (part != nullptr) return;  // split mode: combine3 finishes
     for (int64_t i = 0; i < n; ++i) {
       float r0 = acc0[i];
       q9[base[9] + i * L.i_str[9]] = float(r0);
@@ -1915,7 +1539,7 @@ void stage5(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
 }
 
 // Split mode: folds the partial accumulators of one tile and finishes like col mode.
-void combine5(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
+void combine3(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
               const unsigned char *part, int64_t count, int64_t span, int64_t stride) {
   const ScalarAttrs a = scalar_attrs(attrs);
   (void)a;
@@ -1930,10 +1554,317 @@ void combine5(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
   }
 }
 
+// --- stage 4: sum (%17)
+FG_INLINE float s4_r0(float v0, float v1, float v4, float v5, float v3, const ScalarAttrs &a) {
+  (void)a;
+  const auto t0 = (v1 / v4);
+  const auto t1 = (t0 + v5);
+  const auto t2 = (v0 - v3);
+  const auto t3 = fg::exp_f32(t2);
+  const auto t4 = (t1 * t3);
+  const auto t5 = (-t4);
+  return t5;
+}
+
+void stage4(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
+            int64_t r_lo, int64_t r_hi, unsigned char *part, int64_t stride) {
+  const ScalarAttrs a = scalar_attrs(attrs);
+  const float *p0 = static_cast<const float *>(ptr[0]);
+  const float *p1 = static_cast<const float *>(ptr[1]);
+  const float *p4 = static_cast<const float *>(ptr[4]);
+  const float *p5 = static_cast<const float *>(ptr[5]);
+  const float *p3 = static_cast<const float *>(ptr[3]);
+  float *q6 = static_cast<float *>(ptr[6]);
+  if (L.inner == 1) {
+    // Row mode: the innermost dim is reduced; several accumulators per reduction keep the adds independent.
+    (void)n;
+    float acc0[fg::kLanes];
+    std::fill(acc0, acc0 + fg::kLanes, 0.0f);
+    for (int64_t ro = 0; ro < L.ro_total; ++ro) {
+      int64_t c[kOperands];
+      fg::ro_offsets(L, ro, base, c);
+      float pk0[fg::kChunk];
+      float pk1[fg::kChunk];
+      float pk4[fg::kChunk];
+      float pk5[fg::kChunk];
+      float pk3[fg::kChunk];
+      // Reduction results read here are usually constant along the row (stride 0). They are
+      // then passed as scalars, so what depends on them alone (e.g. rsqrt(var + eps)) is
+      // computed once per row instead of per element, and no pack buffer is filled with copies.
+      const bool row_const = L.ri_str[4] == 0 && L.ri_str[5] == 0 && L.ri_str[3] == 0;
+      const float s4 = row_const ? float(p4[c[4]]) : float(0);
+      const float s5 = row_const ? float(p5[c[5]]) : float(0);
+      const float s3 = row_const ? float(p3[c[3]]) : float(0);
+      for (int64_t r0 = r_lo; r0 < r_hi; r0 += fg::kChunk) {
+        const int64_t m = std::min<int64_t>(fg::kChunk, r_hi - r0);
+        const float *v0 = fg::view(p0 + c[0] + r0 * L.ri_str[0], L.ri_str[0], m, pk0);
+        const float *v1 = fg::view(p1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], m, pk1);
+        const float *v4 = row_const ? nullptr : fg::view(p4 + c[4] + r0 * L.ri_str[4], L.ri_str[4], m, pk4);
+        const float *v5 = row_const ? nullptr : fg::view(p5 + c[5] + r0 * L.ri_str[5], L.ri_str[5], m, pk5);
+        const float *v3 = row_const ? nullptr : fg::view(p3 + c[3] + r0 * L.ri_str[3], L.ri_str[3], m, pk3);
+        if (row_const) {
+          int64_t i = 0;
+          for (; i + fg::kLanes <= m; i += fg::kLanes) {
+            for (int l = 0; l < fg::kLanes; ++l) {
+              acc0[l] += s4_r0(v0[i + l], v1[i + l], s4, s5, s3, a);
+            }
+          }
+          for (; i < m; ++i) {
+            acc0[0] += s4_r0(v0[i], v1[i], s4, s5, s3, a);
+          }
+        } else {
+          int64_t i = 0;
+          for (; i + fg::kLanes <= m; i += fg::kLanes) {
+            for (int l = 0; l < fg::kLanes; ++l) {
+              acc0[l] += s4_r0(v0[i + l], v1[i + l], v4[i + l], v5[i + l], v3[i + l], a);
+            }
+          }
+          for (; i < m; ++i) {
+            acc0[0] += s4_r0(v0[i], v1[i], v4[i], v5[i], v3[i], a);
+          }
+        }
+      }
+    }
+    float r0 = acc0[0];
+    for (int l = 1; l < fg::kLanes; ++l) r0 += acc0[l];
+    if (part != nullptr) {  // split mode: leave the partial result for combine4
+      reinterpret_cast<float *>(part + 0 * stride)[0] = r0;
+      return;
+    }
+    q6[base[6]] = float(r0);
+  } else {
+    // Col mode: the innermost dim is kept; each task owns a tile of it and one accumulator per element.
+    float local0[fg::kTile];
+    float *acc0 = part != nullptr
+        ? reinterpret_cast<float *>(part + 0 * stride)
+        : local0;
+    std::fill(acc0, acc0 + n, 0.0f);
+    for (int64_t ro = 0; ro < L.ro_total; ++ro) {
+      int64_t c[kOperands];
+      fg::ro_offsets(L, ro, base, c);
+      float pk0[fg::kChunk];
+      float pk1[fg::kChunk];
+      float pk4[fg::kChunk];
+      float pk5[fg::kChunk];
+      float pk3[fg::kChunk];
+      int64_t ri = r_lo;
+      // Four rows per pass over the accumulators when every operand is unit-stride along the
+      // tile: the accumulators are loaded and stored a quarter as often (they can be wider
+      // than L1 when the reduced dim is split across threads).
+      if (L.i_str[0] == 1 && L.i_str[1] == 1 && L.i_str[4] == 1 && L.i_str[5] == 1 && L.i_str[3] == 1) {
+        const int64_t s0 = L.ri_str[0];
+        const int64_t s1 = L.ri_str[1];
+        const int64_t s4 = L.ri_str[4];
+        const int64_t s5 = L.ri_str[5];
+        const int64_t s3 = L.ri_str[3];
+        for (; ri + 4 <= r_hi; ri += 4) {
+          for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
+            const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
+            const float *v0 = p0 + c[0] + ri * s0 + j0;
+            const float *v1 = p1 + c[1] + ri * s1 + j0;
+            const float *v4 = p4 + c[4] + ri * s4 + j0;
+            const float *v5 = p5 + c[5] + ri * s5 + j0;
+            const float *v3 = p3 + c[3] + ri * s3 + j0;
+            float *a0 = acc0 + j0;
+            for (int64_t i = 0; i < m; ++i) {
+              a0[i] += (s4_r0(v0[i], v1[i], v4[i], v5[i], v3[i], a) + s4_r0(v0[i + 1 * s0], v1[i + 1 * s1], v4[i + 1 * s4], v5[i + 1 * s5], v3[i + 1 * s3], a)) + (s4_r0(v0[i + 2 * s0], v1[i + 2 * s1], v4[i + 2 * s4], v5[i + 2 * s5], v3[i + 2 * s3], a) + s4_r0(v0[i + 3 * s0], v1[i + 3 * s1], v4[i + 3 * s4], v5[i + 3 * s5], v3[i + 3 * s3], a));
+            }
+          }
+        }
+      }
+      for (; ri < r_hi; ++ri) {
+        // Each row of the tile in chunks: the row streams in full, the pack buffers stay small.
+        for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
+          const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
+          const float *v0 = fg::view(p0 + c[0] + ri * L.ri_str[0] + j0 * L.i_str[0], L.i_str[0], m, pk0);
+          const float *v1 = fg::view(p1 + c[1] + ri * L.ri_str[1] + j0 * L.i_str[1], L.i_str[1], m, pk1);
+          const float *v4 = fg::view(p4 + c[4] + ri * L.ri_str[4] + j0 * L.i_str[4], L.i_str[4], m, pk4);
+          const float *v5 = fg::view(p5 + c[5] + ri * L.ri_str[5] + j0 * L.i_str[5], L.i_str[5], m, pk5);
+          const float *v3 = fg::view(p3 + c[3] + ri * L.ri_str[3] + j0 * L.i_str[3], L.i_str[3], m, pk3);
+          float *a0 = acc0 + j0;
+          for (int64_t i = 0; i < m; ++i) {
+            a0[i] += s4_r0(v0[i], v1[i], v4[i], v5[i], v3[i], a);
+          }
+        }
+      }
+    }
+    if (part != nullptr) return;  // split mode: combine4 finishes
+    for (int64_t i = 0; i < n; ++i) {
+      float r0 = acc0[i];
+      q6[base[6] + i * L.i_str[6]] = float(r0);
+    }
+  }
+}
+
+// Split mode: folds the partial accumulators of one tile and finishes like col mode.
+void combine4(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
+              const unsigned char *part, int64_t count, int64_t span, int64_t stride) {
+  const ScalarAttrs a = scalar_attrs(attrs);
+  (void)a;
+  float *q6 = static_cast<float *>(ptr[6]);
+  for (int64_t i = 0; i < n; ++i) {
+    float r0 = reinterpret_cast<const float *>(part + 0 * stride)[i];
+    for (int64_t s = 1; s < count; ++s) {
+      const float p = reinterpret_cast<const float *>(part + s * span + 0 * stride)[i];
+      r0 += p;
+    }
+    q6[base[6] + i * L.i_str[6]] = float(r0);
+  }
+}
+
+// --- stage 5: sum (%26)
+FG_INLINE float s5_r0(float v0, float v6, float v3, double v7, const ScalarAttrs &a) {
+  (void)a;
+  const auto t0 = (v0 == v3);
+  const auto t1 = ((double)(v6) / v7);
+  const auto t2 = (float)(t1);
+  const auto t3 = (t0 ? t2 : (float)(INT64_C(0)));
+  return t3;
+}
+
+void stage5(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
+            int64_t r_lo, int64_t r_hi, unsigned char *part, int64_t stride) {
+  const ScalarAttrs a = scalar_attrs(attrs);
+  const float *p0 = static_cast<const float *>(ptr[0]);
+  const float *p6 = static_cast<const float *>(ptr[6]);
+  const float *p3 = static_cast<const float *>(ptr[3]);
+  const double *p7 = static_cast<const double *>(ptr[7]);
+  float *q8 = static_cast<float *>(ptr[8]);
+  if (L.inner == 1) {
+    // Row mode: the innermost dim is reduced; several accumulators per reduction keep the adds independent.
+    (void)n;
+    float acc0[fg::kLanes];
+    std::fill(acc0, acc0 + fg::kLanes, 0.0f);
+    for (int64_t ro = 0; ro < L.ro_total; ++ro) {
+      int64_t c[kOperands];
+      fg::ro_offsets(L, ro, base, c);
+      float pk0[fg::kChunk];
+      float pk6[fg::kChunk];
+      float pk3[fg::kChunk];
+      double pk7[fg::kChunk];
+      // Reduction results read here are usually constant along the row (stride 0). They are
+      // then passed as scalars, so what depends on them alone (e.g. rsqrt(var + eps)) is
+      // computed once per row instead of per element, and no pack buffer is filled with copies.
+      const bool row_const = L.ri_str[6] == 0 && L.ri_str[3] == 0 && L.ri_str[7] == 0;
+      const float s6 = row_const ? float(p6[c[6]]) : float(0);
+      const float s3 = row_const ? float(p3[c[3]]) : float(0);
+      const double s7 = row_const ? double(p7[c[7]]) : double(0);
+      for (int64_t r0 = r_lo; r0 < r_hi; r0 += fg::kChunk) {
+        const int64_t m = std::min<int64_t>(fg::kChunk, r_hi - r0);
+        const float *v0 = fg::view(p0 + c[0] + r0 * L.ri_str[0], L.ri_str[0], m, pk0);
+        const float *v6 = row_const ? nullptr : fg::view(p6 + c[6] + r0 * L.ri_str[6], L.ri_str[6], m, pk6);
+        const float *v3 = row_const ? nullptr : fg::view(p3 + c[3] + r0 * L.ri_str[3], L.ri_str[3], m, pk3);
+        const double *v7 = row_const ? nullptr : fg::view(p7 + c[7] + r0 * L.ri_str[7], L.ri_str[7], m, pk7);
+        if (row_const) {
+          int64_t i = 0;
+          for (; i + fg::kLanes <= m; i += fg::kLanes) {
+            for (int l = 0; l < fg::kLanes; ++l) {
+              acc0[l] += s5_r0(v0[i + l], s6, s3, s7, a);
+            }
+          }
+          for (; i < m; ++i) {
+            acc0[0] += s5_r0(v0[i], s6, s3, s7, a);
+          }
+        } else {
+          int64_t i = 0;
+          for (; i + fg::kLanes <= m; i += fg::kLanes) {
+            for (int l = 0; l < fg::kLanes; ++l) {
+              acc0[l] += s5_r0(v0[i + l], v6[i + l], v3[i + l], v7[i + l], a);
+            }
+          }
+          for (; i < m; ++i) {
+            acc0[0] += s5_r0(v0[i], v6[i], v3[i], v7[i], a);
+          }
+        }
+      }
+    }
+    float r0 = acc0[0];
+    for (int l = 1; l < fg::kLanes; ++l) r0 += acc0[l];
+    if (part != nullptr) {  // split mode: leave the partial result for combine5
+      reinterpret_cast<float *>(part + 0 * stride)[0] = r0;
+      return;
+    }
+    q8[base[8]] = float(r0);
+  } else {
+    // Col mode: the innermost dim is kept; each task owns a tile of it and one accumulator per element.
+    float local0[fg::kTile];
+    float *acc0 = part != nullptr
+        ? reinterpret_cast<float *>(part + 0 * stride)
+        : local0;
+    std::fill(acc0, acc0 + n, 0.0f);
+    for (int64_t ro = 0; ro < L.ro_total; ++ro) {
+      int64_t c[kOperands];
+      fg::ro_offsets(L, ro, base, c);
+      float pk0[fg::kChunk];
+      float pk6[fg::kChunk];
+      float pk3[fg::kChunk];
+      double pk7[fg::kChunk];
+      int64_t ri = r_lo;
+      // Four rows per pass over the accumulators when every operand is unit-stride along the
+      // tile: the accumulators are loaded and stored a quarter as often (they can be wider
+      // than L1 when the reduced dim is split across threads).
+      if (L.i_str[0] == 1 && L.i_str[6] == 1 && L.i_str[3] == 1 && L.i_str[7] == 1) {
+        const int64_t s0 = L.ri_str[0];
+        const int64_t s6 = L.ri_str[6];
+        const int64_t s3 = L.ri_str[3];
+        const int64_t s7 = L.ri_str[7];
+        for (; ri + 4 <= r_hi; ri += 4) {
+          for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
+            const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
+            const float *v0 = p0 + c[0] + ri * s0 + j0;
+            const float *v6 = p6 + c[6] + ri * s6 + j0;
+            const float *v3 = p3 + c[3] + ri * s3 + j0;
+            const double *v7 = p7 + c[7] + ri * s7 + j0;
+            float *a0 = acc0 + j0;
+            for (int64_t i = 0; i < m; ++i) {
+              a0[i] += (s5_r0(v0[i], v6[i], v3[i], v7[i], a) + s5_r0(v0[i + 1 * s0], v6[i + 1 * s6], v3[i + 1 * s3], v7[i + 1 * s7], a)) + (s5_r0(v0[i + 2 * s0], v6[i + 2 * s6], v3[i + 2 * s3], v7[i + 2 * s7], a) + s5_r0(v0[i + 3 * s0], v6[i + 3 * s6], v3[i + 3 * s3], v7[i + 3 * s7], a));
+            }
+          }
+        }
+      }
+      for (; ri < r_hi; ++ri) {
+        // Each row of the tile in chunks: the row streams in full, the pack buffers stay small.
+        for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
+          const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
+          const float *v0 = fg::view(p0 + c[0] + ri * L.ri_str[0] + j0 * L.i_str[0], L.i_str[0], m, pk0);
+          const float *v6 = fg::view(p6 + c[6] + ri * L.ri_str[6] + j0 * L.i_str[6], L.i_str[6], m, pk6);
+          const float *v3 = fg::view(p3 + c[3] + ri * L.ri_str[3] + j0 * L.i_str[3], L.i_str[3], m, pk3);
+          const double *v7 = fg::view(p7 + c[7] + ri * L.ri_str[7] + j0 * L.i_str[7], L.i_str[7], m, pk7);
+          float *a0 = acc0 + j0;
+          for (int64_t i = 0; i < m; ++i) {
+            a0[i] += s5_r0(v0[i], v6[i], v3[i], v7[i], a);
+          }
+        }
+      }
+    }
+    if (part != nullptr) return;  // split mode: combine5 finishes
+    for (int64_t i = 0; i < n; ++i) {
+      float r0 = acc0[i];
+      q8[base[8] + i * L.i_str[8]] = float(r0);
+    }
+  }
+}
+
+// Split mode: folds the partial accumulators of one tile and finishes like col mode.
+void combine5(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
+              const unsigned char *part, int64_t count, int64_t span, int64_t stride) {
+  const ScalarAttrs a = scalar_attrs(attrs);
+  (void)a;
+  float *q8 = static_cast<float *>(ptr[8]);
+  for (int64_t i = 0; i < n; ++i) {
+    float r0 = reinterpret_cast<const float *>(part + 0 * stride)[i];
+    for (int64_t s = 1; s < count; ++s) {
+      const float p = reinterpret_cast<const float *>(part + s * span + 0 * stride)[i];
+      r0 += p;
+    }
+    q8[base[8] + i * L.i_str[8]] = float(r0);
+  }
+}
+
 // --- stage 6: output 0 (%28)
 FG_INLINE float s6_w0(float v8, float v9, const ScalarAttrs &a) {
   (void)a;
-  const auto t0 = (v8 + v9);
+  const auto t0 = (v9 + v8);
   const auto t1 = t0;
   return t1;
 }

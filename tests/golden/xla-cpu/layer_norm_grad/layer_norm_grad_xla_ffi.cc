@@ -23,12 +23,12 @@
 //     %16 = mul %10, %15                             # grad.py:254
 //     %17 = mul %16, %8                              # grad.py:254
 //     %18 = div %17, %7                              # grad.py:254
-//     %19 = eq %4, %4                                # grad.py:312
-//     %20 = const 1.0                                # grad.py:312
-//     %21 = where %19, %20, %20                      # grad.py:312
-//     %22 = sum %21, axis=@axis, keep_dims=True      # grad.py:301
-//     %23 = div %18, %22                             # grad.py:313
-//     %24 = cast %23 to dtype of %18                 # grad.py:313
+//     %19 = eq %4, %4                                # grad.py:306
+//     %20 = const 1.0                                # grad.py:306
+//     %21 = where %19, %20, %20                      # grad.py:306
+//     %22 = sum %21, axis=@axis, keep_dims=True      # grad.py:295
+//     %23 = div %18, %22                             # grad.py:307
+//     %24 = cast %23 to dtype of %18                 # grad.py:307
 //     %25 = mul %24, %3                              # grad.py:267
 //     %26 = add %9, %25                              # grad.py:232
 //     %27 = add %26, %25                             # grad.py:232
@@ -37,11 +37,11 @@
 //     %30 = neg %27                                  # grad.py:266
 //     %31 = sum_to %30, shape of %2                  # grad.py:222
 //     %32 = add %29, %31                             # grad.py:232
-//     %33 = eq %1, %1                                # grad.py:312
-//     %34 = where %33, %20, %20                      # grad.py:312
-//     %35 = sum %34, axis=@axis, keep_dims=True      # grad.py:301
-//     %36 = div %32, %35                             # grad.py:313
-//     %37 = cast %36 to dtype of %32                 # grad.py:313
+//     %33 = eq %1, %1                                # grad.py:306
+//     %34 = where %33, %20, %20                      # grad.py:306
+//     %35 = sum %34, axis=@axis, keep_dims=True      # grad.py:295
+//     %36 = div %32, %35                             # grad.py:307
+//     %37 = cast %36 to dtype of %32                 # grad.py:307
 //     %38 = sum_to %37, shape of %1                  # grad.py:222
 //     %39 = add %28, %38                             # grad.py:232
 //     %40 = cast %39 to dtype of %1                  # grad.py:169
@@ -506,133 +506,64 @@ FG_INLINE T fg_pow(T base, T exp) {  // integer power by squaring, as NumPy's in
   return result;
 }
 
-// ---------------------------------------------------------------------------------------------
-// fusegen vmath: float32 functions as straight-line float64 arithmetic, bit operations and
-// selects, so the loops that call them vectorize (std::exp/std::log... are opaque libm calls,
-// which g++ vectorizes only under -ffast-math: not allowed, it breaks NaN rules). Correctly
-// rounded except in rare near-midpoint cases (1 ulp). The algorithms, constants and measured
-// errors: fusegen/vmath.py; the Numba twins, operation for operation: fusegen/vmath_numba.py.
-// double arguments keep libm (std::exp in the tables): accuracy first.
-// No product feeds an addition except through an explicit vm_fma (or vm_mul), so g++'s and nvcc's
-// default contraction cannot make these differ from the Numba versions; every select is a blend
-// (vm_select). Bit casts through memcpy (defined behaviour, compiled to nothing); unsigned
-// arithmetic where shifts must wrap.
-// Under nvcc every function is __host__ __device__, and the device side uses CUDA's own fma,
-// rint, sqrt and bit casts.
-// ---------------------------------------------------------------------------------------------
-#if defined(__CUDACC__)
-#define FG_VM __host__ __device__ __forceinline__
-#else
-#define FG_VM FG_INLINE
-#endif
-
-FG_VM uint64_t f64_bits(double x) {
-#if defined(__CUDA_ARCH__)
-  return static_cast<uint64_t>(__double_as_longlong(x));
-#else
+// float32 exp and tanh as straight-line float64 arithmetic and bit operations, so the loops that
+// call them vectorize: std::exp/std::tanh are opaque libm calls, which g++ vectorizes only under
+// -ffast-math (not allowed: it breaks NaN rules). Correctly rounded except in rare near-midpoint
+// cases (1 ulp). The algorithm, constants and error bounds: fusegen/vmath.py; the Numba twin:
+// fusegen/vmath_numba.py. double arguments keep libm (std::exp in the tables): accuracy first.
+// Bit casts through memcpy (defined behaviour, compiled to nothing); unsigned arithmetic so the
+// shifts wrap, defined even for NaN's bits.
+FG_INLINE uint64_t f64_bits(double x) {
   uint64_t b;
   std::memcpy(&b, &x, sizeof b);
   return b;
-#endif
 }
 
-FG_VM double f64_from_bits(uint64_t b) {
-#if defined(__CUDA_ARCH__)
-  return __longlong_as_double(static_cast<long long>(b));
-#else
+FG_INLINE double f64_from_bits(uint64_t b) {
   double x;
   std::memcpy(&x, &b, sizeof x);
   return x;
-#endif
 }
 
-#if defined(__CUDA_ARCH__)
-FG_VM double vm_fma(double a, double b, double c) { return ::fma(a, b, c); }
-FG_VM double vm_fabs(double x) { return ::fabs(x); }
-FG_VM double vm_copysign(double x, double s) { return ::copysign(x, s); }
-FG_VM double vm_rint(double x) { return ::rint(x); }
-FG_VM double vm_sqrt(double x) { return ::sqrt(x); }
-#else
-FG_VM double vm_fma(double a, double b, double c) { return std::fma(a, b, c); }
-FG_VM double vm_fabs(double x) { return std::fabs(x); }
-FG_VM double vm_copysign(double x, double s) { return std::copysign(x, s); }
-FG_VM double vm_rint(double x) { return std::rint(x); }
-FG_VM double vm_sqrt(double x) { return std::sqrt(x); }
-#endif
-constexpr double kVmInf = __builtin_huge_val();
-constexpr double kVmNaN = __builtin_nan("");
-
-// a * b, rounded, that g++ and nvcc cannot fuse into a following addition (their default
-// contraction turns a * b + c into fma(a, b, c), which rounds differently unless the product is
-// exact). Every other product here feeds no addition, or is exact; tests/test_vmath.py checks
-// that -ffp-contract=fast and =off compile these functions to the same instructions.
-FG_VM double vm_mul(double a, double b) { return vm_fma(a, b, 0.0); }
-
-// c ? a : b that stays a blend: with -ftrapping-math (the default) g++ sinks a value that only one
-// arm of ?: uses into a branch, and then cannot if-convert that branch (its conversion to float
-// may trap), so the loop stays scalar. A bit-mask blend uses both arms. Every select below is one.
-FG_VM double vm_select(bool c, double a, double b) {
-  const uint64_t m = uint64_t(0) - static_cast<uint64_t>(c);
-  return f64_from_bits((f64_bits(a) & m) | (f64_bits(b) & ~m));
-}
-
-// |x| clamped to 104.0, its sign kept (see EXP_LIMIT in fusegen/vmath.py); NaN passes.
-FG_VM double clamp_exp_arg(double x) {
-  return vm_select(vm_fabs(x) > 104.0, vm_copysign(104.0, x), x);
-}
-
-// ---- exp_core: exp(x) for a double |x| <= 104.0 (or NaN, which propagates) ----
-// n = round(x / ln2) with k = n + 1.5 * 2^52 (its low bits hold n); r = x - n ln2, |r| <= ln2 / 2.
-struct ExpReduced {
-  double k, n, r;
-};
-
-FG_VM ExpReduced exp_reduce(double x) {
-  const double k = vm_fma(x, 1.4426950408889634, 6755399441055744.0);
-  const double n = k - 6755399441055744.0;
-  return {k, n, vm_fma(-n, 2.8235290563031577e-13, vm_fma(-n, 0.693147180559663, x))};  // n * ln2_hi is exact
-}
-
-// 2^n for k = n + 1.5 * 2^52: the low 12 bits of bits(k) + 1023 are n + 1023 (the shifter's are
-// 0); << 52 moves them into the exponent field and drops the rest.
-FG_VM double pow2_of(double k) { return f64_from_bits((f64_bits(k) + 1023u) << 52); }
-
-FG_VM double exp_core(double x) {
-  const ExpReduced e = exp_reduce(x);
+// exp(x) for |x| <= 104.0 or NaN (which propagates).
+FG_INLINE double exp_core(double x) {
+  const double k = x * 1.4426950408889634 + 6755399441055744.0;  // n + 1.5 * 2^52: low bits hold n
+  const double n = k - 6755399441055744.0;                         // round(x / ln2)
+  const double r = (x - n * 0.693147180559663) - n * 2.8235290563031577e-13;  // |r| <= ln2 / 2
   double s = 2.7476782228146016e-07;
-  s = vm_fma(s, e.r, 2.7635003237095916e-06);
-  s = vm_fma(s, e.r, 2.480193183306402e-05);
-  s = vm_fma(s, e.r, 0.00019841185208826579);
-  s = vm_fma(s, e.r, 0.0013888888516042496);
-  s = vm_fma(s, e.r, 0.008333333370888577);
-  s = vm_fma(s, e.r, 0.04166666666813746);
-  s = vm_fma(s, e.r, 0.16666666666611518);
-  s = vm_fma(s, e.r, 0.49999999999998324);
-  return vm_mul(1.0 + vm_fma(e.r * e.r, s, e.r), pow2_of(e.k));
+  s = s * r + 2.7635003237095916e-06;
+  s = s * r + 2.480193183306402e-05;
+  s = s * r + 0.00019841185208826579;
+  s = s * r + 0.0013888888516042496;
+  s = s * r + 0.008333333370888577;
+  s = s * r + 0.04166666666813746;
+  s = s * r + 0.16666666666611518;
+  s = s * r + 0.49999999999998324;
+  const double p = 1.0 + (r + r * r * s);
+  // 2^n: the low 12 bits of bits(k) + 1023 are n + 1023 (the shifter's are 0); << 52 moves them
+  // into the exponent field and drops the rest.
+  return p * f64_from_bits((f64_bits(k) + 1023u) << 52);
 }
 
-// ---- exp_f32 ----
-FG_VM float exp_f32(float x) {
-  return static_cast<float>(exp_core(clamp_exp_arg(x)));  // overflow, underflow, subnormals: this one rounding
+FG_INLINE float exp_f32(float x) {
+  double xd = x;
+  // One select with a non-constant arm: see EXP_LIMIT in fusegen/vmath.py. NaN passes.
+  xd = std::fabs(xd) > 104.0 ? std::copysign(104.0, xd) : xd;
+  return static_cast<float>(exp_core(xd));  // overflow, underflow, subnormals: this one rounding
 }
 
-// ---- tanh_f32: odd Taylor polynomial below 0.03125, (e - 1) / (e + 1) above ----
-FG_VM float tanh_f32(float x) {
+FG_INLINE float tanh_f32(float x) {
   const double xd = x;
   const double x2 = xd * xd;
-  double p = 0.021869488536155203;
-  p = vm_fma(p, x2, -0.05396825396825397);
-  p = vm_fma(p, x2, 0.13333333333333333);
-  p = vm_fma(p, x2, -0.3333333333333333);
-  p = vm_fma(p, x2, 1.0);
-  const double small = xd * p;  // keeps -0.0 and subnormals exact
-  double a = vm_fabs(xd);
-  // float32 tanh is +-1 from 10.0 on; inf too; NaN passes
-  a = vm_select(a > 10.0, 10.0, a);
+  // |x| < 0.03125: odd Taylor polynomial (keeps -0.0 and subnormals exact)
+  const double small = xd * (1.0 + x2 * (-0.3333333333333333 + x2 * (0.13333333333333333 +
+                             x2 * (-0.05396825396825397 + x2 * 0.021869488536155203))));
+  double a = std::fabs(xd);
+  a = a > 10.0 ? 10.0 : a;  // float32 tanh is +-1 there; inf too; NaN passes
   const double e = exp_core(2.0 * a);
   double big = (e - 1.0) / (e + 1.0);
-  big = vm_select(xd < 0.0, -big, big);
-  return static_cast<float>(vm_select(a < 0.03125, small, big));
+  big = xd < 0.0 ? -big : big;
+  return static_cast<float>(a < 0.03125 ? small : big);
 }
 
 // One stage of a fused group, run on one task: outer index + inner tile (in `base`, `n`) and
@@ -1038,36 +969,36 @@ const fg::StageInfo kStageInfo[kStages] = {
     // stage 1: mean (%5), sum (%22)
     {2, {1, 2}, 5,
      2, {0, 5}, {1, 2},
-     2, {8, 7}, {5, 22},
+     2, {6, 7}, {5, 22},
      0, {}, {},
      0, {}, 2},
     // stage 2: sum (%14)
     {5, {1, 0, 2, 8, 13}, 14,
      3, {0, 1, 5}, {1, 0, 2},
-     1, {6}, {14},
+     1, {8}, {14},
      0, {}, {},
      0, {}, 1},
     // stage 3: sum (%28)
-    {9, {1, 0, 11, 14, 2, 22, 5, 13, 4}, 28,
-     7, {0, 1, 3, 6, 5, 7, 8}, {1, 0, 11, 14, 2, 22, 5},
-     1, {12}, {28},
+    {9, {1, 0, 11, 5, 2, 22, 14, 13, 4}, 28,
+     7, {0, 1, 3, 6, 5, 7, 8}, {1, 0, 11, 5, 2, 22, 14},
+     1, {11}, {28},
      0, {}, {},
      0, {}, 1},
     // stage 4: sum (%31)
-    {9, {1, 0, 11, 14, 2, 22, 5, 13, 4}, 31,
-     7, {0, 1, 3, 6, 5, 7, 8}, {1, 0, 11, 14, 2, 22, 5},
+    {9, {1, 0, 11, 5, 2, 22, 14, 13, 4}, 31,
+     7, {0, 1, 3, 6, 5, 7, 8}, {1, 0, 11, 5, 2, 22, 14},
      1, {10}, {31},
      0, {}, {},
      0, {}, 1},
     // stage 5: sum (%38)
     {4, {29, 35, 31, 1}, 38,
      3, {2, 9, 10}, {29, 35, 31},
-     1, {11}, {38},
+     1, {12}, {38},
      0, {}, {},
      0, {}, 1},
     // stage 6: output 0 (%40)
-    {2, {38, 28}, -1,
-     2, {11, 12}, {38, 28},
+    {2, {28, 38}, -1,
+     2, {11, 12}, {28, 38},
      0, {}, {},
      0, {}, {},
      1, {4}, 0},
@@ -1094,7 +1025,7 @@ int find_combo(const char **dtypes, int count) {
 const int64_t kWorkspaceItemsize[][kWorkspaces + 1] = {
     {8, 8, 8, 8, 8, 8, 8, 8, 0},
 };
-const int kWorkspaceNode[kWorkspaces] = {2, 14, 22, 5, 35, 31, 38, 28};
+const int kWorkspaceNode[kWorkspaces] = {2, 5, 22, 14, 35, 31, 28, 38};
 
 int read_inputs(int *ndims, int64_t **shapes, fg::Shape *in) {
   for (int i = 0; i < kInputs; ++i) FG_TRY(fg::read_shape(ndims[i], shapes[i], &in[i]));
@@ -1287,7 +1218,7 @@ void stage1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
   const ScalarAttrs a = scalar_attrs(attrs);
   const double *p0 = static_cast<const double *>(ptr[0]);
   const double *p5 = static_cast<const double *>(ptr[5]);
-  double *q8 = static_cast<double *>(ptr[8]);
+  double *q6 = static_cast<double *>(ptr[6]);
   double *q7 = static_cast<double *>(ptr[7]);
   if (L.inner == 1) {
     // Row mode: the innermost dim is reduced; several accumulators per reduction keep the adds independent.
@@ -1347,7 +1278,7 @@ void stage1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
       return;
     }
     r0 = r0 / double(L.ro_total * L.ri);
-    q8[base[8]] = double(r0);
+    q6[base[6]] = double(r0);
     q7[base[7]] = double(r1);
   } else {
     // Col mode: the innermost dim is kept; each task owns a tile of it and one accumulator per element.
@@ -1406,7 +1337,7 @@ void stage1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
     for (int64_t i = 0; i < n; ++i) {
       double r0 = acc0[i];
       r0 = r0 / double(L.ro_total * L.ri);
-      q8[base[8] + i * L.i_str[8]] = double(r0);
+      q6[base[6] + i * L.i_str[6]] = double(r0);
       double r1 = acc1[i];
       q7[base[7] + i * L.i_str[7]] = double(r1);
     }
@@ -1418,7 +1349,7 @@ void combine1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
               const unsigned char *part, int64_t count, int64_t span, int64_t stride) {
   const ScalarAttrs a = scalar_attrs(attrs);
   (void)a;
-  double *q8 = static_cast<double *>(ptr[8]);
+  double *q6 = static_cast<double *>(ptr[6]);
   double *q7 = static_cast<double *>(ptr[7]);
   for (int64_t i = 0; i < n; ++i) {
     double r0 = reinterpret_cast<const double *>(part + 0 * stride)[i];
@@ -1427,7 +1358,7 @@ void combine1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
       r0 += p;
     }
     r0 = r0 / double(L.ro_total * L.ri);
-    q8[base[8] + i * L.i_str[8]] = double(r0);
+    q6[base[6] + i * L.i_str[6]] = double(r0);
     double r1 = reinterpret_cast<const double *>(part + 1 * stride)[i];
     for (int64_t s = 1; s < count; ++s) {
       const double p = reinterpret_cast<const double *>(part + s * span + 1 * stride)[i];
@@ -1451,7 +1382,7 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
   const double *p0 = static_cast<const double *>(ptr[0]);
   const double *p1 = static_cast<const double *>(ptr[1]);
   const double *p5 = static_cast<const double *>(ptr[5]);
-  double *q6 = static_cast<double *>(ptr[6]);
+  double *q8 = static_cast<double *>(ptr[8]);
   if (L.inner == 1) {
     // Row mode: the innermost dim is reduced; several accumulators per reduction keep the adds independent.
     (void)n;
@@ -1502,7 +1433,7 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
       reinterpret_cast<double *>(part + 0 * stride)[0] = r0;
       return;
     }
-    q6[base[6]] = double(r0);
+    q8[base[8]] = double(r0);
   } else {
     // Col mode: the innermost dim is kept; each task owns a tile of it and one accumulator per element.
     double local0[fg::kTile];
@@ -1554,7 +1485,7 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
     if (part != nullptr) return;  // split mode: combine2 finishes
     for (int64_t i = 0; i < n; ++i) {
       double r0 = acc0[i];
-      q6[base[6] + i * L.i_str[6]] = double(r0);
+      q8[base[8] + i * L.i_str[8]] = double(r0);
     }
   }
 }
@@ -1564,24 +1495,24 @@ void combine2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
               const unsigned char *part, int64_t count, int64_t span, int64_t stride) {
   const ScalarAttrs a = scalar_attrs(attrs);
   (void)a;
-  double *q6 = static_cast<double *>(ptr[6]);
+  double *q8 = static_cast<double *>(ptr[8]);
   for (int64_t i = 0; i < n; ++i) {
     double r0 = reinterpret_cast<const double *>(part + 0 * stride)[i];
     for (int64_t s = 1; s < count; ++s) {
       const double p = reinterpret_cast<const double *>(part + s * span + 0 * stride)[i];
       r0 += p;
     }
-    q6[base[6] + i * L.i_str[6]] = double(r0);
+    q8[base[8] + i * L.i_str[8]] = double(r0);
   }
 }
 
 // --- stage 3: sum (%28)
 FG_INLINE double s3_r0(double v0, double v1, double v3, double v6, double v5, double v7, double v8, const ScalarAttrs &a) {
   (void)a;
-  const auto t0 = (v8 + double(a.eps));
+  const auto t0 = (v6 + double(a.eps));
   const auto t1 = (1.0 / std::sqrt(t0));
   const auto t2 = (v1 * t1);
-  const auto t3 = (v3 + v6);
+  const auto t3 = (v3 + v8);
   const auto t4 = (-0.5 * t3);
   const auto t5 = (t4 * t1);
   const auto t6 = (t5 / t0);
@@ -1604,7 +1535,7 @@ void stage3(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
   const double *p5 = static_cast<const double *>(ptr[5]);
   const double *p7 = static_cast<const double *>(ptr[7]);
   const double *p8 = static_cast<const double *>(ptr[8]);
-  double *q12 = static_cast<double *>(ptr[12]);
+  double *q11 = static_cast<double *>(ptr[11]);
   if (L.inner == 1) {
     // Row mode: the innermost dim is reduced; several accumulators per reduction keep the adds independent.
     (void)n;
@@ -1666,7 +1597,7 @@ void stage3(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
       reinterpret_cast<double *>(part + 0 * stride)[0] = r0;
       return;
     }
-    q12[base[12]] = double(r0);
+    q11[base[11]] = double(r0);
   } else {
     // Col mode: the innermost dim is kept; each task owns a tile of it and one accumulator per element.
     double local0[fg::kTile];
@@ -1734,7 +1665,7 @@ void stage3(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
     if (part != nullptr) return;  // split mode: combine3 finishes
     for (int64_t i = 0; i < n; ++i) {
       double r0 = acc0[i];
-      q12[base[12] + i * L.i_str[12]] = double(r0);
+      q11[base[11] + i * L.i_str[11]] = double(r0);
     }
   }
 }
@@ -1744,24 +1675,24 @@ void combine3(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
               const unsigned char *part, int64_t count, int64_t span, int64_t stride) {
   const ScalarAttrs a = scalar_attrs(attrs);
   (void)a;
-  double *q12 = static_cast<double *>(ptr[12]);
+  double *q11 = static_cast<double *>(ptr[11]);
   for (int64_t i = 0; i < n; ++i) {
     double r0 = reinterpret_cast<const double *>(part + 0 * stride)[i];
     for (int64_t s = 1; s < count; ++s) {
       const double p = reinterpret_cast<const double *>(part + s * span + 0 * stride)[i];
       r0 += p;
     }
-    q12[base[12] + i * L.i_str[12]] = double(r0);
+    q11[base[11] + i * L.i_str[11]] = double(r0);
   }
 }
 
 // --- stage 4: sum (%31)
 FG_INLINE double s4_r0(double v0, double v1, double v3, double v6, double v5, double v7, double v8, const ScalarAttrs &a) {
   (void)a;
-  const auto t0 = (v8 + double(a.eps));
+  const auto t0 = (v6 + double(a.eps));
   const auto t1 = (1.0 / std::sqrt(t0));
   const auto t2 = (v1 * t1);
-  const auto t3 = (v3 + v6);
+  const auto t3 = (v3 + v8);
   const auto t4 = (-0.5 * t3);
   const auto t5 = (t4 * t1);
   const auto t6 = (t5 / t0);
@@ -1951,7 +1882,7 @@ void stage5(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
   const double *p2 = static_cast<const double *>(ptr[2]);
   const double *p9 = static_cast<const double *>(ptr[9]);
   const double *p10 = static_cast<const double *>(ptr[10]);
-  double *q11 = static_cast<double *>(ptr[11]);
+  double *q12 = static_cast<double *>(ptr[12]);
   if (L.inner == 1) {
     // Row mode: the innermost dim is reduced; several accumulators per reduction keep the adds independent.
     (void)n;
@@ -2003,7 +1934,7 @@ void stage5(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
       reinterpret_cast<double *>(part + 0 * stride)[0] = r0;
       return;
     }
-    q11[base[11]] = double(r0);
+    q12[base[12]] = double(r0);
   } else {
     // Col mode: the innermost dim is kept; each task owns a tile of it and one accumulator per element.
     double local0[fg::kTile];
@@ -2055,7 +1986,7 @@ void stage5(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
     if (part != nullptr) return;  // split mode: combine5 finishes
     for (int64_t i = 0; i < n; ++i) {
       double r0 = acc0[i];
-      q11[base[11] + i * L.i_str[11]] = double(r0);
+      q12[base[12] + i * L.i_str[12]] = double(r0);
     }
   }
 }
@@ -2065,21 +1996,21 @@ void combine5(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
               const unsigned char *part, int64_t count, int64_t span, int64_t stride) {
   const ScalarAttrs a = scalar_attrs(attrs);
   (void)a;
-  double *q11 = static_cast<double *>(ptr[11]);
+  double *q12 = static_cast<double *>(ptr[12]);
   for (int64_t i = 0; i < n; ++i) {
     double r0 = reinterpret_cast<const double *>(part + 0 * stride)[i];
     for (int64_t s = 1; s < count; ++s) {
       const double p = reinterpret_cast<const double *>(part + s * span + 0 * stride)[i];
       r0 += p;
     }
-    q11[base[11] + i * L.i_str[11]] = double(r0);
+    q12[base[12] + i * L.i_str[12]] = double(r0);
   }
 }
 
 // --- stage 6: output 0 (%40)
 FG_INLINE double s6_w0(double v11, double v12, const ScalarAttrs &a) {
   (void)a;
-  const auto t0 = (v12 + v11);
+  const auto t0 = (v11 + v12);
   const auto t1 = t0;
   return t1;
 }

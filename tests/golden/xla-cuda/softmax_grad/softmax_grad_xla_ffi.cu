@@ -20,17 +20,17 @@
 //     %12 = add %6, %11                              # grad.py:232
 //     %13 = mul %12, %4                              # grad.py:251
 //     %14 = sum_to %13, shape of %1                  # grad.py:222
-//     %15 = eq %1, %2                                # grad.py:318
+//     %15 = eq %1, %2                                # grad.py:312
 //     %16 = neg %13                                  # grad.py:266
 //     %17 = sum_to %16, shape of %2                  # grad.py:222
-//     %18 = const 1.0                                # grad.py:319
-//     %19 = const 0.0                                # grad.py:319
-//     %20 = where %15, %18, %19                      # grad.py:319
-//     %21 = sum %20, axis=@axis, keep_dims=True      # grad.py:319
-//     %22 = div %17, %21                             # grad.py:320
-//     %23 = cast %22 to dtype of %17                 # grad.py:320
-//     %24 = const 0                                  # grad.py:320
-//     %25 = where %15, %23, %24                      # grad.py:320
+//     %18 = const 1.0                                # grad.py:313
+//     %19 = const 0.0                                # grad.py:313
+//     %20 = where %15, %18, %19                      # grad.py:313
+//     %21 = sum %20, axis=@axis, keep_dims=True      # grad.py:313
+//     %22 = div %17, %21                             # grad.py:314
+//     %23 = cast %22 to dtype of %17                 # grad.py:314
+//     %24 = const 0                                  # grad.py:314
+//     %25 = where %15, %23, %24                      # grad.py:314
 //     %26 = sum_to %25, shape of %1                  # grad.py:222
 //     %27 = add %14, %26                             # grad.py:232
 //     %28 = cast %27 to dtype of %1                  # grad.py:169
@@ -486,133 +486,64 @@ FG_INLINE T fg_pow(T base, T exp) {  // integer power by squaring, as NumPy's in
   return result;
 }
 
-// ---------------------------------------------------------------------------------------------
-// fusegen vmath: float32 functions as straight-line float64 arithmetic, bit operations and
-// selects, so the loops that call them vectorize (std::exp/std::log... are opaque libm calls,
-// which g++ vectorizes only under -ffast-math: not allowed, it breaks NaN rules). Correctly
-// rounded except in rare near-midpoint cases (1 ulp). The algorithms, constants and measured
-// errors: fusegen/vmath.py; the Numba twins, operation for operation: fusegen/vmath_numba.py.
-// double arguments keep libm (std::exp in the tables): accuracy first.
-// No product feeds an addition except through an explicit vm_fma (or vm_mul), so g++'s and nvcc's
-// default contraction cannot make these differ from the Numba versions; every select is a blend
-// (vm_select). Bit casts through memcpy (defined behaviour, compiled to nothing); unsigned
-// arithmetic where shifts must wrap.
-// Under nvcc every function is __host__ __device__, and the device side uses CUDA's own fma,
-// rint, sqrt and bit casts.
-// ---------------------------------------------------------------------------------------------
-#if defined(__CUDACC__)
-#define FG_VM __host__ __device__ __forceinline__
-#else
-#define FG_VM FG_INLINE
-#endif
-
-FG_VM uint64_t f64_bits(double x) {
-#if defined(__CUDA_ARCH__)
-  return static_cast<uint64_t>(__double_as_longlong(x));
-#else
+// float32 exp and tanh as straight-line float64 arithmetic and bit operations, so the loops that
+// call them vectorize: std::exp/std::tanh are opaque libm calls, which g++ vectorizes only under
+// -ffast-math (not allowed: it breaks NaN rules). Correctly rounded except in rare near-midpoint
+// cases (1 ulp). The algorithm, constants and error bounds: fusegen/vmath.py; the Numba twin:
+// fusegen/vmath_numba.py. double arguments keep libm (std::exp in the tables): accuracy first.
+// Bit casts through memcpy (defined behaviour, compiled to nothing); unsigned arithmetic so the
+// shifts wrap, defined even for NaN's bits.
+FG_INLINE uint64_t f64_bits(double x) {
   uint64_t b;
   std::memcpy(&b, &x, sizeof b);
   return b;
-#endif
 }
 
-FG_VM double f64_from_bits(uint64_t b) {
-#if defined(__CUDA_ARCH__)
-  return __longlong_as_double(static_cast<long long>(b));
-#else
+FG_INLINE double f64_from_bits(uint64_t b) {
   double x;
   std::memcpy(&x, &b, sizeof x);
   return x;
-#endif
 }
 
-#if defined(__CUDA_ARCH__)
-FG_VM double vm_fma(double a, double b, double c) { return ::fma(a, b, c); }
-FG_VM double vm_fabs(double x) { return ::fabs(x); }
-FG_VM double vm_copysign(double x, double s) { return ::copysign(x, s); }
-FG_VM double vm_rint(double x) { return ::rint(x); }
-FG_VM double vm_sqrt(double x) { return ::sqrt(x); }
-#else
-FG_VM double vm_fma(double a, double b, double c) { return std::fma(a, b, c); }
-FG_VM double vm_fabs(double x) { return std::fabs(x); }
-FG_VM double vm_copysign(double x, double s) { return std::copysign(x, s); }
-FG_VM double vm_rint(double x) { return std::rint(x); }
-FG_VM double vm_sqrt(double x) { return std::sqrt(x); }
-#endif
-constexpr double kVmInf = __builtin_huge_val();
-constexpr double kVmNaN = __builtin_nan("");
-
-// a * b, rounded, that g++ and nvcc cannot fuse into a following addition (their default
-// contraction turns a * b + c into fma(a, b, c), which rounds differently unless the product is
-// exact). Every other product here feeds no addition, or is exact; tests/test_vmath.py checks
-// that -ffp-contract=fast and =off compile these functions to the same instructions.
-FG_VM double vm_mul(double a, double b) { return vm_fma(a, b, 0.0); }
-
-// c ? a : b that stays a blend: with -ftrapping-math (the default) g++ sinks a value that only one
-// arm of ?: uses into a branch, and then cannot if-convert that branch (its conversion to float
-// may trap), so the loop stays scalar. A bit-mask blend uses both arms. Every select below is one.
-FG_VM double vm_select(bool c, double a, double b) {
-  const uint64_t m = uint64_t(0) - static_cast<uint64_t>(c);
-  return f64_from_bits((f64_bits(a) & m) | (f64_bits(b) & ~m));
-}
-
-// |x| clamped to 104.0, its sign kept (see EXP_LIMIT in fusegen/vmath.py); NaN passes.
-FG_VM double clamp_exp_arg(double x) {
-  return vm_select(vm_fabs(x) > 104.0, vm_copysign(104.0, x), x);
-}
-
-// ---- exp_core: exp(x) for a double |x| <= 104.0 (or NaN, which propagates) ----
-// n = round(x / ln2) with k = n + 1.5 * 2^52 (its low bits hold n); r = x - n ln2, |r| <= ln2 / 2.
-struct ExpReduced {
-  double k, n, r;
-};
-
-FG_VM ExpReduced exp_reduce(double x) {
-  const double k = vm_fma(x, 1.4426950408889634, 6755399441055744.0);
-  const double n = k - 6755399441055744.0;
-  return {k, n, vm_fma(-n, 2.8235290563031577e-13, vm_fma(-n, 0.693147180559663, x))};  // n * ln2_hi is exact
-}
-
-// 2^n for k = n + 1.5 * 2^52: the low 12 bits of bits(k) + 1023 are n + 1023 (the shifter's are
-// 0); << 52 moves them into the exponent field and drops the rest.
-FG_VM double pow2_of(double k) { return f64_from_bits((f64_bits(k) + 1023u) << 52); }
-
-FG_VM double exp_core(double x) {
-  const ExpReduced e = exp_reduce(x);
+// exp(x) for |x| <= 104.0 or NaN (which propagates).
+FG_INLINE double exp_core(double x) {
+  const double k = x * 1.4426950408889634 + 6755399441055744.0;  // n + 1.5 * 2^52: low bits hold n
+  const double n = k - 6755399441055744.0;                         // round(x / ln2)
+  const double r = (x - n * 0.693147180559663) - n * 2.8235290563031577e-13;  // |r| <= ln2 / 2
   double s = 2.7476782228146016e-07;
-  s = vm_fma(s, e.r, 2.7635003237095916e-06);
-  s = vm_fma(s, e.r, 2.480193183306402e-05);
-  s = vm_fma(s, e.r, 0.00019841185208826579);
-  s = vm_fma(s, e.r, 0.0013888888516042496);
-  s = vm_fma(s, e.r, 0.008333333370888577);
-  s = vm_fma(s, e.r, 0.04166666666813746);
-  s = vm_fma(s, e.r, 0.16666666666611518);
-  s = vm_fma(s, e.r, 0.49999999999998324);
-  return vm_mul(1.0 + vm_fma(e.r * e.r, s, e.r), pow2_of(e.k));
+  s = s * r + 2.7635003237095916e-06;
+  s = s * r + 2.480193183306402e-05;
+  s = s * r + 0.00019841185208826579;
+  s = s * r + 0.0013888888516042496;
+  s = s * r + 0.008333333370888577;
+  s = s * r + 0.04166666666813746;
+  s = s * r + 0.16666666666611518;
+  s = s * r + 0.49999999999998324;
+  const double p = 1.0 + (r + r * r * s);
+  // 2^n: the low 12 bits of bits(k) + 1023 are n + 1023 (the shifter's are 0); << 52 moves them
+  // into the exponent field and drops the rest.
+  return p * f64_from_bits((f64_bits(k) + 1023u) << 52);
 }
 
-// ---- exp_f32 ----
-FG_VM float exp_f32(float x) {
-  return static_cast<float>(exp_core(clamp_exp_arg(x)));  // overflow, underflow, subnormals: this one rounding
+FG_INLINE float exp_f32(float x) {
+  double xd = x;
+  // One select with a non-constant arm: see EXP_LIMIT in fusegen/vmath.py. NaN passes.
+  xd = std::fabs(xd) > 104.0 ? std::copysign(104.0, xd) : xd;
+  return static_cast<float>(exp_core(xd));  // overflow, underflow, subnormals: this one rounding
 }
 
-// ---- tanh_f32: odd Taylor polynomial below 0.03125, (e - 1) / (e + 1) above ----
-FG_VM float tanh_f32(float x) {
+FG_INLINE float tanh_f32(float x) {
   const double xd = x;
   const double x2 = xd * xd;
-  double p = 0.021869488536155203;
-  p = vm_fma(p, x2, -0.05396825396825397);
-  p = vm_fma(p, x2, 0.13333333333333333);
-  p = vm_fma(p, x2, -0.3333333333333333);
-  p = vm_fma(p, x2, 1.0);
-  const double small = xd * p;  // keeps -0.0 and subnormals exact
-  double a = vm_fabs(xd);
-  // float32 tanh is +-1 from 10.0 on; inf too; NaN passes
-  a = vm_select(a > 10.0, 10.0, a);
+  // |x| < 0.03125: odd Taylor polynomial (keeps -0.0 and subnormals exact)
+  const double small = xd * (1.0 + x2 * (-0.3333333333333333 + x2 * (0.13333333333333333 +
+                             x2 * (-0.05396825396825397 + x2 * 0.021869488536155203))));
+  double a = std::fabs(xd);
+  a = a > 10.0 ? 10.0 : a;  // float32 tanh is +-1 there; inf too; NaN passes
   const double e = exp_core(2.0 * a);
   double big = (e - 1.0) / (e + 1.0);
-  big = vm_select(xd < 0.0, -big, big);
-  return static_cast<float>(vm_select(a < 0.03125, small, big));
+  big = xd < 0.0 ? -big : big;
+  return static_cast<float>(a < 0.03125 ? small : big);
 }
 
 // One stage of a fused group, run on one task: outer index + inner tile (in `base`, `n`) and
@@ -998,36 +929,36 @@ const fg::StageInfo kStageInfo[kStages] = {
     // stage 1: sum (%5), sum (%21)
     {2, {1, 2}, 5,
      2, {0, 3}, {1, 2},
-     2, {4, 6}, {5, 21},
+     2, {4, 7}, {5, 21},
      0, {}, {},
      0, {}, 2},
     // stage 2: sum (%11)
-    {5, {1, 0, 2, 5, 8}, 11,
-     4, {0, 1, 3, 4}, {1, 0, 2, 5},
+    {5, {1, 0, 5, 2, 8}, 11,
+     4, {0, 1, 4, 3}, {1, 0, 5, 2},
      1, {5}, {11},
      0, {}, {},
      0, {}, 1},
     // stage 3: sum (%14)
-    {7, {1, 0, 2, 5, 11, 8, 4}, 14,
-     5, {0, 1, 3, 4, 5}, {1, 0, 2, 5, 11},
-     1, {8}, {14},
+    {7, {1, 0, 5, 11, 2, 8, 4}, 14,
+     5, {0, 1, 4, 5, 3}, {1, 0, 5, 11, 2},
+     1, {9}, {14},
      0, {}, {},
      0, {}, 1},
     // stage 4: sum (%17)
-    {7, {1, 0, 2, 5, 11, 8, 4}, 17,
-     5, {0, 1, 3, 4, 5}, {1, 0, 2, 5, 11},
-     1, {7}, {17},
+    {7, {1, 0, 5, 11, 2, 8, 4}, 17,
+     5, {0, 1, 4, 5, 3}, {1, 0, 5, 11, 2},
+     1, {6}, {17},
      0, {}, {},
      0, {}, 1},
     // stage 5: sum (%26)
-    {4, {1, 2, 21, 17}, 26,
-     4, {0, 3, 6, 7}, {1, 2, 21, 17},
-     1, {9}, {26},
+    {4, {1, 17, 2, 21}, 26,
+     4, {0, 6, 3, 7}, {1, 17, 2, 21},
+     1, {8}, {26},
      0, {}, {},
      0, {}, 1},
     // stage 6: output 0 (%28)
-    {2, {14, 26}, -1,
-     2, {8, 9}, {14, 26},
+    {2, {26, 14}, -1,
+     2, {8, 9}, {26, 14},
      0, {}, {},
      0, {}, {},
      1, {2}, 0},
@@ -1052,9 +983,9 @@ int find_combo(const char **dtypes, int count) {
 }
 
 const int64_t kWorkspaceItemsize[][kWorkspaces + 1] = {
-    {4, 4, 4, 8, 4, 4, 4, 0},
+    {4, 4, 4, 4, 8, 4, 4, 0},
 };
-const int kWorkspaceNode[kWorkspaces] = {2, 5, 11, 21, 17, 14, 26};
+const int kWorkspaceNode[kWorkspaces] = {2, 5, 11, 17, 21, 26, 14};
 
 int read_inputs(int *ndims, int64_t **shapes, fg::Shape *in) {
   for (int i = 0; i < kInputs; ++i) FG_TRY(fg::read_shape(ndims[i], shapes[i], &in[i]));
@@ -1198,7 +1129,7 @@ __global__ void stage1_thread(Layout L, Ptrs P, Attrs a) {
   const float *p0 = static_cast<const float *>(P.p[0]);
   const float *p3 = static_cast<const float *>(P.p[3]);
   float *q4 = static_cast<float *>(P.p[4]);
-  double *q6 = static_cast<double *>(P.p[6]);
+  double *q7 = static_cast<double *>(P.p[7]);
 
   const int64_t count = L.ro_total * L.ri;
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < L.o_total * L.inner;
@@ -1213,7 +1144,7 @@ __global__ void stage1_thread(Layout L, Ptrs P, Attrs a) {
       r1 += s1_r1(fgd::ld(p0[c[0]]), fgd::ld(p3[c[3]]), a);
     }
     fgd::put(&q4[base[4]], r0);
-    fgd::put(&q6[base[6]], r1);
+    fgd::put(&q7[base[7]], r1);
 
   }
 }
@@ -1224,7 +1155,7 @@ __global__ void stage1_block(Layout L, Ptrs P, Attrs a) {
   const float *p0 = static_cast<const float *>(P.p[0]);
   const float *p3 = static_cast<const float *>(P.p[3]);
   float *q4 = static_cast<float *>(P.p[4]);
-  double *q6 = static_cast<double *>(P.p[6]);
+  double *q7 = static_cast<double *>(P.p[7]);
 
   __shared__ float sh0[kBlock];
   __shared__ double sh1[kBlock];
@@ -1254,7 +1185,7 @@ __global__ void stage1_block(Layout L, Ptrs P, Attrs a) {
       r0 = sh0[0];
       r1 = sh1[0];
       fgd::put(&q4[base[4]], r0);
-      fgd::put(&q6[base[6]], r1);
+      fgd::put(&q7[base[7]], r1);
 
     }
     __syncthreads();  // the shared arrays are reused by the next row
@@ -1262,7 +1193,7 @@ __global__ void stage1_block(Layout L, Ptrs P, Attrs a) {
 }
 
 // --- stage 2: sum (%11)
-__device__ inline float s2_r0(float v0, float v1, float v3, float v4, const Attrs &a) {
+__device__ inline float s2_r0(float v0, float v1, float v4, float v3, const Attrs &a) {
   (void)a;
   const auto t0 = (-v1);
   const auto t1 = (v0 - v3);
@@ -1278,8 +1209,8 @@ __device__ inline float s2_r0(float v0, float v1, float v3, float v4, const Attr
 __global__ void stage2_thread(Layout L, Ptrs P, Attrs a) {
   const float *p0 = static_cast<const float *>(P.p[0]);
   const float *p1 = static_cast<const float *>(P.p[1]);
-  const float *p3 = static_cast<const float *>(P.p[3]);
   const float *p4 = static_cast<const float *>(P.p[4]);
+  const float *p3 = static_cast<const float *>(P.p[3]);
   float *q5 = static_cast<float *>(P.p[5]);
 
   const int64_t count = L.ro_total * L.ri;
@@ -1290,7 +1221,7 @@ __global__ void stage2_thread(Layout L, Ptrs P, Attrs a) {
     float r0 = 0.0f;
     for (int64_t r = 0; r < count; ++r) {
       dev_point(L, r, base, c);
-      r0 += s2_r0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p3[c[3]]), fgd::ld(p4[c[4]]), a);
+      r0 += s2_r0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p4[c[4]]), fgd::ld(p3[c[3]]), a);
     }
     fgd::put(&q5[base[5]], r0);
 
@@ -1302,8 +1233,8 @@ __global__ void stage2_thread(Layout L, Ptrs P, Attrs a) {
 __global__ void stage2_block(Layout L, Ptrs P, Attrs a) {
   const float *p0 = static_cast<const float *>(P.p[0]);
   const float *p1 = static_cast<const float *>(P.p[1]);
-  const float *p3 = static_cast<const float *>(P.p[3]);
   const float *p4 = static_cast<const float *>(P.p[4]);
+  const float *p3 = static_cast<const float *>(P.p[3]);
   float *q5 = static_cast<float *>(P.p[5]);
 
   __shared__ float sh0[kBlock];
@@ -1315,7 +1246,7 @@ __global__ void stage2_block(Layout L, Ptrs P, Attrs a) {
     float r0 = 0.0f;
     for (int64_t r = tid; r < count; r += kBlock) {
       dev_point(L, r, base, c);
-      r0 += s2_r0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p3[c[3]]), fgd::ld(p4[c[4]]), a);
+      r0 += s2_r0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p4[c[4]]), fgd::ld(p3[c[3]]), a);
     }
     sh0[tid] = r0;
     __syncthreads();
@@ -1335,7 +1266,7 @@ __global__ void stage2_block(Layout L, Ptrs P, Attrs a) {
 }
 
 // --- stage 3: sum (%14)
-__device__ inline float s3_r0(float v0, float v1, float v3, float v4, float v5, const Attrs &a) {
+__device__ inline float s3_r0(float v0, float v1, float v4, float v5, float v3, const Attrs &a) {
   (void)a;
   const auto t0 = (v1 / v4);
   const auto t1 = (t0 + v5);
@@ -1350,10 +1281,10 @@ __device__ inline float s3_r0(float v0, float v1, float v3, float v4, float v5, 
 __global__ void stage3_thread(Layout L, Ptrs P, Attrs a) {
   const float *p0 = static_cast<const float *>(P.p[0]);
   const float *p1 = static_cast<const float *>(P.p[1]);
-  const float *p3 = static_cast<const float *>(P.p[3]);
   const float *p4 = static_cast<const float *>(P.p[4]);
   const float *p5 = static_cast<const float *>(P.p[5]);
-  float *q8 = static_cast<float *>(P.p[8]);
+  const float *p3 = static_cast<const float *>(P.p[3]);
+  float *q9 = static_cast<float *>(P.p[9]);
 
   const int64_t count = L.ro_total * L.ri;
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < L.o_total * L.inner;
@@ -1363,9 +1294,9 @@ __global__ void stage3_thread(Layout L, Ptrs P, Attrs a) {
     float r0 = 0.0f;
     for (int64_t r = 0; r < count; ++r) {
       dev_point(L, r, base, c);
-      r0 += s3_r0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p3[c[3]]), fgd::ld(p4[c[4]]), fgd::ld(p5[c[5]]), a);
+      r0 += s3_r0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p4[c[4]]), fgd::ld(p5[c[5]]), fgd::ld(p3[c[3]]), a);
     }
-    fgd::put(&q8[base[8]], r0);
+    fgd::put(&q9[base[9]], r0);
 
   }
 }
@@ -1375,155 +1306,9 @@ __global__ void stage3_thread(Layout L, Ptrs P, Attrs a) {
 __global__ void stage3_block(Layout L, Ptrs P, Attrs a) {
   const float *p0 = static_cast<const float *>(P.p[0]);
   const float *p1 = static_cast<const float *>(P.p[1]);
-  const float *p3 = static_cast<const float *>(P.p[3]);
   const float *p4 = static_cast<const float *>(P.p[4]);
   const float *p5 = static_cast<const float *>(P.p[5]);
-  float *q8 = static_cast<float *>(P.p[8]);
-
-  __shared__ float sh0[kBlock];
-  const int64_t count = L.ro_total * L.ri;
-  const int tid = threadIdx.x;
-  for (int64_t o = blockIdx.x; o < L.o_total; o += gridDim.x) {
-    int64_t base[kOperands], c[kOperands];
-    dev_base(L, o, 0, base);
-    float r0 = 0.0f;
-    for (int64_t r = tid; r < count; r += kBlock) {
-      dev_point(L, r, base, c);
-      r0 += s3_r0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p3[c[3]]), fgd::ld(p4[c[4]]), fgd::ld(p5[c[5]]), a);
-    }
-    sh0[tid] = r0;
-    __syncthreads();
-    for (int step = kBlock / 2; step > 0; step /= 2) {
-      if (tid < step) {
-        sh0[tid] += sh0[tid + step];
-      }
-      __syncthreads();
-    }
-    if (tid == 0) {
-      r0 = sh0[0];
-      fgd::put(&q8[base[8]], r0);
-
-    }
-    __syncthreads();  // the shared arrays are reused by the next row
-  }
-}
-
-// --- stage 4: sum (%17)
-__device__ inline float s4_r0(float v0, float v1, float v3, float v4, float v5, const Attrs &a) {
-  (void)a;
-  const auto t0 = (v1 / v4);
-  const auto t1 = (t0 + v5);
-  const auto t2 = (v0 - v3);
-  const auto t3 = exp(t2);
-  const auto t4 = (t1 * t3);
-  const auto t5 = (-t4);
-  return t5;
-}
-
-// One thread per output point (o, i): threads run across the contiguous dim, so the rows a
-// reduction of leading axes reads are coalesced; accumulators stay in registers.
-__global__ void stage4_thread(Layout L, Ptrs P, Attrs a) {
-  const float *p0 = static_cast<const float *>(P.p[0]);
-  const float *p1 = static_cast<const float *>(P.p[1]);
   const float *p3 = static_cast<const float *>(P.p[3]);
-  const float *p4 = static_cast<const float *>(P.p[4]);
-  const float *p5 = static_cast<const float *>(P.p[5]);
-  float *q7 = static_cast<float *>(P.p[7]);
-
-  const int64_t count = L.ro_total * L.ri;
-  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < L.o_total * L.inner;
-       t += int64_t(gridDim.x) * blockDim.x) {
-    int64_t base[kOperands], c[kOperands];
-    dev_base(L, t / L.inner, t % L.inner, base);
-    float r0 = 0.0f;
-    for (int64_t r = 0; r < count; ++r) {
-      dev_point(L, r, base, c);
-      r0 += s4_r0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p3[c[3]]), fgd::ld(p4[c[4]]), fgd::ld(p5[c[5]]), a);
-    }
-    fgd::put(&q7[base[7]], r0);
-
-  }
-}
-
-// One block per output row (the innermost dim is reduced): threads stride along the row, then
-// a shared-memory tree reduction; thread 0 finishes (mean, casts, epilogue outputs).
-__global__ void stage4_block(Layout L, Ptrs P, Attrs a) {
-  const float *p0 = static_cast<const float *>(P.p[0]);
-  const float *p1 = static_cast<const float *>(P.p[1]);
-  const float *p3 = static_cast<const float *>(P.p[3]);
-  const float *p4 = static_cast<const float *>(P.p[4]);
-  const float *p5 = static_cast<const float *>(P.p[5]);
-  float *q7 = static_cast<float *>(P.p[7]);
-
-  __shared__ float sh0[kBlock];
-  const int64_t count = L.ro_total * L.ri;
-  const int tid = threadIdx.x;
-  for (int64_t o = blockIdx.x; o < L.o_total; o += gridDim.x) {
-    int64_t base[kOperands], c[kOperands];
-    dev_base(L, o, 0, base);
-    float r0 = 0.0f;
-    for (int64_t r = tid; r < count; r += kBlock) {
-      dev_point(L, r, base, c);
-      r0 += s4_r0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p3[c[3]]), fgd::ld(p4[c[4]]), fgd::ld(p5[c[5]]), a);
-    }
-    sh0[tid] = r0;
-    __syncthreads();
-    for (int step = kBlock / 2; step > 0; step /= 2) {
-      if (tid < step) {
-        sh0[tid] += sh0[tid + step];
-      }
-      __syncthreads();
-    }
-    if (tid == 0) {
-      r0 = sh0[0];
-      fgd::put(&q7[base[7]], r0);
-
-    }
-    __syncthreads();  // the shared arrays are reused by the next row
-  }
-}
-
-// --- stage 5: sum (%26)
-__device__ inline float s5_r0(float v0, float v3, double v6, float v7, const Attrs &a) {
-  (void)a;
-  const auto t0 = (v0 == v3);
-  const auto t1 = ((double)(v7) / v6);
-  const auto t2 = (float)(t1);
-  const auto t3 = (t0 ? t2 : (float)(INT64_C(0)));
-  return t3;
-}
-
-// One thread per output point (o, i): threads run across the contiguous dim, so the rows a
-// reduction of leading axes reads are coalesced; accumulators stay in registers.
-__global__ void stage5_thread(Layout L, Ptrs P, Attrs a) {
-  const float *p0 = static_cast<const float *>(P.p[0]);
-  const float *p3 = static_cast<const float *>(P.p[3]);
-  const double *p6 = static_cast<const double *>(P.p[6]);
-  const float *p7 = static_cast<const float *>(P.p[7]);
-  float *q9 = static_cast<float *>(P.p[9]);
-
-  const int64_t count = L.ro_total * L.ri;
-  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < L.o_total * L.inner;
-       t += int64_t(gridDim.x) * blockDim.x) {
-    int64_t base[kOperands], c[kOperands];
-    dev_base(L, t / L.inner, t % L.inner, base);
-    float r0 = 0.0f;
-    for (int64_t r = 0; r < count; ++r) {
-      dev_point(L, r, base, c);
-      r0 += s5_r0(fgd::ld(p0[c[0]]), fgd::ld(p3[c[3]]), fgd::ld(p6[c[6]]), fgd::ld(p7[c[7]]), a);
-    }
-    fgd::put(&q9[base[9]], r0);
-
-  }
-}
-
-// One block per output row (the innermost dim is reduced): threads stride along the row, then
-// a shared-memory tree reduction; thread 0 finishes (mean, casts, epilogue outputs).
-__global__ void stage5_block(Layout L, Ptrs P, Attrs a) {
-  const float *p0 = static_cast<const float *>(P.p[0]);
-  const float *p3 = static_cast<const float *>(P.p[3]);
-  const double *p6 = static_cast<const double *>(P.p[6]);
-  const float *p7 = static_cast<const float *>(P.p[7]);
   float *q9 = static_cast<float *>(P.p[9]);
 
   __shared__ float sh0[kBlock];
@@ -1535,7 +1320,7 @@ __global__ void stage5_block(Layout L, Ptrs P, Attrs a) {
     float r0 = 0.0f;
     for (int64_t r = tid; r < count; r += kBlock) {
       dev_point(L, r, base, c);
-      r0 += s5_r0(fgd::ld(p0[c[0]]), fgd::ld(p3[c[3]]), fgd::ld(p6[c[6]]), fgd::ld(p7[c[7]]), a);
+      r0 += s3_r0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p4[c[4]]), fgd::ld(p5[c[5]]), fgd::ld(p3[c[3]]), a);
     }
     sh0[tid] = r0;
     __syncthreads();
@@ -1554,10 +1339,156 @@ __global__ void stage5_block(Layout L, Ptrs P, Attrs a) {
   }
 }
 
+// --- stage 4: sum (%17)
+__device__ inline float s4_r0(float v0, float v1, float v4, float v5, float v3, const Attrs &a) {
+  (void)a;
+  const auto t0 = (v1 / v4);
+  const auto t1 = (t0 + v5);
+  const auto t2 = (v0 - v3);
+  const auto t3 = exp(t2);
+  const auto t4 = (t1 * t3);
+  const auto t5 = (-t4);
+  return t5;
+}
+
+// One thread per output point (o, i): threads run across the contiguous dim, so the rows a
+// reduction of leading axes reads are coalesced; accumulators stay in registers.
+__global__ void stage4_thread(Layout L, Ptrs P, Attrs a) {
+  const float *p0 = static_cast<const float *>(P.p[0]);
+  const float *p1 = static_cast<const float *>(P.p[1]);
+  const float *p4 = static_cast<const float *>(P.p[4]);
+  const float *p5 = static_cast<const float *>(P.p[5]);
+  const float *p3 = static_cast<const float *>(P.p[3]);
+  float *q6 = static_cast<float *>(P.p[6]);
+
+  const int64_t count = L.ro_total * L.ri;
+  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < L.o_total * L.inner;
+       t += int64_t(gridDim.x) * blockDim.x) {
+    int64_t base[kOperands], c[kOperands];
+    dev_base(L, t / L.inner, t % L.inner, base);
+    float r0 = 0.0f;
+    for (int64_t r = 0; r < count; ++r) {
+      dev_point(L, r, base, c);
+      r0 += s4_r0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p4[c[4]]), fgd::ld(p5[c[5]]), fgd::ld(p3[c[3]]), a);
+    }
+    fgd::put(&q6[base[6]], r0);
+
+  }
+}
+
+// One block per output row (the innermost dim is reduced): threads stride along the row, then
+// a shared-memory tree reduction; thread 0 finishes (mean, casts, epilogue outputs).
+__global__ void stage4_block(Layout L, Ptrs P, Attrs a) {
+  const float *p0 = static_cast<const float *>(P.p[0]);
+  const float *p1 = static_cast<const float *>(P.p[1]);
+  const float *p4 = static_cast<const float *>(P.p[4]);
+  const float *p5 = static_cast<const float *>(P.p[5]);
+  const float *p3 = static_cast<const float *>(P.p[3]);
+  float *q6 = static_cast<float *>(P.p[6]);
+
+  __shared__ float sh0[kBlock];
+  const int64_t count = L.ro_total * L.ri;
+  const int tid = threadIdx.x;
+  for (int64_t o = blockIdx.x; o < L.o_total; o += gridDim.x) {
+    int64_t base[kOperands], c[kOperands];
+    dev_base(L, o, 0, base);
+    float r0 = 0.0f;
+    for (int64_t r = tid; r < count; r += kBlock) {
+      dev_point(L, r, base, c);
+      r0 += s4_r0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p4[c[4]]), fgd::ld(p5[c[5]]), fgd::ld(p3[c[3]]), a);
+    }
+    sh0[tid] = r0;
+    __syncthreads();
+    for (int step = kBlock / 2; step > 0; step /= 2) {
+      if (tid < step) {
+        sh0[tid] += sh0[tid + step];
+      }
+      __syncthreads();
+    }
+    if (tid == 0) {
+      r0 = sh0[0];
+      fgd::put(&q6[base[6]], r0);
+
+    }
+    __syncthreads();  // the shared arrays are reused by the next row
+  }
+}
+
+// --- stage 5: sum (%26)
+__device__ inline float s5_r0(float v0, float v6, float v3, double v7, const Attrs &a) {
+  (void)a;
+  const auto t0 = (v0 == v3);
+  const auto t1 = ((double)(v6) / v7);
+  const auto t2 = (float)(t1);
+  const auto t3 = (t0 ? t2 : (float)(INT64_C(0)));
+  return t3;
+}
+
+// One thread per output point (o, i): threads run across the contiguous dim, so the rows a
+// reduction of leading axes reads are coalesced; accumulators stay in registers.
+__global__ void stage5_thread(Layout L, Ptrs P, Attrs a) {
+  const float *p0 = static_cast<const float *>(P.p[0]);
+  const float *p6 = static_cast<const float *>(P.p[6]);
+  const float *p3 = static_cast<const float *>(P.p[3]);
+  const double *p7 = static_cast<const double *>(P.p[7]);
+  float *q8 = static_cast<float *>(P.p[8]);
+
+  const int64_t count = L.ro_total * L.ri;
+  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < L.o_total * L.inner;
+       t += int64_t(gridDim.x) * blockDim.x) {
+    int64_t base[kOperands], c[kOperands];
+    dev_base(L, t / L.inner, t % L.inner, base);
+    float r0 = 0.0f;
+    for (int64_t r = 0; r < count; ++r) {
+      dev_point(L, r, base, c);
+      r0 += s5_r0(fgd::ld(p0[c[0]]), fgd::ld(p6[c[6]]), fgd::ld(p3[c[3]]), fgd::ld(p7[c[7]]), a);
+    }
+    fgd::put(&q8[base[8]], r0);
+
+  }
+}
+
+// One block per output row (the innermost dim is reduced): threads stride along the row, then
+// a shared-memory tree reduction; thread 0 finishes (mean, casts, epilogue outputs).
+__global__ void stage5_block(Layout L, Ptrs P, Attrs a) {
+  const float *p0 = static_cast<const float *>(P.p[0]);
+  const float *p6 = static_cast<const float *>(P.p[6]);
+  const float *p3 = static_cast<const float *>(P.p[3]);
+  const double *p7 = static_cast<const double *>(P.p[7]);
+  float *q8 = static_cast<float *>(P.p[8]);
+
+  __shared__ float sh0[kBlock];
+  const int64_t count = L.ro_total * L.ri;
+  const int tid = threadIdx.x;
+  for (int64_t o = blockIdx.x; o < L.o_total; o += gridDim.x) {
+    int64_t base[kOperands], c[kOperands];
+    dev_base(L, o, 0, base);
+    float r0 = 0.0f;
+    for (int64_t r = tid; r < count; r += kBlock) {
+      dev_point(L, r, base, c);
+      r0 += s5_r0(fgd::ld(p0[c[0]]), fgd::ld(p6[c[6]]), fgd::ld(p3[c[3]]), fgd::ld(p7[c[7]]), a);
+    }
+    sh0[tid] = r0;
+    __syncthreads();
+    for (int step = kBlock / 2; step > 0; step /= 2) {
+      if (tid < step) {
+        sh0[tid] += sh0[tid + step];
+      }
+      __syncthreads();
+    }
+    if (tid == 0) {
+      r0 = sh0[0];
+      fgd::put(&q8[base[8]], r0);
+
+    }
+    __syncthreads();  // the shared arrays are reused by the next row
+  }
+}
+
 // --- stage 6: output 0 (%28)
 __device__ inline float s6_w0(float v8, float v9, const Attrs &a) {
   (void)a;
-  const auto t0 = (v8 + v9);
+  const auto t0 = (v9 + v8);
   const auto t1 = t0;
   return t1;
 }

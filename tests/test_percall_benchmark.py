@@ -1,0 +1,27 @@
+"""Per-call cost at (4, 5), per backend, recorded by pytest-benchmark in its ``per-call`` group
+(``pytest tests/test_percall_benchmark.py --benchmark-only``; a record, not a timed assertion:
+the figures are compared with ``--benchmark-compare``). ``fusegen bench --calls`` breaks the same
+call into its parts. Skipped in an ordinary run (``--benchmark-skip`` is implied by xdist)."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+import fusegen as fg
+from fusegen.bench import variants
+
+pytest.importorskip("pytest_benchmark", reason="needs pytest-benchmark (pip install 'fusegen[test]')")
+BACKENDS = ["numba", pytest.param("aot", marks=pytest.mark.skipif(shutil.which("g++") is None,
+                                                                    reason="needs g++ (apt install g++)"))]
+
+
+@pytest.mark.benchmark(group="per-call")
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", ["add_reduce_sum", "layer_norm", "bias_gelu", "adam_step"])
+def test_call_at_4x5(benchmark, name, backend):
+    spec = variants.ALL_OPS[name]
+    kernel = fg.compile(spec.op, backend=backend, **({"dtypes": "float32"} if backend == "aot" else {}))
+    arrays, attrs = spec.make_inputs((4, 5), "float32"), spec.variants[-1]
+    kernel(*arrays, **attrs)
+    benchmark(lambda: kernel(*arrays, **attrs))
