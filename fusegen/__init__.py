@@ -55,7 +55,7 @@ def __getattr__(name):
     if name in ("jax", "torch"):  # optional: `pip install "fusegen[jax]"` / `"fusegen[torch]"`
         import importlib
         return importlib.import_module("." + name, __name__)
-    if name == "random":  # fg.random.reference (the traced functions come with the IR integration)
+    if name == "random":  # fg.random: uniform, normal, bernoulli, randint (traced) and reference (NumPy)
         import importlib
         return importlib.import_module(".random", __name__)
     if name == "examples":

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from . import vmath
 from .ir import Node, Op, Spec, nodes_of
+from .lower import rng as rnglower
 from .lower.pysource import INNER_HELPER, NAN_HELPERS, combine, general_maps, import_source, layout_tail, operand_name
 from .plan import GroupRun, Plan
 from .plan.paths import is_param, path_steps
@@ -104,6 +105,11 @@ class GroupSource:
         self.lines: list[str] = []
         self.attrs: list[str] = sorted({n.arg for st in self._stages() for n in _nodes_of(st) if n.op is Op.ATTR})
         self.params = [n for st in self._stages() for n in st.params]
+        # random numbers (fusegen/lower/rng.py): per-task buffers filled four elements per
+        # Philox call before a loop along which a random node's counter is contiguous
+        self.rng = rnglower.RandomText(buffered=self._rng_buffered)
+        self.rng_buffers: dict[str, str] = {}
+        self._rng_loop = None   # (mode, index variable, count, pre-loop ExprWriter, fills, names)
 
     def _stages(self):
         return [self.plan.stages[i] for i in self.run.stages]
@@ -146,6 +152,7 @@ class GroupSource:
         w("        r_lo = (u - (u // nsplit) * nsplit) * chunk")
         w("        r_hi = min(RI, r_lo + chunk)")
         w("        n = min(TILE, I - i0)")
+        alloc_at = len(self.lines)
         for o in self.ops.values():
             if self.general:  # an offset (a slice's start, a piece's place, an iota's first value)
                 w(f"        b_{o.name} = meta[SB + {len(self.ops)} * W + {o.k}] + i0 * meta[SB + {o.k} * W + nO + nRO + 1]")
@@ -154,6 +161,8 @@ class GroupSource:
         self._unravel("        ", "o", "nO", "", "b", self.ops.values())
         for st in self._stages():
             self._stage(st)
+        self.lines[alloc_at:alloc_at] = [f"        {b} = np.empty(max(TILE, chunk, 1), dtype=np.{d})"
+                                         for b, d in self.rng_buffers.items()]
         if self.split:
             self._combine_partials(self._stages()[0])
         w("    return 0")
@@ -196,12 +205,14 @@ class GroupSource:
             for o in moving:
                 at = f"c_{o.name} + {_idx(o.ri, 'r_lo', o.name + '_sri')}"
                 w(f"{p2}{_view(o, o.ri, at, o.name + '_sri')}" if o.kind == "array" else f"{p2}q_{o.name} = {at}")
-            w(f"{p2}for ri in range(r_hi - r_lo):")
             p3 = p2 + "    "
+            self._rng_begin(st, "row", "ri", "r_hi - r_lo")
             ew = ExprWriter(self.spec, PYTHON, lambda n, ctx: self._load(n, ctx, "row"), prefix=f"s{st.index}_",
-                            variant=self.run.variant)
+                            variant=self.run.variant, random=self.rng)
             vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
             outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.writes]
+            self._rng_end(p2)
+            w(f"{p2}for ri in range(r_hi - r_lo):")
             for name, expr in ew.lines:
                 w(f"{p3}{name} = {expr}")
             for j, ((r, acc), v) in enumerate(zip(accs, vals)):
@@ -223,12 +234,14 @@ class GroupSource:
             for o in moving:
                 at = f"c_{o.name} + {_idx(o.ri, 'ri', o.name + '_sri')}"
                 w(f"{p3}{_view(o, o.i, at, o.name + '_si')}" if o.kind == "array" else f"{p3}q_{o.name} = {at}")
-            w(f"{p3}for i in range(n):")
             p4 = p3 + "    "
+            self._rng_begin(st, "col", "i", "n")
             ew = ExprWriter(self.spec, PYTHON, lambda n, ctx: self._load(n, ctx, "col"), prefix=f"s{st.index}_",
-                            variant=self.run.variant)
+                            variant=self.run.variant, random=self.rng)
             vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
             outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.writes]
+            self._rng_end(p3)
+            w(f"{p3}for i in range(n):")
             for name, expr in ew.lines:
                 w(f"{p4}{name} = {expr}")
             for j, ((r, acc), v) in enumerate(zip(accs, vals)):
@@ -262,7 +275,8 @@ class GroupSource:
                 if is_param(n):
                     return self.param_name(n)
                 return f"{views[self._operand(n, ctx)]}[i]"
-            ew = ExprWriter(self.spec, PYTHON, leaf, prefix=f"s{st.index}_k{k}_", variant=self.run.variant)
+            ew = ExprWriter(self.spec, PYTHON, leaf, prefix=f"s{st.index}_k{k}_", variant=self.run.variant,
+                            random=self.rng)
             vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
             for name, expr in ew.lines:
                 w(f"{p4}{name} = {expr}")
@@ -357,6 +371,41 @@ class GroupSource:
             w(f"{p}{name} = {expr}")
         for o, n, v in outs:
             w(f"{p}f_{o.name}[i] = {v}")
+
+    # --- random numbers: four elements per Philox call along a contiguous counter ------------
+    def _rng_begin(self, st, mode: str, var: str, count: str) -> None:
+        pre = ExprWriter(self.spec, PYTHON, lambda n, ctx: self._load(n, ctx, mode), prefix=f"r{st.index}_",
+                         variant=self.run.variant)
+        self._rng_loop = (mode, var, count, pre, [], {})
+
+    def _rng_buffered(self, ew, node: Node, ctx: tuple):
+        """The buffer read of ``node`` at the loop index when its counter is an iota with unit
+        stride along this loop (then a fill before the loop computes it), else None."""
+        leaf = rnglower.counter_leaf(node, ctx)
+        if leaf is None or self._rng_loop is None:
+            return None
+        mode, var, count, pre, fills, names = self._rng_loop
+        o = self.ops[self._operand(*leaf)]
+        if o.kind != "iota" or (o.i if mode == "col" else o.ri) != 1:
+            return None
+        key = (id(node), ctx)
+        if key not in names:
+            fn, dtype = rnglower.fill_of(node)
+            names[key] = name = f"rb{len(self.rng_buffers)}"
+            self.rng_buffers[name] = dtype
+            seed, offset, *extra = rnglower.scalars(pre, node, ctx)
+            fills.append(f"{fn}({', '.join([name, count, seed, offset, f'q_{o.name}', *extra])})")
+        return f"{names[key]}[{var}]"
+
+    def _rng_end(self, pad: str) -> None:
+        """The fills (and the scalars they read) before the loop."""
+        _, _, _, pre, fills, _ = self._rng_loop
+        if fills:
+            self.lines.append(f"{pad}# random numbers of this loop, four per Philox call (fusegen/rng_numba.py)")
+        for name, expr in pre.lines:
+            self.lines.append(f"{pad}{name} = {expr}")
+        self.lines.extend(f"{pad}{f}" for f in fills)
+        self._rng_loop = None
 
     # --- helpers -----------------------------------------------------------------------------
     def _read_keys(self, st) -> list[tuple]:
@@ -465,6 +514,8 @@ def compile_group(plan: Plan, spec: Spec, run: GroupRun, parallel: bool, split: 
     src = PRELUDE.format(op=plan.opdef.name, dtypes=", ".join(map(str, spec.dtypes)), version=__version__,
                          numba_version=numba.__version__, vmath=vmath.source_digest(),
                          jit=", ".join(f"{k}={v!r}" for k, v in sorted(shown.items()))) + body
+    if gs.rng.used:   # the digest names the RNG's implementation: Numba's cache key
+        src += f"# fusegen.rng_numba {rnglower.digest()}\n" + gs.rng.bindings()
     modular = any(o.kind == "modular" for o in gs.ops.values())
     if modular:
         src += INNER_HELPER

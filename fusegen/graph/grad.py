@@ -34,7 +34,8 @@ from .trace import Tensor, cast_like, expect_same_shape, make as _make, sum_to, 
 
 # Ops whose derivative is zero almost everywhere: adjoints stop there.
 _ZERO_GRAD = {Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE, Op.AND, Op.OR, Op.NOT, Op.FLOOR, Op.CEIL,
-              Op.INPUT, Op.ATTR, Op.CONST}
+              Op.INPUT, Op.ATTR, Op.CONST,
+              Op.RANDOM}  # random numbers: recomputed from (seed, offset, index), never differentiated
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
 

@@ -71,6 +71,8 @@ class Op(enum.Enum):
     CONCAT = "concat"
     PAD = "pad"
     IOTA = "iota"
+    # counter-based random numbers (fusegen.graph.rng): elementwise in an element counter
+    RANDOM = "random"
 
 
 # Each elementwise op's dtype rule is the NumPy ufunc whose type resolution it follows.

@@ -70,6 +70,9 @@ _LAYOUT_TEXT = {
     Op.CONCAT: lambda n, s: f"concat {', '.join(s)}, axis={n.arg}",
     Op.PAD: _pad_text,
     Op.IOTA: lambda n, s: f"iota {s[0]}",
+    Op.RANDOM: lambda n, s: f"random {n.arg!r} at {s[0]}, seed {s[1]}, offset {s[2]}"
+                            + "".join(f", {k} {v}" for k, v in zip(("p",) if n.arg.kind == "bernoulli" else
+                                                                     ("low", "high"), s[3:])),
 }
 
 

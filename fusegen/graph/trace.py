@@ -19,7 +19,8 @@ from ..errors import TraceError
 from .nodes import AttrRef, AttrSpec, DTypeOf, Node, Op, REDUCE_KINDS, ReduceArg, ShapeOf
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_TRACING_FILES = {os.path.join(_HERE, f) for f in ("trace.py", "vocab.py", "layout.py", "compose.py")}
+_TRACING_FILES = {os.path.join(_HERE, f) for f in ("trace.py", "vocab.py", "layout.py", "compose.py",
+                                                          "rng.py")}
 _tls = threading.local()
 
 

@@ -14,6 +14,7 @@ from ..plan import GroupRun, Plan
 from ..plan.paths import is_param, path_steps
 from ..plan.exprs import CUDA_PY, ExprWriter, reduce_identity, reg_dtype
 from .pysource import combine, general_maps, operand_name
+from .rng import RandomText
 
 # meta: nO, nRO, RI, I, O_total, RO_total, count, nsplit, chunk; then extents, then strides
 HEADER = 9
@@ -50,6 +51,7 @@ class CudaGroupSource:
                      for key, inner in zip(run.operands, inners)}
         self.active = dict(zip(run.operands, run.active or [True] * len(run.operands)))
         self.general = general_maps(self.stages, inners)
+        self.rng = RandomText()   # random numbers: one Philox block per element (one thread each)
         # the group's accesses: which operand a loaded leaf is in its view context, where a
         # reduction's result goes
         self.slot_of = {id(a.node): a.slot for st in self.stages for a in st.reads}
@@ -172,7 +174,8 @@ class CudaGroupSource:
 
     def _body(self, pad: int, st, tag: str) -> tuple[list[str], list[tuple[str, str]]]:
         """Emit one loop body of stage ``st``: returns (reduction values, (store target, value))."""
-        ew = ExprWriter(self.spec, CUDA_PY, self._load, prefix=f"{tag}{st.index}_", variant=self.run.variant)
+        ew = ExprWriter(self.spec, CUDA_PY, self._load, prefix=f"{tag}{st.index}_", variant=self.run.variant,
+                        random=self.rng)
         vals = [ew.value(r.srcs[0], reg_dtype(self.spec.of(r).acc)) for r in st.reductions]
         stores = []
         for k, n in st.writes:

@@ -1,0 +1,110 @@
+"""``Op.RANDOM`` (fusegen/graph/rng.py) as Python kernel text for Numba CPU and numba-cuda: the
+functions of fusegen/rng_numba.py, bound in a generated module as ``_rng_<name>``.
+
+``RandomText`` is the ``random`` hook of ``plan.exprs.ExprWriter``. A node is computed either
+*per element* (its own Philox block: any access, any backend) or read from a *buffer* that the
+loop nest filled four elements per Philox call before the loop (``buffered``: the Numba CPU
+lowering offers one where the counter runs contiguously along the loop). Either way the value is
+the reference's bit for bit: the fills and the per-element forms are the same formulas.
+"""
+from __future__ import annotations
+
+from .. import dtypes as dt
+from ..errors import FusegenError
+from ..ir import VIEWS, Node, Op
+
+#: per (kind, dtype name or "int"): the per-element function and the fill (the buffer's values)
+_AT = {("uniform", "float32"): "uniform_f32_at", ("uniform", "float64"): "uniform_f64_at",
+       ("normal", "float32"): "normal_f32_at", ("normal", "float64"): "normal_f64_at",
+       ("bernoulli", "bool"): "word_at", ("randint", "int"): "randint_at"}
+_FILL = {("uniform", "float32"): ("fill_uniform_f32", "float32"), ("uniform", "float64"): ("fill_uniform_f64", "float64"),
+         ("normal", "float32"): ("fill_normal_f32", "float32"), ("normal", "float64"): ("fill_normal_f64", "float64"),
+         ("bernoulli", "bool"): ("fill_words", "uint32"), ("randint", "int"): ("fill_randint", "uint64")}
+
+PREFIX = "_rng_"
+
+
+def _key(node: Node) -> tuple[str, str]:
+    d = node.arg.dtype
+    return node.arg.kind, ("int" if d.is_int else d.name)
+
+
+def counter_leaf(node: Node, ctx: tuple) -> tuple[Node, tuple] | None:
+    """The IOTA under a random node's counter and its view context (as ``ExprWriter`` reads it),
+    or None when the counter is not a view of an iota."""
+    n = node.srcs[0]
+    while n.op in VIEWS:
+        ctx = ctx + ((n, 0),)
+        n = n.srcs[0]
+    return (n, ctx) if n.op is Op.IOTA else None
+
+
+def uint64_text(ew, src: Node, ctx: tuple) -> str:
+    """A seed, offset or randint bound as uint64 (ints modulo 2^64, as the rules allow)."""
+    if src.op is Op.CONST:
+        return f"np.uint64({int(src.arg[1]) % (1 << 64)})"
+    return f"np.uint64({ew.value(src, None, ctx)})"
+
+
+def scalars(ew, node: Node, ctx: tuple) -> list[str]:
+    """The fill's and per-element form's scalar arguments after the counter: seed, offset and,
+    for randint, low and high."""
+    extra = node.srcs[3:5] if node.arg.kind == "randint" else ()
+    return [uint64_text(ew, s, ctx) for s in (node.srcs[1], node.srcs[2], *extra)]
+
+
+def fill_of(node: Node) -> tuple[str, str]:
+    """(function, buffer dtype name) of the node's fill."""
+    name, buf = _FILL[_key(node)]
+    return PREFIX + name, buf
+
+
+class RandomText:
+    """Renders random nodes; ``used`` collects the rng_numba names the module must bind.
+    ``buffered(ew, node, ctx)``: the text of the node's buffered raw value at the current loop
+    index, or None to compute it per element."""
+
+    def __init__(self, buffered=None):
+        self.buffered = buffered
+        self.used: set[str] = set()
+
+    def __call__(self, ew, node: Node, ctx: tuple) -> str:
+        kind, d = node.arg.kind, node.arg.dtype
+        if _key(node) not in _AT:
+            raise FusegenError(f"fg.random.{kind}: no kernel for dtype {d}")
+        raw = self.buffered(ew, node, ctx) if self.buffered else None
+        if raw is None:
+            at = _AT[_key(node)]
+            self.used.add(at)
+            counter = ew.value(node.srcs[0], dt.int64, ctx)
+            raw = f"{PREFIX}{at}({', '.join(scalars(ew, node, ctx)[:2] + [counter] + scalars(ew, node, ctx)[2:])})"
+        else:
+            self.used.add(fill_of(node)[0][len(PREFIX):])
+        if kind == "bernoulli":
+            self.used.add("bernoulli_p")
+            p = node.srcs[3]
+            pv = ew.value(p, None, ctx)
+            # a float attribute or constant is a C++ float in the AOT ABI: rounded to float32 first
+            weak = p.op in (Op.CONST, Op.ATTR)
+            return f"{PREFIX}bernoulli_p({raw}, np.float64({f'np.float32({pv})' if weak else pv}))"
+        if kind == "randint":   # low + offset modulo 2^64 lies in [low, high): exact in the dtype
+            return f"np.{d.name}(np.int64({raw}))" if d.kind == "i" else f"np.{d.name}({raw})"
+        return raw
+
+    def bindings(self) -> str:
+        """``from fusegen.rng_numba import ...`` for a Numba CPU module."""
+        names = sorted(self.used)
+        return "".join(f"from fusegen.rng_numba import {n} as {PREFIX}{n}\n" for n in names)
+
+
+def bind_cuda(mod, names) -> None:
+    """Bind the numba-cuda device twins of ``names`` in a generated module."""
+    from ..rng_numba import cuda_functions
+    fns = cuda_functions()
+    for n in names:
+        setattr(mod, PREFIX + n, getattr(fns, n))
+
+
+def digest() -> str:
+    from ..rng_numba import source_digest
+    return source_digest()
