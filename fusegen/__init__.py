@@ -7,7 +7,7 @@ from .version import __version__  # noqa: E402
 from .dtypes import DType, DTYPES, as_dtype  # noqa: E402
 from .errors import (  # noqa: E402
     ArgumentError, AttrError, BoundsError, CompileError, DTypeError, FusegenError, KernelError, LibraryError,
-    ShapeError, TraceError,
+    ShapeError, TraceError, UnsupportedError,
 )
 from .ir import OpDef, Tensor, cast, cast_like, infer, op, sum_to, where  # noqa: E402
 from .graph.vocab import (  # noqa: E402
@@ -40,7 +40,7 @@ __all__ = [
     "compile", "Kernel", "emit", "AotKernel", "Engine", "EngineError",
     # errors
     "FusegenError", "TraceError", "ShapeError", "DTypeError", "AttrError", "ArgumentError", "BoundsError",
-    "CompileError", "LibraryError", "KernelError",
+    "CompileError", "LibraryError", "KernelError", "UnsupportedError",
 ]
 
 

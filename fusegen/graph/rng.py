@@ -200,6 +200,8 @@ def infer_random(n: Node, srcs, fail) -> NodeInfo:
             if not info.min <= int(low) < int(high) <= int(info.max) + 1:
                 fail(f"fg.random.randint: need {info.min} <= low < high <= {int(info.max) + 1} for {out}, "
                      f"got low={low}, high={high}", exc=AttrError)
+            if int(high) - int(low) >= 1 << 64:
+                fail(f"fg.random.randint: high - low = {int(high) - int(low)} must be below 2^64", exc=AttrError)
     return NodeInfo(out, counter.shape, out)
 
 
