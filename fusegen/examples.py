@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+from . import random as fg_random
 from .graph import vocab as fg
 from .ir import op
 
@@ -68,7 +69,26 @@ def bias_gelu(x, b):
     return 0.5 * h * (1.0 + fg.tanh(_GELU_C * (h + 0.044715 * h * h * h)))
 
 
-__all__ = ["add_reduce_sum", "add_mul_div", "smooth_l1", "softmax", "layer_norm", "rms_norm", "bias_gelu",
-           "REFERENCE_OPS"]
+# --- random numbers (fusegen/graph/rng.py) ------------------------------------------------------
+@op
+def dropout_add_layer_norm(x, residual, gamma, beta, *, p: float = 0.1, seed: int = 0, eps: float = 1e-5):
+    """The fused block of transformer training: ``h = dropout(x) + residual``, then layer norm of
+    ``h`` over the last axis, scaled by ``gamma`` and shifted by ``beta``; outputs ``y`` and ``h``
+    (the residual stream the next block adds to). Dropout keeps ``x`` where
+    ``fg.random.uniform(seed, x.shape) >= p`` and scales it by ``1 / (1 - p)``: no mask is read or
+    written, and ``fg.grad`` recomputes the same numbers."""
+    keep = fg_random.uniform(seed, x.shape) >= p
+    h = fg.where(keep, x / (1.0 - p), 0.0) + residual
+    mean = fg.mean(h, axis=-1, keep_dims=True)
+    d = h - mean
+    var = fg.mean(d * d, axis=-1, keep_dims=True)
+    return d * fg.rsqrt(var + eps) * gamma + beta, h
 
+
+__all__ = ["add_reduce_sum", "add_mul_div", "smooth_l1", "softmax", "layer_norm", "rms_norm", "bias_gelu",
+           "dropout_add_layer_norm", "REFERENCE_OPS", "RANDOM_OPS"]
+
+#: The reference ops every backend runs (the emitted C++/CUDA/XLA included).
 REFERENCE_OPS = [add_reduce_sum, add_mul_div, smooth_l1, softmax, layer_norm, rms_norm, bias_gelu]
+#: Reference ops with random numbers: Numba CPU and numba-cuda only, until the emitters compute them.
+RANDOM_OPS = [dropout_add_layer_norm]

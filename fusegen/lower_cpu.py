@@ -515,16 +515,20 @@ def compile_group(plan: Plan, spec: Spec, run: GroupRun, parallel: bool, split: 
                          numba_version=numba.__version__, vmath=vmath.source_digest(),
                          jit=", ".join(f"{k}={v!r}" for k, v in sorted(shown.items()))) + body
     if gs.rng.used:   # the digest names the RNG's implementation: Numba's cache key
-        src += f"# fusegen.rng_numba {rnglower.digest()}\n" + gs.rng.bindings()
+        src += f"# fusegen.rng_numba {rnglower.digest()}: {', '.join(sorted(gs.rng.used))}\n"
     modular = any(o.kind == "modular" for o in gs.ops.values())
     if modular:
         src += INNER_HELPER
+
+    rng_fns = rnglower.cpu_bindings(gs.rng.used)
 
     def setup(mod):
         mod._fmax = numba.njit(inline="always")(mod._fmax)
         mod._fmin = numba.njit(inline="always")(mod._fmin)
         if modular:
             mod._inner = numba.njit(inline="always")(mod._inner)
+        for name, fn in rng_fns.items():
+            setattr(mod, name, fn)
         mod.kernel = numba.njit(**jit)(mod.kernel)
 
     mod = import_source(src, "numba", "fusegen_k", setup)

@@ -26,8 +26,7 @@ import numpy as np
 from numba import njit
 
 from . import philox
-from .philox_numba import (block, boxmuller_f32, boxmuller_f64, normal_f32_at, normal_f64_at, randint_offset,
-                           randint_offset_at, randint_threshold, uniform_f32, uniform_f32_at, uniform_f64,
+from .philox_numba import (block, normal_f32_at, normal_f64_at, randint_offset_at, randint_threshold, uniform_f32_at,
                            uniform_f64_at, word)
 
 _JIT = dict(fastmath=False, forceinline=True, error_model="numpy", nogil=True)
@@ -116,23 +115,24 @@ _KINDS = {
 }
 
 
-def _make_fill(kind: str):
-    spec = {"extra": "", "setup": "", **_KINDS[kind]}
-    src = _FILL.format(**spec)
-    ns = dict(globals())
-    exec(compile(src, f"<fusegen.rng_numba fill_{kind}>", "exec"), ns)
-    fn = ns["fill"]
-    fn.__name__ = fn.__qualname__ = f"fill_{kind}"
-    fn.__doc__ = f"Elements [i0, i0 + n) of the {kind} stream into buf[:n]."
-    return njit(**_FILL_JIT)(fn)
+FILL_KINDS = tuple(_KINDS)
+FILL_JIT = dict(_FILL_JIT, cache=True)
 
 
-fill_uniform_f32 = _make_fill("uniform_f32")
-fill_uniform_f64 = _make_fill("uniform_f64")
-fill_normal_f32 = _make_fill("normal_f32")
-fill_normal_f64 = _make_fill("normal_f64")
-fill_words = _make_fill("words")
-fill_randint = _make_fill("randint")
+def fills_source() -> str:
+    """A Python module of the fills, ``fill_<kind>`` (plain functions: the caller compiles them
+    with ``FILL_JIT``). It is written to a file so that Numba's disk cache keeps their machine
+    code (fusegen/lower/rng.py: ``fills()``); the digest in its header is part of that cache's key."""
+    head = [f"# fusegen.rng_numba {source_digest()}: the fills, four elements per Philox call",
+            "import numpy as np",
+            "from fusegen.philox_numba import (block, boxmuller_f32, boxmuller_f64, normal_f32_at, normal_f64_at,",
+            "                                  randint_offset, randint_offset_at, randint_threshold, uniform_f32,",
+            "                                  uniform_f32_at, uniform_f64, uniform_f64_at)",
+            "from fusegen.rng_numba import word_at",
+            "_MASK, _32 = np.uint64(0xFFFFFFFF), np.uint64(32)", ""]
+    body = [_FILL.format(**{"extra": "", "setup": "", **spec}).replace("def fill(", f"def fill_{kind}(")
+            for kind, spec in _KINDS.items()]
+    return "\n".join(head) + "\n".join(body)
 
 
 # --- numba-cuda ----------------------------------------------------------------------------------
@@ -162,5 +162,4 @@ def source_digest() -> str:
 
 
 __all__ = ["word_at", "bernoulli_p", "randint_at", "uniform_f32_at", "uniform_f64_at", "normal_f32_at",
-           "normal_f64_at", "fill_uniform_f32", "fill_uniform_f64", "fill_normal_f32", "fill_normal_f64",
-           "fill_words", "fill_randint", "cuda_functions", "source_digest"]
+           "normal_f64_at", "FILL_KINDS", "FILL_JIT", "fills_source", "cuda_functions", "source_digest"]

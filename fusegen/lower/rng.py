@@ -91,10 +91,25 @@ class RandomText:
             return f"np.{d.name}(np.int64({raw}))" if d.kind == "i" else f"np.{d.name}({raw})"
         return raw
 
-    def bindings(self) -> str:
-        """``from fusegen.rng_numba import ...`` for a Numba CPU module."""
-        names = sorted(self.used)
-        return "".join(f"from fusegen.rng_numba import {n} as {PREFIX}{n}\n" for n in names)
+def fills():
+    """The module of fills (rng_numba.fills_source), written to the cache and imported once;
+    its functions compiled with Numba's disk cache."""
+    from numba import njit
+
+    from .. import rng_numba
+    from .pysource import import_source
+
+    def setup(mod):
+        for kind in rng_numba.FILL_KINDS:
+            setattr(mod, f"fill_{kind}", njit(**rng_numba.FILL_JIT)(getattr(mod, f"fill_{kind}")))
+    return import_source(rng_numba.fills_source(), "numba", "fusegen_rng", setup)
+
+
+def cpu_bindings(names) -> dict:
+    """``{_rng_<name>: function}`` for a generated Numba CPU module (per-element functions and
+    fills). Call it before importing that module: the fills' own import takes the import lock."""
+    from .. import rng_numba
+    return {PREFIX + n: getattr(fills(), n) if n.startswith("fill_") else getattr(rng_numba, n) for n in names}
 
 
 def bind_cuda(mod, names) -> None:
