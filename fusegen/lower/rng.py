@@ -43,7 +43,11 @@ def uint64_text(ew, src: Node, ctx: tuple) -> str:
     """A seed, offset or randint bound as uint64 (ints modulo 2^64, as the rules allow)."""
     if src.op is Op.CONST:
         return f"np.uint64({int(src.arg[1]) % (1 << 64)})"
-    return f"np.uint64({ew.value(src, None, ctx)})"
+    if ew.spec.of(src).dtype is dt.uint64:
+        return f"np.uint64({ew.value(src, None, ctx)})"
+    # through int64: a negative attribute wraps modulo 2^64 (a no-op in compiled code; under the
+    # CUDA simulator a Python int would not convert)
+    return f"np.uint64(np.int64({ew.value(src, None, ctx)}))"
 
 
 def scalars(ew, node: Node, ctx: tuple) -> list[str]:
