@@ -109,6 +109,7 @@ class GroupSource:
         # Philox call before a loop along which a random node's counter is contiguous
         self.rng = rnglower.RandomText(buffered=self._rng_buffered)
         self.rng_buffers: dict[str, str] = {}
+        self._rng_filled: dict[tuple, str] = {}   # (node, context, operand) -> its buffer, group-wide
         self._rng_loop = None   # (mode, index variable, count, pre-loop ExprWriter, fills, names)
 
     def _stages(self):
@@ -391,10 +392,17 @@ class GroupSource:
         key = (id(node), ctx)
         if key not in names:
             fn, dtype = rnglower.fill_of(node)
-            names[key] = name = f"rb{len(self.rng_buffers)}"
-            self.rng_buffers[name] = dtype
             seed, offset, *extra = rnglower.scalars(pre, node, ctx)
-            fills.append(f"{fn}({', '.join([name, count, seed, offset, f'q_{o.name}', *extra])})")
+            group_key = (id(node), ctx, o.key)
+            earlier = self._rng_filled.get(group_key)
+            name = names[key] = earlier or f"rb{len(self.rng_buffers)}"
+            self.rng_buffers[name] = dtype
+            self._rng_filled[group_key] = name
+            call = f"{fn}({', '.join([name, count, seed, offset, f'q_{o.name}', *extra])})"
+            # An earlier stage of this task filled the buffer for the same elements when its loop
+            # ran once (one outer reduced index; in col mode one row too): then it is still valid.
+            same = "ROT != 1" if mode == "row" else "ROT != 1 or r_hi - r_lo != 1"
+            fills.append(f"if {same}:\n    {call}" if earlier else call)
         return f"{names[key]}[{var}]"
 
     def _rng_end(self, pad: str) -> None:
@@ -404,7 +412,7 @@ class GroupSource:
             self.lines.append(f"{pad}# random numbers of this loop, four per Philox call (fusegen/rng_numba.py)")
         for name, expr in pre.lines:
             self.lines.append(f"{pad}{name} = {expr}")
-        self.lines.extend(f"{pad}{f}" for f in fills)
+        self.lines.extend(f"{pad}{line}" for f in fills for line in f.split("\n"))
         self._rng_loop = None
 
     # --- helpers -----------------------------------------------------------------------------

@@ -62,7 +62,9 @@ def randint_at(seed, offset, i, low, high):
 
 # --- fills: four elements per Philox call --------------------------------------------------------
 # One template per kind: ``{at}`` the per-element form (head and tail), ``{per}`` elements per
-# block, ``{store}`` the block's stores at buf[e..e+per-1] from words w0..w3.
+# block, ``{store}`` the block's stores at v[e..e+per-1] from words w0..w3. The block loop
+# stores through ``v = buf[head:]`` at ``per * b``: an index LLVM knows is not negative (Numba's
+# wrap-around check on ``head + per * b`` kept the loop scalar, 15x slower).
 _FILL = '''
 def fill(buf, n, seed, offset, i0{extra}):
     s, o, start = np.uint64(seed), np.uint64(offset), np.uint64(i0)
@@ -71,38 +73,39 @@ def fill(buf, n, seed, offset, i0{extra}):
     q0 = (start + np.uint64(head)) // np.uint64({per})
     for k in range(head):
         buf[k] = {at}
+    v = buf[head:]
     for b in range(nb):
         w0, w1, w2, w3 = block(s, o, q0 + np.uint64(b))
-        e = head + {per} * b
+        e = {per} * b
 {store}
     for k in range(head + {per} * nb, n):
         buf[k] = {at}
 '''
 _KINDS = {
     "uniform_f32": dict(per=4, at="uniform_f32_at(s, o, start + np.uint64(k))", store="""\
-        buf[e] = uniform_f32(w0)
-        buf[e + 1] = uniform_f32(w1)
-        buf[e + 2] = uniform_f32(w2)
-        buf[e + 3] = uniform_f32(w3)"""),
+        v[e] = uniform_f32(w0)
+        v[e + 1] = uniform_f32(w1)
+        v[e + 2] = uniform_f32(w2)
+        v[e + 3] = uniform_f32(w3)"""),
     "uniform_f64": dict(per=2, at="uniform_f64_at(s, o, start + np.uint64(k))", store="""\
-        buf[e] = uniform_f64(w0, w1)
-        buf[e + 1] = uniform_f64(w2, w3)"""),
+        v[e] = uniform_f64(w0, w1)
+        v[e + 1] = uniform_f64(w2, w3)"""),
     "normal_f32": dict(per=4, at="normal_f32_at(s, o, start + np.uint64(k))", store="""\
         c01, s01 = boxmuller_f32(w0, w1)
         c23, s23 = boxmuller_f32(w2, w3)
-        buf[e] = c01
-        buf[e + 1] = s01
-        buf[e + 2] = c23
-        buf[e + 3] = s23"""),
+        v[e] = c01
+        v[e + 1] = s01
+        v[e + 2] = c23
+        v[e + 3] = s23"""),
     "normal_f64": dict(per=2, at="normal_f64_at(s, o, start + np.uint64(k))", store="""\
         c, sn = boxmuller_f64(w0, w1, w2, w3)
-        buf[e] = c
-        buf[e + 1] = sn"""),
+        v[e] = c
+        v[e + 1] = sn"""),
     "words": dict(per=4, at="word_at(s, o, start + np.uint64(k))", store="""\
-        buf[e] = w0
-        buf[e + 1] = w1
-        buf[e + 2] = w2
-        buf[e + 3] = w3"""),
+        v[e] = w0
+        v[e + 1] = w1
+        v[e + 2] = w2
+        v[e + 3] = w3"""),
     # randint: attempt 0 of all four lanes shares the block; a rejected lane walks its chain
     "randint": dict(per=4, extra=", low, high", setup="""\
     lo = np.uint64(low)
@@ -111,7 +114,7 @@ _KINDS = {
     k0, k1 = s & _MASK, s >> _32
 """, at="lo + randint_offset_at(s, o, start + np.uint64(k), span, t)", store="""\
         for j in range(4):
-            buf[e + j] = lo + randint_offset(w0, w1, w2, w3, k0, k1, j, span, t)"""),
+            v[e + j] = lo + randint_offset(w0, w1, w2, w3, k0, k1, j, span, t)"""),
 }
 
 

@@ -47,8 +47,8 @@ def tiny_run(tmp_path_factory):
 
 # --- the cases --------------------------------------------------------------------------------------
 def test_every_reference_op_has_a_case():
-    from fusegen.examples import REFERENCE_OPS
-    assert list(bench_cases.OPS) == [op.name for op in REFERENCE_OPS]
+    from fusegen.examples import RANDOM_OPS, REFERENCE_OPS
+    assert list(bench_cases.OPS) == [op.name for op in REFERENCE_OPS + RANDOM_OPS]
     for spec in bench_cases.OPS.values():
         assert spec.op.name == spec.name and spec.variants
 

@@ -98,6 +98,22 @@ def test_numba_cpu_equals_the_reference_through_views_and_reductions():
     run_many(fg.compile(many), "numba-cpu")
 
 
+@fg.op
+def centered(x, *, seed: int = 0):
+    """Stages that reuse one filled buffer, with outer reduced dims (ROT > 1: refilled)."""
+    u = fg.random.uniform(seed, (x.shape[0], x.shape[1], x.shape[2]))
+    return u - fg.mean(u, axis=(0, 2), keep_dims=True), u - fg.mean(u, axis=-1, keep_dims=True)
+
+
+def test_buffers_shared_by_stages_hold_the_right_rows():
+    k = fg.compile(centered)
+    for shape in ((3, 4, 9), (2, 5, 1)):
+        a, b = k(np.zeros(shape, np.float32), seed=9)
+        u = R("uniform", 9, shape).astype(np.float64)
+        np.testing.assert_allclose(a, u - u.mean(axis=(0, 2), keepdims=True), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(b, u - u.mean(axis=-1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+
 # --- the IR and its rules --------------------------------------------------------------------------
 def test_text_form_and_rules():
     @fg.op

@@ -80,6 +80,24 @@ def xp_bias_gelu(xp, x, b):
     return 0.5 * h * (1.0 + xp.tanh(_GELU_C * (h + 0.044715 * h * h * h)))
 
 
+# --- random numbers: the competitors read the keep mask fusegen computes (fusegen/philox.py's
+# reference, made once per case), as they have no Philox4x32-10 stream of fusegen's layout.
+# They are spared the RNG's cost; fusegen computes it in the kernel. ----------------------------
+@functools.lru_cache(maxsize=2)
+def keep_mask(shape: tuple, p: float, seed: int) -> np.ndarray:
+    from ..philox import reference as rng_reference
+    return rng_reference("uniform", seed, shape) >= np.float32(p)
+
+
+def xp_dropout_add_layer_norm(xp, x, residual, gamma, beta, *, p, seed, eps):
+    keep = xp.asarray(keep_mask(tuple(x.shape), p, seed))
+    h = xp.where(keep, x / (1.0 - p), 0.0) + residual
+    d = h - xp.mean(h, axis=-1, keepdims=True)
+    rstd = 1.0 / xp.sqrt(xp.mean(d * d, axis=-1, keepdims=True) + eps)
+    return d * rstd * gamma + beta, h
+# --- end of random numbers ----------------------------------------------------------------------
+
+
 def torch_namespace(torch: Any) -> Any:
     """torch under NumPy's names for what the references use: its reductions say ``dim`` and
     ``keepdim``, and its ``max`` with a dim returns (values, indices)."""
@@ -87,7 +105,7 @@ def torch_namespace(torch: Any) -> Any:
         sum=lambda a, axis, keepdims=False: torch.sum(a, dim=axis, keepdim=keepdims),
         mean=lambda a, axis, keepdims=False: torch.mean(a, dim=axis, keepdim=keepdims),
         max=lambda a, axis, keepdims=False: torch.amax(a, dim=axis, keepdim=keepdims),
-        exp=torch.exp, abs=torch.abs, sqrt=torch.sqrt, tanh=torch.tanh, where=torch.where)
+        exp=torch.exp, abs=torch.abs, sqrt=torch.sqrt, tanh=torch.tanh, where=torch.where, asarray=torch.as_tensor)
 
 
 # --- the hand-written Numba versions --------------------------------------------------------------
@@ -222,6 +240,32 @@ def nb_bias_gelu(x, b):  # pragma: no cover - compiled by Numba
     return out
 
 
+@njit(**_JIT)
+def nb_dropout_add_layer_norm(x, residual, gamma, beta, keep, scale, eps):  # pragma: no cover - compiled by Numba
+    n, m = x.shape
+    y, h = np.empty_like(x), np.empty_like(x)
+    for i in prange(n):
+        xi, ri, ki, hi, yi = x[i], residual[i], keep[i], h[i], y[i]
+        s = _F0
+        for j in range(m):
+            v = (xi[j] * scale if ki[j] else _F0) + ri[j]
+            hi[j] = v
+            s += v
+        mu = np.float32(s / m)
+        var = _F0
+        for j in range(m):
+            var += (hi[j] - mu) * (hi[j] - mu)
+        r = np.float32(1.0 / np.sqrt(var / m + eps))
+        for j in range(m):
+            yi[j] = (hi[j] - mu) * r * gamma[j] + beta[j]
+    return y, h
+
+
+def _nb_dropout_args(a: Arrays, at: dict) -> tuple:
+    keep = keep_mask(a[0].shape, at["p"], at["seed"])
+    return (*a, keep, np.float32(1.0 / (1.0 - at["p"])), at["eps"])
+
+
 # --- one row per op -------------------------------------------------------------------------------
 def _uniform(lo: float, hi: float) -> Callable:
     return lambda rng, shape, dtype: (lo + (hi - lo) * rng.random(shape, dtype=np.float32)).astype(dtype)
@@ -237,6 +281,7 @@ class OpBench:
     inputs: tuple[tuple[str, Callable], ...]  # per input: ("x" = x's shape, "row" = x's last dim), values
     variants: tuple[dict, ...]        # attribute sets, each a case per shape
     reduced: Callable = field(default=lambda shape, attrs: 1)  # terms summed into each output value
+    emitted: bool = True              # the emitted C++/XLA backends run it (not yet: random numbers)
 
     @property
     def op(self) -> Any:
@@ -278,6 +323,11 @@ OPS: dict[str, OpBench] = {b.name: b for b in (
             (_X01, ("row", _uniform(0.5, 1.5))), ({"eps": 1e-6},), reduced=_axis_len),
     OpBench("bias_gelu", xp_bias_gelu, lambda a, at: (nb_bias_gelu, a),
             (("x", _uniform(-3.0, 3.0)), ("row", _uniform(-0.5, 0.5))), ({},)),
+    OpBench("dropout_add_layer_norm", xp_dropout_add_layer_norm,
+            lambda a, at: (nb_dropout_add_layer_norm, _nb_dropout_args(a, at)),
+            (("x", _uniform(-1.0, 1.0)), ("x", _uniform(-1.0, 1.0)), ("row", _uniform(0.5, 1.5)),
+             ("row", _uniform(-0.5, 0.5))), ({"p": 0.1, "seed": 0, "eps": 1e-5},), reduced=_axis_len,
+            emitted=False),
 )}
 
 
