@@ -105,12 +105,9 @@ class GroupSource:
         self.lines: list[str] = []
         self.attrs: list[str] = sorted({n.arg for st in self._stages() for n in _nodes_of(st) if n.op is Op.ATTR})
         self.params = [n for st in self._stages() for n in st.params]
-        # random numbers (fusegen/lower/rng.py): per-task buffers filled four elements per
-        # Philox call before a loop along which a random node's counter is contiguous
-        self.rng = rnglower.RandomText(buffered=self._rng_buffered)
-        self.rng_buffers: dict[str, str] = {}
-        self._rng_filled: dict[tuple, str] = {}   # (node, context, operand) -> its buffer, group-wide
-        self._rng_loop = None   # (mode, index variable, count, pre-loop ExprWriter, fills, names)
+        # random numbers, four per Philox call where a counter is contiguous (fusegen/lower/rng.py)
+        self.fills = rnglower.LoopFills(spec, run.variant, self._counter_operand)
+        self.rng = self.fills.text
 
     def _stages(self):
         return [self.plan.stages[i] for i in self.run.stages]
@@ -162,8 +159,7 @@ class GroupSource:
         self._unravel("        ", "o", "nO", "", "b", self.ops.values())
         for st in self._stages():
             self._stage(st)
-        self.lines[alloc_at:alloc_at] = [f"        {b} = np.empty(max(TILE, chunk, 1), dtype=np.{d})"
-                                         for b, d in self.rng_buffers.items()]
+        self.lines[alloc_at:alloc_at] = self.fills.allocations("        ")
         if self.split:
             self._combine_partials(self._stages()[0])
         w("    return 0")
@@ -207,12 +203,12 @@ class GroupSource:
                 at = f"c_{o.name} + {_idx(o.ri, 'r_lo', o.name + '_sri')}"
                 w(f"{p2}{_view(o, o.ri, at, o.name + '_sri')}" if o.kind == "array" else f"{p2}q_{o.name} = {at}")
             p3 = p2 + "    "
-            self._rng_begin(st, "row", "ri", "r_hi - r_lo")
+            self.fills.begin(lambda n, ctx: self._load(n, ctx, "row"), f"r{st.index}_", "row", "ri", "r_hi - r_lo")
             ew = ExprWriter(self.spec, PYTHON, lambda n, ctx: self._load(n, ctx, "row"), prefix=f"s{st.index}_",
                             variant=self.run.variant, random=self.rng)
             vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
             outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.writes]
-            self._rng_end(p2)
+            self.lines += self.fills.end(p2)
             w(f"{p2}for ri in range(r_hi - r_lo):")
             for name, expr in ew.lines:
                 w(f"{p3}{name} = {expr}")
@@ -236,12 +232,12 @@ class GroupSource:
                 at = f"c_{o.name} + {_idx(o.ri, 'ri', o.name + '_sri')}"
                 w(f"{p3}{_view(o, o.i, at, o.name + '_si')}" if o.kind == "array" else f"{p3}q_{o.name} = {at}")
             p4 = p3 + "    "
-            self._rng_begin(st, "col", "i", "n")
+            self.fills.begin(lambda n, ctx: self._load(n, ctx, "col"), f"r{st.index}_", "col", "i", "n")
             ew = ExprWriter(self.spec, PYTHON, lambda n, ctx: self._load(n, ctx, "col"), prefix=f"s{st.index}_",
                             variant=self.run.variant, random=self.rng)
             vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
             outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.writes]
-            self._rng_end(p3)
+            self.lines += self.fills.end(p3)
             w(f"{p3}for i in range(n):")
             for name, expr in ew.lines:
                 w(f"{p4}{name} = {expr}")
@@ -276,8 +272,7 @@ class GroupSource:
                 if is_param(n):
                     return self.param_name(n)
                 return f"{views[self._operand(n, ctx)]}[i]"
-            ew = ExprWriter(self.spec, PYTHON, leaf, prefix=f"s{st.index}_k{k}_", variant=self.run.variant,
-                            random=self.rng)
+            ew = ExprWriter(self.spec, PYTHON, leaf, prefix=f"s{st.index}_k{k}_", variant=self.run.variant)
             vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
             for name, expr in ew.lines:
                 w(f"{p4}{name} = {expr}")
@@ -373,48 +368,6 @@ class GroupSource:
         for o, n, v in outs:
             w(f"{p}f_{o.name}[i] = {v}")
 
-    # --- random numbers: four elements per Philox call along a contiguous counter ------------
-    def _rng_begin(self, st, mode: str, var: str, count: str) -> None:
-        pre = ExprWriter(self.spec, PYTHON, lambda n, ctx: self._load(n, ctx, mode), prefix=f"r{st.index}_",
-                         variant=self.run.variant)
-        self._rng_loop = (mode, var, count, pre, [], {})
-
-    def _rng_buffered(self, ew, node: Node, ctx: tuple):
-        """The buffer read of ``node`` at the loop index when its counter is an iota with unit
-        stride along this loop (then a fill before the loop computes it), else None."""
-        leaf = rnglower.counter_leaf(node, ctx)
-        if leaf is None or self._rng_loop is None:
-            return None
-        mode, var, count, pre, fills, names = self._rng_loop
-        o = self.ops[self._operand(*leaf)]
-        if o.kind != "iota" or (o.i if mode == "col" else o.ri) != 1:
-            return None
-        key = (id(node), ctx)
-        if key not in names:
-            fn, dtype = rnglower.fill_of(node)
-            seed, offset, *extra = rnglower.scalars(pre, node, ctx)
-            group_key = (id(node), ctx, o.key)
-            earlier = self._rng_filled.get(group_key)
-            name = names[key] = earlier or f"rb{len(self.rng_buffers)}"
-            self.rng_buffers[name] = dtype
-            self._rng_filled[group_key] = name
-            call = f"{fn}({', '.join([name, count, seed, offset, f'q_{o.name}', *extra])})"
-            # An earlier stage of this task filled the buffer for the same elements when its loop
-            # ran once (one outer reduced index; in col mode one row too): then it is still valid.
-            same = "ROT != 1" if mode == "row" else "ROT != 1 or r_hi - r_lo != 1"
-            fills.append(f"if {same}:\n    {call}" if earlier else call)
-        return f"{names[key]}[{var}]"
-
-    def _rng_end(self, pad: str) -> None:
-        """The fills (and the scalars they read) before the loop."""
-        _, _, _, pre, fills, _ = self._rng_loop
-        if fills:
-            self.lines.append(f"{pad}# random numbers of this loop, four per Philox call (fusegen/rng_numba.py)")
-        for name, expr in pre.lines:
-            self.lines.append(f"{pad}{name} = {expr}")
-        self.lines.extend(f"{pad}{line}" for f in fills for line in f.split("\n"))
-        self._rng_loop = None
-
     # --- helpers -----------------------------------------------------------------------------
     def _read_keys(self, st) -> list[tuple]:
         """The operands a stage reads in this box (a piece's only where it is active)."""
@@ -424,6 +377,11 @@ class GroupSource:
             if key not in keys and self.active[self.ops[key].k]:
                 keys.append(key)
         return keys
+
+    def _counter_operand(self, n: Node, ctx: tuple, mode: str):
+        """(name, key) of an iota operand with unit stride along the ``mode`` loop, else None."""
+        o = self.ops[self._operand(n, ctx)]
+        return (o.name, o.key) if o.kind == "iota" and (o.i if mode == "col" else o.ri) == 1 else None
 
     def _operand(self, n: Node, ctx: tuple) -> tuple:
         return self.run.operand_of[(self.slot_of[id(n)], path_steps(ctx, n))]
@@ -528,15 +486,14 @@ def compile_group(plan: Plan, spec: Spec, run: GroupRun, parallel: bool, split: 
     if modular:
         src += INNER_HELPER
 
-    rng_fns = rnglower.cpu_bindings(gs.rng.used)
+    rng_fns = rnglower.cpu_bindings(gs.rng.used)   # before import_source: it takes the same lock
 
     def setup(mod):
         mod._fmax = numba.njit(inline="always")(mod._fmax)
         mod._fmin = numba.njit(inline="always")(mod._fmin)
         if modular:
             mod._inner = numba.njit(inline="always")(mod._inner)
-        for name, fn in rng_fns.items():
-            setattr(mod, name, fn)
+        vars(mod).update(rng_fns)
         mod.kernel = numba.njit(**jit)(mod.kernel)
 
     mod = import_source(src, "numba", "fusegen_k", setup)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from .. import dtypes as dt
 from ..errors import FusegenError
 from ..ir import VIEWS, Node, Op
+from ..plan.exprs import PYTHON, ExprWriter
 
 #: per (kind, dtype name or "int"): the per-element function and the fill (the buffer's values)
 _AT = {("uniform", "float32"): "uniform_f32_at", ("uniform", "float64"): "uniform_f64_at",
@@ -94,6 +95,62 @@ class RandomText:
         if kind == "randint":   # low + offset modulo 2^64 lies in [low, high): exact in the dtype
             return f"np.{d.name}(np.int64({raw}))" if d.kind == "i" else f"np.{d.name}({raw})"
         return raw
+
+class LoopFills:
+    """Numba CPU: which random nodes a group function reads from buffers, and the fills that
+    compute them, four elements per Philox call, before each loop along which the node's
+    counter is contiguous. ``counter_operand(iota, ctx, mode)``: the iota's (operand name, key)
+    when it has unit stride along the loop of ``mode`` ("row": the reduced dim, "col": the
+    inner kept dim), else None. Buffers are allocated once per task (``allocations``)."""
+
+    def __init__(self, spec, variant, counter_operand):
+        self.spec, self.variant, self.counter_operand = spec, variant, counter_operand
+        self.text = RandomText(buffered=self.buffered)
+        self.buffers: dict[str, str] = {}      # name -> dtype
+        self.filled: dict[tuple, str] = {}     # (node, context, operand) -> its buffer, group-wide
+        self.loop = None                       # (mode, index variable, count, pre-loop writer, fills, names)
+
+    def begin(self, leaf, prefix: str, mode: str, var: str, count: str) -> None:
+        """A loop starts: ``leaf`` loads the scalars the fills read (seeds, offsets) before it."""
+        pre = ExprWriter(self.spec, PYTHON, leaf, prefix=prefix, variant=self.variant)
+        self.loop = (mode, var, count, pre, [], {})
+
+    def buffered(self, ew, node: Node, ctx: tuple):
+        leaf = counter_leaf(node, ctx)
+        if leaf is None or self.loop is None:
+            return None
+        mode, var, count, pre, fills, names = self.loop
+        operand = self.counter_operand(*leaf, mode)
+        if operand is None:
+            return None
+        key = (id(node), ctx)
+        if key not in names:
+            fn, dtype = fill_of(node)
+            seed, offset, *extra = scalars(pre, node, ctx)
+            group_key = (id(node), ctx, operand[1])
+            earlier = self.filled.get(group_key)
+            name = names[key] = earlier or f"rb{len(self.buffers)}"
+            self.buffers[name] = dtype
+            self.filled[group_key] = name
+            call = f"{fn}({', '.join([name, count, seed, offset, f'q_{operand[0]}', *extra])})"
+            # An earlier stage of this task filled the buffer for the same elements when its loop
+            # ran once (one outer reduced index; in col mode one row too): then it is still valid.
+            same = "ROT != 1" if mode == "row" else "ROT != 1 or r_hi - r_lo != 1"
+            fills.append(f"if {same}:\n    {call}" if earlier else call)
+        return f"{names[key]}[{var}]"
+
+    def end(self, pad: str) -> list[str]:
+        """The lines before the loop: the scalars the fills read, then the fills."""
+        _, _, _, pre, fills, _ = self.loop
+        self.loop = None
+        head = [f"{pad}# random numbers of this loop, four per Philox call (fusegen/rng_numba.py)"] if fills else []
+        return head + [f"{pad}{name} = {expr}" for name, expr in pre.lines] + \
+            [f"{pad}{line}" for f in fills for line in f.split("\n")]
+
+    def allocations(self, pad: str) -> list[str]:
+        """One buffer per filled node, per task: a tile (col mode) or a chunk of a row (row mode)."""
+        return [f"{pad}{b} = np.empty(max(TILE, chunk, 1), dtype=np.{d})" for b, d in self.buffers.items()]
+
 
 def fills():
     """The module of fills (rng_numba.fills_source), written to the cache and imported once;
