@@ -26,7 +26,7 @@ def ulps(a, b) -> np.ndarray:
 
 # --- one op for the numbers: every kind, views, broadcasting, tensor seed and p -------------------
 @fg.op
-def many(x, pt, st, *, seed: int = 0, offset: int = 0, p: float = 0.5):
+def many(x, pt, st, *, seed: int = 0, offset: int = 0, p: float = 0.5, lo: int = -300, hi: int = 300):
     a, b = x.shape[0], x.shape[1]
     u = fg.random.uniform(seed, (a, b), offset=offset)
     return (
@@ -45,6 +45,7 @@ def many(x, pt, st, *, seed: int = 0, offset: int = 0, p: float = 0.5):
         x * fg.random.uniform(st, (a, b)),                                        # 12 seed: a scalar tensor
         fg.sum(u, axis=1),                                                        # 13 reductions over random
         fg.sum(u, axis=0),                                                        # 14
+        fg.random.randint(seed, lo, hi, (a, b), offset=offset, dtype="int16"),    # 15 attribute bounds
     )
 
 
@@ -59,7 +60,7 @@ def _expect(shape, seed, offset, p, pt, st):
         R("randint", seed, shape, low=0, high=U64 - 1, dtype="uint64", **kw),
         u.T, u[::-1, 1::2], n32[:, ::-1], np.broadcast_to(R("uniform", seed, (1, shape[1]), **kw), shape),
         np.ones(shape, np.float32) * R("uniform", int(st), shape),
-        None, None,
+        None, None, R("randint", seed, shape, low=-300, high=300, dtype="int16", **kw),
     ]
 
 
@@ -221,6 +222,7 @@ def test_dropout_add_layer_norm_and_its_gradient_reads_no_mask():
 
     back = fg.grad(dropout)
     assert list(back.inputs) == ["x", "d_out"], back.inputs   # no mask: x only for its shape
+    assert back.needs["x"] == "shape", back.needs
     assert re.search(r"= random uniform float32 at %\d+, seed %\d+, offset %\d+", str(back))
     g = rng.standard_normal((6, 13)).astype(np.float32)
     (dx,) = fg.compile(back)(np.full_like(g, np.nan), g, p=0.3, seed=11)   # x's values are never read

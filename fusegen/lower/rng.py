@@ -89,8 +89,9 @@ class RandomText:
             self.used.add("bernoulli_p")
             p = node.srcs[3]
             pv = ew.value(p, None, ctx)
-            # a float attribute or constant is a C++ float in the AOT ABI: rounded to float32 first
-            weak = p.op in (Op.CONST, Op.ATTR)
+            # a float attribute or constant (or arithmetic on them) is a C++ float in the AOT ABI:
+            # rounded to float32 first; a tensor p is used as it is
+            weak = isinstance(ew.spec.of(p).dtype, str)
             return f"{PREFIX}bernoulli_p({raw}, np.float64({f'np.float32({pv})' if weak else pv}))"
         if kind == "randint":   # low + offset modulo 2^64 lies in [low, high): exact in the dtype
             return f"np.{d.name}(np.int64({raw}))" if d.kind == "i" else f"np.{d.name}({raw})"
