@@ -32,7 +32,7 @@ from .philox_numba import (block, normal_f32_at, normal_f64_at, randint_offset_a
 _JIT = dict(fastmath=False, forceinline=True, error_model="numpy", nogil=True)
 _FILL_JIT = dict(fastmath=False, error_model="numpy", nogil=True)
 _MASK = np.uint64(0xFFFFFFFF)
-_1, _2, _3, _32 = np.uint64(1), np.uint64(2), np.uint64(3), np.uint64(32)
+_2, _3, _32 = np.uint64(2), np.uint64(3), np.uint64(32)
 _TWO_32 = 4294967296.0
 
 

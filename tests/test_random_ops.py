@@ -130,9 +130,6 @@ def test_text_form_and_rules():
 
 
 def test_bad_arguments_are_fusegen_errors_naming_the_function():
-    def trace(body, *inputs_attrs):
-        return fg.op(body)
-
     bad = [
         (lambda x: fg.random.uniform(0, (2,), dtype="int32"), fg.DTypeError, "float32 or float64"),
         (lambda x: fg.random.normal(0, (2,), dtype="float16"), fg.DTypeError, "float32 or float64"),

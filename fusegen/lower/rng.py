@@ -81,8 +81,8 @@ class RandomText:
         if raw is None:
             at = _AT[_key(node)]
             self.used.add(at)
-            counter = ew.value(node.srcs[0], dt.int64, ctx)
-            raw = f"{PREFIX}{at}({', '.join(scalars(ew, node, ctx)[:2] + [counter] + scalars(ew, node, ctx)[2:])})"
+            seed, offset, *bounds = scalars(ew, node, ctx)
+            raw = f"{PREFIX}{at}({', '.join([seed, offset, ew.value(node.srcs[0], dt.int64, ctx), *bounds])})"
         else:
             self.used.add(fill_of(node)[0][len(PREFIX):])
         if kind == "bernoulli":
