@@ -38,8 +38,10 @@ def materialize_pieces(nodes: tuple[Node, ...], roots: tuple[Node, ...]):
     order. Returns the new roots (the same objects when nothing is copied)."""
     targets: dict[int, Node] = {}
     for n in nodes:
-        if n.op is Op.RESHAPE or (n.op is Op.REDUCE and not isinstance(n.arg.axes, ShapeOf)
-                                  and n.arg.kind != "copy"):
+        # sum_to's axes (ShapeOf "broadcast") are reduced axes too; unreduce only reshapes
+        only_reshapes = isinstance(n.arg, ReduceArg) and isinstance(n.arg.axes, ShapeOf) \
+            and n.arg.axes.rule != "broadcast"
+        if n.op is Op.RESHAPE or (n.op is Op.REDUCE and not only_reshapes and n.arg.kind != "copy"):
             _pieces_below(n.srcs[0], targets)
     if not targets:
         return roots

@@ -28,14 +28,19 @@ import math
 
 from ..errors import TraceError
 from . import vocab as fg
-from .nodes import Graph, Node, Op, ReduceArg, ShapeOf, computed_nodes, leaves_of, value_srcs
+from .grad_views import view_adjoints
+from .layout import broadcast_like
+from .nodes import PIECEWISE, VIEWS, Graph, Node, Op, ReduceArg, ShapeOf, computed_nodes, shape_atoms, value_srcs
 from .opdef import OpDef
 from .trace import Tensor, cast_like, expect_same_shape, make as _make, sum_to, unreduce, where
 
 # Ops whose derivative is zero almost everywhere: adjoints stop there.
 _ZERO_GRAD = {Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE, Op.AND, Op.OR, Op.NOT, Op.FLOOR, Op.CEIL,
-              Op.INPUT, Op.ATTR, Op.CONST,
+              Op.INPUT, Op.ATTR, Op.CONST, Op.DIM, Op.IOTA, Op.FLOOR_DIVIDE,
               Op.RANDOM}  # random numbers: recomputed from (seed, offset, index), never differentiated
+# Nodes with a shape of their own (not the broadcast of their sources'): an adjoint reaching
+# one is summed to its shape exactly, like at an input.
+_OWN_SHAPE = {Op.INPUT, Op.REDUCE, Op.IOTA} | VIEWS | PIECEWISE
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
 
@@ -50,19 +55,43 @@ def grad(op: OpDef, wrt=None, *, name: str | None = None) -> OpDef:
     if not isinstance(op, OpDef):
         raise TraceError(f"fg.grad takes an op made with @fg.op, got {type(op).__name__}")
     wrt_idx = _wrt_indices(op, wrt)
-    n_out = len(op.graph.outputs)
-    cots = ["d_out"] if n_out == 1 and not op.multi_output else [f"d_out{k}" for k in range(n_out)]
+    n_out, multi = _outputs(op)
+    cots = ["d_out"] if n_out == 1 and not multi else [f"d_out{k}" for k in range(n_out)]
     name = name or f"{op.name}_grad"
+    everything = list(range(len(op.inputs)))
     # Pass 1 finds which forward inputs the gradients touch at all; pass 2 drops the others.
-    probe = OpDef(_backward_fn(op, wrt_idx, list(range(len(op.inputs))), cots), name)
-    used = sorted({n.arg for n in probe.graph.nodes if n.op is Op.INPUT and n.arg < len(op.inputs)})
-    bwd = OpDef(_backward_fn(op, wrt_idx, used, cots), name)
-    computed = computed_nodes(bwd.graph)
+    probe = OpDef(_backward_fn(op, wrt_idx, everything, cots), name)
+    if probe.graph is None:
+        # traced per rank or shape (the forward is, or an adjoint needs the rank): which inputs
+        # are read is only known per specialization, so the backward takes them all
+        bwd, used = probe, everything
+        bwd.needs = {op.inputs[i]: "value" for i in used}
+    else:
+        used = sorted({n.arg for n in probe.graph.nodes if n.op is Op.INPUT and n.arg < len(op.inputs)})
+        bwd = OpDef(_backward_fn(op, wrt_idx, used, cots), name)
+        computed = computed_nodes(bwd.graph)
+        bwd.needs = {op.inputs[i]: ("value" if any(n.op is Op.INPUT and n.arg == j and id(n) in computed
+                                                   for n in bwd.graph.nodes) else "shape")
+                     for j, i in enumerate(used)}
     bwd.forward, bwd.wrt, bwd.cotangents = op, tuple(op.inputs[i] for i in wrt_idx), tuple(cots)
-    bwd.needs = {op.inputs[i]: ("value" if any(n.op is Op.INPUT and n.arg == j and id(n) in computed
-                                               for n in bwd.graph.nodes) else "shape")
-                 for j, i in enumerate(used)}
     return bwd
+
+
+def _outputs(op: OpDef) -> tuple[int, bool]:
+    """How many outputs ``op`` has, and whether it returns a tuple. An op traced per rank or shape
+    is traced once at a small rank to count them (a count that depends on shapes, as unstack's
+    does, is refused when a specialization disagrees)."""
+    if op.graph is not None:
+        return len(op.graph.outputs), bool(op.multi_output)
+    for rank in range(1, 5):
+        try:
+            child = op.specialize(("float32",) * len(op.inputs), ((4,) * rank,) * len(op.inputs),
+                                  {a.name: a.default for a in op.attrs.values() if a.default is not None})
+            return len(child.graph.outputs), bool(child.multi_output)
+        except Exception:   # noqa: BLE001 - only probing: another rank may trace
+            continue
+    raise TraceError(f"fg.grad: op {op.name} is traced per input {op.specializes} ({op.why}), and no small "
+                     f"probe shape traced it to count its outputs")
 
 
 def _wrt_indices(op: OpDef, wrt) -> list[int]:
@@ -115,8 +144,18 @@ def _reverse(op: OpDef, fwd_in: list[Tensor], outs: list[Tensor], cots: list[Ten
         if id(n) not in live or n.op is Op.INPUT or not acc.parts.get(id(n)):
             continue
         g, spans = acc.total(n)
-        if n.op is Op.REDUCE:   # the adjoint goes back to the source's shape, not the result's
+        if n.op in _OWN_SHAPE:   # the adjoint goes back to the source's shape, not the result's
             spans = ()
+        if n.op in VIEWS or n.op in PIECEWISE:
+            # a view moves elements: its cotangent must be exactly its shape first
+            if acc.label(g, ()) != acc.extent(n):
+                g = broadcast_like(g, Tensor(n))
+            for src, contribution in view_adjoints(n, g):
+                if id(src) in live:
+                    if contribution.node.op in _OWN_SHAPE:
+                        acc.alias[id(contribution.node)] = acc.extent(src)
+                    acc.add(src, contribution, ())
+            continue
         for src, contribution, extra in _rules(n, g):
             if id(src) in live:
                 acc.add(src, contribution, spans + extra)
@@ -151,8 +190,8 @@ class _Adjoints:
         self.parts: dict[int, list[tuple[Tensor, tuple]]] = {}
 
     def extent(self, n: Node) -> frozenset:
-        return frozenset({id(n)}) if n.op in (Op.INPUT, Op.REDUCE) else \
-            frozenset().union(*(self._leaf(l) for l in leaves_of(n)))
+        return frozenset({id(n)}) if n.op in _OWN_SHAPE else \
+            frozenset().union(*(self._leaf(l) for l in shape_atoms(n)))
 
     def _leaf(self, l: Node) -> frozenset:
         if id(l) in self.alias:
@@ -162,7 +201,7 @@ class _Adjoints:
         return frozenset({id(l)}) if id(l) in self.forward else frozenset()
 
     def label(self, t: Tensor, spans: tuple) -> frozenset:
-        return frozenset().union(*(self._leaf(l) for l in leaves_of(t.node)),
+        return frozenset().union(*(self._leaf(l) for l in shape_atoms(t.node)),
                                  *(self.extent(s.node) for s in spans))
 
     def add(self, n: Node, t: Tensor, spans: tuple) -> None:
@@ -176,7 +215,7 @@ class _Adjoints:
             lab = self.label(t, spans)
             groups.setdefault(frozenset() if lab <= mine else lab, []).append((t, spans))
         big = [k for k in groups if k]
-        if len(groups) == 1 and big and n.op not in (Op.REDUCE, Op.INPUT):
+        if len(groups) == 1 and big and n.op not in _OWN_SHAPE:
             return _add(groups[big[0]])   # one larger extent: keep it, sum later
         fitting = groups.pop(frozenset(), [])
         for parts in groups.values():
@@ -231,6 +270,8 @@ def _rules(n: Node, g: Tensor) -> list[tuple[Node, Tensor, tuple]]:
         Op.POW: lambda: (g * b * a ** (b - 1), g * v * fg.log(a)),
         # ties split the adjoint evenly, as JAX does
         Op.MAX: lambda: (where(a > b, g, where(a == b, 0.5 * g, 0)), where(b > a, g, where(a == b, 0.5 * g, 0))),
+        # remainder(a, b) = a - b * floor(a / b), the floor piecewise constant
+        Op.REMAINDER: lambda: (g, -g * fg.floor(a / b)),
         Op.MIN: lambda: (where(a < b, g, where(a == b, 0.5 * g, 0)), where(b < a, g, where(a == b, 0.5 * g, 0))),
     }
     if o in binary:

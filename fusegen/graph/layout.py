@@ -130,22 +130,23 @@ def axes_arg(axis, fn: str) -> tuple[int, ...]:
     raise TraceError(f"{op_prefix()}{fn}: axis must be an int or a tuple of ints, got {axis!r}{_where()}")
 
 
-def _perm(x, p: Perm) -> Tensor:
+def permute(x, p: Perm) -> Tensor:
+    """``x`` with its axes permuted as ``p`` says (a ``Perm`` of any kind)."""
     return Tensor(make(Op.PERMUTE, (as_tensor(x, "permute_dims").node,), p))
 
 
 def permute_dims(x, /, axes) -> Tensor:
     """The array API's ``permute_dims``: ``axes`` is a permutation of ``range(x.ndim)``."""
-    return _perm(x, Perm("explicit", axes_arg(axes, "permute_dims")))
+    return permute(x, Perm("explicit", axes_arg(axes, "permute_dims")))
 
 
 def matrix_transpose(x, /) -> Tensor:
     """Swap the last two axes (``x.mT``)."""
-    return _perm(x, Perm("swap", (-2, -1)))
+    return permute(x, Perm("swap", (-2, -1)))
 
 
 def swapaxes(x, axis1: int, axis2: int) -> Tensor:
-    return _perm(x, Perm("swap", (int(axis1), int(axis2))))
+    return permute(x, Perm("swap", (int(axis1), int(axis2))))
 
 
 def moveaxis(x, source, destination) -> Tensor:
@@ -153,7 +154,7 @@ def moveaxis(x, source, destination) -> Tensor:
     src, dst = axes_arg(source, "moveaxis"), axes_arg(destination, "moveaxis")
     if len(src) != len(dst):
         raise TraceError(f"{op_prefix()}moveaxis: source {src} and destination {dst} differ in length{_where()}")
-    return _perm(x, Perm("move", src, dst))
+    return permute(x, Perm("move", src, dst))
 
 
 def transpose(x, *axes) -> Tensor:
@@ -161,7 +162,7 @@ def transpose(x, *axes) -> Tensor:
     if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
         axes = tuple(axes[0])
     if not axes or axes == (None,):
-        return _perm(x, Perm("reverse"))
+        return permute(x, Perm("reverse"))
     return permute_dims(x, axes)
 
 
@@ -215,6 +216,11 @@ def reshape(x, /, shape, *, copy=None) -> Tensor:
     if sum(1 for d in dims if d.op is Op.CONST and d.arg[1] == -1) > 1:
         raise TraceError(f"{op_prefix()}reshape: only one dim can be -1, got {tuple(shape)}{_where()}")
     return Tensor(make(Op.RESHAPE, (x.node, *dims), len(dims)))
+
+
+def reshape_like(x, like: Tensor) -> Tensor:
+    """``x`` reshaped (C order) to ``like``'s shape, whatever its rank."""
+    return Tensor(make(Op.RESHAPE, (as_tensor(x, "reshape").node, as_tensor(like, "reshape").node), "like"))
 
 
 def broadcast_to(x, /, shape) -> Tensor:

@@ -13,38 +13,38 @@
 //     %6 = attr @eps
 //     %7 = add %5, %6                                # examples.py:50
 //     %8 = rsqrt %7                                  # examples.py:50
-//     %9 = mul %0, %8                                # grad.py:228
-//     %10 = const -0.5                               # grad.py:215
+//     %9 = mul %0, %8                                # grad.py:267
+//     %10 = const -0.5                               # grad.py:254
 //     %11 = input d_out2
-//     %12 = mul %0, %3                               # grad.py:228
+//     %12 = mul %0, %3                               # grad.py:267
 //     %13 = mul %3, %8                               # examples.py:51
-//     %14 = sum_to %12, shape of %8                  # grad.py:183
-//     %15 = add %11, %14                             # grad.py:193
-//     %16 = mul %10, %15                             # grad.py:215
-//     %17 = mul %16, %8                              # grad.py:215
-//     %18 = div %17, %7                              # grad.py:215
-//     %19 = eq %4, %4                                # grad.py:265
-//     %20 = const 1.0                                # grad.py:265
-//     %21 = where %19, %20, %20                      # grad.py:265
-//     %22 = sum %21, axis=@axis, keep_dims=True      # grad.py:254
-//     %23 = div %18, %22                             # grad.py:266
-//     %24 = cast %23 to dtype of %18                 # grad.py:266
-//     %25 = mul %24, %3                              # grad.py:228
-//     %26 = add %9, %25                              # grad.py:193
-//     %27 = add %26, %25                             # grad.py:193
-//     %28 = sum_to %27, shape of %1                  # grad.py:183
+//     %14 = sum_to %12, shape of %8                  # grad.py:222
+//     %15 = add %11, %14                             # grad.py:232
+//     %16 = mul %10, %15                             # grad.py:254
+//     %17 = mul %16, %8                              # grad.py:254
+//     %18 = div %17, %7                              # grad.py:254
+//     %19 = eq %4, %4                                # grad.py:306
+//     %20 = const 1.0                                # grad.py:306
+//     %21 = where %19, %20, %20                      # grad.py:306
+//     %22 = sum %21, axis=@axis, keep_dims=True      # grad.py:295
+//     %23 = div %18, %22                             # grad.py:307
+//     %24 = cast %23 to dtype of %18                 # grad.py:307
+//     %25 = mul %24, %3                              # grad.py:267
+//     %26 = add %9, %25                              # grad.py:232
+//     %27 = add %26, %25                             # grad.py:232
+//     %28 = sum_to %27, shape of %1                  # grad.py:222
 //     %29 = input d_out1
-//     %30 = neg %27                                  # grad.py:227
-//     %31 = sum_to %30, shape of %2                  # grad.py:183
-//     %32 = add %29, %31                             # grad.py:193
-//     %33 = eq %1, %1                                # grad.py:265
-//     %34 = where %33, %20, %20                      # grad.py:265
-//     %35 = sum %34, axis=@axis, keep_dims=True      # grad.py:254
-//     %36 = div %32, %35                             # grad.py:266
-//     %37 = cast %36 to dtype of %32                 # grad.py:266
-//     %38 = sum_to %37, shape of %1                  # grad.py:183
-//     %39 = add %28, %38                             # grad.py:193
-//     %40 = cast %39 to dtype of %1                  # grad.py:130
+//     %30 = neg %27                                  # grad.py:266
+//     %31 = sum_to %30, shape of %2                  # grad.py:222
+//     %32 = add %29, %31                             # grad.py:232
+//     %33 = eq %1, %1                                # grad.py:306
+//     %34 = where %33, %20, %20                      # grad.py:306
+//     %35 = sum %34, axis=@axis, keep_dims=True      # grad.py:295
+//     %36 = div %32, %35                             # grad.py:307
+//     %37 = cast %36 to dtype of %32                 # grad.py:307
+//     %38 = sum_to %37, shape of %1                  # grad.py:222
+//     %39 = add %28, %38                             # grad.py:232
+//     %40 = cast %39 to dtype of %1                  # grad.py:169
 //     check shape %0 == %13  # cotangent 0 must have the shape of output 0 of layer_norm
 //     check shape %29 == %2  # cotangent 1 must have the shape of output 1 of layer_norm
 //     check shape %11 == %8  # cotangent 2 must have the shape of output 2 of layer_norm
