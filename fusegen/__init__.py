@@ -7,7 +7,7 @@ from .version import __version__  # noqa: E402
 from .dtypes import DType, DTYPES, as_dtype  # noqa: E402
 from .errors import (  # noqa: E402
     ArgumentError, AttrError, BoundsError, CompileError, DTypeError, FusegenError, KernelError, LibraryError,
-    ShapeError, TraceError,
+    ShapeError, TraceError, UnsupportedError,
 )
 from .ir import OpDef, Tensor, cast, cast_like, infer, op, sum_to, where  # noqa: E402
 from .graph.vocab import (  # noqa: E402
@@ -60,7 +60,7 @@ __all__ = [
     "compile", "Kernel", "emit", "AotKernel", "Engine", "EngineError",
     # errors
     "FusegenError", "TraceError", "ShapeError", "DTypeError", "AttrError", "ArgumentError", "BoundsError",
-    "CompileError", "LibraryError", "KernelError",
+    "CompileError", "LibraryError", "KernelError", "UnsupportedError",
 ]
 
 
@@ -75,7 +75,7 @@ def __getattr__(name):
     if name in ("jax", "torch"):  # optional: `pip install "fusegen[jax]"` / `"fusegen[torch]"`
         import importlib
         return importlib.import_module("." + name, __name__)
-    if name == "random":  # fg.random.reference (the traced functions come with the IR integration)
+    if name == "random":  # fg.random: uniform, normal, bernoulli, randint (traced) and reference (NumPy)
         import importlib
         return importlib.import_module(".random", __name__)
     if name == "examples":

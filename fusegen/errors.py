@@ -70,3 +70,8 @@ class KernelError(FusegenError, RuntimeError):
         self.meaning = meaning
         super().__init__(message)
 
+
+
+class UnsupportedError(FusegenError, NotImplementedError):
+    """A backend cannot run an op that another backend can (e.g. the emitted C++ and random
+    numbers): the message names the op, the node and the backend to use instead."""

@@ -144,6 +144,11 @@ __all__ = ["add_reduce_sum", "add_mul_div", "smooth_l1", "softmax", "layer_norm"
            "sigmoid", "adam_step", "REFERENCE_OPS", "LAYOUT_OPS", "PERF_OPS",
            "cross_entropy", "accuracy", "embedding_layer_norm", "cumsum_last", "cumsum_first", "GATHER_OPS"]
 
+
+__all__ = ["add_reduce_sum", "add_mul_div", "smooth_l1", "softmax", "layer_norm", "rms_norm", "bias_gelu",
+           "dropout_add_layer_norm", "REFERENCE_OPS", "RANDOM_OPS"]
+
+#: The reference ops every backend runs (the emitted C++/CUDA/XLA included).
 REFERENCE_OPS = [add_reduce_sum, add_mul_div, smooth_l1, softmax, layer_norm, rms_norm, bias_gelu]
 
 #: The layout reference ops (issue #16): every backend that evaluates index maps runs them.
@@ -246,3 +251,27 @@ __all__ += ["quantize_int8", "dequantize", "softplus", "silu", "mish", "gelu", "
 #: the #18 reference ops (kept apart from REFERENCE_OPS, which every backend's golden text and
 #: cross-backend tests iterate over: these are checked by tests/test_activations.py and the bench)
 ACTIVATION_OPS = [quantize_int8, dequantize, softplus, silu, mish, gelu]
+
+
+# --- random numbers (fusegen/graph/rng.py) ------------------------------------------------------
+from . import random as fg_random  # noqa: E402
+
+
+@op
+def dropout_add_layer_norm(x, residual, gamma, beta, *, p: float = 0.1, seed: int = 0, eps: float = 1e-5):
+    """The fused block of transformer training: ``h = dropout(x) + residual``, then layer norm of
+    ``h`` over the last axis, scaled by ``gamma`` and shifted by ``beta``; outputs ``y`` and ``h``
+    (the residual stream the next block adds to). Dropout keeps ``x`` where
+    ``fg.random.uniform(seed, x.shape) >= p`` and scales it by ``1 / (1 - p)``: no mask is read or
+    written, and ``fg.grad`` recomputes the same numbers."""
+    keep = fg_random.uniform(seed, x.shape) >= p
+    h = fg.where(keep, x / (1.0 - p), 0.0) + residual
+    mean = fg.mean(h, axis=-1, keepdims=True)
+    d = h - mean
+    var = fg.mean(d * d, axis=-1, keepdims=True)
+    return d * fg.rsqrt(var + eps) * gamma + beta, h
+
+
+__all__ += ["dropout_add_layer_norm", "RANDOM_OPS"]
+#: Reference ops with random numbers: Numba CPU and numba-cuda only, until the emitters compute them.
+RANDOM_OPS = [dropout_add_layer_norm]

@@ -23,58 +23,15 @@ from dataclasses import dataclass
 
 from . import vmath
 from .ir import Node, Op, Spec, nodes_of
+from .lower import rng as rnglower
+from .lower.cpu_layout import HEADER, OperandSlot, index_text, meta_array, stride_pattern, view_text  # noqa: F401  (HEADER, meta_array: part of the face)
 from .lower.gathers import GatherSlots
 from .lower.pyhelpers import HELPER_NAMES, VMATH_IMPORTS, python_helpers
-from .lower.pysource import INNER_HELPER, NAN_HELPERS, combine, general_maps, group_params, import_source, layout_tail, operand_name
+from .lower.pysource import INNER_HELPER, NAN_HELPERS, combine, general_maps, group_params, import_source, operand_name
 from .plan import GroupRun, Plan
 from .plan.paths import is_param, path_steps
 from .plan.exprs import PYTHON, ExprWriter, reduce_identity, reg_dtype
 from .version import __version__
-
-# meta: nO, nRO, RI, I, ntiles, TILE, O_total, RO_total, count, nsplit, chunk; then extents, strides
-HEADER = 11
-
-
-def meta_array(run: GroupRun, tile: int, nsplit: int = 1):
-    """The int64 ``meta`` block a group function reads its layout from."""
-    import numpy as np
-    L = run.layout
-    ntiles = -(-L.inner // tile) if L.inner > 1 else 1
-    head = [len(L.o_ext), len(L.ro_ext), L.ri, L.inner, ntiles, tile, L.o_total, L.ro_total,
-            L.ro_total * L.ri, nsplit, -(-L.ri // nsplit)]
-    body = list(L.o_ext) + list(L.ro_ext)
-    for k in range(len(run.operands)):
-        body += L.o_str[k] + L.ro_str[k] + [L.ri_str[k], L.i_str[k]]
-    return np.array(head + body + layout_tail(run, len(head) + len(body)), dtype=np.int64)
-
-
-def stride_pattern(run: GroupRun) -> tuple:
-    """Per operand: (RI stride class, I stride class, invariant over reduced dims).
-    A class is 0, 1 or 'n' (any other stride, read from meta)."""
-    L = run.layout
-
-    def cls(s):
-        return s if s in (0, 1) else "n"
-
-    return tuple((cls(L.ri_str[k]) if L.ri > 1 else 0, cls(L.i_str[k]) if L.inner > 1 else 0,
-                  all(s == 0 for s in L.ro_str[k]) and (L.ri_str[k] == 0 or L.ri == 1))
-                 for k in range(len(run.operands)))
-
-
-@dataclass
-class _Op:
-    name: str        # flat array variable
-    key: tuple
-    ri: object       # stride class on RI
-    i: object        # stride class on I
-    k: int           # operand index in meta
-    kind: str = "array"   # "array"; "iota": the address is the value; "modular": the address is a
-                          # linear index, unravelled per element over the map's digits
-
-    @property
-    def is_array(self) -> bool:
-        return self.kind != "iota"
-
 
 class GroupSource:
     """Builds the source of one group function."""
@@ -87,7 +44,7 @@ class GroupSource:
         # few outputs to give every thread a contiguous share (e.g. a column sum).
         self.split = split
         inners = run.inners or [None] * len(run.operands)
-        self.ops = {key: _Op(operand_name(key), key, p[0], p[1], k,
+        self.ops = {key: OperandSlot(operand_name(key), key, p[0], p[1], k,
                              "iota" if key[0] == "iota" else ("modular" if inner is not None else "array"))
                     for k, (key, p, inner) in enumerate(zip(run.operands, pattern, inners))}
         self.active = run.active or [True] * len(run.operands)
@@ -105,6 +62,9 @@ class GroupSource:
         self.attrs: list[str] = sorted({n.arg for st in self._stages() for n in _nodes_of(st) if n.op is Op.ATTR})
         self.params = group_params(self._stages())
         self.g = GatherSlots(self._stages(), run)
+        # random numbers, four per Philox call where a counter is contiguous (fusegen/lower/rng.py)
+        self.fills = rnglower.LoopFills(spec, run.variant, self._counter_operand)
+        self.rng = self.fills.text
 
     def _stages(self):
         return [self.plan.stages[i] for i in self.run.stages]
@@ -149,6 +109,7 @@ class GroupSource:
         w("        r_lo = (u - (u // nsplit) * nsplit) * chunk")
         w("        r_hi = min(RI, r_lo + chunk)")
         w("        n = min(TILE, I - i0)")
+        alloc_at = len(self.lines)
         for o in self.ops.values():
             if self.general:  # an offset (a slice's start, a piece's place, an iota's first value)
                 w(f"        b_{o.name} = meta[SB + {len(self.ops)} * W + {o.k}] + i0 * meta[SB + {o.k} * W + nO + nRO + 1]")
@@ -159,6 +120,7 @@ class GroupSource:
         for st in self._stages():
             self._stage(st)
         self.lines += self.g.cpu_lines("task end")
+        self.lines[alloc_at:alloc_at] = self.fills.allocations("        ")
         if self.split:
             self._combine_partials(self._stages()[0])
         self.lines += self.g.cpu_lines("return") if self.g.checks else ["    return 0"]
@@ -199,17 +161,19 @@ class GroupSource:
             # Slice views per row: indexing a view with the loop counter lets LLVM drop
             # the negative-index check and vectorize (a computed base does not).
             for o in moving:
-                at = f"c_{o.name} + {_idx(o.ri, 'r_lo', o.name + '_sri')}"
-                w(f"{p2}{_view(o, o.ri, at, o.name + '_sri')}" if o.kind == "array" else f"{p2}q_{o.name} = {at}")
+                at = f"c_{o.name} + {index_text(o.ri, 'r_lo', o.name + '_sri')}"
+                w(f"{p2}{view_text(o, o.ri, at, o.name + '_sri')}" if o.kind == "array" else f"{p2}q_{o.name} = {at}")
                 if o.key in self.g.operands:
                     w(f"{p2}ga_{o.name} = {at}")
-            w(f"{p2}for ri in range(r_hi - r_lo):")
             p3 = p2 + "    "
+            self.fills.begin(lambda n, ctx: self._load(n, ctx, "row"), f"r{st.index}_", "row", "ri", "r_hi - r_lo")
             ew = ExprWriter(self.spec, PYTHON, lambda n, ctx: self._load(n, ctx, "row"), prefix=f"s{st.index}_",
-                            variant=self.run.variant, gather=self.g.cpu_index)
+                            variant=self.run.variant, gather=self.g.cpu_index, random=self.rng)
             self._ew = ew
             vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
             outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.writes]
+            self.lines += self.fills.end(p2)
+            w(f"{p2}for ri in range(r_hi - r_lo):")
             for name, expr in ew.lines:
                 w(f"{p3}{name} = {expr}")
             for j, ((r, acc), v) in enumerate(zip(accs, vals)):
@@ -229,17 +193,19 @@ class GroupSource:
             w(f"{p2}for ri in range({r_start}, r_hi):")
             p3 = p2 + "    "
             for o in moving:
-                at = f"c_{o.name} + {_idx(o.ri, 'ri', o.name + '_sri')}"
-                w(f"{p3}{_view(o, o.i, at, o.name + '_si')}" if o.kind == "array" else f"{p3}q_{o.name} = {at}")
+                at = f"c_{o.name} + {index_text(o.ri, 'ri', o.name + '_sri')}"
+                w(f"{p3}{view_text(o, o.i, at, o.name + '_si')}" if o.kind == "array" else f"{p3}q_{o.name} = {at}")
                 if o.key in self.g.operands:
                     w(f"{p3}ga_{o.name} = {at}")
-            w(f"{p3}for i in range(n):")
             p4 = p3 + "    "
+            self.fills.begin(lambda n, ctx: self._load(n, ctx, "col"), f"r{st.index}_", "col", "i", "n")
             ew = ExprWriter(self.spec, PYTHON, lambda n, ctx: self._load(n, ctx, "col"), prefix=f"s{st.index}_",
-                            variant=self.run.variant, gather=self.g.cpu_index)
+                            variant=self.run.variant, gather=self.g.cpu_index, random=self.rng)
             self._ew = ew
             vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
             outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.writes]
+            self.lines += self.fills.end(p3)
+            w(f"{p3}for i in range(n):")
             for name, expr in ew.lines:
                 w(f"{p4}{name} = {expr}")
             for j, ((r, acc), v) in enumerate(zip(accs, vals)):
@@ -260,7 +226,7 @@ class GroupSource:
         for k in range(4):
             for o in moving:
                 row = f"ri + {k}" if k else "ri"
-                at = f"c_{o.name} + {_idx(o.ri, f'({row})', o.name + '_sri')}"
+                at = f"c_{o.name} + {index_text(o.ri, f'({row})', o.name + '_sri')}"
                 w(f"{p3}{o.name}_r{k} = {o.name}_[{at}:]")
             rows.append({o.key: f"{o.name}_r{k}" for o in moving})
         w(f"{p3}for i in range(n):")
@@ -349,7 +315,7 @@ class GroupSource:
         targets = {o.key: o for r, _ in accs for o in self._result_targets(r)}
         targets.update({("out", k): self.ops[("out", k)] for k, _ in st.finals})
         for o in targets.values():
-            w(f"{pad}{_view(o, o.i, f'b_{o.name}', o.name + '_si', prefix='f')}")
+            w(f"{pad}{view_text(o, o.i, f'b_{o.name}', o.name + '_si', prefix='f')}")
         w(f"{pad}for i in range(n):")
         p = pad + "    "
         results = {}
@@ -379,13 +345,18 @@ class GroupSource:
                 keys.append(key)
         return keys
 
+    def _counter_operand(self, n: Node, ctx: tuple, mode: str):
+        """(name, key) of an iota operand with unit stride along the ``mode`` loop, else None."""
+        o = self.ops[self._operand(n, ctx)]
+        return (o.name, o.key) if o.kind == "iota" and (o.i if mode == "col" else o.ri) == 1 else None
+
     def _operand(self, n: Node, ctx: tuple) -> tuple:
         return self.run.operand_of[(self.slot_of[id(n)], path_steps(ctx, n))]
 
     def _writes_elem(self, st, key) -> bool:
         return any(("out", k) == key for k, _ in st.writes)
 
-    def _result_targets(self, r: Node) -> list[_Op]:
+    def _result_targets(self, r: Node) -> list[OperandSlot]:
         return [self.ops[k] for k in self.store_slots.get(id(r), ())]
 
     def _load(self, n: Node, ctx: tuple, mode: str) -> str:
@@ -414,27 +385,12 @@ class GroupSource:
     def _attr(self, n: Node) -> str:
         return f"a_{n.arg}"
 
-    def _store_result(self, r: Node, dst: _Op, v: str) -> str:
+    def _store_result(self, r: Node, dst: OperandSlot, v: str) -> str:
         if dst.key[0] == "buf":
             return v
         out = reg_dtype(self.spec.of(r).dtype)
         acc = reg_dtype(self.spec.of(r).acc)
         return v if out is acc else PYTHON.cast(v, out)
-
-
-def _view(o: _Op, cls, at: str, stride: str, prefix: str = "") -> str:
-    """The per-loop view of operand ``o`` whose hot-loop stride class is ``cls``."""
-    if cls == 0 and o.key[0] != "out" and not prefix:
-        return f"s_{o.name} = {o.name}_[{at}]"
-    if cls == "n":
-        return f"{prefix or 'v'}_{o.name} = {o.name}_[{at}::{stride}]"
-    if cls == 0:
-        return f"{prefix or 'v'}_{o.name} = {o.name}_[{at}:{at} + 1]"
-    return f"{prefix or 'v'}_{o.name} = {o.name}_[{at}:]"
-
-
-def _idx(cls, var: str, stride: str) -> str:
-    return "0" if cls == 0 else (var if cls == 1 else f"{var} * {stride}")
 
 
 def _nodes_of(st) -> list[Node]:
@@ -483,9 +439,13 @@ def compile_group(plan: Plan, spec: Spec, run: GroupRun, parallel: bool, split: 
     src = PRELUDE.format(op=plan.opdef.name, dtypes=", ".join(map(str, spec.dtypes)), version=__version__,
                          numba_version=numba.__version__, vmath=vmath.source_digest(),
                          jit=", ".join(f"{k}={v!r}" for k, v in sorted(shown.items()))) + body
+    if gs.rng.used:   # the digest names the RNG's implementation: Numba's cache key
+        src += f"# fusegen.rng_numba {rnglower.digest()}: {', '.join(sorted(gs.rng.used))}\n"
     modular = any(o.kind == "modular" for o in gs.ops.values())
     if modular:
         src += INNER_HELPER
+
+    rng_fns = rnglower.cpu_bindings(gs.rng.used)   # before import_source: it takes the same lock
 
     def setup(mod):
         mod._fmax = numba.njit(inline="always")(mod._fmax)
@@ -494,6 +454,7 @@ def compile_group(plan: Plan, spec: Spec, run: GroupRun, parallel: bool, split: 
             setattr(mod, name, numba.njit(inline="always")(getattr(mod, name)))
         if modular:
             mod._inner = numba.njit(inline="always")(mod._inner)
+        vars(mod).update(rng_fns)
         mod.kernel = numba.njit(**jit)(mod.kernel)
 
     mod = import_source(src, "numba", "fusegen_k", setup)

@@ -30,6 +30,7 @@ import numpy as np
 from .dtypes import DType
 from .ir import Spec
 from .lower.cuda_source import HEADER, CudaGroupSource, Launch  # noqa: F401  (HEADER, Launch: part of the face)
+from .lower import rng as rnglower
 from .lower.pyhelpers import HELPER_NAMES, python_helpers
 from .lower.pysource import INNER_HELPER, NAN_HELPERS, group_params, import_source, layout_tail
 from .plan import GroupRun, Plan, build_plan, schedule
@@ -89,6 +90,8 @@ def group_source(plan: Plan, spec: Spec, run: GroupRun, launch: Launch) -> tuple
     head = PRELUDE.format(op=plan.opdef.name, dtypes=", ".join(map(str, spec.dtypes)), version=__version__,
                           numba_version=numba.__version__)
     tail = INNER_HELPER if "modular" in gs.kind.values() else ""
+    if gs.rng.used:   # the digest names the RNG's implementation: Numba's cache key
+        tail += f"# fusegen.rng_numba {rnglower.digest()}: {', '.join(sorted(gs.rng.used))}\n"
     return head + body + tail, gs
 
 
@@ -141,6 +144,7 @@ def load_group(plan: Plan, spec: Spec, run: GroupRun, launch: Launch, jit: bool 
             setattr(mod, name, cuda.jit(device=True, inline=True)(getattr(mod, name)))
         if hasattr(mod, "_inner"):
             mod._inner = cuda.jit(device=True, inline=True)(mod._inner)
+        rnglower.bind_cuda(mod, gs.rng.used)
         if jit:
             opts = {} if sim else {"cache": True}
             mod.kernel = cuda.jit(**opts)(mod.kernel)

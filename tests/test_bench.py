@@ -28,7 +28,8 @@ HAS_MPL = HAVE["matplotlib"]
 #: the tiny run's ops: every row of bench.cases but most of #18's activations (tests/test_activations.py
 #: checks those against their references), and one row of each kind bench.variants adds (the Adam
 #: step with its in-place outputs, a user-written spelling), so its compile time stays bounded
-TINY_OPS = [*(op for op in bench_cases.OPS if op not in ("quantize_int8", "dequantize", "softplus", "mish", "gelu")),
+TINY_OPS = [*(op for op in bench_cases.OPS
+              if op not in ("quantize_int8", "dequantize", "softplus", "mish", "gelu", "dropout_add_layer_norm")),
             "adam_step", "user_layer_norm"]
 TINY = ["--quick", "--backends", "numba", "--no-jax", "--no-torch", "--rounds", "2", "--ops", ",".join(TINY_OPS)]
 
@@ -54,9 +55,9 @@ def tiny_run(tmp_path_factory):
 
 # --- the cases --------------------------------------------------------------------------------------
 def test_every_reference_op_has_a_case():
-    from fusegen.examples import ACTIVATION_OPS, GATHER_OPS, LAYOUT_OPS, REFERENCE_OPS
+    from fusegen.examples import ACTIVATION_OPS, GATHER_OPS, LAYOUT_OPS, RANDOM_OPS, REFERENCE_OPS
     rows = [op.name for op in GATHER_OPS if op.name not in ("cumsum_last", "cumsum_first")]  # scans: O(n^2) yet
-    assert list(bench_cases.OPS) == [op.name for op in REFERENCE_OPS + LAYOUT_OPS + ACTIVATION_OPS] + rows
+    assert list(bench_cases.OPS) == [op.name for op in REFERENCE_OPS + LAYOUT_OPS + ACTIVATION_OPS + RANDOM_OPS] + rows
     for spec in bench_cases.OPS.values():
         assert spec.op.name == spec.name and spec.variants
 

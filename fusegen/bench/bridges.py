@@ -39,7 +39,7 @@ __all__ = ["BridgeConfig", "run", "report", "sharded_child", "main"]
 
 @dataclass
 class BridgeConfig:
-    ops: tuple[str, ...] = tuple(OPS)
+    ops: tuple[str, ...] = tuple(n for n, s in OPS.items() if s.emitted)   # fg.jax needs the emitted handler
     large: tuple[int, int] = (4096, 4096)
     small: tuple[int, int] = (4, 5)
     rounds: int = 15

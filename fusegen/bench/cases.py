@@ -82,6 +82,24 @@ def xp_bias_gelu(xp, x, b):
     return 0.5 * h * (1.0 + xp.tanh(_GELU_C * (h + 0.044715 * h * h * h)))
 
 
+# --- random numbers: the competitors read the keep mask fusegen computes (fusegen/philox.py's
+# reference, made once per case), as they have no Philox4x32-10 stream of fusegen's layout.
+# They are spared the RNG's cost; fusegen computes it in the kernel. ----------------------------
+@functools.lru_cache(maxsize=2)
+def keep_mask(shape: tuple, p: float, seed: int) -> np.ndarray:
+    from ..philox import reference as rng_reference
+    return rng_reference("uniform", seed, shape) >= np.float32(p)
+
+
+def xp_dropout_add_layer_norm(xp, x, residual, gamma, beta, *, p, seed, eps):
+    keep = xp.asarray(keep_mask(tuple(x.shape), p, seed))
+    h = xp.where(keep, x / (1.0 - p), 0.0) + residual
+    d = h - xp.mean(h, axis=-1, keepdims=True)
+    rstd = 1.0 / xp.sqrt(xp.mean(d * d, axis=-1, keepdims=True) + eps)
+    return d * rstd * gamma + beta, h
+# --- end of random numbers ----------------------------------------------------------------------
+
+
 def torch_namespace(torch: Any) -> Any:
     """torch under NumPy's names for what the references use: its reductions say ``dim`` and
     ``keepdim``, and its ``max`` with a dim returns (values, indices)."""
@@ -90,6 +108,7 @@ def torch_namespace(torch: Any) -> Any:
         mean=lambda a, axis, keepdims=False: torch.mean(a, dim=axis, keepdim=keepdims),
         max=lambda a, axis, keepdims=False: torch.amax(a, dim=axis, keepdim=keepdims),
         exp=torch.exp, abs=torch.abs, sqrt=torch.sqrt, tanh=torch.tanh, where=torch.where, erf=torch.erf, log=torch.log,
+        asarray=torch.as_tensor,
         maximum=lambda a, b: torch.clamp(a, min=b) if isinstance(b, (int, float)) else torch.maximum(a, b),
         concat=lambda arrays, axis=0: torch.cat(arrays, dim=axis), arange=torch.arange,
         permute_dims=lambda a, axes: a.permute(axes),
@@ -98,7 +117,7 @@ def torch_namespace(torch: Any) -> Any:
 
 
 # the hand-written Numba versions (the njit peers)
-from .handwritten import (nb_add_mul_div, nb_bias_gelu, nb_layer_norm, nb_rms_norm,  # noqa: E402
+from .handwritten import (nb_add_mul_div, nb_dropout_add_layer_norm, nb_bias_gelu, nb_layer_norm, nb_rms_norm,  # noqa: E402
                           nb_smooth_l1, nb_softmax, nb_sum_cols, nb_sum_rows)
 
 
@@ -106,6 +125,11 @@ from .activations import (  # noqa: E402  (#18: quantization and activations)
     int8_codes as _int8_codes, nb_dequantize, nb_gelu, nb_mish, nb_quantize_int8, nb_silu, nb_softplus,
     pow2_scales as _pow2_scales, xp_dequantize, xp_gelu, xp_mish, xp_quantize_int8, xp_silu, xp_softplus,
 )
+
+
+def _nb_dropout_args(a: Arrays, at: dict) -> tuple:
+    keep = keep_mask(a[0].shape, at["p"], at["seed"])
+    return (*a, keep, np.float32(1.0 / (1.0 - at["p"])), at["eps"])
 
 
 # --- one row per op -------------------------------------------------------------------------------
@@ -128,6 +152,7 @@ class OpBench:
     shapes: tuple = ()
     small_shapes: tuple = ()
     op_def: Any = None                # the op, when it is not the reference op of this name (bench.variants)
+    emitted: bool = True              # the emitted C++/XLA backends run it (not yet: random numbers)
 
     @property
     def op(self) -> Any:
@@ -193,13 +218,19 @@ OPS: dict[str, OpBench] = {b.name: b for b in (
             shapes=((32, 256, 32, 32),), small_shapes=((2, 64, 8, 8), (1, 32, 1, 2))),
     # (#18) quantization and activations
     OpBench("quantize_int8", xp_quantize_int8, lambda a, at: (nb_quantize_int8, a),
-            (("x", _uniform(-4.0, 4.0)), ("row", _pow2_scales)), ({},)),
+            (("x", uniform(-4.0, 4.0)), ("row", _pow2_scales)), ({},)),
     OpBench("dequantize", xp_dequantize, lambda a, at: (nb_dequantize, a), (("x", _int8_codes), ("row", _pow2_scales)),
             ({},)),
-    OpBench("softplus", xp_softplus, lambda a, at: (nb_softplus, a), (("x", _uniform(-20.0, 20.0)),), ({},)),
-    OpBench("silu", xp_silu, lambda a, at: (nb_silu, a), (("x", _uniform(-20.0, 20.0)),), ({},)),
-    OpBench("mish", xp_mish, lambda a, at: (nb_mish, a), (("x", _uniform(-20.0, 20.0)),), ({},)),
-    OpBench("gelu", xp_gelu, lambda a, at: (nb_gelu, a), (("x", _uniform(-6.0, 6.0)),), ({},)),
+    OpBench("softplus", xp_softplus, lambda a, at: (nb_softplus, a), (("x", uniform(-20.0, 20.0)),), ({},)),
+    OpBench("silu", xp_silu, lambda a, at: (nb_silu, a), (("x", uniform(-20.0, 20.0)),), ({},)),
+    OpBench("mish", xp_mish, lambda a, at: (nb_mish, a), (("x", uniform(-20.0, 20.0)),), ({},)),
+    OpBench("gelu", xp_gelu, lambda a, at: (nb_gelu, a), (("x", uniform(-6.0, 6.0)),), ({},)),
+    # random numbers in the kernel: dropout fused with the residual add and the norm
+    OpBench("dropout_add_layer_norm", xp_dropout_add_layer_norm,
+            lambda a, at: (nb_dropout_add_layer_norm, _nb_dropout_args(a, at)),
+            (("x", uniform(-1.0, 1.0)), ("x", uniform(-1.0, 1.0)), ("row", uniform(0.5, 1.5)),
+             ("row", uniform(-0.5, 0.5))), ({"p": 0.1, "seed": 0, "eps": 1e-5},), reduced=_axis_len,
+            emitted=False),
 )}
 
 

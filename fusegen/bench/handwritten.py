@@ -143,3 +143,24 @@ def nb_bias_gelu(x, b):  # pragma: no cover - compiled by Numba
             h = x[i, j] + b[j]
             out[i, j] = _HALF * h * (_ONE + np.tanh(_GELU_A * (h + _GELU_B * h * h * h)))
     return out
+
+
+@njit(**_JIT)
+def nb_dropout_add_layer_norm(x, residual, gamma, beta, keep, scale, eps):  # pragma: no cover - compiled by Numba
+    n, m = x.shape
+    y, h = np.empty_like(x), np.empty_like(x)
+    for i in prange(n):
+        xi, ri, ki, hi, yi = x[i], residual[i], keep[i], h[i], y[i]
+        s = _F0
+        for j in range(m):
+            v = (xi[j] * scale if ki[j] else _F0) + ri[j]
+            hi[j] = v
+            s += v
+        mu = np.float32(s / m)
+        var = _F0
+        for j in range(m):
+            var += (hi[j] - mu) * (hi[j] - mu)
+        r = np.float32(1.0 / np.sqrt(var / m + eps))
+        for j in range(m):
+            yi[j] = (hi[j] - mu) * r * gamma[j] + beta[j]
+    return y, h

@@ -36,7 +36,7 @@ from .trace import Tensor, cast_like, expect_same_shape, make as _make, sum_to, 
 
 # Ops whose derivative is zero almost everywhere: adjoints stop there.
 _ZERO_GRAD = {Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE, Op.AND, Op.OR, Op.NOT, Op.FLOOR, Op.CEIL,
-              Op.INPUT, Op.ATTR, Op.CONST, Op.DIM, Op.IOTA, Op.FLOOR_DIVIDE}
+              Op.INPUT, Op.ATTR, Op.CONST, Op.DIM, Op.IOTA, Op.FLOOR_DIVIDE, Op.RANDOM}  # RANDOM: recomputed
 # Nodes with a shape of their own (not the broadcast of their sources'): an adjoint reaching
 # one is summed to its shape exactly, like at an input.
 _OWN_SHAPE = {Op.INPUT, Op.REDUCE, Op.IOTA, Op.GATHER} | VIEWS | PIECEWISE

@@ -108,6 +108,8 @@ class Op(enum.Enum):
     IOTA = "iota"
     # gathers (fusegen.graph.gathers, issue #17): a read at a data-dependent place
     GATHER = "gather"
+    # counter-based random numbers (fusegen.graph.rng): elementwise in an element counter
+    RANDOM = "random"
 
 
 # Each elementwise op's dtype rule is the NumPy ufunc whose type resolution it follows.

@@ -14,6 +14,7 @@ from ..errors import ArgumentError, DTypeError, ShapeError
 from .nodes import (AttrRef, BINARY_UFUNC, DTypeOf, Graph, Node, Op, ShapeOf, UNARY_UFUNC, UNKNOWN_DIM,
                     UNKNOWN_RANK)
 from .shapes import LAYOUT_RULES, NodeInfo, Shape, static_cast, static_value  # noqa: F401
+from .rng import infer_random
 from .text import where_text
 
 @dataclass(frozen=True)
@@ -139,6 +140,8 @@ def infer_nodes(opdef, g: Graph, in_dtypes, in_shapes, attrs: dict) -> list[Node
             info.append(NodeInfo(to, srcs[0].shape, value=static_cast(srcs[0].value, to)))
         elif n.op in LAYOUT_RULES:
             info.append(LAYOUT_RULES[n.op](n, srcs, fail))
+        elif n.op is Op.RANDOM:
+            info.append(infer_random(n, srcs, fail))
         elif n.op is Op.REDUCE and isinstance(n.arg.axes, ShapeOf):
             info.append(_infer_shape_of(n, srcs, info, g, fail))
         elif n.op is Op.REDUCE:

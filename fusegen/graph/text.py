@@ -72,6 +72,9 @@ _LAYOUT_TEXT = {
     Op.IOTA: lambda n, s: f"iota {s[0]}",
     Op.GATHER: lambda n, s: (f"take {s[0]}, {s[1]}" if n.arg.kind == "take" else f"take_along_axis {s[0]}, {s[1]}")
     + f", axis={n.arg.axis}" + ("" if n.arg.mode == "raise" else f", mode={n.arg.mode}"),
+    Op.RANDOM: lambda n, s: f"random {n.arg!r} at {s[0]}, seed {s[1]}, offset {s[2]}"
+                            + "".join(f", {k} {v}" for k, v in zip(("p",) if n.arg.kind == "bernoulli" else
+                                                                     ("low", "high"), s[3:])),
 }
 
 

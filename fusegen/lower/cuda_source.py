@@ -15,6 +15,7 @@ from ..plan.paths import is_param, path_steps
 from ..plan.exprs import CUDA_PY, ExprWriter, reduce_identity, reg_dtype
 from .gathers import GatherSlots
 from .pysource import combine, general_maps, group_params, operand_name
+from .rng import RandomText
 
 # meta: nO, nRO, RI, I, O_total, RO_total, count, nsplit, chunk; then extents, then strides
 HEADER = 9
@@ -51,6 +52,7 @@ class CudaGroupSource:
                      for key, inner in zip(run.operands, inners)}
         self.active = dict(zip(run.operands, run.active or [True] * len(run.operands)))
         self.general = general_maps(self.stages, inners)
+        self.rng = RandomText()   # random numbers: one Philox block per element (one thread each)
         # the group's accesses: which operand a loaded leaf is in its view context, where a
         # reduction's result goes
         self.slot_of = {id(a.node): a.slot for st in self.stages for a in st.reads}
@@ -185,7 +187,7 @@ class CudaGroupSource:
     def _body(self, pad: int, st, tag: str) -> tuple[list[str], list[tuple[str, str]]]:
         """Emit one loop body of stage ``st``: returns (reduction values, (store target, value))."""
         ew = ExprWriter(self.spec, CUDA_PY, self._load, prefix=f"{tag}{st.index}_", variant=self.run.variant,
-                        gather=self._gather_index)
+                        gather=self._gather_index, random=self.rng)
         self._ew = ew
         vals = [ew.value(r.srcs[0], reg_dtype(self.spec.of(r).acc)) for r in st.reductions]
         stores = []

@@ -12,6 +12,7 @@ from typing import Callable
 
 from .. import dtypes as dt
 from ..dtypes import DType
+from ..errors import FusegenError
 from ..ir import PIECEWISE, VIEWS, Node, Op, Spec
 from .paths import is_param
 
@@ -163,12 +164,14 @@ class ExprWriter:
 
     ``leaf(node, ctx)`` gives the text (already in register dtype) of an INPUT/REDUCE/ATTR
     leaf. Each interior node becomes one ``name = expr`` line, in dependency order,
-    so generated code reads like the IR's text form.
+    so generated code reads like the IR's text form. ``random(writer, node, ctx)`` renders a
+    random node (``Op.RANDOM``: the lowering's, fusegen/lower/rng.py); without it one is refused.
     """
 
     def __init__(self, spec: Spec, dialect: Dialect, leaf: Callable[[Node, tuple], str], prefix: str = "t",
-                 variant: dict | None = None, gather: Callable | None = None):
+                 variant: dict | None = None, gather: Callable | None = None, random: Callable | None = None):
         self.spec, self.d, self.leaf, self.prefix = spec, dialect, leaf, prefix
+        self.random = random
         self.lines: list[tuple[str, str]] = []   # (name, expr)
         self.names: dict[tuple, str] = {}
         self.types: dict[tuple, DType] = {}
@@ -226,6 +229,11 @@ class ExprWriter:
             expr = self.value(node.srcs[1], out, ctx) if p is None else self.value(node.srcs[p], out, ctx + ((node, p),))
         elif node.op is Op.CAST:
             expr = self.value(node.srcs[0], out, ctx)
+        elif node.op is Op.RANDOM:
+            if self.random is None:
+                raise FusegenError(f"{self.spec.opdef.name}: this backend cannot compute fg.random.{node.arg.kind} "
+                                   "yet; use backend='numba'")
+            expr = self.random(self, node, ctx)
         else:
             comp = reg_dtype(dt.materialize(info.compute))
             if node.op is Op.WHERE:

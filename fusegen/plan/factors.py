@@ -90,7 +90,7 @@ DIM_RULES: dict[Op, DimRule] = {
     **{o: elementwise_rule for o in (*UNARY_UFUNC, *BINARY_UFUNC, Op.WHERE, Op.CAST)},
     Op.REDUCE: reduce_rule,
     **{o: whole_rule for o in (Op.DIM, Op.PERMUTE, Op.INDEX, Op.RESHAPE, Op.BROADCAST_TO, Op.FLIP, Op.CONCAT,
-                               Op.PAD, Op.IOTA, Op.GATHER)},
+                               Op.PAD, Op.IOTA, Op.GATHER, Op.RANDOM)},
 }
 _LEAVES = (Op.INPUT, Op.ATTR, Op.CONST)
 

@@ -1,0 +1,68 @@
+"""The Numba CPU group function's layout block and per-operand slots: the int64 ``meta`` array a
+group function reads its extents and strides from, each operand's stride classes on the hot
+loops (what is baked into the machine code), and the text of an operand's per-loop view."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..plan import GroupRun
+from .pysource import layout_tail
+
+# meta: nO, nRO, RI, I, ntiles, TILE, O_total, RO_total, count, nsplit, chunk; then extents, strides
+HEADER = 11
+
+
+def meta_array(run: GroupRun, tile: int, nsplit: int = 1):
+    """The int64 ``meta`` block a group function reads its layout from."""
+    import numpy as np
+    L = run.layout
+    ntiles = -(-L.inner // tile) if L.inner > 1 else 1
+    head = [len(L.o_ext), len(L.ro_ext), L.ri, L.inner, ntiles, tile, L.o_total, L.ro_total,
+            L.ro_total * L.ri, nsplit, -(-L.ri // nsplit)]
+    body = list(L.o_ext) + list(L.ro_ext)
+    for k in range(len(run.operands)):
+        body += L.o_str[k] + L.ro_str[k] + [L.ri_str[k], L.i_str[k]]
+    return np.array(head + body + layout_tail(run, len(head) + len(body)), dtype=np.int64)
+
+
+def stride_pattern(run: GroupRun) -> tuple:
+    """Per operand: (RI stride class, I stride class, invariant over reduced dims).
+    A class is 0, 1 or 'n' (any other stride, read from meta)."""
+    L = run.layout
+
+    def cls(s):
+        return s if s in (0, 1) else "n"
+
+    return tuple((cls(L.ri_str[k]) if L.ri > 1 else 0, cls(L.i_str[k]) if L.inner > 1 else 0,
+                  all(s == 0 for s in L.ro_str[k]) and (L.ri_str[k] == 0 or L.ri == 1))
+                 for k in range(len(run.operands)))
+
+
+@dataclass
+class OperandSlot:
+    name: str        # flat array variable
+    key: tuple
+    ri: object       # stride class on RI
+    i: object        # stride class on I
+    k: int           # operand index in meta
+    kind: str = "array"   # "array"; "iota": the address is the value; "modular": the address is a
+                          # linear index, unravelled per element over the map's digits
+
+    @property
+    def is_array(self) -> bool:
+        return self.kind != "iota"
+
+
+def view_text(o: OperandSlot, cls, at: str, stride: str, prefix: str = "") -> str:
+    """The per-loop view of operand ``o`` whose hot-loop stride class is ``cls``."""
+    if cls == 0 and o.key[0] != "out" and not prefix:
+        return f"s_{o.name} = {o.name}_[{at}]"
+    if cls == "n":
+        return f"{prefix or 'v'}_{o.name} = {o.name}_[{at}::{stride}]"
+    if cls == 0:
+        return f"{prefix or 'v'}_{o.name} = {o.name}_[{at}:{at} + 1]"
+    return f"{prefix or 'v'}_{o.name} = {o.name}_[{at}:]"
+
+
+def index_text(cls, var: str, stride: str) -> str:
+    return "0" if cls == 0 else (var if cls == 1 else f"{var} * {stride}")

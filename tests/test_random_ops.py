@@ -1,0 +1,267 @@
+"""fg.random inside fused ops (fusegen/graph/rng.py, fusegen/lower/rng.py, fusegen/rng_numba.py):
+the IR and its rules, the refusals, the generated Numba source, and the numbers, bit for bit
+against ``fg.random.reference`` (normal within 2 ulp), through views, broadcasting, reductions
+and ``fg.grad``. One op with many outputs per concern, so each compiles once."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import fusegen as fg
+import fusegen.examples as ex
+from fusegen import lower_cpu
+from fusegen.plan import build_plan, schedule
+
+R = fg.random.reference
+U64 = 1 << 64
+
+
+def ulps(a, b) -> np.ndarray:
+    """Distance in units in the last place (same-sign finite floats of one dtype)."""
+    it = np.int32 if a.dtype == np.float32 else np.int64
+    return np.abs(a.view(it).astype(np.int64) - b.view(it).astype(np.int64))
+
+
+# --- one op for the numbers: every kind, views, broadcasting, tensor seed and p -------------------
+@fg.op
+def many(x, pt, st, *, seed: int = 0, offset: int = 0, p: float = 0.5, lo: int = -300, hi: int = 300):
+    a, b = x.shape[0], x.shape[1]
+    u = fg.random.uniform(seed, (a, b), offset=offset)
+    return (
+        u,                                                                        # 0 contiguous: fills
+        fg.random.uniform(seed, (a, b), offset=offset, dtype="float64"),          # 1
+        fg.random.normal(seed, (a, b), offset=offset),                            # 2
+        fg.random.normal(seed, (a, b), offset=offset, dtype="float64"),           # 3
+        fg.random.bernoulli(seed, p, (a, b), offset=offset),                      # 4 attribute p
+        fg.random.bernoulli(seed, pt, (a, b), offset=offset),                     # 5 tensor p, broadcast
+        fg.random.randint(seed, -3, 11, (a, b), offset=offset, dtype="int8"),     # 6
+        fg.random.randint(seed, 0, U64 - 1, (a, b), offset=offset, dtype="uint64"),  # 7 wide: 64-bit draws
+        fg.permute_dims(u, (1, 0)),                                               # 8 views of a random tensor
+        u[::-1, 1::2],                                                            # 9
+        fg.flip(fg.random.normal(seed, (a, b), offset=offset), axis=1),           # 10
+        fg.broadcast_to(fg.random.uniform(seed, (1, b), offset=offset), (a, b)),  # 11 broadcast
+        x * fg.random.uniform(st, (a, b)),                                        # 12 seed: a scalar tensor
+        fg.sum(u, axis=1),                                                        # 13 reductions over random
+        fg.sum(u, axis=0),                                                        # 14
+        fg.random.randint(seed, lo, hi, (a, b), offset=offset, dtype="int16"),    # 15 attribute bounds
+    )
+
+
+def _expect(shape, seed, offset, p, pt, st):
+    kw = dict(offset=offset)
+    u = R("uniform", seed, shape, **kw)
+    n32 = R("normal", seed, shape, **kw)
+    return [
+        u, R("uniform", seed, shape, dtype="float64", **kw), n32, R("normal", seed, shape, dtype="float64", **kw),
+        R("bernoulli", seed, shape, p=p, **kw), R("bernoulli", seed, shape, p=np.broadcast_to(pt, shape), **kw),
+        R("randint", seed, shape, low=-3, high=11, dtype="int8", **kw),
+        R("randint", seed, shape, low=0, high=U64 - 1, dtype="uint64", **kw),
+        u.T, u[::-1, 1::2], n32[:, ::-1], np.broadcast_to(R("uniform", seed, (1, shape[1]), **kw), shape),
+        np.ones(shape, np.float32) * R("uniform", int(st), shape),
+        None, None, R("randint", seed, shape, low=-300, high=300, dtype="int16", **kw),
+    ]
+
+
+CASES = [((3, 5), 0, 0, 0.5), ((1, 7), 123456789, 5, 0.25), ((4, 33), U64 - 1, U64 - 2, 0.9), ((0, 3), 1, 0, 0.5)]
+
+
+def check_many(got, shape, seed, offset, p, pt, st, what: str) -> None:
+    want = _expect(shape, seed, offset, np.float32(p), pt, st)
+    for k, (g, w) in enumerate(zip(got, want)):
+        if w is None:
+            continue
+        assert g.dtype == w.dtype and g.shape == w.shape, (what, k, g.dtype, w.dtype, g.shape, w.shape)
+        if k in (2, 3, 10):
+            assert g.size == 0 or ulps(g, w).max() <= 2, (what, k)
+        else:
+            bad = np.flatnonzero(g != w)
+            assert bad.size == 0, f"{what}: output {k} differs at {bad[:5]}"
+    u = want[0].astype(np.float64)
+    np.testing.assert_allclose(got[13], u.sum(axis=1), rtol=1e-5, err_msg=what)
+    np.testing.assert_allclose(got[14], u.sum(axis=0), rtol=1e-5, err_msg=what)
+
+
+def run_many(kernel, what: str) -> None:
+    for shape, seed, offset, p in CASES:
+        x = np.ones(shape, np.float32)
+        pt = np.linspace(0, 1, shape[1], dtype=np.float32)
+        st = np.array(seed ^ 0x5555, np.uint64)
+        # seeds and offsets >= 2^63 travel as int64 attributes (taken modulo 2^64)
+        attrs = dict(seed=seed - U64 if seed >= 1 << 63 else seed,
+                     offset=offset - U64 if offset >= 1 << 63 else offset, p=p)
+        got = kernel(x, pt, st, **attrs)
+        check_many(got, shape, seed, offset, p, pt, st, f"{what} {shape} seed={seed} offset={offset}")
+
+
+def test_numba_cpu_equals_the_reference_through_views_and_reductions():
+    run_many(fg.compile(many), "numba-cpu")
+
+
+@fg.op
+def centered(x, *, seed: int = 0):
+    """Stages that reuse one filled buffer, with outer reduced dims (ROT > 1: refilled)."""
+    u = fg.random.uniform(seed, (x.shape[0], x.shape[1], x.shape[2]))
+    return u - fg.mean(u, axis=(0, 2), keep_dims=True), u - fg.mean(u, axis=-1, keep_dims=True)
+
+
+def test_buffers_shared_by_stages_hold_the_right_rows():
+    k = fg.compile(centered)
+    for shape in ((3, 4, 9), (2, 5, 1)):
+        a, b = k(np.zeros(shape, np.float32), seed=9)
+        u = R("uniform", 9, shape).astype(np.float64)
+        np.testing.assert_allclose(a, u - u.mean(axis=(0, 2), keepdims=True), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(b, u - u.mean(axis=-1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+
+# --- the IR and its rules --------------------------------------------------------------------------
+def test_text_form_and_rules():
+    @fg.op
+    def f(x, *, seed: int = 1):
+        return fg.random.bernoulli(seed, 0.3, (x.shape[0], 4), offset=2), fg.random.normal(seed, x.shape[-1])
+
+    text = str(f)
+    assert re.search(r"= random bernoulli bool at %\d+, seed %\d+, offset %\d+, p %\d+", text)
+    assert re.search(r"= iota %\d+", text) and re.search(r"= reshape %\d+", text)
+    assert "random normal float32" in text
+    spec = fg.infer(f, ["float32"], [(6, 9)], {"seed": 1})
+    assert spec.out_shapes == ((6, 4), (9,)) and [d.name for d in spec.out_dtypes] == ["bool", "float32"]
+
+
+def test_bad_arguments_are_fusegen_errors_naming_the_function():
+    bad = [
+        (lambda x: fg.random.uniform(0, (2,), dtype="int32"), fg.DTypeError, "float32 or float64"),
+        (lambda x: fg.random.normal(0, (2,), dtype="float16"), fg.DTypeError, "float32 or float64"),
+        (lambda x: fg.random.bernoulli(0, 1.5, (2,)), fg.AttrError, "must be in [0, 1]"),
+        (lambda x: fg.random.bernoulli(0, -0.1, (2,)), fg.AttrError, "must be in [0, 1]"),
+        (lambda x: fg.random.bernoulli(0, True, (2,)), fg.AttrError, "got bool"),
+        (lambda x: fg.random.uniform(1.5, (2,)), fg.AttrError, "seed must be an int"),
+        (lambda x: fg.random.uniform(1 << 64, (2,)), fg.AttrError, "does not fit in 64 bits"),
+        (lambda x: fg.random.uniform(0, (2, -1)), fg.TraceError, "negative dim"),
+        (lambda x: fg.random.randint(0, 0, 5, (2,), dtype="float32"), fg.DTypeError, "integer dtype"),
+        (lambda x: fg.random.randint(0, 0.5, 5, (2,)), fg.AttrError, "low must be an int"),
+    ]
+    for body, exc, text in bad:
+        with pytest.raises(exc, match=re.escape(text)) as e:
+            fg.op(body)
+        assert "fg.random." in str(e.value)
+
+    @fg.op
+    def g(x, s, *, lo: int = 0, hi: int = 4, p: float = 0.5):
+        return fg.random.uniform(s, (3,)), fg.random.randint(0, lo, hi, (3,), dtype="int8"), \
+            fg.random.bernoulli(0, p, (3,))
+
+    ok = dict(lo=0, hi=4, p=0.5)
+    fg.infer(g, ["float32", "uint64"], [(3,), ()], ok)
+    for dtypes, shapes, attrs, exc, text in [
+        (["float32", "float32"], [(3,), ()], ok, fg.DTypeError, "seed must be an integer"),
+        (["float32", "int64"], [(3,), (2,)], ok, fg.ShapeError, "seed must be a scalar"),
+        (["float32", "int64"], [(3,), ()], dict(ok, lo=5), fg.AttrError, "low < high"),
+        (["float32", "int64"], [(3,), ()], dict(ok, hi=200), fg.AttrError, "low < high"),
+        (["float32", "int64"], [(3,), ()], dict(ok, p=2.0), fg.AttrError, "must be in [0, 1]"),
+    ]:
+        with pytest.raises(exc, match=re.escape(text)):
+            fg.infer(g, dtypes, shapes, attrs)
+
+
+def test_emitted_backends_refuse_random_ops_naming_the_node():
+    for abi in ("mindspore-aot", "xla-ffi"):
+        with pytest.raises(fg.UnsupportedError, match=r"dropout_add_layer_norm: fg\.random\.uniform .*"
+                                                     r"use backend='numba'"):
+            fg.emit(ex.dropout_add_layer_norm.specialize(["float32"] * 4, [(2, 8), (2, 8), (8,), (8,)],
+                                                         {"p": 0.1, "seed": 0, "eps": 1e-5}), abi)
+
+
+# --- the generated Numba source --------------------------------------------------------------------
+@fg.op
+def views(x, *, seed: int = 0):
+    u = fg.random.uniform(seed, (x.shape[0], x.shape[1]))
+    return x + u, x + fg.permute_dims(fg.random.uniform(seed, (x.shape[1], x.shape[0])), (1, 0))
+
+
+def test_contiguous_counters_fill_four_per_philox_call_and_strided_ones_go_per_element():
+    plan = build_plan(views)
+    spec = fg.infer(views, ["float32"], [(8, 16)], {"seed": 0})
+    src = "\n".join(lower_cpu.compile_group(plan, spec, run, False).source for run in schedule(plan, spec))
+    fills = re.findall(r"_rng_fill_uniform_f32\((rb\d+), n, np\.uint64\(np\.int64\(a_seed\)\), np\.uint64\(0\), q_iota\w+\)", src)
+    assert len(fills) == 1, src
+    assert re.search(rf"= {fills[0]}\[i\]", src)
+    assert re.search(r"_rng_uniform_f32_at\(np\.uint64\(np\.int64\(a_seed\)\), np\.uint64\(0\), \(q_iota\w+ \+ i \* iota\w+_si\)\)",
+                     src)
+    assert re.search(r"rb\d+ = np\.empty\(max\(TILE, chunk, 1\), dtype=np\.float32\)", src)
+    assert "# fusegen.rng_numba " in src
+
+
+# --- dropout: the example, its gradient ------------------------------------------------------------
+def dropout_add_layer_norm_ref(x, residual, gamma, beta, p, seed, eps=1e-5):
+    keep = R("uniform", seed, x.shape) >= np.float32(p)
+    h = np.where(keep, x / np.float32(1.0 - p), np.float32(0)) + residual
+    h64 = h.astype(np.float64)
+    d = h64 - h64.mean(-1, keepdims=True)
+    y = d / np.sqrt((d * d).mean(-1, keepdims=True) + eps) * gamma + beta
+    return y.astype(np.float32), h
+
+
+def test_dropout_add_layer_norm_and_its_gradient_reads_no_mask():
+    rng = np.random.default_rng(0)
+    x, r = rng.standard_normal((5, 37), np.float32), rng.standard_normal((5, 37), np.float32)
+    gamma, beta = rng.random(37, np.float32) + 0.5, rng.standard_normal(37, np.float32)
+    y, h = fg.compile(ex.dropout_add_layer_norm)(x, r, gamma, beta, p=0.3, seed=11)
+    y_ref, h_ref = dropout_add_layer_norm_ref(x, r, gamma, beta, 0.3, 11)
+    assert np.array_equal(h, h_ref)
+    np.testing.assert_allclose(y, y_ref, rtol=2e-5, atol=2e-5)
+
+    @fg.op
+    def dropout(x, *, p: float = 0.5, seed: int = 0):
+        keep = fg.random.uniform(seed, (x.shape[0], x.shape[1])) >= p
+        return fg.where(keep, x / (1.0 - p), 0.0)
+
+    back = fg.grad(dropout)
+    assert list(back.inputs) == ["x", "d_out"], back.inputs   # no mask: x only for its shape
+    assert back.needs["x"] == "shape", back.needs
+    assert re.search(r"= random uniform float32 at %\d+, seed %\d+, offset %\d+", str(back))
+    g = rng.standard_normal((6, 13)).astype(np.float32)
+    (dx,) = fg.compile(back)(np.full_like(g, np.nan), g, p=0.3, seed=11)   # x's values are never read
+    keep = R("uniform", 11, g.shape) >= np.float32(0.3)
+    assert np.array_equal(dx, np.where(keep, g / np.float32(0.7), np.float32(0)))
+
+
+# --- machine code (slow: compiles without the disk cache) -----------------------------------------
+@pytest.mark.slow
+def test_fills_are_vector_code():
+    """The fills' block loops vectorize (Philox's products become vector multiplies), as
+    tests/test_philox.py checks for the primitives: RNG must not make dropout compute-bound."""
+    from numba import njit
+
+    from fusegen import rng_numba
+    ns: dict = {}
+    exec(compile(rng_numba.fills_source(), "<fills>", "exec"), ns)
+    for kind in ("uniform_f32", "words", "uniform_f64"):
+        fn = njit(**dict(rng_numba.FILL_JIT, cache=False))(ns[f"fill_{kind}"])
+        buf = np.empty(40, {"uniform_f32": np.float32, "words": np.uint32, "uniform_f64": np.float64}[kind])
+        fn(buf, 37, np.uint64(3), np.uint64(4), 5)
+        llvm = fn.inspect_llvm(fn.signatures[0])
+        assert re.search(r"mul (nuw )?(nsw )?<\d+ x i64>", llvm), f"fill_{kind}: Philox's products are scalar"
+
+
+@pytest.mark.slow
+def test_numba_cuda_random_kernels_assemble_for_sm_90(tmp_path):
+    import os
+    import shutil
+    import subprocess
+    if os.environ.get("NUMBA_ENABLE_CUDASIM", "") not in ("", "0") or shutil.which("ptxas") is None:
+        pytest.skip("needs ptxas and no simulator")
+    from fusegen.lower_cuda import compile_ptx
+
+    @fg.op
+    def dropout(x, *, p: float = 0.5, seed: int = 0):
+        u = fg.random.uniform(seed, (x.shape[0], x.shape[1]))
+        return fg.where(u >= p, x / (1.0 - p), 0.0), fg.random.normal(seed, (x.shape[1],), dtype="float64")
+
+    for name, ptx in compile_ptx(dropout, ["float32"], [(8, 64)], {"p": 0.1, "seed": 3}):
+        path = tmp_path / f"{name}.ptx"
+        path.write_text(ptx)
+        r = subprocess.run(["ptxas", "-arch=sm_90", str(path), "-o", str(tmp_path / f"{name}.cubin")],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
