@@ -13,6 +13,91 @@ def _fmax(a, b):  # NumPy's maximum: NaN wins
 def _fmin(a, b):
     return a if (a < b or a != a) else b
 
+
+
+def _fg_floor_divide(a, b, one):  # NumPy's floor_divide on floats (npy_divmod)
+    if b == 0:
+        return a / b
+    mod = math.fmod(a, b)
+    div = (a - mod) / b
+    if mod != 0 and ((b < 0) != (mod < 0)):
+        div = div - one
+    if div != 0:
+        fl = math.floor(div)
+        if div - fl > 0.5:
+            fl = fl + one
+        return fl
+    return math.copysign(div - div, a / b)
+
+
+def _fg_remainder(a, b, one):  # NumPy's remainder on floats: the sign of the divisor
+    mod = math.fmod(a, b)
+    if b == 0:
+        return mod
+    if mod != 0:
+        if (b < 0) != (mod < 0):
+            mod = mod + b
+        return mod
+    return math.copysign(mod - mod, b)
+
+
+def _fg_floor_divide_int(a, b):  # x // 0 is 0 and INT_MIN // -1 wraps, as NumPy's (no SIGFPE)
+    if b == 0:
+        return a - a
+    if b == -1:
+        return (a - a) - a
+    return a // b
+
+
+def _fg_remainder_int(a, b):
+    if b == 0 or b == -1:
+        return a - a
+    return a % b
+
+
+def _fg_shl(a, b, bits):  # NumPy: a count outside [0, bits) shifts everything out
+    if b < 0 or b >= bits:
+        return a - a
+    return a << b
+
+
+def _fg_shr(a, b, bits):
+    if b < 0 or b >= bits:
+        return (a - a) - (a < 0)
+    return a >> b
+
+
+def _fg_shr_u(a, b, bits):
+    if b >= bits:
+        return a - a
+    return a >> b
+
+
+def _fg_logaddexp(x, y):  # NumPy's npy_logaddexp: equal infinities give themselves
+    if x == y:
+        return x + 0.6931471805599453
+    tmp = x - y
+    if tmp > 0:
+        return x + math.log1p(math.exp(-tmp))
+    if tmp <= 0:
+        return y + math.log1p(math.exp(tmp))
+    return tmp
+
+
+def _fg_trunc(x):
+    return math.trunc(x) if x - x == 0 else x
+
+
+def _fg_rint(x, one):  # round half to even, the sign of a zero kept (numba-cuda has no rint)
+    if not (x - x == 0):
+        return x
+    f = math.floor(x)
+    d = x - f
+    half = one / (one + one)
+    if d > half or (d == half and math.fmod(f, one + one) != 0):
+        f = f + one
+    return math.copysign(f, x)
+
 def kernel(x0, x2, ws0, out1, meta, a_eps):
     # stages 3 of op rms_norm_grad: one thread per output point
     nO = meta[0]

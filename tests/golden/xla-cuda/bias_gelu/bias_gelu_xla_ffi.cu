@@ -463,65 +463,153 @@ FG_INLINE T fg_pow(T base, T exp) {  // integer power by squaring, as NumPy's in
   return result;
 }
 
-// float32 exp and tanh as straight-line float64 arithmetic and bit operations, so the loops that
-// call them vectorize: std::exp/std::tanh are opaque libm calls, which g++ vectorizes only under
-// -ffast-math (not allowed: it breaks NaN rules). Correctly rounded except in rare near-midpoint
-// cases (1 ulp). The algorithm, constants and error bounds: fusegen/vmath.py; the Numba twin:
-// fusegen/vmath_numba.py. double arguments keep libm (std::exp in the tables): accuracy first.
-// Bit casts through memcpy (defined behaviour, compiled to nothing); unsigned arithmetic so the
-// shifts wrap, defined even for NaN's bits.
-FG_INLINE uint64_t f64_bits(double x) {
+// ---------------------------------------------------------------------------------------------
+// fusegen vmath: float32 functions as straight-line float64 arithmetic, bit operations and
+// selects, so the loops that call them vectorize (std::exp/std::log... are opaque libm calls,
+// which g++ vectorizes only under -ffast-math: not allowed, it breaks NaN rules). Correctly
+// rounded except in rare near-midpoint cases (1 ulp). The algorithms, constants and measured
+// errors: fusegen/vmath.py; the Numba twins, operation for operation: fusegen/vmath_numba.py.
+// double arguments keep libm (std::exp in the tables): accuracy first.
+// No product feeds an addition except through an explicit vm_fma (or vm_mul), so g++'s and nvcc's
+// default contraction cannot make these differ from the Numba versions; every select is a blend
+// (vm_select). Bit casts through memcpy (defined behaviour, compiled to nothing); unsigned
+// arithmetic where shifts must wrap.
+// Under nvcc every function is __host__ __device__, and the device side uses CUDA's own fma,
+// rint, sqrt and bit casts.
+// ---------------------------------------------------------------------------------------------
+#if defined(__CUDACC__)
+#define FG_VM __host__ __device__ __forceinline__
+#else
+#define FG_VM FG_INLINE
+#endif
+
+FG_VM uint64_t f64_bits(double x) {
+#if defined(__CUDA_ARCH__)
+  return static_cast<uint64_t>(__double_as_longlong(x));
+#else
   uint64_t b;
   std::memcpy(&b, &x, sizeof b);
   return b;
+#endif
 }
 
-FG_INLINE double f64_from_bits(uint64_t b) {
+FG_VM double f64_from_bits(uint64_t b) {
+#if defined(__CUDA_ARCH__)
+  return __longlong_as_double(static_cast<long long>(b));
+#else
   double x;
   std::memcpy(&x, &b, sizeof x);
   return x;
+#endif
 }
 
-// exp(x) for |x| <= 104.0 or NaN (which propagates).
-FG_INLINE double exp_core(double x) {
-  const double k = x * 1.4426950408889634 + 6755399441055744.0;  // n + 1.5 * 2^52: low bits hold n
-  const double n = k - 6755399441055744.0;                         // round(x / ln2)
-  const double r = (x - n * 0.693147180559663) - n * 2.8235290563031577e-13;  // |r| <= ln2 / 2
+#if defined(__CUDA_ARCH__)
+FG_VM double vm_fma(double a, double b, double c) { return ::fma(a, b, c); }
+FG_VM double vm_fabs(double x) { return ::fabs(x); }
+FG_VM double vm_copysign(double x, double s) { return ::copysign(x, s); }
+FG_VM double vm_rint(double x) { return ::rint(x); }
+FG_VM double vm_sqrt(double x) { return ::sqrt(x); }
+#else
+FG_VM double vm_fma(double a, double b, double c) { return std::fma(a, b, c); }
+FG_VM double vm_fabs(double x) { return std::fabs(x); }
+FG_VM double vm_copysign(double x, double s) { return std::copysign(x, s); }
+FG_VM double vm_rint(double x) { return std::rint(x); }
+FG_VM double vm_sqrt(double x) { return std::sqrt(x); }
+#endif
+constexpr double kVmInf = __builtin_huge_val();
+constexpr double kVmNaN = __builtin_nan("");
+
+// a * b, rounded, that g++ and nvcc cannot fuse into a following addition (their default
+// contraction turns a * b + c into fma(a, b, c), which rounds differently unless the product is
+// exact). Every other product here feeds no addition, or is exact; tests/test_vmath.py checks
+// that -ffp-contract=fast and =off compile these functions to the same instructions.
+FG_VM double vm_mul(double a, double b) { return vm_fma(a, b, 0.0); }
+
+// c ? a : b that stays a blend: with -ftrapping-math (the default) g++ sinks a value that only one
+// arm of ?: uses into a branch, and then cannot if-convert that branch (its conversion to float
+// may trap), so the loop stays scalar. A bit-mask blend uses both arms. Every select below is one.
+FG_VM double vm_select(bool c, double a, double b) {
+  const uint64_t m = uint64_t(0) - static_cast<uint64_t>(c);
+  return f64_from_bits((f64_bits(a) & m) | (f64_bits(b) & ~m));
+}
+
+// |x| clamped to 104.0, its sign kept (see EXP_LIMIT in fusegen/vmath.py); NaN passes.
+FG_VM double clamp_exp_arg(double x) {
+  return vm_select(vm_fabs(x) > 104.0, vm_copysign(104.0, x), x);
+}
+
+// ---- exp_core: exp(x) for a double |x| <= 104.0 (or NaN, which propagates) ----
+// n = round(x / ln2) with k = n + 1.5 * 2^52 (its low bits hold n); r = x - n ln2, |r| <= ln2 / 2.
+struct ExpReduced {
+  double k, n, r;
+};
+
+FG_VM ExpReduced exp_reduce(double x) {
+  const double k = vm_fma(x, 1.4426950408889634, 6755399441055744.0);
+  const double n = k - 6755399441055744.0;
+  return {k, n, vm_fma(-n, 2.8235290563031577e-13, vm_fma(-n, 0.693147180559663, x))};  // n * ln2_hi is exact
+}
+
+// 2^n for k = n + 1.5 * 2^52: the low 12 bits of bits(k) + 1023 are n + 1023 (the shifter's are
+// 0); << 52 moves them into the exponent field and drops the rest.
+FG_VM double pow2_of(double k) { return f64_from_bits((f64_bits(k) + 1023u) << 52); }
+
+FG_VM double exp_core(double x) {
+  const ExpReduced e = exp_reduce(x);
   double s = 2.7476782228146016e-07;
-  s = s * r + 2.7635003237095916e-06;
-  s = s * r + 2.480193183306402e-05;
-  s = s * r + 0.00019841185208826579;
-  s = s * r + 0.0013888888516042496;
-  s = s * r + 0.008333333370888577;
-  s = s * r + 0.04166666666813746;
-  s = s * r + 0.16666666666611518;
-  s = s * r + 0.49999999999998324;
-  const double p = 1.0 + (r + r * r * s);
-  // 2^n: the low 12 bits of bits(k) + 1023 are n + 1023 (the shifter's are 0); << 52 moves them
-  // into the exponent field and drops the rest.
-  return p * f64_from_bits((f64_bits(k) + 1023u) << 52);
+  s = vm_fma(s, e.r, 2.7635003237095916e-06);
+  s = vm_fma(s, e.r, 2.480193183306402e-05);
+  s = vm_fma(s, e.r, 0.00019841185208826579);
+  s = vm_fma(s, e.r, 0.0013888888516042496);
+  s = vm_fma(s, e.r, 0.008333333370888577);
+  s = vm_fma(s, e.r, 0.04166666666813746);
+  s = vm_fma(s, e.r, 0.16666666666611518);
+  s = vm_fma(s, e.r, 0.49999999999998324);
+  return vm_mul(1.0 + vm_fma(e.r * e.r, s, e.r), pow2_of(e.k));
 }
 
-FG_INLINE float exp_f32(float x) {
-  double xd = x;
-  // One select with a non-constant arm: see EXP_LIMIT in fusegen/vmath.py. NaN passes.
-  xd = std::fabs(xd) > 104.0 ? std::copysign(104.0, xd) : xd;
-  return static_cast<float>(exp_core(xd));  // overflow, underflow, subnormals: this one rounding
+// ---- exp_f32 ----
+FG_VM float exp_f32(float x) {
+  return static_cast<float>(exp_core(clamp_exp_arg(x)));  // overflow, underflow, subnormals: this one rounding
 }
 
-FG_INLINE float tanh_f32(float x) {
+// ---- tanh_f32: odd Taylor polynomial below 0.03125, (e - 1) / (e + 1) above ----
+FG_VM float tanh_f32(float x) {
   const double xd = x;
   const double x2 = xd * xd;
-  // |x| < 0.03125: odd Taylor polynomial (keeps -0.0 and subnormals exact)
-  const double small = xd * (1.0 + x2 * (-0.3333333333333333 + x2 * (0.13333333333333333 +
-                             x2 * (-0.05396825396825397 + x2 * 0.021869488536155203))));
-  double a = std::fabs(xd);
-  a = a > 10.0 ? 10.0 : a;  // float32 tanh is +-1 there; inf too; NaN passes
+  double p = 0.021869488536155203;
+  p = vm_fma(p, x2, -0.05396825396825397);
+  p = vm_fma(p, x2, 0.13333333333333333);
+  p = vm_fma(p, x2, -0.3333333333333333);
+  p = vm_fma(p, x2, 1.0);
+  const double small = xd * p;  // keeps -0.0 and subnormals exact
+  double a = vm_fabs(xd);
+  // float32 tanh is +-1 from 10.0 on; inf too; NaN passes
+  a = vm_select(a > 10.0, 10.0, a);
   const double e = exp_core(2.0 * a);
   double big = (e - 1.0) / (e + 1.0);
-  big = xd < 0.0 ? -big : big;
-  return static_cast<float>(a < 0.03125 ? small : big);
+  big = vm_select(xd < 0.0, -big, big);
+  return static_cast<float>(vm_select(a < 0.03125, small, big));
 }
+
+// where(c, a, b) (the expression table's row): floats as a bit blend (vm_select). g++ sinks an
+// arm that only the ?: uses into a branch, and a loop with a branch computing floats stays scalar
+// (smooth_l1's did at -march=x86-64-v3). On the GPU a select is already branch-free.
+template <class T>
+FG_VM T fg_where(bool c, T a, T b) { return c ? a : b; }
+#if !defined(__CUDA_ARCH__)
+FG_VM double fg_where(bool c, double a, double b) { return vm_select(c, a, b); }
+FG_VM float fg_where(bool c, float a, float b) {
+  uint32_t ua, ub;
+  std::memcpy(&ua, &a, sizeof ua);
+  std::memcpy(&ub, &b, sizeof ub);
+  const uint32_t m = uint32_t(0) - static_cast<uint32_t>(c);
+  const uint32_t r = (ua & m) | (ub & ~m);
+  float x;
+  std::memcpy(&x, &r, sizeof x);
+  return x;
+}
+#endif
 
 // One stage of a fused group, run on one task: outer index + inner tile (in `base`, `n`) and
 // the reduced range [r_lo, r_hi). With `part` set, a reduction stage accumulates into its
