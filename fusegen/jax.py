@@ -242,6 +242,8 @@ class JaxFunction:
             text = str(e)
             if "fusegen op " not in text:
                 raise
+            if "FG_ERR_GATHER: " in text:   # a bad gathered index (issue #17): the Numba backends' text
+                raise fg.BoundsError(text[text.index("FG_ERR_GATHER: ") + len("FG_ERR_GATHER: "):]) from e
             raise fg.KernelError(text[text.index("fusegen op "):], library=str(self.lib_path),
                                  function=self.op.name) from e
 
