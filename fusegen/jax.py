@@ -238,7 +238,7 @@ class JaxFunction:
             fn = self._for_attrs(attrs)
         try:
             return fn(*arrays)
-        except jax.errors.JaxRuntimeError as e:
+        except (jax.errors.JaxRuntimeError, ValueError) as e:   # (jax 0.10: INVALID_ARGUMENT is a ValueError)
             text = str(e)
             if "fusegen op " not in text:
                 raise

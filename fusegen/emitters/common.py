@@ -128,13 +128,16 @@ def default_dtypes(op: OpDef) -> list[tuple[DType, ...]]:
                 pass
             out.append(tuple([d] * len(op.inputs)))
         return out
+    if G.has_gathers(op) and not accepted(dt.FLOAT_DTYPES):   # float data, integer indices
+        return _with_int_inputs(op)
     return (accepted(dt.FLOAT_DTYPES) or accepted([d for d in dt.DTYPES.values() if not d.is_float])
-            or _with_int64_inputs(op) or [tuple([d] * len(op.inputs)) for d in dt.FLOAT_DTYPES])
+            or [tuple([d] * len(op.inputs)) for d in dt.FLOAT_DTYPES])
 
 
-def _with_int64_inputs(op: OpDef) -> list[tuple[DType, ...]]:
+def _with_int_inputs(op: OpDef) -> list[tuple[DType, ...]]:
     """An op that takes floats and integer indices (a gather's, issue #17): per float dtype, the
-    first combination of it and int64 (the default index dtype) the op's rules accept."""
+    first combination of it and int64 (the default index dtype) the op's rules accept, and the
+    same with int32 (JAX's default)."""
     import itertools
     attrs = {n: s.default for n, s in op.attrs.items()}
     out = []
@@ -147,8 +150,9 @@ def _with_int64_inputs(op: OpDef) -> list[tuple[DType, ...]]:
             except (ValueError, TypeError, KeyError):
                 pass
             out.append(combo)
+            out.append(tuple(dt.int32 if c is dt.int64 else c for c in combo))
             break
-    return out
+    return list(dict.fromkeys(out))
 
 
 def refuse_unemitted(op: OpDef, what: str) -> None:
