@@ -310,7 +310,8 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
             # a modular map (a reshape whose radices do not nest) unravels the linear index: the
             # slow path; the test is loop-invariant
             mod, inner = (f"M.mod[{k}]", f"M.inner[{k}]") if device else (f"mod{k}", f"inner{k}")
-            ptr = f"(p{k}{terms.address_terms(n, ctx, cur['w'])})" if len(terms) else f"p{k}"
+            term = terms.address_terms(n, ctx, cur['w']) if len(terms) else ""
+            ptr = f"(p{k}{term})" if term else f"p{k}"
             return f"{r['reg']}(fg::at({ptr}, {mod}, {inner}, {at}))"
 
         nreads = len(st.reads)
