@@ -169,7 +169,8 @@ def refuse_unemitted(op: OpDef, what: str) -> None:
 
 
 def parse_dtypes(op: OpDef, dtypes) -> list[tuple[DType, ...]]:
-    """Dtype combinations from: None (every float dtype); a dtype (all inputs alike);
+    """Dtype combinations from: None (every float dtype); a dtype (all inputs alike; for an op
+    with gathers, a float dtype is the data's, and its indices are int64 or int32);
     a string "float32,int32" (one dtype per input); or a list of any of these."""
     if dtypes is None:
         return default_dtypes(op)
@@ -181,6 +182,10 @@ def parse_dtypes(op: OpDef, dtypes) -> list[tuple[DType, ...]]:
     for it in items:
         if isinstance(it, str) and "," in it:
             it = tuple(x.strip() for x in it.split(","))
+        if isinstance(it, (str, DType)) and G.has_gathers(op) and dt.as_dtype(it).is_float:
+            # one float dtype for an op with gathers: the data's; the indices int64 and int32
+            out += [c for c in _with_int_inputs(op) if dt.as_dtype(it) in c]
+            continue
         if isinstance(it, (str, DType)):
             it = (it,) * len(op.inputs)
         it = tuple(it)
