@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from ..graph.text import where_text
 from ..ir import Node, Op, OpDef
+from ..lower.gathers import address_terms
 from ..plan.access import Gather
-from ..plan.paths import path_steps
 
 #: The gather error row, after the layout rows (only in the tables of ops with gathers).
 GATHER_ERRORS: list[tuple[str, str]] = [
@@ -88,13 +88,7 @@ class StageTerms:
 
     def address_terms(self, n: Node, ctx: tuple, ew) -> str:
         """`` + j * gs[m]`` for every gather between leaf ``n`` and the stage root in ``ctx``."""
-        steps = path_steps(ctx, n)
-        out = ""
-        for j, step in enumerate(steps):
-            if isinstance(step, Gather) and step.index == 0:
-                pos = next(p for p, (g, i) in enumerate(ctx) if g is step.node and i == 0)
-                out += f" + {ew.gathered[(id(step.node), ctx[:pos])]} * gs[{self.term_of[(n, steps[:j + 1])]}]"
-        return out
+        return address_terms(self.term_of, n, ctx, ew, "gs[{}]")
 
 
 class IndexWriter:
