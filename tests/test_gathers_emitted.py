@@ -30,7 +30,8 @@ def many(x, i, j, k, s):
             fg.take_along_axis(x, j, axis=-1), fg.max(fg.take_along_axis(x, k, axis=0), axis=-1),
             fg.argmax(x, axis=-1), fg.argmin(x, axis=0), fg.argmax(x),
             fg.count_nonzero(x > 0, axis=1), fg.searchsorted(s, x[0]),
-            fg.cumulative_sum(x, axis=1), fg.cumulative_sum(fg.take(x, i, axis=0), axis=-1, include_initial=True))
+            fg.cumulative_sum(x, axis=1), fg.cumulative_sum(fg.take(x, i, axis=0), axis=-1, include_initial=True),
+            fg.take(x, -1, axis=1), fg.take(x[0], k[0, 0]), fg.permute_dims(x, (2, 0, 1))[i[0]])
 
 
 def _many_ref(x, i, j, k, s):
@@ -40,7 +41,8 @@ def _many_ref(x, i, j, k, s):
             np.argmax(x, axis=-1), np.argmin(x, axis=0), np.argmax(x),
             np.count_nonzero(x > 0, axis=1), np.searchsorted(s, x[0]),
             np.cumsum(x, axis=1),
-            np.concatenate([np.zeros((2, 3, 3, 1), np.float32), np.cumsum(np.take(x, i, axis=0), axis=-1)], axis=-1))
+            np.concatenate([np.zeros((2, 3, 3, 1), np.float32), np.cumsum(np.take(x, i, axis=0), axis=-1)], axis=-1),
+            np.take(x, -1, axis=1), np.take(x[0], k[0, 0]), np.transpose(x, (2, 0, 1))[i[0]])
 
 
 @fg.op
