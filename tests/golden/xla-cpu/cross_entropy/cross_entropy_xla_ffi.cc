@@ -5,19 +5,19 @@
 // for MindSpore's AOT ABI. The op, as fusegen traced it (%N are nodes; @name are attributes):
 //   op cross_entropy(logits, labels) {
 //     %0 = input logits
-//     %1 = max %0, axis=-1, keep_dims=True           # examples.py:173
-//     %2 = sub %0, %1                                # examples.py:173
-//     %3 = exp %2                                    # examples.py:173
-//     %4 = sum %3, axis=-1, keep_dims=False          # examples.py:173
-//     %5 = log %4                                    # examples.py:173
-//     %6 = max %0, axis=-1, keep_dims=False          # examples.py:173
-//     %7 = add %5, %6                                # examples.py:173
+//     %1 = max %0, axis=-1, keep_dims=True           # examples.py:174
+//     %2 = sub %0, %1                                # examples.py:174
+//     %3 = exp %2                                    # examples.py:174
+//     %4 = sum %3, axis=-1, keep_dims=False          # examples.py:174
+//     %5 = log %4                                    # examples.py:174
+//     %6 = max %0, axis=-1, keep_dims=False          # examples.py:174
+//     %7 = add %5, %6                                # examples.py:174
 //     %8 = input labels
-//     %9 = %8[:, None]                               # examples.py:174
-//     %10 = take_along_axis %0, %9, axis=-1          # examples.py:174
-//     %11 = sum %10, axis=-1, keep_dims=False        # examples.py:174
-//     %12 = sub %7, %11                              # examples.py:175
-//     %13 = mean %12, axis=all, keep_dims=False      # examples.py:175
+//     %9 = %8[:, None]                               # examples.py:175
+//     %10 = take_along_axis %0, %9, axis=-1          # examples.py:175
+//     %11 = sum %10, axis=-1, keep_dims=False        # examples.py:175
+//     %12 = sub %7, %11                              # examples.py:176
+//     %13 = mean %12, axis=all, keep_dims=False      # examples.py:176
 //     return %13
 //   }
 //
@@ -2343,7 +2343,9 @@ namespace views {
 // index * stride. Source 1 (the indices) is broadcast over the array's other dims.
 inline int gather(View *v, int index, bool take, const Params &p, const Shape &idx, const Shape &out) {
   const int a = int(p.v[0]);
-  if (a < 0 || a >= (index == 0 ? v->rank : out.rank)) return FG_ERR_VIEW_PARAM;
+  // (the indices of a take may be 0-d: then `a` may be the result's rank)
+  const int limit = index == 0 ? v->rank : (take ? out.rank + 1 : out.rank);
+  if (a < 0 || a >= limit) return FG_ERR_VIEW_PARAM;
   if (!take) {
     if (index == 0) v->dims[a].set(1, 0);
     return broadcast(v, out);
@@ -2440,7 +2442,7 @@ namespace {
 // The checked gathers (mode="raise"): node, and the message's start (the Numba backend's text).
 constexpr int kGatherNode[] = {10};
 const char *const kGatherWhere[] = {
-    "op cross_entropy: node %10 = take_along_axis %0, %9, axis=-1 at examples.py:174: take_along_axis",
+    "op cross_entropy: node %10 = take_along_axis %0, %9, axis=-1 at examples.py:175: take_along_axis",
 };
 }  // namespace
 
