@@ -21,7 +21,7 @@ the stride of the gathered axis. An op with gathers takes the layout path (``emi
 from __future__ import annotations
 
 from ..graph.text import where_text
-from ..ir import Node, Op, OpDef
+from ..ir import Node, Op, OpDef, nodes_of
 from ..lower.gathers import address_terms
 from ..plan.access import Gather
 
@@ -120,6 +120,5 @@ class IndexWriter:
 def stage_extents(op: OpDef, st) -> list[dict]:
     """The gathers a stage's bodies read (``gn<node>``: the source's extent on the axis, a
     loop-invariant local)."""
-    from ..ir import nodes_of
     roots = [r.srcs[0] for r in st.reductions] + [n for _, n in st.writes]
     return [dict(node=op.graph.idx(n)) for n in nodes_of(roots) if n.op is Op.GATHER]
