@@ -160,7 +160,8 @@ LAYOUT_OPS = [transpose_add, rope, heads_split, causal_softmax, swiglu, group_no
 PERF_OPS = [sigmoid, adam_step]
 
 # --- issue #17: gathers, arg-reductions and scans ------------------------------------------------
-# (not in REFERENCE_OPS yet: the emitted C++/XLA backends refuse gathers until they can emit them)
+# (not in REFERENCE_OPS yet: the emitted CPU C++ and XLA CPU handlers run them, the emitted CUDA
+# sources still refuse gathers)
 from .graph.gathers import take, take_along_axis  # noqa: E402
 from .graph.scans import cumulative_sum  # noqa: E402
 from .graph.searching import argmax  # noqa: E402

@@ -238,10 +238,12 @@ class JaxFunction:
             fn = self._for_attrs(attrs)
         try:
             return fn(*arrays)
-        except jax.errors.JaxRuntimeError as e:
+        except (jax.errors.JaxRuntimeError, ValueError) as e:   # (jax 0.10: INVALID_ARGUMENT is a ValueError)
             text = str(e)
             if "fusegen op " not in text:
                 raise
+            if "FG_ERR_GATHER: " in text:   # a bad gathered index (issue #17): the Numba backends' text
+                raise fg.BoundsError(text[text.index("FG_ERR_GATHER: ") + len("FG_ERR_GATHER: "):]) from e
             raise fg.KernelError(text[text.index("fusegen op "):], library=str(self.lib_path),
                                  function=self.op.name) from e
 

@@ -44,6 +44,7 @@ def _ops():
     ops["add_reduce_sum_int"] = (ex.add_reduce_sum, ["int32", "int8,int16", "uint8,uint8", "bool"])
     ops["add_mul_div_mixed"] = (ex.add_mul_div, ["float16,int32", "int64,float32"])
     ops["every_attr"] = (every_attr, ["float32", "float16,float64"])
+    ops["cross_entropy"] = (ex.cross_entropy, "float32,int64")   # a gather (#17): CPU sources only so far
     return ops
 
 
@@ -59,6 +60,8 @@ def emitted_files() -> dict[str, str]:
         for folder, kw in targets:
             if folder.startswith("xla") and key == "every_attr":
                 continue  # list[list[int]] is no XLA FFI attribute
+            if folder.endswith("cuda") and key == "cross_entropy":
+                continue  # the .cu refuses gathers (UnsupportedError) until it emits them
             e = fg.emit(op, dtypes=dtypes, **kw)
             for name, text in e.files.items():
                 out[f"{folder}/{key}/{name}" if name == e.main else f"{name}"] = text

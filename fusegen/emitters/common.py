@@ -24,6 +24,7 @@ from ..ir import AttrRef, Node, Op, OpDef, ShapeOf, infer, leaves_of, node_text
 from ..plan import Plan
 from ..plan.exprs import CPP_HELPER_OPS, vmath_functions
 from ..version import __version__
+from . import gathers as G
 from . import layout
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -67,10 +68,10 @@ ERRORS: list[tuple[str, str]] = [
 ERROR_CODES = {name: i for i, (name, _) in enumerate(ERRORS)}
 
 
-def error_table(name: str, general: bool = False) -> dict[int, str]:
+def error_table(name: str, general: bool = False, gathers: bool = False) -> dict[int, str]:
     """Code -> text of a kernel's return codes (``general``: an op with layout ops, whose table
-    adds the layout rules' and the view evaluator's codes)."""
-    rows = ERRORS + (layout.LAYOUT_ERRORS if general else [])
+    adds the layout rules' and the view evaluator's codes; ``gathers``: and the gather row)."""
+    rows = ERRORS + (layout.LAYOUT_ERRORS if general else []) + (G.GATHER_ERRORS if gathers else [])
     table = {i: f"{n}: {m.replace('<Name>', name)}" for i, (n, m) in enumerate(rows)}
     if general:
         table.update({c: f"{n}: {m}" for c, n, m in layout.VIEW_ERRORS})
@@ -127,27 +128,50 @@ def default_dtypes(op: OpDef) -> list[tuple[DType, ...]]:
                 pass
             out.append(tuple([d] * len(op.inputs)))
         return out
+    if G.has_gathers(op) and not accepted(dt.FLOAT_DTYPES):   # float data, integer indices
+        return _with_int_inputs(op)
     return (accepted(dt.FLOAT_DTYPES) or accepted([d for d in dt.DTYPES.values() if not d.is_float])
             or [tuple([d] * len(op.inputs)) for d in dt.FLOAT_DTYPES])
 
 
-def refuse_unemitted(op: OpDef) -> None:
-    """Issue #17's ops (gathers) run on Numba only so far: the emitted C++/CUDA/XLA refuses them
-    by name instead of emitting wrong code."""
-    from ..errors import FusegenError
+def _with_int_inputs(op: OpDef) -> list[tuple[DType, ...]]:
+    """An op that takes floats and integer indices (a gather's, issue #17): per float dtype, the
+    first combination of it and int64 (the default index dtype) the op's rules accept, and the
+    same with int32 (JAX's default)."""
+    import itertools
+    attrs = {n: s.default for n, s in op.attrs.items()}
+    out = []
+    for d in dt.FLOAT_DTYPES:
+        for combo in itertools.product((d, dt.int64), repeat=len(op.inputs)):
+            try:
+                infer(op, list(combo), [None] * len(op.inputs), attrs)
+            except DTypeError:
+                continue
+            except (ValueError, TypeError, KeyError):
+                pass
+            out.append(combo)
+            out.append(tuple(dt.int32 if c is dt.int64 else c for c in combo))
+            break
+    return list(dict.fromkeys(out))
+
+
+def refuse_unemitted(op: OpDef, what: str) -> None:
+    """Issue #17's gathers are emitted as CPU C++ (the MindSpore-AOT ``.cc``, XLA FFI CPU
+    handlers); the CUDA sources (``what``) refuse them by name instead of emitting wrong code."""
+    from ..errors import UnsupportedError
     from ..graph.text import where_text
     from ..ir import Op
-    for n in op.graph.nodes:
+    for n in op.graph.nodes if op.graph is not None else ():
         if n.op is Op.GATHER:
             fn = "take" if n.arg.kind == "take" else "take_along_axis"
-            raise FusegenError(f"{where_text(op, n)}: {fn} (a gather) cannot be emitted as C++/CUDA/XLA yet "
-                               f"(issue #17): run it with fg.compile (Numba CPU)")
+            raise UnsupportedError(f"{where_text(op, n)}: {fn} (a gather) cannot be emitted as {what} yet "
+                                   f"(issue #17): use the CPU C++ (device='cpu') or backend='numba' (CPU or CUDA)")
 
 
 def parse_dtypes(op: OpDef, dtypes) -> list[tuple[DType, ...]]:
-    """Dtype combinations from: None (every float dtype); a dtype (all inputs alike);
+    """Dtype combinations from: None (every float dtype); a dtype (all inputs alike; for an op
+    with gathers, a float dtype is the data's, and its indices are int64 or int32);
     a string "float32,int32" (one dtype per input); or a list of any of these."""
-    refuse_unemitted(op)
     if dtypes is None:
         return default_dtypes(op)
     if not isinstance(dtypes, (str, DType, list, tuple)):
@@ -158,6 +182,10 @@ def parse_dtypes(op: OpDef, dtypes) -> list[tuple[DType, ...]]:
     for it in items:
         if isinstance(it, str) and "," in it:
             it = tuple(x.strip() for x in it.split(","))
+        if isinstance(it, (str, DType)) and G.has_gathers(op) and dt.as_dtype(it).is_float:
+            # one float dtype for an op with gathers: the data's; the indices int64 and int32
+            out += [c for c in _with_int_inputs(op) if dt.as_dtype(it) in c]
+            continue
         if isinstance(it, (str, DType)):
             it = (it,) * len(op.inputs)
         it = tuple(it)
@@ -307,10 +335,11 @@ def template_data(op: OpDef, plan: Plan, combos: list[dict], errors=None, spec_r
     general = layout.is_layout_op(op)
     view_errors, view_stages = [], []
     if general:
-        spec = layout.generic_spec(op, spec_ranks)
+        # (the first combination's dtypes: a gather's indices must be integers)
+        spec = layout.generic_spec(op, spec_ranks, [dt.as_dtype(x) for x in combos[0]["inputs"]] if combos else None)
         for i, rule in layout.layout_rules(op, spec).items():
             rules[i] = dict(rule, text=rules[i]["text"])
-        errors += layout.LAYOUT_ERRORS
+        errors += layout.LAYOUT_ERRORS + (G.GATHER_ERRORS if G.has_gathers(op) else [])
         view_errors = [(c, n, m.replace("<Name>", name)) for c, n, m in layout.VIEW_ERRORS]
         view_stages = layout.view_stages(op, plan, operand_ids(op))
     return dict(
@@ -325,4 +354,4 @@ def template_data(op: OpDef, plan: Plan, combos: list[dict], errors=None, spec_r
         combos=combos, errors=[(n, m.replace("<Name>", name)) for n, m in (errors or ERRORS)],
         # the ABI picks the infer signature by output count (a 1-tuple is one output)
         multi=len(op.graph.outputs) > 1, vmath=vmath.template_data(vmath_functions(op.graph.nodes)),
-        elementwise_helpers=any(n.op in CPP_HELPER_OPS for n in op.graph.nodes), **extra)
+        elementwise_helpers=any(n.op in CPP_HELPER_OPS for n in op.graph.nodes), **G.template_data(op), **extra)

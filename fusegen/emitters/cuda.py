@@ -14,7 +14,7 @@ from ..plan import Plan, build_plan
 from ..plan.exprs import CUDA_CPP, ExprWriter, reduce_identity, reg_dtype
 from . import layout
 from .common import (CUDA_DEFAULT_ARCHS, HEADER_NAME, TEMPLATES, TYPE_IDS, Emitted, c_name, env, error_table,
-                     operand_ids, parse_dtypes, template_data)
+                     operand_ids, parse_dtypes, refuse_unemitted, template_data)
 
 
 def combo_data(op: OpDef, plan: Plan, combo, ranks=None) -> dict:
@@ -82,6 +82,7 @@ def nvcc_command(op_name: str) -> str:
 def emit_cuda(op: OpDef, dtypes=None, ranks=None, shapes=None) -> Emitted:
     """``fg.emit(op, abi="mindspore-aot", device="cuda")``: the ``.cu`` and its header."""
     op, ranks, shapes = layout.specialization(op, ranks, shapes)
+    refuse_unemitted(op, "CUDA (the MindSpore-AOT .cu)")
     plan = build_plan(op)
     combos = parse_dtypes(op, dtypes)
     name = c_name(op.name)

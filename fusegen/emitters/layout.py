@@ -23,12 +23,13 @@ from ..errors import TraceError
 from ..ir import PIECEWISE, VIEWS, Node, Op, OpDef, Spec, infer, is_static
 from ..plan import Plan
 from ..plan import views as V
-from ..plan.access import Broadcast, Piece, Reduced, View
+from ..plan.access import Broadcast, Gather, Piece, Reduced, View
 from ..plan.exprs import CPP, ExprWriter, reduce_identity, reg_dtype
 from ..plan.paths import is_param, path_steps
+from . import gathers as G
 
-#: Ops whose kernels take the layout path.
-LAYOUT_OPS = VIEWS | PIECEWISE | {Op.IOTA, Op.DIM}
+#: Ops whose kernels take the layout path (a gather's read is a view step plus an index term).
+LAYOUT_OPS = VIEWS | PIECEWISE | {Op.IOTA, Op.DIM, Op.GATHER}
 
 #: Error codes of the layout rules, after the common table's rows (only in layout ops' tables).
 #: ``fusegen.native`` raises the exception each names (``EXCEPTIONS``).
@@ -53,7 +54,7 @@ VIEW_ERRORS = [(64 + i, n, m) for i, (n, m) in enumerate(V.ERRORS)]
 
 #: The rule kinds ``layout_rules`` gives (rendered by ``_layout_rules.inc.j2``).
 RULE_KINDS = ("static", "dim", "permute", "index", "reshape", "reshape_like", "broadcast_dims", "broadcast_like",
-              "flip", "concat", "pad", "iota")
+              "flip", "concat", "pad", "iota", "gather")
 
 #: At most this many stage bodies per stage (the product of its pieces' counts).
 MAX_VARIANTS = 64
@@ -191,6 +192,8 @@ def layout_rules(op: OpDef, spec: Spec) -> dict[int, dict]:
             out[i] = dict(kind="pad", src=s[0], value=s[1], widths=s[2:], npairs=n.arg[1], all=n.arg[0] == "all")
         elif n.op is Op.IOTA:
             out[i] = dict(kind="iota", n=s[0])
+        elif n.op is Op.GATHER:   # issue #17
+            out[i] = G.rule(op, n)
         elif spec.of(n).shape == () and is_static(n) and n.op is not Op.INPUT:
             expr = _static_expr(op, spec, n)
             if expr is not None:
@@ -201,10 +204,14 @@ def layout_rules(op: OpDef, spec: Spec) -> dict[int, dict]:
 # ---------------------------------------------------------------------------------------------
 # Stages: each access's view chain, the pieces' probes and one body per variant
 # ---------------------------------------------------------------------------------------------
-def _steps_data(g, steps: tuple) -> list[dict]:
+def _steps_data(g, steps: tuple, terms: dict | None = None) -> list[dict]:
     out = []
-    for st in steps:
-        if isinstance(st, Broadcast):
+    for j, st in enumerate(steps):
+        if isinstance(st, Gather):   # issue #17; ``terms``: step index -> its address term
+            n = st.node
+            out.append(dict(kind="gather", node=g.idx(n), index=st.index, take=n.arg.kind == "take",
+                            idx=g.idx(n.srcs[1]), term=(terms or {}).get(j), text=f"{st} %{g.idx(n)}"))
+        elif isinstance(st, Broadcast):
             out.append(dict(kind="broadcast", shape="dom" if st.to is None else f"s.node[{g.idx(st.to)}]",
                             text=str(st)))
         elif isinstance(st, Reduced):
@@ -227,10 +234,12 @@ def view_stages(op: OpDef, plan: Plan, operand_id) -> list[dict]:
     stages = []
     for st in plan.stages:
         operands = []
-        for a in st.reads:
+        terms = G.StageTerms(st)
+        for k, a in enumerate(st.reads):
             iota = a.slot[0] == "iota"
+            mine = {j: m for (kk, j), m in terms.of_access.items() if kk == k}
             operands.append(dict(kind="iota" if iota else "array", id=None if iota else operand_id(a.slot),
-                                 start=f"s.node[{g.idx(a.node)}]", steps=_steps_data(g, a.steps), store=False,
+                                 start=f"s.node[{g.idx(a.node)}]", steps=_steps_data(g, a.steps, mine), store=False,
                                  text=f"{'iota' if iota else a.name} (%{g.idx(a.node)}) through {a.map_text()}"))
         for a in st.stores:
             start = "dom" if a.steps == () else f"s.node[{g.idx(a.node)}]"
@@ -248,7 +257,7 @@ def view_stages(op: OpDef, plan: Plan, operand_id) -> list[dict]:
         stages.append(dict(index=st.index, leaves=[g.idx(l) for l in st.leaves],
                            axes_node=g.idx(st.reductions[0]) if st.reductions else -1,
                            reduction=bool(st.reductions), operands=operands, instances=instances,
-                           nops=len(operands)))
+                           nops=len(operands), nterms=len(terms)))
     return stages
 
 
@@ -286,8 +295,9 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
                                           else dt.materialize(spec.of(a.node).dtype)))
             reads.append(dict(k=k, kind=kind, type=t, reg=reg, id=None if kind == "iota" else operand_id(a.slot)))
         slot_of = {id(a.node): a.slot for a in st.reads}
+        terms, cur = G.StageTerms(st), {}   # gathers (issue #17): address terms; the body's writer
 
-        def leaf(n, ctx=(), reads=reads, slot_of=slot_of, index_of=index_of):
+        def leaf(n, ctx=(), reads=reads, slot_of=slot_of, index_of=index_of, terms=terms, cur=cur):
             if n.op is Op.ATTR:
                 return attr_text[spec.of(n).dtype].format(f"a.{n.arg}")
             if is_param(n):
@@ -300,7 +310,9 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
             # a modular map (a reshape whose radices do not nest) unravels the linear index: the
             # slow path; the test is loop-invariant
             mod, inner = (f"M.mod[{k}]", f"M.inner[{k}]") if device else (f"mod{k}", f"inner{k}")
-            return f"{r['reg']}(fg::at(p{k}, {mod}, {inner}, {at}))"
+            term = terms.address_terms(n, ctx, cur['w']) if len(terms) else ""
+            ptr = f"(p{k}{term})" if term else f"p{k}"
+            return f"{r['reg']}(fg::at({ptr}, {mod}, {inner}, {at}))"
 
         nreads = len(st.reads)
         stores = []
@@ -309,7 +321,8 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
                                node=g.idx(a.node), kind=a.slot[0]))
         bodies = []
         for variant in variants(st):
-            w = ExprWriter(spec, dialect, leaf, prefix="t", variant=variant)
+            gw = G.IndexWriter(op, g.idx)
+            w = cur["w"] = ExprWriter(spec, dialect, leaf, prefix="t", variant=variant, gather=gw)
             reds = []
             for j, r in enumerate(st.reductions):
                 info = spec.of(r)
@@ -325,7 +338,7 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
                 target = next(s["k"] for s, a in zip(stores, st.stores) if a.slot == ("out", k))
                 writes.append(dict(k=target, value=w.value(n, want)))
             lines = [f"const auto {name} = {expr};" for name, expr in w.lines]
-            bodies.append(dict(lines=lines, reds=reds, writes=writes,
+            bodies.append(dict(lines=lines, reds=reds, writes=writes, flags=gw.flags,
                                text=", ".join(f"%{g.idx(n)} {'constant' if p is None else f'piece {p}'}"
                                               for (n, _), p in variant.items())))
         finals = []
@@ -343,6 +356,7 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
         params = [dict(node=g.idx(n), cpp="double" if _kind(spec.of(n).dtype) == "f" else "int64_t",
                        field=_kind(spec.of(n).dtype)) for n in st.params]
         out.append(dict(index=st.index, reads=reads, stores=stores, bodies=bodies, finals=finals,
+                        nterms=len(terms), gathers=G.stage_extents(op, st),
                         final_lines=final_lines, params=params, nops=len(st.reads) + len(st.stores) + sum(
                             len(p) for _, p in st.instances)))
     return out

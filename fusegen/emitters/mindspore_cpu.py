@@ -91,5 +91,5 @@ def emit_cpu(op: OpDef, dtypes=None, dynamic_workspace: str = "kernel", ranks=No
     src = env().get_template("mindspore_aot_cpu.cc.j2").render(**data)
     header = (TEMPLATES / HEADER_NAME).read_text()
     main = f"{op.name}.cc"
-    return Emitted({main: src, HEADER_NAME: header}, main, name, error_table(name, data["general"]),
+    return Emitted({main: src, HEADER_NAME: header}, main, name, error_table(name, data["general"], data["gathers"]),
                    [tuple(d.name for d in c) for c in combos])

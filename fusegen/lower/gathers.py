@@ -15,6 +15,20 @@ from ..plan.access import Gather
 from ..plan.paths import path_steps
 
 
+def address_terms(term_of: dict, n: Node, ctx: tuple, ew, stride: str) -> str:
+    """`` + j * <stride of term m>`` for every gather between leaf ``n`` and the stage root in
+    ``ctx`` (``term_of``: (leaf, steps up to its gather) -> m; ``stride``: its text, ``{}`` = m;
+    ``ew.gathered``: each gather's checked index, by node and context). Shared with the C++
+    emitters (``fusegen.emitters.gathers``)."""
+    steps = path_steps(ctx, n)
+    out = ""
+    for k, step in enumerate(steps):
+        if isinstance(step, Gather) and step.index == 0:
+            pos = next(p for p, (g, i) in enumerate(ctx) if g is step.node and i == 0)
+            out += f" + {ew.gathered[(id(step.node), ctx[:pos])]} * {stride.format(term_of[(n, steps[:k + 1])])}"
+    return out
+
+
 class GatherSlots:
     def __init__(self, stages, run):
         roots = [e for st in stages for e in [r.srcs[0] for r in st.reductions] + [n for _, n in st.writes]]
@@ -57,13 +71,7 @@ class GatherSlots:
 
     def address_terms(self, n: Node, ctx: tuple, ew) -> str:
         """`` + j * gs<m>`` for every gather between leaf ``n`` and the stage root in ``ctx``."""
-        steps = path_steps(ctx, n)
-        out = ""
-        for k, step in enumerate(steps):
-            if isinstance(step, Gather) and step.index == 0:
-                pos = next(p for p, (g, i) in enumerate(ctx) if g is step.node and i == 0)
-                out += f" + {ew.gathered[(id(step.node), ctx[:pos])]} * gs{self.term_of[(n, steps[:k + 1])]}"
-        return out
+        return address_terms(self.term_of, n, ctx, ew, "gs{}")
 
     @staticmethod
     def refuse(op_name: str):

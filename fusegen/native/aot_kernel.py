@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from ..emitters.common import TYPE_IDS
-from ..errors import ArgumentError, DTypeError, KernelError, LibraryError, ShapeError
+from ..errors import ArgumentError, BoundsError, DTypeError, KernelError, LibraryError, ShapeError
 from . import aot_cuda, build
 from .buffers import DeviceBuffer, GuardedBuffer, GuardedCalls, aligned_workspace, guard_default
 from .host import (NAMES_BY_ID, FgCall, as_np_dtype, canonical_attrs, canonical_dtypes, canonical_shapes,
@@ -198,6 +198,8 @@ class AotKernel(aot_cuda.DeviceCalls, GuardedCalls):
         if self._error_string is not None:
             raw = self._error_string(result)
             meaning = raw.decode(errors="replace") if raw else None
+        if meaning and meaning.startswith("FG_ERR_GATHER: "):  # a bad gathered index (issue #17): Numba's text
+            return BoundsError(meaning[len("FG_ERR_GATHER: "):])
         text = f"{self.name}: {function} in {self.lib_path} returned error code {result}"
         return KernelError(text + (f": {meaning}" if meaning else ""), library=str(self.lib_path),
                            function=function, code=result, meaning=meaning)

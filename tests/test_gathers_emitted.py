@@ -1,0 +1,182 @@
+"""Gathers, arg-reductions and scans (issue #17) through the emitted C++: ``backend="aot"`` (the
+MindSpore-AOT ``.cc``) and ``fusegen.jax.function`` (XLA FFI CPU handlers), against NumPy and
+the Numba backend. Many results per op, so each backend compiles once: take / take_along_axis /
+``x[idx]`` (fused with elementwise ops and reductions), argmax/argmin, count_nonzero,
+searchsorted, cumulative_sum; the #17 reference ops; out-of-range indices (the same
+``BoundsError``, derived from ``IndexError``, as on Numba: never a crash or a silent read);
+wrap/clip modes; the generated ``InferShape`` with unknown dims and ranks; the generated text.
+The CUDA sources refuse gathers by name (``UnsupportedError``)."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import fusegen as fg
+from fusegen.examples import GATHER_OPS
+from fusegen.ir import Op
+from test_aot_backend import dynamic_variants
+from test_layout_backends import _infer_shape
+
+_rng = np.random.default_rng(17)
+
+
+@fg.op
+def many(x, i, j, k, s):
+    # x (4, 3, 5) float, i (2, 3) and j (4, 3, 2) and k (2, 3, 5) indices, s (6,) sorted
+    return (fg.take(x, i, axis=0), fg.take(x, i, axis=-1) * 2, x[..., i], x[:, i] + 1,
+            fg.sum(fg.take(x, i, axis=0), axis=(0, 1)),
+            fg.take_along_axis(x, j, axis=-1), fg.max(fg.take_along_axis(x, k, axis=0), axis=-1),
+            fg.argmax(x, axis=-1), fg.argmin(x, axis=0), fg.argmax(x),
+            fg.count_nonzero(x > 0, axis=1), fg.searchsorted(s, x[0]),
+            fg.cumulative_sum(x, axis=1), fg.cumulative_sum(fg.take(x, i, axis=0), axis=-1, include_initial=True),
+            fg.take(x, -1, axis=1), fg.take(x[0], k[0, 0]), fg.permute_dims(x, (2, 0, 1))[i[0]])
+
+
+def _many_ref(x, i, j, k, s):
+    return (np.take(x, i, axis=0), np.take(x, i, axis=-1) * 2, x[..., i], x[:, i] + 1,
+            np.take(x, i, axis=0).sum(axis=(0, 1)),
+            np.take_along_axis(x, j, axis=-1), np.take_along_axis(x, k, axis=0).max(axis=-1),
+            np.argmax(x, axis=-1), np.argmin(x, axis=0), np.argmax(x),
+            np.count_nonzero(x > 0, axis=1), np.searchsorted(s, x[0]),
+            np.cumsum(x, axis=1),
+            np.concatenate([np.zeros((2, 3, 3, 1), np.float32), np.cumsum(np.take(x, i, axis=0), axis=-1)], axis=-1),
+            np.take(x, -1, axis=1), np.take(x[0], k[0, 0]), np.transpose(x, (2, 0, 1))[i[0]])
+
+
+@fg.op
+def modes(x, i):
+    return fg.take(x, i, axis=0, mode="wrap"), fg.take(x, i, axis=1, mode="clip") + 0
+
+
+DT = "float32,int64,int64,int64,float32"
+
+
+def _inputs():
+    x = _rng.standard_normal((4, 3, 5)).astype(np.float32)
+    x[1, 2, :2] = x[1, 2, 3]           # ties: the first occurrence wins
+    x[2, 0, 4] = np.nan                # NaN wins argmax/argmin
+    i = _rng.integers(-3, 3, (2, 3))
+    j = _rng.integers(-5, 5, (4, 3, 2))
+    k = _rng.integers(0, 4, (2, 3, 5))
+    s = np.sort(_rng.standard_normal(6)).astype(np.float32)
+    return x, i, j, k, s
+
+
+@pytest.fixture(scope="module")
+def aot():
+    return fg.compile(many, backend="aot", dtypes=DT)
+
+
+def _check(got, want):
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == np.shape(w) and g.dtype == np.asarray(w).dtype, (g.shape, np.shape(w), g.dtype)
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_many_against_numpy(aot):
+    args = _inputs()
+    _check(aot(*args), _many_ref(*args))
+
+
+def _message(op, fn: str, nth: int, value: int, axis: int, size: int) -> str:
+    """The Numba backends' BoundsError text (fusegen.rt.numba_cpu.gather_error) for the nth
+    gather node of ``fn``'s kind."""
+    from fusegen.graph.text import where_text
+    kind = "take" if fn == "take" else "along"
+    node = [n for n in op.graph.nodes if n.op is Op.GATHER and n.arg.kind == kind][nth]
+    return f"{where_text(op, node)}: {fn}: index {value} is out of bounds for axis {axis} with size {size}"
+
+
+def test_out_of_range_index_raises_the_numba_message(aot):
+    x, i, j, k, s = _inputs()
+    cases = [(np.array([[0, 4, 1], [0, 0, 0]]), j, _message(many, "take", 0, 4, 0, 4)),
+             (i, np.where(j == j.max(), -6, j), _message(many, "take_along_axis", 0, -6, 2, 5))]
+    for bad_i, bad_j, text in cases:
+        with pytest.raises(fg.BoundsError) as aot_err:
+            aot(x, bad_i, bad_j, k, s)
+        assert isinstance(aot_err.value, IndexError)
+        assert str(aot_err.value) == text
+    args = _inputs()                     # the kernel still works after an error
+    _check(aot(*args), _many_ref(*args))
+
+
+def test_wrap_and_clip_modes():
+    x = _rng.standard_normal((4, 3)).astype(np.float32)
+    i = np.array([[-9, -1], [3, 7]])
+    got = fg.compile(modes, backend="aot", dtypes="float32,int64")(x, i)
+    _check(got, (np.take(x, i, axis=0, mode="wrap"), np.take(x, np.maximum(i, 0), axis=1, mode="clip")))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("op", GATHER_OPS, ids=lambda o: o.name)
+def test_reference_ops(op):
+    # (by default: take, take_along_axis, argmax, cumulative_sum fused with reductions in
+    # ``many``, cross_entropy through XLA in test_jax_bridge)
+    if op.name in ("cross_entropy", "accuracy"):
+        args = (_rng.standard_normal((6, 9)).astype(np.float32), _rng.integers(0, 9, 6))
+    elif op.name == "embedding_layer_norm":
+        args = (_rng.standard_normal((10, 8)).astype(np.float32), _rng.integers(-10, 10, (2, 3)),
+                _rng.standard_normal(8).astype(np.float32), _rng.standard_normal(8).astype(np.float32))
+    else:
+        args = (_rng.standard_normal((5, 7)).astype(np.float32),)
+    dtypes = ",".join(np.dtype(a.dtype).name for a in args)
+    k = fg.compile(op, backend="aot", dtypes=dtypes)
+    got = k(*args)
+    want = fg.compile(op)(*args)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    if op.name == "cross_entropy":       # the check inside a reduction's loop: Numba's exception and text
+        bad = np.where(args[1] == args[1][0], 9, args[1])
+        with pytest.raises(fg.BoundsError, match=r"take_along_axis: index 9 is out of bounds for axis 1 with size 9") as e:
+            k(args[0], bad)
+        with pytest.raises(fg.BoundsError) as numba_err:
+            fg.compile(op)(args[0], bad)
+        assert str(e.value) == str(numba_err.value)
+
+
+def test_infer_shape_with_unknown_dims(aot):
+    shapes = [(4, 3, 5), (2, 3), (4, 3, 2), (2, 3, 5), (6,)]
+    for variant in dynamic_variants(shapes):
+        try:
+            spec = fg.infer(many, DT.split(","), [None if s == (-2,) else s for s in variant], {})
+        except fg.FusegenError:
+            with pytest.raises(fg.KernelError):
+                _infer_shape(aot, variant)
+            continue
+        want = [(-2,) if s is None else tuple(s) for s in spec.out_shapes]
+        assert _infer_shape(aot, variant) == want, variant
+
+
+def test_generated_text():
+    """The gathered read: the checked index times the axis's stride added to the address, the
+    bad-index count in the loop, the error record after it."""
+    src = fg.emit(modes, dtypes="float32,int64").source + fg.emit(GATHER_OPS[0], dtypes="float32,int64").source
+    assert re.search(r"fg::at\(\(p\d+ \+ tg\d+_\d+ \* gs\[0\]\)", src)
+    assert "fg::gather_rule(" in src and "fg::views::gather_stride(" in src
+    assert re.search(r"gb0 \+= tg\d+_\d+b;", src) and "gfail.fail(0, o, gv0);" in src
+    assert "return fg::gather_error(kGatherWhere[gfail.which - 1]" in src
+    assert any(v.startswith("FG_ERR_GATHER: ") for v in fg.emit(modes, dtypes="float32,int64").error_table.values())
+
+
+@pytest.mark.parametrize("abi", ["mindspore-aot", "xla-ffi"])
+def test_cuda_sources_refuse_gathers(abi):
+    with pytest.raises(fg.UnsupportedError, match=r"take_along_axis \(a gather\) cannot be emitted as .*CUDA"):
+        fg.emit(GATHER_OPS[0], abi=abi, device="cuda", dtypes="float32,int64")
+
+
+def test_jax_bridge():
+    jax = pytest.importorskip("jax", reason="needs jax: pip install 'fusegen[jax]'")
+    import fusegen.jax as fj
+    z = _rng.standard_normal((6, 9)).astype(np.float32)
+    labels = _rng.integers(0, 9, 6).astype(np.int32)
+    f = fj.function(GATHER_OPS[0], dtypes="float32,int32")
+    got = f(jax.numpy.asarray(z), jax.numpy.asarray(labels))
+    lse = np.log(np.exp(z - z.max(-1, keepdims=True)).sum(-1)) + z.max(-1)
+    np.testing.assert_allclose(np.asarray(got), np.mean(lse - z[np.arange(6), labels]), rtol=1e-5)
+    bad = labels.copy()
+    bad[2] = -10                         # the check inside the reduction's loop
+    with pytest.raises(fg.BoundsError) as err:
+        f(jax.numpy.asarray(z), jax.numpy.asarray(bad))
+    assert str(err.value) == _message(GATHER_OPS[0], "take_along_axis", 0, -10, 1, 9)
+    assert isinstance(err.value, IndexError)
