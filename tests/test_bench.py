@@ -27,11 +27,12 @@ from _optional import HAVE, gpu_present, needs, needs_gxx, no_simulator, require
 HAS_MPL = HAVE["matplotlib"]
 #: Tiny on purpose: compile time, not run time, is what these tests pay.
 #: the tiny run's ops: the harness is what it tests (every row's numbers against its reference are
-#: checked by the rows' own tests at small shapes: test_perf_ops, test_activations, test_layout_ops,
-#: test_examples_i17), so one row of each kind: a reduction over either axis, a softmax, a layout
-#: row with shapes of its own, a gather, the Adam step with its in-place outputs, a user-written
-#: spelling. Each row costs compiles, so the run stays small.
-TINY_OPS = ["add_reduce_sum", "softmax", "rope", "cross_entropy", "adam_step", "user_layer_norm"]
+#: checked by the rows' own tests at small shapes: test_perf_ops, test_activations,
+#: test_layout_backends, test_rows_match_their_reference below), so one row of each kind: a
+#: reduction over either axis with a hand-written competitor, a softmax (the progress test's step),
+#: a layout row with shapes of its own, a user-written spelling. Every row costs compiles (its
+#: hand-written competitor's too), so the run stays small.
+TINY_OPS = ["add_reduce_sum", "softmax", "rope", "user_layer_norm"]
 TINY = ["--quick", "--backends", "numba", "--no-jax", "--no-torch", "--rounds", "2", "--ops", ",".join(TINY_OPS)]
 
 
@@ -412,7 +413,7 @@ def test_issue_verdict_needs_both_cuda_backends():
 
 # The rows the tiny run leaves out and no other test checks against the bench's own reference code
 # (the others: test_perf_ops, test_activations, test_layout_backends), at a small shape, on Numba.
-@pytest.mark.parametrize("name", ["accuracy", "embedding_layer_norm", "dropout_add_layer_norm"])
+@pytest.mark.parametrize("name", ["cross_entropy", "accuracy", "embedding_layer_norm", "dropout_add_layer_norm"])
 def test_rows_match_their_reference(name):
     spec = bench_cases.OPS[name]
     shape = spec.small_shapes[0] if spec.small_shapes else (6, 40)
