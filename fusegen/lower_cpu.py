@@ -402,6 +402,7 @@ PRELUDE = '''\
 # numba {numba_version}, @njit({jit}) -- part of the file's content hash, so Numba's disk
 # cache (keyed by this file) never serves machine code compiled under other options.
 # fusegen.vmath {vmath} -- likewise for the float32 exp/tanh inlined from there.
+import cmath
 import math
 import numpy as np
 from numba import prange

@@ -19,7 +19,8 @@ VMATH_IMPORTS = "from fusegen.vmath_numba import " + ", ".join(
 
 #: the functions ``python_helpers`` defines
 HELPER_NAMES = ("_fg_floor_divide", "_fg_remainder", "_fg_floor_divide_int", "_fg_remainder_int", "_fg_shl",
-                "_fg_shr", "_fg_shr_u", "_fg_logaddexp", "_fg_trunc", "_fg_rint")
+                "_fg_shr", "_fg_shr_u", "_fg_logaddexp", "_fg_trunc", "_fg_rint",
+                "_fg_cmul", "_fg_cdiv", "_fg_cpow", "_fg_cexpm1", "_fg_clog1p", "_fg_cscale", "_fg_csign")
 
 _TEXT = '''
 
@@ -109,6 +110,63 @@ def _fg_rint(x, one):  # round half to even, the sign of a zero kept (numba-cuda
 '''
 
 
+# complex numbers (plan/cexprs.py): NumPy's formulas, part by part, so that every backend gives
+# NumPy's results (Numba's own complex division raises on a zero divisor; multiplying a complex by
+# a real through complex arithmetic would turn inf * 0 into NaN in the other part).
+_COMPLEX = '''
+
+def _fg_cmul(a, b):  # NumPy's: (ar*br - ai*bi, ar*bi + ai*br), no Annex G recovery
+    return complex(a.real * b.real - a.imag * b.imag, a.real * b.imag + a.imag * b.real)
+
+
+def _fg_cdiv(a, b):  # NumPy's Smith division; a zero divisor divides each part by |0|
+    ar, ai, br, bi = a.real, a.imag, b.real, b.imag
+    abr, abi = abs(br), abs(bi)
+    if abr >= abi:
+        if abr == 0 and abi == 0:
+            return complex(ar / abr, ai / abi)
+        rat = bi / br
+        scl = 1.0 / (br + bi * rat)
+        return complex((ar + ai * rat) * scl, (ai - ar * rat) * scl)
+    rat = br / bi
+    scl = 1.0 / (bi + br * rat)
+    return complex((ar * rat + ai) * scl, (ai * rat - ar) * scl)
+
+
+def _fg_cpow(a, b):  # z ** 0 is 1; 0 ** w is 0 for Re(w) > 0; else exp(w log z)
+    if b.real == 0 and b.imag == 0:
+        return complex(1.0, 0.0)
+    if a.real == 0 and a.imag == 0:
+        if b.real > 0 and b.imag == 0:
+            return complex(0.0, 0.0)
+        return complex(float("nan"), float("nan"))
+    return cmath.exp(_fg_cmul(b, cmath.log(a)))
+
+
+def _fg_cexpm1(z):  # NumPy's: expm1(x) cos(y) - 2 sin(y/2)^2 + i exp(x) sin(y)
+    s = math.sin(z.imag / 2)
+    return complex(math.expm1(z.real) * math.cos(z.imag) - 2 * s * s, math.exp(z.real) * math.sin(z.imag))
+
+
+def _fg_clog1p(z):  # NumPy's: log|1 + z| + i arg(1 + z)
+    x = z.real + 1
+    return complex(math.log(math.hypot(x, z.imag)), math.atan2(z.imag, x))
+
+
+def _fg_cscale(z, s):  # z * s for a real s, part by part
+    return complex(z.real * s, z.imag * s)
+
+
+def _fg_csign(z):  # the standard's sign: z / |z|, and 0 at 0
+    a = abs(z)
+    if a == 0:
+        return complex(0.0, 0.0)
+    return complex(z.real / a, z.imag / a)
+
+'''
+
+
 def python_helpers(math: str) -> str:
-    """The helpers' source, calling ``math``'s floor/fmod/copysign/log1p/exp/trunc."""
-    return _TEXT.replace("M.", math + ".")
+    """The helpers' source, calling ``math``'s floor/fmod/copysign/log1p/exp/trunc (the complex
+    helpers call ``math`` and ``cmath`` themselves)."""
+    return _TEXT.replace("M.", math + ".") + _COMPLEX
