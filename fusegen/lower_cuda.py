@@ -115,6 +115,13 @@ class _SimMath:
     copysign, nextafter, fmod, isinf, isfinite = np.copysign, np.nextafter, np.fmod, np.isinf, np.isfinite
 
 
+class _SimCMath:  # complex numbers (plan/cexprs.py): NumPy's, as Python's cmath raises for log(0)
+    exp, log, sqrt, sin, cos, tan, sinh, cosh, tanh = (np.exp, np.log, np.sqrt, np.sin, np.cos, np.tan, np.sinh,
+                                                       np.cosh, np.tanh)
+    asin, acos, atan, asinh, acosh, atanh = np.arcsin, np.arccos, np.arctan, np.arcsinh, np.arccosh, np.arctanh
+    isnan, isinf, isfinite = np.isnan, np.isinf, np.isfinite
+
+
 # ---------------------------------------------------------------------------------------------
 # Compilation: write the source to a content-addressed file (readable, and cacheable by Numba)
 # ---------------------------------------------------------------------------------------------
@@ -139,6 +146,7 @@ def load_group(plan: Plan, spec: Spec, run: GroupRun, launch: Launch, jit: bool 
     def setup(mod):
         if sim:
             mod.math = _SimMath
+            mod.cmath = _SimCMath
         mod._fmax = cuda.jit(device=True, inline=True)(mod._fmax)
         mod._fmin = cuda.jit(device=True, inline=True)(mod._fmin)
         for name in HELPER_NAMES:

@@ -20,7 +20,9 @@ VMATH_IMPORTS = "from fusegen.vmath_numba import " + ", ".join(
 #: the functions ``python_helpers`` defines
 HELPER_NAMES = ("_fg_floor_divide", "_fg_remainder", "_fg_floor_divide_int", "_fg_remainder_int", "_fg_shl",
                 "_fg_shr", "_fg_shr_u", "_fg_logaddexp", "_fg_trunc", "_fg_rint",
-                "_fg_cmul", "_fg_cdiv", "_fg_cpow", "_fg_cexpm1", "_fg_clog1p", "_fg_cscale", "_fg_csign")
+                "_fg_cmul", "_fg_cdiv", "_fg_cpow", "_fg_cexpm1", "_fg_clog1p", "_fg_cscale", "_fg_csign",
+                "_fg_csinh", "_fg_ccosh", "_fg_ctanh", "_fg_casinh", "_fg_catanh", "_fg_cacos", "_fg_cacosh",
+                "_fg_csin", "_fg_ccos", "_fg_ctan", "_fg_casin", "_fg_catan")
 
 _TEXT = '''
 
@@ -133,11 +135,11 @@ def _fg_cdiv(a, b):  # NumPy's Smith division; a zero divisor divides each part 
     return complex((ar * rat + ai) * scl, (ai * rat - ar) * scl)
 
 
-def _fg_cpow(a, b):  # z ** 0 is 1; 0 ** w is 0 for Re(w) > 0; else exp(w log z)
+def _fg_cpow(a, b):  # NumPy's: z ** 0 is 1; 0 ** w is 0 for Re(w) > 0, else NaN; else exp(w log z)
     if b.real == 0 and b.imag == 0:
         return complex(1.0, 0.0)
     if a.real == 0 and a.imag == 0:
-        if b.real > 0 and b.imag == 0:
+        if b.real > 0:
             return complex(0.0, 0.0)
         return complex(float("nan"), float("nan"))
     return cmath.exp(_fg_cmul(b, cmath.log(a)))
@@ -157,11 +159,108 @@ def _fg_cscale(z, s):  # z * s for a real s, part by part
     return complex(z.real * s, z.imag * s)
 
 
-def _fg_csign(z):  # the standard's sign: z / |z|, and 0 at 0
+def _fg_csign(z):  # the standard's sign, z / |z| and 0 at 0, with NumPy's infinities: inf + 1j gives 1
+    x, y = z.real, z.imag
+    if math.isinf(x) and not math.isinf(y):  # (an infinite part wins over a NaN one)
+        return complex(math.copysign(1.0, x), math.copysign(0.0, y))
+    if math.isinf(y) and not math.isinf(x):
+        return complex(math.copysign(0.0, x), math.copysign(1.0, y))
+    if x != x or y != y or math.isinf(x):
+        return complex(float("nan"), float("nan"))
     a = abs(z)
     if a == 0:
         return complex(0.0, 0.0)
-    return complex(z.real / a, z.imag / a)
+    return complex(x / a, y / a)
+
+
+# Numba's cmath (and numba-cuda's copy) misses some of C99 Annex G's special values for a
+# non-finite argument (sinh(NaN + 0j) is NaN + NaNj, not NaN + 0j; atanh(NaN + 0j) gives pi/2);
+# these give them as glibc does (the array API's tables: the sign of an unspecified zero or
+# infinity is glibc's), and the finite arguments to cmath. sin, cos, tan, asin and atan are
+# Annex G's identities: sin(z) = -i sinh(iz), cos(z) = cosh(iz), tan(z) = -i tanh(iz), ...
+
+def _fg_csinh(z):
+    x, y = z.real, z.imag
+    if x != x and y == 0:
+        return complex(x, y)
+    if x == 0 and not (y - y == 0):
+        return complex(x, y - y)
+    if math.isinf(x) and not (y - y == 0):
+        return complex(abs(x), y - y)
+    return cmath.sinh(z)
+
+
+def _fg_ccosh(z):
+    x, y = z.real, z.imag
+    if x != x and y == 0:
+        return complex(x, y)
+    if x == 0 and not (y - y == 0):
+        return complex(y - y, 0.0)
+    if math.isinf(x) and not (y - y == 0):
+        return complex(abs(x), y - y)
+    return cmath.cosh(z)
+
+
+def _fg_ctanh(z):
+    x, y = z.real, z.imag
+    if x != x and y == 0:
+        return complex(x, y)
+    if x == 0 and not (y - y == 0):
+        return complex(x, y - y)
+    if math.isinf(x) and math.isinf(y):
+        return complex(math.copysign(1.0, x), math.copysign(0.0, y))
+    return cmath.tanh(z)
+
+
+def _fg_casinh(z):
+    if z.real != z.real and z.imag == 0:
+        return complex(z.real, z.imag)
+    return cmath.asinh(z)
+
+
+def _fg_catanh(z):
+    x, y = z.real, z.imag
+    if x != x and y - y == 0:
+        return complex(x, x)
+    if x == 0 and y != y:
+        return complex(x, y)
+    return cmath.atanh(z)
+
+
+def _fg_cacos(z):
+    if z.real == 0 and z.imag != z.imag:
+        return complex(1.5707963267948966, z.imag)
+    return cmath.acos(z)
+
+
+def _fg_cacosh(z):
+    if z.real == 0 and z.imag != z.imag:
+        return complex(z.imag, 1.5707963267948966)
+    return cmath.acosh(z)
+
+
+def _fg_csin(z):
+    w = _fg_csinh(complex(-z.imag, z.real))
+    return complex(w.imag, -w.real)
+
+
+def _fg_ccos(z):
+    return _fg_ccosh(complex(-z.imag, z.real))
+
+
+def _fg_ctan(z):
+    w = _fg_ctanh(complex(-z.imag, z.real))
+    return complex(w.imag, -w.real)
+
+
+def _fg_casin(z):
+    w = _fg_casinh(complex(-z.imag, z.real))
+    return complex(w.imag, -w.real)
+
+
+def _fg_catan(z):
+    w = _fg_catanh(complex(-z.imag, z.real))
+    return complex(w.imag, -w.real)
 
 '''
 

@@ -24,8 +24,12 @@ _SAME = {Op.EXP: "exp", Op.LOG: "log", Op.SQRT: "sqrt", Op.SIN: "sin", Op.COS: "
 # rows every dialect shares: the parts of a real number (the identity, zero, itself)
 _REAL_PARTS = {Op.REAL: "{0}", Op.IMAG: "{zero}", Op.CONJ: "{0}"}
 
+# (the helpers patch Numba's cmath where it misses Annex G's special values)
+_PY_PATCHED = (Op.SINH, Op.COSH, Op.TANH, Op.ASINH, Op.ATANH, Op.ACOS, Op.ACOSH, Op.SIN, Op.COS, Op.TAN, Op.ASIN,
+               Op.ATAN)
 PY_COMPLEX = {
     **{op: f"cmath.{f}({{0}})" for op, f in _SAME.items()},
+    **{op: f"_fg_c{_SAME[op]}({{0}})" for op in _PY_PATCHED},
     Op.ABS: "abs({0})", Op.MUL: "_fg_cmul({0}, {1})", Op.DIV: "_fg_cdiv({0}, {1})",
     Op.RECIPROCAL: "_fg_cdiv({one}, {0})", Op.SQUARE: "_fg_cmul({0}, {0})", Op.POW: "_fg_cpow({0}, {1})",
     Op.EXPM1: "_fg_cexpm1({0})", Op.LOG1P: "_fg_clog1p({0})", Op.LOG2: "_fg_cscale(cmath.log({0}), 1.4426950408889634)",
