@@ -51,3 +51,17 @@ def check_cast(src, to, fail) -> None:
     if _is_complex(src) and not _is_complex(to):
         fail(f"casting {src} to {to} would drop the imaginary part: take fg.real(x) (or fg.abs(x)) "
              "first", exc=DTypeError)
+
+
+def check_grad(opdef, in_dtypes, info, error: DTypeError | None = None) -> None:
+    """fg.grad's backward ops refuse complex values (inputs, or any node's ``info``): complex
+    gradients need a convention (JAX gives the conjugate of the Wirtinger derivative, PyTorch its
+    conjugate) fusegen does not implement yet, and a real rule applied to complex values would be
+    silently wrong. ``error``: a rule's complaint about a complex value, raised instead."""
+    if getattr(opdef, "forward", None) is None:
+        return
+    bad = [f"{n}: {d}" for n, d in zip(opdef.inputs, in_dtypes) if d.is_complex]
+    if bad or any(_is_complex(i.dtype) for i in info) or (error is not None and "complex" in str(error)):
+        raise DTypeError(f"op {opdef.name} (fg.grad of {opdef.forward.name}): complex values are not "
+                         f"differentiable in fusegen yet ({', '.join(bad) or 'inside the op'}); "
+                         "differentiate real and imaginary parts as separate real inputs") from error

@@ -24,7 +24,7 @@ _SAME = {Op.EXP: "exp", Op.LOG: "log", Op.SQRT: "sqrt", Op.SIN: "sin", Op.COS: "
 # rows every dialect shares: the parts of a real number (the identity, zero, itself)
 _REAL_PARTS = {Op.REAL: "{0}", Op.IMAG: "{zero}", Op.CONJ: "{0}"}
 
-# (the helpers patch Numba's cmath where it misses Annex G's special values)
+# (the helpers patch Numba's cmath, and in C++ libcu++, where they miss Annex G's special values)
 _PY_PATCHED = (Op.SINH, Op.COSH, Op.TANH, Op.ASINH, Op.ATANH, Op.ACOS, Op.ACOSH, Op.SIN, Op.COS, Op.TAN, Op.ASIN,
                Op.ATAN)
 PY_COMPLEX = {
@@ -40,6 +40,7 @@ PY_COMPLEX = {
 
 CPP_COMPLEX = {
     **{op: f"fg::cx::{f}({{0}})" for op, f in _SAME.items()},
+    **{op: f"fg::c{_SAME[op]}({{0}})" for op in (*_PY_PATCHED, Op.SQRT)},
     Op.ABS: "fg::cx::abs({0})", Op.MUL: "fg::cmul({0}, {1})", Op.DIV: "fg::cdiv({0}, {1})",
     Op.RECIPROCAL: "fg::cdiv({one}, {0})", Op.SQUARE: "fg::cmul({0}, {0})", Op.POW: "fg::cpow({0}, {1})",
     Op.EXPM1: "fg::cexpm1({0})", Op.LOG1P: "fg::clog1p({0})", Op.LOG2: "fg::cscale(fg::cx::log({0}), 1.4426950408889634)",
