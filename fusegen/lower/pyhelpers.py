@@ -19,8 +19,9 @@ VMATH_IMPORTS = "from fusegen.vmath_numba import " + ", ".join(
 
 #: the functions ``python_helpers`` defines
 HELPER_NAMES = ("_fg_floor_divide", "_fg_remainder", "_fg_floor_divide_int", "_fg_remainder_int", "_fg_shl",
-                "_fg_shr", "_fg_shr_u", "_fg_logaddexp", "_fg_trunc", "_fg_rint",
-                "_fg_cmul", "_fg_cdiv", "_fg_cpow", "_fg_cexpm1", "_fg_clog1p", "_fg_cscale", "_fg_csign",
+                "_fg_shr", "_fg_shr_u", "_fg_logaddexp", "_fg_trunc", "_fg_rint")
+#: the functions ``COMPLEX_HELPERS`` defines (a kernel that computes with complex values has them)
+COMPLEX_HELPER_NAMES = ("_fg_cmul", "_fg_cdiv", "_fg_cpow", "_fg_cexpm1", "_fg_clog1p", "_fg_cscale", "_fg_csign",
                 "_fg_csinh", "_fg_ccosh", "_fg_ctanh", "_fg_casinh", "_fg_catanh", "_fg_cacos", "_fg_cacosh",
                 "_fg_csin", "_fg_ccos", "_fg_ctan", "_fg_casin", "_fg_catan")
 
@@ -114,8 +115,12 @@ def _fg_rint(x, one):  # round half to even, the sign of a zero kept (numba-cuda
 
 # complex numbers (plan/cexprs.py): NumPy's formulas, part by part, so that every backend gives
 # NumPy's results (Numba's own complex division raises on a zero divisor; multiplying a complex by
-# a real through complex arithmetic would turn inf * 0 into NaN in the other part).
-_COMPLEX = '''
+# a real through complex arithmetic would turn inf * 0 into NaN in the other part). They call
+# ``math`` (NumPy's scalars under the CUDA simulator) and ``cmath``.
+COMPLEX_HELPERS = '''
+
+import cmath  # (complex numbers: plan/cexprs.py)
+
 
 def _fg_cmul(a, b):  # NumPy's: (ar*br - ai*bi, ar*bi + ai*br), no Annex G recovery
     return complex(a.real * b.real - a.imag * b.imag, a.real * b.imag + a.imag * b.real)
@@ -266,6 +271,5 @@ def _fg_catan(z):
 
 
 def python_helpers(math: str) -> str:
-    """The helpers' source, calling ``math``'s floor/fmod/copysign/log1p/exp/trunc (the complex
-    helpers call ``math`` and ``cmath`` themselves)."""
-    return _TEXT.replace("M.", math + ".") + _COMPLEX
+    """The helpers' source, calling ``math``'s floor/fmod/copysign/log1p/exp/trunc."""
+    return _TEXT.replace("M.", math + ".")

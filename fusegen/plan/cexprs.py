@@ -14,7 +14,6 @@ from __future__ import annotations
 from .. import dtypes as dt
 from ..dtypes import DType
 from ..ir import Op
-from . import exprs
 
 # functions with the same name in cmath, std:: and cuda::std:: (NumPy's arc* are the a* here)
 _SAME = {Op.EXP: "exp", Op.LOG: "log", Op.SQRT: "sqrt", Op.SIN: "sin", Op.COS: "cos", Op.TAN: "tan",
@@ -54,43 +53,52 @@ CPP_COMPLEX = {
 CPP_TYPES = {"complex64": "fg::complex64", "complex128": "fg::complex128"}
 
 
-def _py_literal(v, d: DType) -> str:
+def _py_literal(v, d: DType, real_literal) -> str:
     v = complex(v)
     parts = ", ".join(repr(p) if p == p and abs(p) != float("inf") else f"float('{p}')" for p in (v.real, v.imag))
     return f"complex({parts})" if d is dt.complex128 else f"np.complex64(complex({parts}))"
 
 
-def _cpp_literal(v, d: DType) -> str:
+def _cpp_literal(v, d: DType, real_literal) -> str:
     v = complex(v)
     real = dt.real_of(d)
-    return f"{CPP_TYPES[d.name]}({exprs.CPP.literal(v.real, real)}, {exprs.CPP.literal(v.imag, real)})"
+    return f"{CPP_TYPES[d.name]}({real_literal(v.real, real)}, {real_literal(v.imag, real)})"
 
 
-def _wrap(dialect: exprs.Dialect, literal, type_name=None, cast=None) -> None:
+def _wrap(dialect, literal, type_name=None, cast=None) -> None:
     """Teach ``dialect`` the complex dtypes' literals, type names and casts (a complex value
     from a real one: the constructor; between complex dtypes: the converting constructor)."""
     old_literal, old_type, old_cast = dialect.literal, dialect.type_name, dialect.cast
-    dialect.literal = lambda v, d: literal(v, d) if d.is_complex else old_literal(
-        v.real if isinstance(v, complex) else v, d)
+    dialect.literal = lambda v, d: literal(v, d, old_literal) if d.is_complex else old_literal(v, d)
     if type_name is not None:
         dialect.type_name = lambda d: type_name(d) if d.is_complex else old_type(d)
     if cast is not None:
         dialect.cast = lambda t, d: cast(t, d) if d.is_complex else old_cast(t, d)
 
 
-def install() -> None:
-    """Add the complex rows to the dialects (once, at import)."""
-    for d in (exprs.PYTHON, exprs.CUDA_PY, exprs.CPP, exprs.CUDA_CPP):
+def install(python, cuda_python, cpp, cuda_cpp) -> None:
+    """Add the complex rows to ``plan/exprs``'s four dialects (once, when it is imported)."""
+    for d in (python, cuda_python, cpp, cuda_cpp):
         for k in ("b", "i", "u", "f"):
             d.kinds.setdefault(k, {}).update(_REAL_PARTS)
-    exprs.PYTHON.kinds["c"] = dict(PY_COMPLEX)
-    exprs.CUDA_PY.kinds["c"] = dict(PY_COMPLEX)
-    exprs.CPP.kinds["c"] = dict(CPP_COMPLEX)
-    exprs.CUDA_CPP.kinds["c"] = dict(CPP_COMPLEX)
-    for d in (exprs.PYTHON, exprs.CUDA_PY):
+    python.kinds["c"] = dict(PY_COMPLEX)
+    cuda_python.kinds["c"] = dict(PY_COMPLEX)
+    cpp.kinds["c"] = dict(CPP_COMPLEX)
+    cuda_cpp.kinds["c"] = dict(CPP_COMPLEX)
+    for d in (python, cuda_python):
         _wrap(d, _py_literal)
-    for d in (exprs.CPP, exprs.CUDA_CPP):
+    for d in (cpp, cuda_cpp):
         _wrap(d, _cpp_literal, lambda d: CPP_TYPES[d.name], lambda t, d: f"{CPP_TYPES[d.name]}({t})")
+
+
+def _is_complex(d) -> bool:
+    return d == "complex" or (isinstance(d, DType) and d.is_complex)
+
+
+def spec_uses_complex(spec) -> bool:
+    """Whether a specialization computes with a complex value anywhere (its Python kernels then
+    carry the complex helpers, ``lower/pyhelpers.COMPLEX_HELPERS``)."""
+    return any(_is_complex(i.dtype) or _is_complex(i.compute) for i in spec.info)
 
 
 def uses_complex(op, combos) -> bool:

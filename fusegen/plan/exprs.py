@@ -425,6 +425,6 @@ def vmath_functions(nodes) -> tuple[str, ...]:
 
 
 # --- complex64 and complex128: their rows, literals, type names and casts (plan/cexprs.py) ------
-from . import cexprs as _cexprs  # noqa: E402 - it extends the dialects above
+from .cexprs import install as _install_complex  # noqa: E402 - it extends the dialects above
 
-_cexprs.install()
+_install_complex(PYTHON, CUDA_PY, CPP, CUDA_CPP)
