@@ -31,11 +31,16 @@ def binary(x, y):
             fg.sum(x), fg.prod(y), fg.mean(x))
 
 
+def _expm1(z):  # NumPy's formula where z is finite; the standard's table (exp(z) - 1) elsewhere:
+    with np.errstate(all="ignore"):   # NumPy's expm1(inf + 0j) is inf + NaN j, the standard's inf + 0j
+        return np.where(np.isfinite(z), np.expm1(z), np.exp(z) - 1)
+
+
 def _reciprocal(z):  # the standard's reciprocal is 1 / x (NumPy's np.reciprocal(0j) is NaN + NaNj)
     return np.divide(1, z)
 
 
-UNARY_A = [np.exp, np.expm1, np.log, np.log1p, np.log2, np.log10, np.sqrt, np.sin, np.cos, np.tan, np.sinh,
+UNARY_A = [np.exp, _expm1, np.log, np.log1p, np.log2, np.log10, np.sqrt, np.sin, np.cos, np.tan, np.sinh,
            np.cosh, np.tanh, np.arcsin, np.arccos, np.arctan]
 UNARY_B = [np.arcsinh, np.arccosh, np.arctanh, np.abs, np.sign, np.conj, np.real, np.imag, np.isnan, np.isinf,
            np.isfinite, np.square, _reciprocal, np.negative, lambda x: x * 1j, lambda x: x + 2.5]
@@ -131,6 +136,8 @@ STANDARD = [
     ("acosh", complex(0.0, 0.0), complex(0.0, np.pi / 2)), ("atanh", complex(0.0, 0.0), complex(0.0, 0.0)),
     ("atanh", complex(1.0, 0.0), complex(INF, 0.0)), ("acosh", complex(-INF, 1.0), complex(INF, np.pi)),
     ("log1p", complex(-1.0, 0.0), complex(-INF, 0.0)), ("expm1", complex(0.0, 0.0), complex(0.0, 0.0)),
+    ("expm1", complex(INF, 0.0), complex(INF, 0.0)), ("expm1", complex(-INF, 1.0), complex(-1.0, 0.0)),
+    ("expm1", complex(NAN, 0.0), complex(NAN, 0.0)), ("expm1", complex(-INF, NAN), complex(-1.0, 0.0)),
 ]
 
 

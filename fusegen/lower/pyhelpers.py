@@ -150,7 +150,20 @@ def _fg_cpow(a, b):  # NumPy's: z ** 0 is 1; 0 ** w is 0 for Re(w) > 0, else NaN
     return cmath.exp(_fg_cmul(b, cmath.log(a)))
 
 
-def _fg_cexpm1(z):  # NumPy's: expm1(x) cos(y) - 2 sin(y/2)^2 + i exp(x) sin(y)
+def _fg_cexpm1(z):  # NumPy's: expm1(x) cos(y) - 2 sin(y/2)^2 + i exp(x) sin(y); the standard's table
+    x, y = z.real, z.imag   # where a part is not finite (NumPy's formula gives expm1(inf) = inf + NaN j)
+    if not (x - x == 0 and y - y == 0):
+        if x != x:
+            return complex(x, y if y == 0 else x)
+        if math.isinf(x) and x < 0:
+            return complex(-1.0, math.copysign(0.0, y) if y - y == 0 else 0.0)
+        if math.isinf(x):
+            if y == 0:
+                return complex(x, y)
+            if y - y == 0:
+                return complex(x * math.cos(y), x * math.sin(y))
+            return complex(x, y - y)
+        return complex(y - y, y - y)
     s = math.sin(z.imag / 2)
     return complex(math.expm1(z.real) * math.cos(z.imag) - 2 * s * s, math.exp(z.real) * math.sin(z.imag))
 
