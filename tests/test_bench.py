@@ -17,6 +17,7 @@ import re
 import numpy as np
 import pytest
 
+import fusegen as fg
 from fusegen import cli
 
 from fusegen.bench import cases as bench_cases, harness as bench, report as bench_report
@@ -25,12 +26,12 @@ from _optional import HAVE, gpu_present, needs, needs_gxx, no_simulator, require
 
 HAS_MPL = HAVE["matplotlib"]
 #: Tiny on purpose: compile time, not run time, is what these tests pay.
-#: the tiny run's ops: every row of bench.cases but most of #18's activations (tests/test_activations.py
-#: checks those against their references), and one row of each kind bench.variants adds (the Adam
-#: step with its in-place outputs, a user-written spelling), so its compile time stays bounded
-TINY_OPS = [*(op for op in bench_cases.OPS
-              if op not in ("quantize_int8", "dequantize", "softplus", "mish", "gelu", "dropout_add_layer_norm")),
-            "adam_step", "user_layer_norm"]
+#: the tiny run's ops: the harness is what it tests (every row's numbers against its reference are
+#: checked by the rows' own tests at small shapes: test_perf_ops, test_activations, test_layout_ops,
+#: test_examples_i17), so one row of each kind: a reduction over either axis, a softmax, a layout
+#: row with shapes of its own, a gather, the Adam step with its in-place outputs, a user-written
+#: spelling. Each row costs compiles, so the run stays small.
+TINY_OPS = ["add_reduce_sum", "softmax", "rope", "cross_entropy", "adam_step", "user_layer_norm"]
 TINY = ["--quick", "--backends", "numba", "--no-jax", "--no-torch", "--rounds", "2", "--ops", ",".join(TINY_OPS)]
 
 
@@ -407,3 +408,17 @@ def test_issue_verdict_needs_both_cuda_backends():
     lone = bench_cuda.issue_verdict([case(0, {"numba-cuda": 0.9})])
     assert lone["met"] is False and "aot-cuda absent" in lone["text"]
     assert bench_cuda.issue_verdict([]) is None
+
+
+# The rows the tiny run leaves out and no other test checks against the bench's own reference code
+# (the others: test_perf_ops, test_activations, test_layout_backends), at a small shape, on Numba.
+@pytest.mark.parametrize("name", ["accuracy", "embedding_layer_norm", "dropout_add_layer_norm"])
+def test_rows_match_their_reference(name):
+    spec = bench_cases.OPS[name]
+    shape = spec.small_shapes[0] if spec.small_shapes else (6, 40)
+    attrs = spec.variants[-1]
+    arrays = spec.make_inputs(shape, "float32", seed=3)
+    ref = bench_cases.reference(spec, arrays, attrs)
+    err, ok = bench_cases.check(fg.compile(spec.op)(*arrays, **attrs), ref,
+                                bench_cases.tolerance(np.dtype(np.float32), spec.reduced(shape, attrs)))
+    assert ok, (name, err)

@@ -62,17 +62,22 @@ REFERENCE_CASES = [
 ]
 
 
-# The default run: every op on Numba (broadcasting, keep_dims), and on AOT (the same plan; two native
-# builds per case: seconds each) the 3-d add_reduce_sum and layer_norm (a mean over a middle axis).
-# The slow run: every case on Numba, five on AOT.
-_NUMBA_DEFAULT = {1, 3, 4, 5, 7, 9, 10}
-_AOT_DEFAULT, _AOT_SLOW = {2, 8}, {1, 5, 9}
-_RUNS = [pytest.param(c, "numba", id=f"{c[0].name}-{i}-numba",
-                      marks=[] if i in _NUMBA_DEFAULT else [pytest.mark.slow])
+# The default run: a reduction with keep_dims and broadcasting, softmax, layer_norm over a middle
+# axis and bias_gelu on Numba, that layer_norm on AOT (the same plan; two native builds per case:
+# seconds each). `-m extended`: every op on Numba and the 3-d add_reduce_sum on AOT; `-m slow`:
+# every case on Numba, five on AOT.
+_NUMBA_DEFAULT, _NUMBA_EXTENDED = {3, 5, 8, 10}, {1, 4, 7, 9}
+_AOT_DEFAULT, _AOT_EXTENDED, _AOT_SLOW = {8}, {2}, {1, 5, 9}
+
+
+def _mark(i: int, default: set, extended: set) -> list:
+    return [] if i in default else [pytest.mark.extended] if i in extended else [pytest.mark.slow]
+
+
+_RUNS = [pytest.param(c, "numba", id=f"{c[0].name}-{i}-numba", marks=_mark(i, _NUMBA_DEFAULT, _NUMBA_EXTENDED))
          for i, c in enumerate(REFERENCE_CASES)]
-_RUNS += [pytest.param(c, "aot", id=f"{c[0].name}-{i}-aot",
-                       marks=[needs_gxx] + ([] if i in _AOT_DEFAULT else [pytest.mark.slow]))
-          for i, c in enumerate(REFERENCE_CASES) if i in _AOT_DEFAULT | _AOT_SLOW]
+_RUNS += [pytest.param(c, "aot", id=f"{c[0].name}-{i}-aot", marks=[needs_gxx] + _mark(i, _AOT_DEFAULT, _AOT_EXTENDED))
+          for i, c in enumerate(REFERENCE_CASES) if i in _AOT_DEFAULT | _AOT_EXTENDED | _AOT_SLOW]
 
 
 @pytest.mark.parametrize("case, backend", _RUNS)
@@ -113,10 +118,13 @@ def shared(x, w):
     return h / s, s, fg.sum(h * h)
 
 
-# Every rule on Numba; on AOT (the same backward ops, other code) the default run takes one op
+# Every rule on Numba but the reductions' (12 fused groups: `-m extended`, with `shared` on AOT;
+# the other ops on AOT: `-m slow`). The reductions' rules are also checked by the reference ops'.
 _RULE_OPS = [(reductions, [(3, 5), (3, 5)]), (elementwise, [(4, 3), (3,)]), (shared, [(2, 3, 4), (4,)])]
 _RULE_RUNS = [pytest.param(op, shapes, b.values[0], id=f"{op.name}-{b.values[0]}",
-                           marks=list(b.marks) + ([pytest.mark.slow] if b.values[0] == "aot" and op is not shared else []))
+                           marks=list(b.marks) + ([pytest.mark.slow] if b.values[0] == "aot" and op is not shared else
+                                                  [pytest.mark.extended] if b.values[0] == "aot" or op is reductions
+                                                  else []))
               for b in BACKENDS for op, shapes in _RULE_OPS]
 
 

@@ -112,8 +112,8 @@ def torch_namespace(torch: Any) -> Any:
         maximum=lambda a, b: torch.clamp(a, min=b) if isinstance(b, (int, float)) else torch.maximum(a, b),
         concat=lambda arrays, axis=0: torch.cat(arrays, dim=axis), arange=torch.arange,
         permute_dims=lambda a, axes: a.permute(axes),
-        maximum=lambda a, b: torch.clamp(a, min=b), log1p=torch.log1p, round=torch.round, clip=torch.clamp,
-        int8=torch.int8, astype=lambda a, d: a.to(d), erf=torch.erf)
+        log1p=torch.log1p, round=torch.round, clip=torch.clamp,
+        int8=torch.int8, astype=lambda a, d: a.to(d))
 
 
 # the hand-written Numba versions (the njit peers)

@@ -197,6 +197,12 @@ class ReduceArg:
     # running max sets this, as its result is empty exactly when the axis is
     empty_ok: bool = False
 
+    def __repr__(self) -> str:
+        # the repr feeds stable_key (leaf order, hence generated text and cache keys): a field
+        # at its default leaves it as it was before the field existed
+        extra = ", empty_ok=True" if self.empty_ok else ""
+        return f"ReduceArg(kind={self.kind!r}, axes={self.axes!r}, keep_dims={self.keep_dims!r}{extra})"
+
 
 @dataclass(frozen=True, slots=True)
 class Perm:

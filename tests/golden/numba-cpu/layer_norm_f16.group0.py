@@ -222,8 +222,8 @@ def kernel(x0, out1, ws0, ws1, out2, out0, meta, a_eps):
         # stage 2: output 0
         for ro in range(ROT):
             c_x0 = b_x0
-            c_ws1 = b_ws1
             c_ws0 = b_ws0
+            c_ws1 = b_ws1
             c_out0 = b_out0
             rem = ro
             for d in range(nRO - 1, -1, -1):
@@ -232,13 +232,13 @@ def kernel(x0, out1, ws0, ws1, out2, out0, meta, a_eps):
                 ix = rem - q * e
                 rem = q
                 c_x0 += ix * meta[SB + 0 * W + nO + d]
-                c_ws1 += ix * meta[SB + 3 * W + nO + d]
                 c_ws0 += ix * meta[SB + 2 * W + nO + d]
+                c_ws1 += ix * meta[SB + 3 * W + nO + d]
                 c_out0 += ix * meta[SB + 5 * W + nO + d]
             for ri in range(r_lo, r_hi):
                 v_x0 = x0_[c_x0 + ri * x0_sri:]
-                v_ws1 = ws1_[c_ws1 + 0:]
                 v_ws0 = ws0_[c_ws0 + 0:]
+                v_ws1 = ws1_[c_ws1 + 0:]
                 v_out0 = out0_[c_out0 + ri * out0_sri:]
                 for i in range(n):
                     s2_0 = (v_x0[i] - v_ws0[i])

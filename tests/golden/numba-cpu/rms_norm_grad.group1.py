@@ -101,12 +101,12 @@ def _fg_rint(x, one):  # round half to even, the sign of a zero kept (numba-cuda
         f = f + one
     return np.copysign(f, x)
 
-def kernel(x1, x2, ws0, ws4, meta, a_eps):
+def kernel(x1, x2, ws0, ws3, meta, a_eps):
     # stages 1 of op rms_norm_grad, col mode
     x1_ = x1.ravel()
     x2_ = x2.ravel()
     ws0_ = ws0.ravel()
-    ws4_ = ws4.ravel()
+    ws3_ = ws3.ravel()
     nO = meta[0]; nRO = meta[1]; RI = meta[2]; I = meta[3]
     ntiles = meta[4]; TILE = meta[5]; ROT = meta[7]; count = meta[8]
     nsplit = meta[9]; chunk = meta[10]; W = nO + nRO + 2; SB = 11 + nO + nRO
@@ -121,7 +121,7 @@ def kernel(x1, x2, ws0, ws4, meta, a_eps):
         b_x1 = i0 * meta[SB + 0 * W + nO + nRO + 1]
         b_x2 = i0 * meta[SB + 1 * W + nO + nRO + 1]
         b_ws0 = i0 * meta[SB + 2 * W + nO + nRO + 1]
-        b_ws4 = i0 * meta[SB + 3 * W + nO + nRO + 1]
+        b_ws3 = i0 * meta[SB + 3 * W + nO + nRO + 1]
         rem = o
         for d in range(nO - 1, -1, -1):
             e = meta[11 + d]
@@ -131,7 +131,7 @@ def kernel(x1, x2, ws0, ws4, meta, a_eps):
             b_x1 += ix * meta[SB + 0 * W + d]
             b_x2 += ix * meta[SB + 1 * W + d]
             b_ws0 += ix * meta[SB + 2 * W + d]
-            b_ws4 += ix * meta[SB + 3 * W + d]
+            b_ws3 += ix * meta[SB + 3 * W + d]
         # stage 1: sum reduction
         acc0 = np.full(n, np.float32(0.0), dtype=np.float32)
         for ro in range(ROT):
@@ -157,8 +157,8 @@ def kernel(x1, x2, ws0, ws4, meta, a_eps):
                     s1_2 = (np.float32(1.0) / np.sqrt(s1_1))
                     s1_3 = (s1_0 * s1_2)
                     acc0[i] += s1_3
-        f_ws4 = ws4_[b_ws4:]
+        f_ws3 = ws3_[b_ws3:]
         for i in range(n):
             r0 = acc0[i]
-            f_ws4[i] = r0
+            f_ws3[i] = r0
     return 0

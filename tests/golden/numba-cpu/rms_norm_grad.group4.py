@@ -101,13 +101,13 @@ def _fg_rint(x, one):  # round half to even, the sign of a zero kept (numba-cuda
         f = f + one
     return np.copysign(f, x)
 
-def kernel(x0, ws1, ws2, ws3, ws4, out0, meta, a_eps):
+def kernel(x0, ws1, ws2, ws4, ws3, out0, meta, a_eps):
     # stages 4, 5 of op rms_norm_grad, col mode
     x0_ = x0.ravel()
     ws1_ = ws1.ravel()
     ws2_ = ws2.ravel()
-    ws3_ = ws3.ravel()
     ws4_ = ws4.ravel()
+    ws3_ = ws3.ravel()
     out0_ = out0.ravel()
     nO = meta[0]; nRO = meta[1]; RI = meta[2]; I = meta[3]
     ntiles = meta[4]; TILE = meta[5]; ROT = meta[7]; count = meta[8]
@@ -123,8 +123,8 @@ def kernel(x0, ws1, ws2, ws3, ws4, out0, meta, a_eps):
         b_x0 = i0 * meta[SB + 0 * W + nO + nRO + 1]
         b_ws1 = i0 * meta[SB + 1 * W + nO + nRO + 1]
         b_ws2 = i0 * meta[SB + 2 * W + nO + nRO + 1]
-        b_ws3 = i0 * meta[SB + 3 * W + nO + nRO + 1]
-        b_ws4 = i0 * meta[SB + 4 * W + nO + nRO + 1]
+        b_ws4 = i0 * meta[SB + 3 * W + nO + nRO + 1]
+        b_ws3 = i0 * meta[SB + 4 * W + nO + nRO + 1]
         b_out0 = i0 * meta[SB + 5 * W + nO + nRO + 1]
         rem = o
         for d in range(nO - 1, -1, -1):
@@ -135,8 +135,8 @@ def kernel(x0, ws1, ws2, ws3, ws4, out0, meta, a_eps):
             b_x0 += ix * meta[SB + 0 * W + d]
             b_ws1 += ix * meta[SB + 1 * W + d]
             b_ws2 += ix * meta[SB + 2 * W + d]
-            b_ws3 += ix * meta[SB + 3 * W + d]
-            b_ws4 += ix * meta[SB + 4 * W + d]
+            b_ws4 += ix * meta[SB + 3 * W + d]
+            b_ws3 += ix * meta[SB + 4 * W + d]
             b_out0 += ix * meta[SB + 5 * W + d]
         # stage 4: sum reduction
         acc0 = np.full(n, np.float32(0.0), dtype=np.float32)
@@ -163,10 +163,10 @@ def kernel(x0, ws1, ws2, ws3, ws4, out0, meta, a_eps):
                     s4_2 = (s4_1 * v_x0[i])
                     s4_3 = (s4_2 + s4_2)
                     acc0[i] += s4_3
-        f_ws3 = ws3_[b_ws3:]
+        f_ws4 = ws4_[b_ws4:]
         for i in range(n):
             r0 = acc0[i]
-            f_ws3[i] = r0
+            f_ws4[i] = r0
         # stage 5: output 0
         for ro in range(ROT):
             c_ws3 = b_ws3
@@ -177,7 +177,7 @@ def kernel(x0, ws1, ws2, ws3, ws4, out0, meta, a_eps):
                 v_ws4 = ws4_[c_ws4 + 0:]
                 v_out0 = out0_[c_out0 + 0:]
                 for i in range(n):
-                    s5_0 = (v_ws4[i] + v_ws3[i])
+                    s5_0 = (v_ws3[i] + v_ws4[i])
                     s5_1 = s5_0
                     v_out0[i] = s5_1
     return 0

@@ -172,8 +172,8 @@ def kernel(x0, ws0, ws1, out0, meta):
         # stage 2: output 0
         for ro in range(ROT):
             c_x0 = b_x0
-            c_ws1 = b_ws1
             c_ws0 = b_ws0
+            c_ws1 = b_ws1
             c_out0 = b_out0
             rem = ro
             for d in range(nRO - 1, -1, -1):
@@ -182,12 +182,12 @@ def kernel(x0, ws0, ws1, out0, meta):
                 ix = rem - q * e
                 rem = q
                 c_x0 += ix * meta[SB + 0 * W + nO + d]
-                c_ws1 += ix * meta[SB + 2 * W + nO + d]
                 c_ws0 += ix * meta[SB + 1 * W + nO + d]
+                c_ws1 += ix * meta[SB + 2 * W + nO + d]
                 c_out0 += ix * meta[SB + 3 * W + nO + d]
             v_x0 = x0_[c_x0 + r_lo:]
-            s_ws1 = ws1_[c_ws1 + 0]
             s_ws0 = ws0_[c_ws0 + 0]
+            s_ws1 = ws1_[c_ws1 + 0]
             v_out0 = out0_[c_out0 + r_lo:]
             for ri in range(r_hi - r_lo):
                 s2_0 = (v_x0[ri] - s_ws0)

@@ -98,7 +98,7 @@ def _fg_rint(x, one):  # round half to even, the sign of a zero kept (numba-cuda
         f = f + one
     return math.copysign(f, x)
 
-def kernel(x0, ws1, ws2, ws3, ws4, out0, meta, a_eps):
+def kernel(x0, ws1, ws2, ws4, ws3, out0, meta, a_eps):
     # stages 4, 5 of op rms_norm_grad: one thread per output point
     nO = meta[0]
     nRO = meta[1]
@@ -116,10 +116,10 @@ def kernel(x0, ws1, ws2, ws3, ws4, out0, meta, a_eps):
     si_ws1 = meta[SB + 1 * W + nO + nRO + 1]
     sri_ws2 = meta[SB + 2 * W + nO + nRO]
     si_ws2 = meta[SB + 2 * W + nO + nRO + 1]
-    sri_ws3 = meta[SB + 3 * W + nO + nRO]
-    si_ws3 = meta[SB + 3 * W + nO + nRO + 1]
-    sri_ws4 = meta[SB + 4 * W + nO + nRO]
-    si_ws4 = meta[SB + 4 * W + nO + nRO + 1]
+    sri_ws4 = meta[SB + 3 * W + nO + nRO]
+    si_ws4 = meta[SB + 3 * W + nO + nRO + 1]
+    sri_ws3 = meta[SB + 4 * W + nO + nRO]
+    si_ws3 = meta[SB + 4 * W + nO + nRO + 1]
     sri_out0 = meta[SB + 5 * W + nO + nRO]
     si_out0 = meta[SB + 5 * W + nO + nRO + 1]
     for t in range(cuda.grid(1), OT * I * nsplit, cuda.gridsize(1)):
@@ -130,8 +130,8 @@ def kernel(x0, ws1, ws2, ws3, ws4, out0, meta, a_eps):
         b_x0 = i * si_x0
         b_ws1 = i * si_ws1
         b_ws2 = i * si_ws2
-        b_ws3 = i * si_ws3
         b_ws4 = i * si_ws4
+        b_ws3 = i * si_ws3
         b_out0 = i * si_out0
         rem = o
         for d in range(nO - 1, -1, -1):
@@ -142,8 +142,8 @@ def kernel(x0, ws1, ws2, ws3, ws4, out0, meta, a_eps):
             b_x0 += ix * meta[SB + 0 * W + d]
             b_ws1 += ix * meta[SB + 1 * W + d]
             b_ws2 += ix * meta[SB + 2 * W + d]
-            b_ws3 += ix * meta[SB + 3 * W + d]
-            b_ws4 += ix * meta[SB + 4 * W + d]
+            b_ws4 += ix * meta[SB + 3 * W + d]
+            b_ws3 += ix * meta[SB + 4 * W + d]
             b_out0 += ix * meta[SB + 5 * W + d]
         # stage 4
         acc4_0 = np.float32(0.0)
@@ -158,12 +158,12 @@ def kernel(x0, ws1, ws2, ws3, ws4, out0, meta, a_eps):
             s4_3 = (s4_2 + s4_2)
             acc4_0 += s4_3
         r4_0 = acc4_0
-        ws3[b_ws3] = r4_0
+        ws4[b_ws4] = r4_0
         # stage 5
         for r in range(0, count, 1):
             c_ws3 = b_ws3
             c_ws4 = b_ws4
             c_out0 = b_out0
-            s5_0 = (ws4[c_ws4] + ws3[c_ws3])
+            s5_0 = (ws3[c_ws3] + ws4[c_ws4])
             s5_1 = s5_0
             out0[c_out0] = s5_1

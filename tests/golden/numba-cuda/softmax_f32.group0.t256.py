@@ -204,8 +204,8 @@ def kernel(x0, ws0, ws1, out0, meta):
             ro = r // RI
             ri = r - ro * RI
             c_x0 = b_x0 + ri * sri_x0
-            c_ws1 = b_ws1 + ri * sri_ws1
             c_ws0 = b_ws0 + ri * sri_ws0
+            c_ws1 = b_ws1 + ri * sri_ws1
             c_out0 = b_out0 + ri * sri_out0
             rem = ro
             for d in range(nRO - 1, -1, -1):
@@ -214,8 +214,8 @@ def kernel(x0, ws0, ws1, out0, meta):
                 ix = rem - q * e
                 rem = q
                 c_x0 += ix * meta[SB + 0 * W + nO + d]
-                c_ws1 += ix * meta[SB + 2 * W + nO + d]
                 c_ws0 += ix * meta[SB + 1 * W + nO + d]
+                c_ws1 += ix * meta[SB + 2 * W + nO + d]
                 c_out0 += ix * meta[SB + 3 * W + nO + d]
             s2_0 = (x0[c_x0] - ws0[c_ws0])
             s2_1 = math.exp(s2_0)

@@ -972,7 +972,7 @@ const fg::StageInfo kStageInfo[kStages] = {
     // stage 1: sum (%12)
     {5, {1, 0, 5, 3, 11}, 12,
      3, {1, 2, 4}, {1, 0, 5},
-     1, {8}, {12},
+     1, {7}, {12},
      0, {}, {},
      0, {}, 1},
     // stage 2: sum (%18)
@@ -984,12 +984,12 @@ const fg::StageInfo kStageInfo[kStages] = {
     // stage 3: sum (%27)
     {4, {3, 18, 22, 4}, 27,
      3, {0, 5, 6}, {3, 18, 22},
-     1, {7}, {27},
+     1, {8}, {27},
      0, {}, {},
      0, {}, 1},
     // stage 4: output 0 (%29)
-    {2, {27, 12}, -1,
-     2, {7, 8}, {27, 12},
+    {2, {12, 27}, -1,
+     2, {7, 8}, {12, 27},
      0, {}, {},
      0, {}, {},
      1, {3}, 0},
@@ -1016,7 +1016,7 @@ int find_combo(const char **dtypes, int count) {
 const int64_t kWorkspaceItemsize[][kWorkspaces + 1] = {
     {4, 4, 8, 4, 4, 0},
 };
-const int kWorkspaceNode[kWorkspaces] = {5, 18, 22, 27, 12};
+const int kWorkspaceNode[kWorkspaces] = {5, 18, 22, 12, 27};
 
 int read_inputs(int *ndims, int64_t **shapes, fg::Shape *in) {
   for (int i = 0; i < kInputs; ++i) FG_TRY(fg::read_shape(ndims[i], shapes[i], &in[i]));
@@ -1212,7 +1212,7 @@ void stage1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
   const _Float16 *p1 = static_cast<const _Float16 *>(ptr[1]);
   const _Float16 *p2 = static_cast<const _Float16 *>(ptr[2]);
   const float *p4 = static_cast<const float *>(ptr[4]);
-  float *q8 = static_cast<float *>(ptr[8]);
+  float *q7 = static_cast<float *>(ptr[7]);
   if (L.inner == 1) {
     // Row mode: the innermost dim is reduced; several accumulators per reduction keep the adds independent.
     (void)n;
@@ -1263,7 +1263,7 @@ void stage1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
       reinterpret_cast<float *>(part + 0 * stride)[0] = r0;
       return;
     }
-    q8[base[8]] = float(r0);
+    q7[base[7]] = float(r0);
   } else {
     // Col mode: the innermost dim is kept; each task owns a tile of it and one accumulator per element.
     float local0[fg::kTile];
@@ -1315,7 +1315,7 @@ void stage1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
     if (part != nullptr) return;  // split mode: combine1 finishes
     for (int64_t i = 0; i < n; ++i) {
       float r0 = acc0[i];
-      q8[base[8] + i * L.i_str[8]] = float(r0);
+      q7[base[7] + i * L.i_str[7]] = float(r0);
     }
   }
 }
@@ -1325,14 +1325,14 @@ void combine1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
               const unsigned char *part, int64_t count, int64_t span, int64_t stride) {
   const ScalarAttrs a = scalar_attrs(attrs);
   (void)a;
-  float *q8 = static_cast<float *>(ptr[8]);
+  float *q7 = static_cast<float *>(ptr[7]);
   for (int64_t i = 0; i < n; ++i) {
     float r0 = reinterpret_cast<const float *>(part + 0 * stride)[i];
     for (int64_t s = 1; s < count; ++s) {
       const float p = reinterpret_cast<const float *>(part + s * span + 0 * stride)[i];
       r0 += p;
     }
-    q8[base[8] + i * L.i_str[8]] = float(r0);
+    q7[base[7] + i * L.i_str[7]] = float(r0);
   }
 }
 
@@ -1502,7 +1502,7 @@ void stage3(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
   const _Float16 *p0 = static_cast<const _Float16 *>(ptr[0]);
   const float *p5 = static_cast<const float *>(ptr[5]);
   const double *p6 = static_cast<const double *>(ptr[6]);
-  float *q7 = static_cast<float *>(ptr[7]);
+  float *q8 = static_cast<float *>(ptr[8]);
   if (L.inner == 1) {
     // Row mode: the innermost dim is reduced; several accumulators per reduction keep the adds independent.
     (void)n;
@@ -1554,7 +1554,7 @@ void stage3(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
       reinterpret_cast<float *>(part + 0 * stride)[0] = r0;
       return;
     }
-    q7[base[7]] = float(r0);
+    q8[base[8]] = float(r0);
   } else {
     // Col mode: the innermost dim is kept; each task owns a tile of it and one accumulator per element.
     float local0[fg::kTile];
@@ -1606,7 +1606,7 @@ void stage3(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
     if (part != nullptr) return;  // split mode: combine3 finishes
     for (int64_t i = 0; i < n; ++i) {
       float r0 = acc0[i];
-      q7[base[7] + i * L.i_str[7]] = float(r0);
+      q8[base[8] + i * L.i_str[8]] = float(r0);
     }
   }
 }
@@ -1616,21 +1616,21 @@ void combine3(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
               const unsigned char *part, int64_t count, int64_t span, int64_t stride) {
   const ScalarAttrs a = scalar_attrs(attrs);
   (void)a;
-  float *q7 = static_cast<float *>(ptr[7]);
+  float *q8 = static_cast<float *>(ptr[8]);
   for (int64_t i = 0; i < n; ++i) {
     float r0 = reinterpret_cast<const float *>(part + 0 * stride)[i];
     for (int64_t s = 1; s < count; ++s) {
       const float p = reinterpret_cast<const float *>(part + s * span + 0 * stride)[i];
       r0 += p;
     }
-    q7[base[7] + i * L.i_str[7]] = float(r0);
+    q8[base[8] + i * L.i_str[8]] = float(r0);
   }
 }
 
 // --- stage 4: output 0 (%29)
 FG_INLINE float s4_w0(float v7, float v8, const ScalarAttrs &a) {
   (void)a;
-  const auto t0 = (v8 + v7);
+  const auto t0 = (v7 + v8);
   const auto t1 = t0;
   return t1;
 }

@@ -971,36 +971,36 @@ const fg::StageInfo kStageInfo[kStages] = {
     // stage 1: sum (%5), sum (%21)
     {2, {1, 2}, 5,
      2, {0, 3}, {1, 2},
-     2, {4, 7}, {5, 21},
+     2, {4, 6}, {5, 21},
      0, {}, {},
      0, {}, 2},
     // stage 2: sum (%11)
-    {5, {1, 0, 5, 2, 8}, 11,
-     4, {0, 1, 4, 3}, {1, 0, 5, 2},
+    {5, {1, 0, 2, 5, 8}, 11,
+     4, {0, 1, 3, 4}, {1, 0, 2, 5},
      1, {5}, {11},
      0, {}, {},
      0, {}, 1},
     // stage 3: sum (%14)
-    {7, {1, 0, 5, 11, 2, 8, 4}, 14,
-     5, {0, 1, 4, 5, 3}, {1, 0, 5, 11, 2},
-     1, {9}, {14},
+    {7, {1, 0, 2, 5, 11, 8, 4}, 14,
+     5, {0, 1, 3, 4, 5}, {1, 0, 2, 5, 11},
+     1, {8}, {14},
      0, {}, {},
      0, {}, 1},
     // stage 4: sum (%17)
-    {7, {1, 0, 5, 11, 2, 8, 4}, 17,
-     5, {0, 1, 4, 5, 3}, {1, 0, 5, 11, 2},
-     1, {6}, {17},
+    {7, {1, 0, 2, 5, 11, 8, 4}, 17,
+     5, {0, 1, 3, 4, 5}, {1, 0, 2, 5, 11},
+     1, {7}, {17},
      0, {}, {},
      0, {}, 1},
     // stage 5: sum (%26)
-    {4, {1, 17, 2, 21}, 26,
-     4, {0, 6, 3, 7}, {1, 17, 2, 21},
-     1, {8}, {26},
+    {4, {1, 2, 21, 17}, 26,
+     4, {0, 3, 6, 7}, {1, 2, 21, 17},
+     1, {9}, {26},
      0, {}, {},
      0, {}, 1},
     // stage 6: output 0 (%28)
-    {2, {26, 14}, -1,
-     2, {8, 9}, {26, 14},
+    {2, {14, 26}, -1,
+     2, {8, 9}, {14, 26},
      0, {}, {},
      0, {}, {},
      1, {2}, 0},
@@ -1025,9 +1025,9 @@ int find_combo(const char **dtypes, int count) {
 }
 
 const int64_t kWorkspaceItemsize[][kWorkspaces + 1] = {
-    {4, 4, 4, 4, 8, 4, 4, 0},
+    {4, 4, 4, 8, 4, 4, 4, 0},
 };
-const int kWorkspaceNode[kWorkspaces] = {2, 5, 11, 17, 21, 26, 14};
+const int kWorkspaceNode[kWorkspaces] = {2, 5, 11, 21, 17, 14, 26};
 
 int read_inputs(int *ndims, int64_t **shapes, fg::Shape *in) {
   for (int i = 0; i < kInputs; ++i) FG_TRY(fg::read_shape(ndims[i], shapes[i], &in[i]));
@@ -1189,7 +1189,7 @@ void stage1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
   const float *p0 = static_cast<const float *>(ptr[0]);
   const float *p3 = static_cast<const float *>(ptr[3]);
   float *q4 = static_cast<float *>(ptr[4]);
-  double *q7 = static_cast<double *>(ptr[7]);
+  double *q6 = static_cast<double *>(ptr[6]);
   if (L.inner == 1) {
     // Row mode: the innermost dim is reduced; several accumulators per reduction keep the adds independent.
     (void)n;
@@ -1248,7 +1248,7 @@ void stage1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
       return;
     }
     q4[base[4]] = float(r0);
-    q7[base[7]] = double(r1);
+    q6[base[6]] = double(r1);
   } else {
     // Col mode: the innermost dim is kept; each task owns a tile of it and one accumulator per element.
     float local0[fg::kTile];
@@ -1307,7 +1307,7 @@ void stage1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
       float r0 = acc0[i];
       q4[base[4] + i * L.i_str[4]] = float(r0);
       double r1 = acc1[i];
-      q7[base[7] + i * L.i_str[7]] = double(r1);
+      q6[base[6] + i * L.i_str[6]] = double(r1);
     }
   }
 }
@@ -1318,7 +1318,7 @@ void combine1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
   const ScalarAttrs a = scalar_attrs(attrs);
   (void)a;
   float *q4 = static_cast<float *>(ptr[4]);
-  double *q7 = static_cast<double *>(ptr[7]);
+  double *q6 = static_cast<double *>(ptr[6]);
   for (int64_t i = 0; i < n; ++i) {
     float r0 = reinterpret_cast<const float *>(part + 0 * stride)[i];
     for (int64_t s = 1; s < count; ++s) {
@@ -1331,12 +1331,12 @@ void combine1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
       const double p = reinterpret_cast<const double *>(part + s * span + 1 * stride)[i];
       r1 += p;
     }
-    q7[base[7] + i * L.i_str[7]] = double(r1);
+    q6[base[6] + i * L.i_str[6]] = double(r1);
   }
 }
 
 // --- stage 2: sum (%11)
-FG_INLINE float s2_r0(float v0, float v1, float v4, float v3, const ScalarAttrs &a) {
+FG_INLINE float s2_r0(float v0, float v1, float v3, float v4, const ScalarAttrs &a) {
   (void)a;
   const auto t0 = (-v1);
   const auto t1 = (v0 - v3);
@@ -1352,8 +1352,8 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
   const ScalarAttrs a = scalar_attrs(attrs);
   const float *p0 = static_cast<const float *>(ptr[0]);
   const float *p1 = static_cast<const float *>(ptr[1]);
-  const float *p4 = static_cast<const float *>(ptr[4]);
   const float *p3 = static_cast<const float *>(ptr[3]);
+  const float *p4 = static_cast<const float *>(ptr[4]);
   float *q5 = static_cast<float *>(ptr[5]);
   if (L.inner == 1) {
     // Row mode: the innermost dim is reduced; several accumulators per reduction keep the adds independent.
@@ -1365,39 +1365,39 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
       fg::ro_offsets(L, ro, base, c);
       float pk0[fg::kChunk];
       float pk1[fg::kChunk];
-      float pk4[fg::kChunk];
       float pk3[fg::kChunk];
+      float pk4[fg::kChunk];
       // Reduction results read here are usually constant along the row (stride 0). They are
       // then passed as scalars, so what depends on them alone (e.g. rsqrt(var + eps)) is
       // computed once per row instead of per element, and no pack buffer is filled with copies.
-      const bool row_const = L.ri_str[4] == 0 && L.ri_str[3] == 0;
-      const float s4 = row_const ? float(p4[c[4]]) : float(0);
+      const bool row_const = L.ri_str[3] == 0 && L.ri_str[4] == 0;
       const float s3 = row_const ? float(p3[c[3]]) : float(0);
+      const float s4 = row_const ? float(p4[c[4]]) : float(0);
       for (int64_t r0 = r_lo; r0 < r_hi; r0 += fg::kChunk) {
         const int64_t m = std::min<int64_t>(fg::kChunk, r_hi - r0);
         const float *v0 = fg::view(p0 + c[0] + r0 * L.ri_str[0], L.ri_str[0], m, pk0);
         const float *v1 = fg::view(p1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], m, pk1);
-        const float *v4 = row_const ? nullptr : fg::view(p4 + c[4] + r0 * L.ri_str[4], L.ri_str[4], m, pk4);
         const float *v3 = row_const ? nullptr : fg::view(p3 + c[3] + r0 * L.ri_str[3], L.ri_str[3], m, pk3);
+        const float *v4 = row_const ? nullptr : fg::view(p4 + c[4] + r0 * L.ri_str[4], L.ri_str[4], m, pk4);
         if (row_const) {
           int64_t i = 0;
           for (; i + fg::kLanes <= m; i += fg::kLanes) {
             for (int l = 0; l < fg::kLanes; ++l) {
-              acc0[l] += s2_r0(v0[i + l], v1[i + l], s4, s3, a);
+              acc0[l] += s2_r0(v0[i + l], v1[i + l], s3, s4, a);
             }
           }
           for (; i < m; ++i) {
-            acc0[0] += s2_r0(v0[i], v1[i], s4, s3, a);
+            acc0[0] += s2_r0(v0[i], v1[i], s3, s4, a);
           }
         } else {
           int64_t i = 0;
           for (; i + fg::kLanes <= m; i += fg::kLanes) {
             for (int l = 0; l < fg::kLanes; ++l) {
-              acc0[l] += s2_r0(v0[i + l], v1[i + l], v4[i + l], v3[i + l], a);
+              acc0[l] += s2_r0(v0[i + l], v1[i + l], v3[i + l], v4[i + l], a);
             }
           }
           for (; i < m; ++i) {
-            acc0[0] += s2_r0(v0[i], v1[i], v4[i], v3[i], a);
+            acc0[0] += s2_r0(v0[i], v1[i], v3[i], v4[i], a);
           }
         }
       }
@@ -1421,27 +1421,27 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
       fg::ro_offsets(L, ro, base, c);
       float pk0[fg::kChunk];
       float pk1[fg::kChunk];
-      float pk4[fg::kChunk];
       float pk3[fg::kChunk];
+      float pk4[fg::kChunk];
       int64_t ri = r_lo;
       // Four rows per pass over the accumulators when every operand is unit-stride along the
       // tile: the accumulators are loaded and stored a quarter as often (they can be wider
       // than L1 when the reduced dim is split across threads).
-      if (L.i_str[0] == 1 && L.i_str[1] == 1 && L.i_str[4] == 1 && L.i_str[3] == 1) {
+      if (L.i_str[0] == 1 && L.i_str[1] == 1 && L.i_str[3] == 1 && L.i_str[4] == 1) {
         const int64_t s0 = L.ri_str[0];
         const int64_t s1 = L.ri_str[1];
-        const int64_t s4 = L.ri_str[4];
         const int64_t s3 = L.ri_str[3];
+        const int64_t s4 = L.ri_str[4];
         for (; ri + 4 <= r_hi; ri += 4) {
           for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
             const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
             const float *v0 = p0 + c[0] + ri * s0 + j0;
             const float *v1 = p1 + c[1] + ri * s1 + j0;
-            const float *v4 = p4 + c[4] + ri * s4 + j0;
             const float *v3 = p3 + c[3] + ri * s3 + j0;
+            const float *v4 = p4 + c[4] + ri * s4 + j0;
             float *a0 = acc0 + j0;
             for (int64_t i = 0; i < m; ++i) {
-              a0[i] += (s2_r0(v0[i], v1[i], v4[i], v3[i], a) + s2_r0(v0[i + 1 * s0], v1[i + 1 * s1], v4[i + 1 * s4], v3[i + 1 * s3], a)) + (s2_r0(v0[i + 2 * s0], v1[i + 2 * s1], v4[i + 2 * s4], v3[i + 2 * s3], a) + s2_r0(v0[i + 3 * s0], v1[i + 3 * s1], v4[i + 3 * s4], v3[i + 3 * s3], a));
+              a0[i] += (s2_r0(v0[i], v1[i], v3[i], v4[i], a) + s2_r0(v0[i + 1 * s0], v1[i + 1 * s1], v3[i + 1 * s3], v4[i + 1 * s4], a)) + (s2_r0(v0[i + 2 * s0], v1[i + 2 * s1], v3[i + 2 * s3], v4[i + 2 * s4], a) + s2_r0(v0[i + 3 * s0], v1[i + 3 * s1], v3[i + 3 * s3], v4[i + 3 * s4], a));
             }
           }
         }
@@ -1452,11 +1452,11 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
           const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
           const float *v0 = fg::view(p0 + c[0] + ri * L.ri_str[0] + j0 * L.i_str[0], L.i_str[0], m, pk0);
           const float *v1 = fg::view(p1 + c[1] + ri * L.ri_str[1] + j0 * L.i_str[1], L.i_str[1], m, pk1);
-          const float *v4 = fg::view(p4 + c[4] + ri * L.ri_str[4] + j0 * L.i_str[4], L.i_str[4], m, pk4);
           const float *v3 = fg::view(p3 + c[3] + ri * L.ri_str[3] + j0 * L.i_str[3], L.i_str[3], m, pk3);
+          const float *v4 = fg::view(p4 + c[4] + ri * L.ri_str[4] + j0 * L.i_str[4], L.i_str[4], m, pk4);
           float *a0 = acc0 + j0;
           for (int64_t i = 0; i < m; ++i) {
-            a0[i] += s2_r0(v0[i], v1[i], v4[i], v3[i], a);
+            a0[i] += s2_r0(v0[i], v1[i], v3[i], v4[i], a);
           }
         }
       }
@@ -1486,7 +1486,7 @@ void combine2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
 }
 
 // --- stage 3: sum (%14)
-FG_INLINE float s3_r0(float v0, float v1, float v4, float v5, float v3, const ScalarAttrs &a) {
+FG_INLINE float s3_r0(float v0, float v1, float v3, float v4, float v5, const ScalarAttrs &a) {
   (void)a;
   const auto t0 = (v1 / v4);
   const auto t1 = (t0 + v5);
@@ -1501,322 +1501,9 @@ void stage3(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
   const ScalarAttrs a = scalar_attrs(attrs);
   const float *p0 = static_cast<const float *>(ptr[0]);
   const float *p1 = static_cast<const float *>(ptr[1]);
+  const float *p3 = static_cast<const float *>(ptr[3]);
   const float *p4 = static_cast<const float *>(ptr[4]);
   const float *p5 = static_cast<const float *>(ptr[5]);
-  const float *p3 = static_cast<const float *>(ptr[3]);
-  float *q9 = static_cast<float *>(ptr[9]);
-  if (L.inner == 1) {
-    // Row mode: the innermost dim is reduced; several accumulators per reduction keep the adds independent.
-    (void)n;
-    float acc0[fg::kLanes];
-    std::fill(acc0, acc0 + fg::kLanes, 0.0f);
-    for (int64_t ro = 0; ro < L.ro_total; ++ro) {
-      int64_t c[kOperands];
-      fg::ro_offsets(L, ro, base, c);
-      float pk0[fg::kChunk];
-      float pk1[fg::kChunk];
-      float pk4[fg::kChunk];
-      float pk5[fg::kChunk];
-      float pk3[fg::kChunk];
-      // Reduction results read here are usually constant along the row (stride 0). They are
-      // then passed as scalars, so what depends on them alone (e.g. rsqrt(var + eps)) is
-      // computed once per row instead of per element, and no pack buffer is filled with copies.
-      const bool row_const = L.ri_str[4] == 0 && L.ri_str[5] == 0 && L.ri_str[3] == 0;
-      const float s4 = row_const ? float(p4[c[4]]) : float(0);
-      const float s5 = row_const ? float(p5[c[5]]) : float(0);
-      const float s3 = row_const ? float(p3[c[3]]) : float(0);
-      for (int64_t r0 = r_lo; r0 < r_hi; r0 += fg::kChunk) {
-        const int64_t m = std::min<int64_t>(fg::kChunk, r_hi - r0);
-        const float *v0 = fg::view(p0 + c[0] + r0 * L.ri_str[0], L.ri_str[0], m, pk0);
-        const float *v1 = fg::view(p1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], m, pk1);
-        const float *v4 = row_const ? nullptr : fg::view(p4 + c[4] + r0 * L.ri_str[4], L.ri_str[4], m, pk4);
-        const float *v5 = row_const ? nullptr : fg::view(p5 + c[5] + r0 * L.ri_str[5], L.ri_str[5], m, pk5);
-        const float *v3 = row_const ? nullptr : fg::view(p3 + c[3] + r0 * L.ri_str[3], L.ri_str[3], m, pk3);
-        if (row_const) {
-          int64_t i = 0;
-          for (; i + fg::kLanes <= m; i += fg::kLanes) {
-            for (int l = 0; l < fg::kLanes; ++l) {
-              acc0[l] += s3_r0(v0[i + l], v1[i + l], s4, s5, s3, a);
-            }
-          }
-          for (; i < m; ++i) {
-            acc0[0] += s3_r0(v0[i], v1[i], s4, s5, s3, a);
-          }
-        } else {
-          int64_t i = 0;
-          for (; i + fg::kLanes <= m; i += fg::kLanes) {
-            for (int l = 0; l < fg::kLanes; ++l) {
-              acc0[l] += s3_r0(v0[i + l], v1[i + l], v4[i + l], v5[i + l], v3[i + l], a);
-            }
-          }
-          for (; i < m; ++i) {
-            acc0[0] += s3_r0(v0[i], v1[i], v4[i], v5[i], v3[i], a);
-          }
-        }
-      }
-    }
-    float r0 = acc0[0];
-    for (int l = 1; l < fg::kLanes; ++l) r0 += acc0[l];
-    if (part != nullptr) {  // split mode: leave the partial result for combine3
-      reinterpret_cast<float *>(part + 0 * stride)[0] = r0;
-      return;
-    }
-    q9[base[9]] = float(r0);
-  } else {
-    // Col mode: the innermost dim is kept; each task owns a tile of it and one accumulator per element.
-    float local0[fg::kTile];
-    float *acc0 = part != nullptr
-        ? reinterpret_cast<float *>(part + 0 * stride)
-        : local0;
-    std::fill(acc0, acc0 + n, 0.0f);
-    for (int64_t ro = 0; ro < L.ro_total; ++ro) {
-      int64_t c[kOperands];
-      fg::ro_offsets(L, ro, base, c);
-      float pk0[fg::kChunk];
-      float pk1[fg::kChunk];
-      float pk4[fg::kChunk];
-      float pk5[fg::kChunk];
-      float pk3[fg::kChunk];
-      int64_t ri = r_lo;
-      // Four rows per pass over the accumulators when every operand is unit-stride along the
-      // tile: the accumulators are loaded and stored a quarter as often (they can be wider
-      // than L1 when the reduced dim is split across threads).
-      if (L.i_str[0] == 1 && L.i_str[1] == 1 && L.i_str[4] == 1 && L.i_str[5] == 1 && L.i_str[3] == 1) {
-        const int64_t s0 = L.ri_str[0];
-        const int64_t s1 = L.ri_str[1];
-        const int64_t s4 = L.ri_str[4];
-        const int64_t s5 = L.ri_str[5];
-        const int64_t s3 = L.ri_str[3];
-        for (; ri + 4 <= r_hi; ri += 4) {
-          for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
-            const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
-            const float *v0 = p0 + c[0] + ri * s0 + j0;
-            const float *v1 = p1 + c[1] + ri * s1 + j0;
-            const float *v4 = p4 + c[4] + ri * s4 + j0;
-            const float *v5 = p5 + c[5] + ri * s5 + j0;
-            const float *v3 = p3 + c[3] + ri * s3 + j0;
-            float *a0 = acc0 + j0;
-            for (int64_t i = 0; i < m; ++i) {
-              a0[i] += (s3_r0(v0[i], v1[i], v4[i], v5[i], v3[i], a) + s3_r0(v0[i + 1 * s0], v1[i + 1 * s1], v4[i + 1 * s4], v5[i + 1 * s5], v3[i + 1 * s3], a)) + (s3_r0(v0[i + 2 * s0], v1[i + 2 * s1], v4[i + 2 * s4], v5[i + 2 * s5], v3[i + 2 * s3], a) + s3_r0(v0[i + 3 * s0], v1[i + 3 * s1], v4[i + 3 * s4], v5[i + 3 * s5], v3[i + 3 * s3], a));
-            }
-          }
-        }
-      }
-      for (; ri < r_hi; ++ri) {
-        // Each row of the tile in chunks: the row streams in full, the pack buffers stay small.
-        for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
-          const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
-          const float *v0 = fg::view(p0 + c[0] + ri * L.ri_str[0] + j0 * L.i_str[0], L.i_str[0], m, pk0);
-          const float *v1 = fg::view(p1 + c[1] + ri * L.ri_str[1] + j0 * L.i_str[1], L.i_str[1], m, pk1);
-          const float *v4 = fg::view(p4 + c[4] + ri * L.ri_str[4] + j0 * L.i_str[4], L.i_str[4], m, pk4);
-          const float *v5 = fg::view(p5 + c[5] + ri * L.ri_str[5] + j0 * L.i_str[5], L.i_str[5], m, pk5);
-          const float *v3 = fg::view(p3 + c[3] + ri * L.ri_str[3] + j0 * L.i_str[3], L.i_str[3], m, pk3);
-          float *a0 = acc0 + j0;
-          for (int64_t i = 0; i < m; ++i) {
-            a0[i] += s3_r0(v0[i], v1[i], v4[i], v5[i], v3[i], a);
-          }
-        }
-      }
-    }
-    if (part != nullptr) return;  // split mode: combine3 finishes
-    for (int64_t i = 0; i < n; ++i) {
-      float r0 = acc0[i];
-      q9[base[9] + i * L.i_str[9]] = float(r0);
-    }
-  }
-}
-
-// Split mode: folds the partial accumulators of one tile and finishes like col mode.
-void combine3(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
-              const unsigned char *part, int64_t count, int64_t span, int64_t stride) {
-  const ScalarAttrs a = scalar_attrs(attrs);
-  (void)a;
-  float *q9 = static_cast<float *>(ptr[9]);
-  for (int64_t i = 0; i < n; ++i) {
-    float r0 = reinterpret_cast<const float *>(part + 0 * stride)[i];
-    for (int64_t s = 1; s < count; ++s) {
-      const float p = reinterpret_cast<const float *>(part + s * span + 0 * stride)[i];
-      r0 += p;
-    }
-    q9[base[9] + i * L.i_str[9]] = float(r0);
-  }
-}
-
-// --- stage 4: sum (%17)
-FG_INLINE float s4_r0(float v0, float v1, float v4, float v5, float v3, const ScalarAttrs &a) {
-  (void)a;
-  const auto t0 = (v1 / v4);
-  const auto t1 = (t0 + v5);
-  const auto t2 = (v0 - v3);
-  const auto t3 = fg::exp_f32(t2);
-  const auto t4 = (t1 * t3);
-  const auto t5 = (-t4);
-  return t5;
-}
-
-void stage4(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
-            int64_t r_lo, int64_t r_hi, unsigned char *part, int64_t stride) {
-  const ScalarAttrs a = scalar_attrs(attrs);
-  const float *p0 = static_cast<const float *>(ptr[0]);
-  const float *p1 = static_cast<const float *>(ptr[1]);
-  const float *p4 = static_cast<const float *>(ptr[4]);
-  const float *p5 = static_cast<const float *>(ptr[5]);
-  const float *p3 = static_cast<const float *>(ptr[3]);
-  float *q6 = static_cast<float *>(ptr[6]);
-  if (L.inner == 1) {
-    // Row mode: the innermost dim is reduced; several accumulators per reduction keep the adds independent.
-    (void)n;
-    float acc0[fg::kLanes];
-    std::fill(acc0, acc0 + fg::kLanes, 0.0f);
-    for (int64_t ro = 0; ro < L.ro_total; ++ro) {
-      int64_t c[kOperands];
-      fg::ro_offsets(L, ro, base, c);
-      float pk0[fg::kChunk];
-      float pk1[fg::kChunk];
-      float pk4[fg::kChunk];
-      float pk5[fg::kChunk];
-      float pk3[fg::kChunk];
-      // Reduction results read here are usually constant along the row (stride 0). They are
-      // then passed as scalars, so what depends on them alone (e.g. rsqrt(var + eps)) is
-      // computed once per row instead of per element, and no pack buffer is filled with copies.
-      const bool row_const = L.ri_str[4] == 0 && L.ri_str[5] == 0 && L.ri_str[3] == 0;
-      const float s4 = row_const ? float(p4[c[4]]) : float(0);
-      const float s5 = row_const ? float(p5[c[5]]) : float(0);
-      const float s3 = row_const ? float(p3[c[3]]) : float(0);
-      for (int64_t r0 = r_lo; r0 < r_hi; r0 += fg::kChunk) {
-        const int64_t m = std::min<int64_t>(fg::kChunk, r_hi - r0);
-        const float *v0 = fg::view(p0 + c[0] + r0 * L.ri_str[0], L.ri_str[0], m, pk0);
-        const float *v1 = fg::view(p1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], m, pk1);
-        const float *v4 = row_const ? nullptr : fg::view(p4 + c[4] + r0 * L.ri_str[4], L.ri_str[4], m, pk4);
-        const float *v5 = row_const ? nullptr : fg::view(p5 + c[5] + r0 * L.ri_str[5], L.ri_str[5], m, pk5);
-        const float *v3 = row_const ? nullptr : fg::view(p3 + c[3] + r0 * L.ri_str[3], L.ri_str[3], m, pk3);
-        if (row_const) {
-          int64_t i = 0;
-          for (; i + fg::kLanes <= m; i += fg::kLanes) {
-            for (int l = 0; l < fg::kLanes; ++l) {
-              acc0[l] += s4_r0(v0[i + l], v1[i + l], s4, s5, s3, a);
-            }
-          }
-          for (; i < m; ++i) {
-            acc0[0] += s4_r0(v0[i], v1[i], s4, s5, s3, a);
-          }
-        } else {
-          int64_t i = 0;
-          for (; i + fg::kLanes <= m; i += fg::kLanes) {
-            for (int l = 0; l < fg::kLanes; ++l) {
-              acc0[l] += s4_r0(v0[i + l], v1[i + l], v4[i + l], v5[i + l], v3[i + l], a);
-            }
-          }
-          for (; i < m; ++i) {
-            acc0[0] += s4_r0(v0[i], v1[i], v4[i], v5[i], v3[i], a);
-          }
-        }
-      }
-    }
-    float r0 = acc0[0];
-    for (int l = 1; l < fg::kLanes; ++l) r0 += acc0[l];
-    if (part != nullptr) {  // split mode: leave the partial result for combine4
-      reinterpret_cast<float *>(part + 0 * stride)[0] = r0;
-      return;
-    }
-    q6[base[6]] = float(r0);
-  } else {
-    // Col mode: the innermost dim is kept; each task owns a tile of it and one accumulator per element.
-    float local0[fg::kTile];
-    float *acc0 = part != nullptr
-        ? reinterpret_cast<float *>(part + 0 * stride)
-        : local0;
-    std::fill(acc0, acc0 + n, 0.0f);
-    for (int64_t ro = 0; ro < L.ro_total; ++ro) {
-      int64_t c[kOperands];
-      fg::ro_offsets(L, ro, base, c);
-      float pk0[fg::kChunk];
-      float pk1[fg::kChunk];
-      float pk4[fg::kChunk];
-      float pk5[fg::kChunk];
-      float pk3[fg::kChunk];
-      int64_t ri = r_lo;
-      // Four rows per pass over the accumulators when every operand is unit-stride along the
-      // tile: the accumulators are loaded and stored a quarter as often (they can be wider
-      // than L1 when the reduced dim is split across threads).
-      if (L.i_str[0] == 1 && L.i_str[1] == 1 && L.i_str[4] == 1 && L.i_str[5] == 1 && L.i_str[3] == 1) {
-        const int64_t s0 = L.ri_str[0];
-        const int64_t s1 = L.ri_str[1];
-        const int64_t s4 = L.ri_str[4];
-        const int64_t s5 = L.ri_str[5];
-        const int64_t s3 = L.ri_str[3];
-        for (; ri + 4 <= r_hi; ri += 4) {
-          for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
-            const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
-            const float *v0 = p0 + c[0] + ri * s0 + j0;
-            const float *v1 = p1 + c[1] + ri * s1 + j0;
-            const float *v4 = p4 + c[4] + ri * s4 + j0;
-            const float *v5 = p5 + c[5] + ri * s5 + j0;
-            const float *v3 = p3 + c[3] + ri * s3 + j0;
-            float *a0 = acc0 + j0;
-            for (int64_t i = 0; i < m; ++i) {
-              a0[i] += (s4_r0(v0[i], v1[i], v4[i], v5[i], v3[i], a) + s4_r0(v0[i + 1 * s0], v1[i + 1 * s1], v4[i + 1 * s4], v5[i + 1 * s5], v3[i + 1 * s3], a)) + (s4_r0(v0[i + 2 * s0], v1[i + 2 * s1], v4[i + 2 * s4], v5[i + 2 * s5], v3[i + 2 * s3], a) + s4_r0(v0[i + 3 * s0], v1[i + 3 * s1], v4[i + 3 * s4], v5[i + 3 * s5], v3[i + 3 * s3], a));
-            }
-          }
-        }
-      }
-      for (; ri < r_hi; ++ri) {
-        // Each row of the tile in chunks: the row streams in full, the pack buffers stay small.
-        for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
-          const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
-          const float *v0 = fg::view(p0 + c[0] + ri * L.ri_str[0] + j0 * L.i_str[0], L.i_str[0], m, pk0);
-          const float *v1 = fg::view(p1 + c[1] + ri * L.ri_str[1] + j0 * L.i_str[1], L.i_str[1], m, pk1);
-          const float *v4 = fg::view(p4 + c[4] + ri * L.ri_str[4] + j0 * L.i_str[4], L.i_str[4], m, pk4);
-          const float *v5 = fg::view(p5 + c[5] + ri * L.ri_str[5] + j0 * L.i_str[5], L.i_str[5], m, pk5);
-          const float *v3 = fg::view(p3 + c[3] + ri * L.ri_str[3] + j0 * L.i_str[3], L.i_str[3], m, pk3);
-          float *a0 = acc0 + j0;
-          for (int64_t i = 0; i < m; ++i) {
-            a0[i] += s4_r0(v0[i], v1[i], v4[i], v5[i], v3[i], a);
-          }
-        }
-      }
-    }
-    if (part != nullptr) return;  // split mode: combine4 finishes
-    for (int64_t i = 0; i < n; ++i) {
-      float r0 = acc0[i];
-      q6[base[6] + i * L.i_str[6]] = float(r0);
-    }
-  }
-}
-
-// Split mode: folds the partial accumulators of one tile and finishes like col mode.
-void combine4(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
-              const unsigned char *part, int64_t count, int64_t span, int64_t stride) {
-  const ScalarAttrs a = scalar_attrs(attrs);
-  (void)a;
-  float *q6 = static_cast<float *>(ptr[6]);
-  for (int64_t i = 0; i < n; ++i) {
-    float r0 = reinterpret_cast<const float *>(part + 0 * stride)[i];
-    for (int64_t s = 1; s < count; ++s) {
-      const float p = reinterpret_cast<const float *>(part + s * span + 0 * stride)[i];
-      r0 += p;
-    }
-    q6[base[6] + i * L.i_str[6]] = float(r0);
-  }
-}
-
-// --- stage 5: sum (%26)
-FG_INLINE float s5_r0(float v0, float v6, float v3, double v7, const ScalarAttrs &a) {
-  (void)a;
-  const auto t0 = (v0 == v3);
-  const auto t1 = ((double)(v6) / v7);
-  const auto t2 = (float)(t1);
-  const auto t3 = fg::fg_where(t0, t2, (float)(INT64_C(0)));
-  return t3;
-}
-
-void stage5(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
-            int64_t r_lo, int64_t r_hi, unsigned char *part, int64_t stride) {
-  const ScalarAttrs a = scalar_attrs(attrs);
-  const float *p0 = static_cast<const float *>(ptr[0]);
-  const float *p6 = static_cast<const float *>(ptr[6]);
-  const float *p3 = static_cast<const float *>(ptr[3]);
-  const double *p7 = static_cast<const double *>(ptr[7]);
   float *q8 = static_cast<float *>(ptr[8]);
   if (L.inner == 1) {
     // Row mode: the innermost dim is reduced; several accumulators per reduction keep the adds independent.
@@ -1827,48 +1514,50 @@ void stage5(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
       int64_t c[kOperands];
       fg::ro_offsets(L, ro, base, c);
       float pk0[fg::kChunk];
-      float pk6[fg::kChunk];
+      float pk1[fg::kChunk];
       float pk3[fg::kChunk];
-      double pk7[fg::kChunk];
+      float pk4[fg::kChunk];
+      float pk5[fg::kChunk];
       // Reduction results read here are usually constant along the row (stride 0). They are
       // then passed as scalars, so what depends on them alone (e.g. rsqrt(var + eps)) is
       // computed once per row instead of per element, and no pack buffer is filled with copies.
-      const bool row_const = L.ri_str[6] == 0 && L.ri_str[3] == 0 && L.ri_str[7] == 0;
-      const float s6 = row_const ? float(p6[c[6]]) : float(0);
+      const bool row_const = L.ri_str[3] == 0 && L.ri_str[4] == 0 && L.ri_str[5] == 0;
       const float s3 = row_const ? float(p3[c[3]]) : float(0);
-      const double s7 = row_const ? double(p7[c[7]]) : double(0);
+      const float s4 = row_const ? float(p4[c[4]]) : float(0);
+      const float s5 = row_const ? float(p5[c[5]]) : float(0);
       for (int64_t r0 = r_lo; r0 < r_hi; r0 += fg::kChunk) {
         const int64_t m = std::min<int64_t>(fg::kChunk, r_hi - r0);
         const float *v0 = fg::view(p0 + c[0] + r0 * L.ri_str[0], L.ri_str[0], m, pk0);
-        const float *v6 = row_const ? nullptr : fg::view(p6 + c[6] + r0 * L.ri_str[6], L.ri_str[6], m, pk6);
+        const float *v1 = fg::view(p1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], m, pk1);
         const float *v3 = row_const ? nullptr : fg::view(p3 + c[3] + r0 * L.ri_str[3], L.ri_str[3], m, pk3);
-        const double *v7 = row_const ? nullptr : fg::view(p7 + c[7] + r0 * L.ri_str[7], L.ri_str[7], m, pk7);
+        const float *v4 = row_const ? nullptr : fg::view(p4 + c[4] + r0 * L.ri_str[4], L.ri_str[4], m, pk4);
+        const float *v5 = row_const ? nullptr : fg::view(p5 + c[5] + r0 * L.ri_str[5], L.ri_str[5], m, pk5);
         if (row_const) {
           int64_t i = 0;
           for (; i + fg::kLanes <= m; i += fg::kLanes) {
             for (int l = 0; l < fg::kLanes; ++l) {
-              acc0[l] += s5_r0(v0[i + l], s6, s3, s7, a);
+              acc0[l] += s3_r0(v0[i + l], v1[i + l], s3, s4, s5, a);
             }
           }
           for (; i < m; ++i) {
-            acc0[0] += s5_r0(v0[i], s6, s3, s7, a);
+            acc0[0] += s3_r0(v0[i], v1[i], s3, s4, s5, a);
           }
         } else {
           int64_t i = 0;
           for (; i + fg::kLanes <= m; i += fg::kLanes) {
             for (int l = 0; l < fg::kLanes; ++l) {
-              acc0[l] += s5_r0(v0[i + l], v6[i + l], v3[i + l], v7[i + l], a);
+              acc0[l] += s3_r0(v0[i + l], v1[i + l], v3[i + l], v4[i + l], v5[i + l], a);
             }
           }
           for (; i < m; ++i) {
-            acc0[0] += s5_r0(v0[i], v6[i], v3[i], v7[i], a);
+            acc0[0] += s3_r0(v0[i], v1[i], v3[i], v4[i], v5[i], a);
           }
         }
       }
     }
     float r0 = acc0[0];
     for (int l = 1; l < fg::kLanes; ++l) r0 += acc0[l];
-    if (part != nullptr) {  // split mode: leave the partial result for combine5
+    if (part != nullptr) {  // split mode: leave the partial result for combine3
       reinterpret_cast<float *>(part + 0 * stride)[0] = r0;
       return;
     }
@@ -1884,28 +1573,31 @@ void stage5(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
       int64_t c[kOperands];
       fg::ro_offsets(L, ro, base, c);
       float pk0[fg::kChunk];
-      float pk6[fg::kChunk];
+      float pk1[fg::kChunk];
       float pk3[fg::kChunk];
-      double pk7[fg::kChunk];
+      float pk4[fg::kChunk];
+      float pk5[fg::kChunk];
       int64_t ri = r_lo;
       // Four rows per pass over the accumulators when every operand is unit-stride along the
       // tile: the accumulators are loaded and stored a quarter as often (they can be wider
       // than L1 when the reduced dim is split across threads).
-      if (L.i_str[0] == 1 && L.i_str[6] == 1 && L.i_str[3] == 1 && L.i_str[7] == 1) {
+      if (L.i_str[0] == 1 && L.i_str[1] == 1 && L.i_str[3] == 1 && L.i_str[4] == 1 && L.i_str[5] == 1) {
         const int64_t s0 = L.ri_str[0];
-        const int64_t s6 = L.ri_str[6];
+        const int64_t s1 = L.ri_str[1];
         const int64_t s3 = L.ri_str[3];
-        const int64_t s7 = L.ri_str[7];
+        const int64_t s4 = L.ri_str[4];
+        const int64_t s5 = L.ri_str[5];
         for (; ri + 4 <= r_hi; ri += 4) {
           for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
             const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
             const float *v0 = p0 + c[0] + ri * s0 + j0;
-            const float *v6 = p6 + c[6] + ri * s6 + j0;
+            const float *v1 = p1 + c[1] + ri * s1 + j0;
             const float *v3 = p3 + c[3] + ri * s3 + j0;
-            const double *v7 = p7 + c[7] + ri * s7 + j0;
+            const float *v4 = p4 + c[4] + ri * s4 + j0;
+            const float *v5 = p5 + c[5] + ri * s5 + j0;
             float *a0 = acc0 + j0;
             for (int64_t i = 0; i < m; ++i) {
-              a0[i] += (s5_r0(v0[i], v6[i], v3[i], v7[i], a) + s5_r0(v0[i + 1 * s0], v6[i + 1 * s6], v3[i + 1 * s3], v7[i + 1 * s7], a)) + (s5_r0(v0[i + 2 * s0], v6[i + 2 * s6], v3[i + 2 * s3], v7[i + 2 * s7], a) + s5_r0(v0[i + 3 * s0], v6[i + 3 * s6], v3[i + 3 * s3], v7[i + 3 * s7], a));
+              a0[i] += (s3_r0(v0[i], v1[i], v3[i], v4[i], v5[i], a) + s3_r0(v0[i + 1 * s0], v1[i + 1 * s1], v3[i + 1 * s3], v4[i + 1 * s4], v5[i + 1 * s5], a)) + (s3_r0(v0[i + 2 * s0], v1[i + 2 * s1], v3[i + 2 * s3], v4[i + 2 * s4], v5[i + 2 * s5], a) + s3_r0(v0[i + 3 * s0], v1[i + 3 * s1], v3[i + 3 * s3], v4[i + 3 * s4], v5[i + 3 * s5], a));
             }
           }
         }
@@ -1915,17 +1607,18 @@ void stage5(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
         for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
           const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
           const float *v0 = fg::view(p0 + c[0] + ri * L.ri_str[0] + j0 * L.i_str[0], L.i_str[0], m, pk0);
-          const float *v6 = fg::view(p6 + c[6] + ri * L.ri_str[6] + j0 * L.i_str[6], L.i_str[6], m, pk6);
+          const float *v1 = fg::view(p1 + c[1] + ri * L.ri_str[1] + j0 * L.i_str[1], L.i_str[1], m, pk1);
           const float *v3 = fg::view(p3 + c[3] + ri * L.ri_str[3] + j0 * L.i_str[3], L.i_str[3], m, pk3);
-          const double *v7 = fg::view(p7 + c[7] + ri * L.ri_str[7] + j0 * L.i_str[7], L.i_str[7], m, pk7);
+          const float *v4 = fg::view(p4 + c[4] + ri * L.ri_str[4] + j0 * L.i_str[4], L.i_str[4], m, pk4);
+          const float *v5 = fg::view(p5 + c[5] + ri * L.ri_str[5] + j0 * L.i_str[5], L.i_str[5], m, pk5);
           float *a0 = acc0 + j0;
           for (int64_t i = 0; i < m; ++i) {
-            a0[i] += s5_r0(v0[i], v6[i], v3[i], v7[i], a);
+            a0[i] += s3_r0(v0[i], v1[i], v3[i], v4[i], v5[i], a);
           }
         }
       }
     }
-    if (part != nullptr) return;  // split mode: combine5 finishes
+    if (part != nullptr) return;  // split mode: combine3 finishes
     for (int64_t i = 0; i < n; ++i) {
       float r0 = acc0[i];
       q8[base[8] + i * L.i_str[8]] = float(r0);
@@ -1934,7 +1627,7 @@ void stage5(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
 }
 
 // Split mode: folds the partial accumulators of one tile and finishes like col mode.
-void combine5(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
+void combine3(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
               const unsigned char *part, int64_t count, int64_t span, int64_t stride) {
   const ScalarAttrs a = scalar_attrs(attrs);
   (void)a;
@@ -1949,10 +1642,317 @@ void combine5(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
   }
 }
 
+// --- stage 4: sum (%17)
+FG_INLINE float s4_r0(float v0, float v1, float v3, float v4, float v5, const ScalarAttrs &a) {
+  (void)a;
+  const auto t0 = (v1 / v4);
+  const auto t1 = (t0 + v5);
+  const auto t2 = (v0 - v3);
+  const auto t3 = fg::exp_f32(t2);
+  const auto t4 = (t1 * t3);
+  const auto t5 = (-t4);
+  return t5;
+}
+
+void stage4(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
+            int64_t r_lo, int64_t r_hi, unsigned char *part, int64_t stride) {
+  const ScalarAttrs a = scalar_attrs(attrs);
+  const float *p0 = static_cast<const float *>(ptr[0]);
+  const float *p1 = static_cast<const float *>(ptr[1]);
+  const float *p3 = static_cast<const float *>(ptr[3]);
+  const float *p4 = static_cast<const float *>(ptr[4]);
+  const float *p5 = static_cast<const float *>(ptr[5]);
+  float *q7 = static_cast<float *>(ptr[7]);
+  if (L.inner == 1) {
+    // Row mode: the innermost dim is reduced; several accumulators per reduction keep the adds independent.
+    (void)n;
+    float acc0[fg::kLanes];
+    std::fill(acc0, acc0 + fg::kLanes, 0.0f);
+    for (int64_t ro = 0; ro < L.ro_total; ++ro) {
+      int64_t c[kOperands];
+      fg::ro_offsets(L, ro, base, c);
+      float pk0[fg::kChunk];
+      float pk1[fg::kChunk];
+      float pk3[fg::kChunk];
+      float pk4[fg::kChunk];
+      float pk5[fg::kChunk];
+      // Reduction results read here are usually constant along the row (stride 0). They are
+      // then passed as scalars, so what depends on them alone (e.g. rsqrt(var + eps)) is
+      // computed once per row instead of per element, and no pack buffer is filled with copies.
+      const bool row_const = L.ri_str[3] == 0 && L.ri_str[4] == 0 && L.ri_str[5] == 0;
+      const float s3 = row_const ? float(p3[c[3]]) : float(0);
+      const float s4 = row_const ? float(p4[c[4]]) : float(0);
+      const float s5 = row_const ? float(p5[c[5]]) : float(0);
+      for (int64_t r0 = r_lo; r0 < r_hi; r0 += fg::kChunk) {
+        const int64_t m = std::min<int64_t>(fg::kChunk, r_hi - r0);
+        const float *v0 = fg::view(p0 + c[0] + r0 * L.ri_str[0], L.ri_str[0], m, pk0);
+        const float *v1 = fg::view(p1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], m, pk1);
+        const float *v3 = row_const ? nullptr : fg::view(p3 + c[3] + r0 * L.ri_str[3], L.ri_str[3], m, pk3);
+        const float *v4 = row_const ? nullptr : fg::view(p4 + c[4] + r0 * L.ri_str[4], L.ri_str[4], m, pk4);
+        const float *v5 = row_const ? nullptr : fg::view(p5 + c[5] + r0 * L.ri_str[5], L.ri_str[5], m, pk5);
+        if (row_const) {
+          int64_t i = 0;
+          for (; i + fg::kLanes <= m; i += fg::kLanes) {
+            for (int l = 0; l < fg::kLanes; ++l) {
+              acc0[l] += s4_r0(v0[i + l], v1[i + l], s3, s4, s5, a);
+            }
+          }
+          for (; i < m; ++i) {
+            acc0[0] += s4_r0(v0[i], v1[i], s3, s4, s5, a);
+          }
+        } else {
+          int64_t i = 0;
+          for (; i + fg::kLanes <= m; i += fg::kLanes) {
+            for (int l = 0; l < fg::kLanes; ++l) {
+              acc0[l] += s4_r0(v0[i + l], v1[i + l], v3[i + l], v4[i + l], v5[i + l], a);
+            }
+          }
+          for (; i < m; ++i) {
+            acc0[0] += s4_r0(v0[i], v1[i], v3[i], v4[i], v5[i], a);
+          }
+        }
+      }
+    }
+    float r0 = acc0[0];
+    for (int l = 1; l < fg::kLanes; ++l) r0 += acc0[l];
+    if (part != nullptr) {  // split mode: leave the partial result for combine4
+      reinterpret_cast<float *>(part + 0 * stride)[0] = r0;
+      return;
+    }
+    q7[base[7]] = float(r0);
+  } else {
+    // Col mode: the innermost dim is kept; each task owns a tile of it and one accumulator per element.
+    float local0[fg::kTile];
+    float *acc0 = part != nullptr
+        ? reinterpret_cast<float *>(part + 0 * stride)
+        : local0;
+    std::fill(acc0, acc0 + n, 0.0f);
+    for (int64_t ro = 0; ro < L.ro_total; ++ro) {
+      int64_t c[kOperands];
+      fg::ro_offsets(L, ro, base, c);
+      float pk0[fg::kChunk];
+      float pk1[fg::kChunk];
+      float pk3[fg::kChunk];
+      float pk4[fg::kChunk];
+      float pk5[fg::kChunk];
+      int64_t ri = r_lo;
+      // Four rows per pass over the accumulators when every operand is unit-stride along the
+      // tile: the accumulators are loaded and stored a quarter as often (they can be wider
+      // than L1 when the reduced dim is split across threads).
+      if (L.i_str[0] == 1 && L.i_str[1] == 1 && L.i_str[3] == 1 && L.i_str[4] == 1 && L.i_str[5] == 1) {
+        const int64_t s0 = L.ri_str[0];
+        const int64_t s1 = L.ri_str[1];
+        const int64_t s3 = L.ri_str[3];
+        const int64_t s4 = L.ri_str[4];
+        const int64_t s5 = L.ri_str[5];
+        for (; ri + 4 <= r_hi; ri += 4) {
+          for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
+            const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
+            const float *v0 = p0 + c[0] + ri * s0 + j0;
+            const float *v1 = p1 + c[1] + ri * s1 + j0;
+            const float *v3 = p3 + c[3] + ri * s3 + j0;
+            const float *v4 = p4 + c[4] + ri * s4 + j0;
+            const float *v5 = p5 + c[5] + ri * s5 + j0;
+            float *a0 = acc0 + j0;
+            for (int64_t i = 0; i < m; ++i) {
+              a0[i] += (s4_r0(v0[i], v1[i], v3[i], v4[i], v5[i], a) + s4_r0(v0[i + 1 * s0], v1[i + 1 * s1], v3[i + 1 * s3], v4[i + 1 * s4], v5[i + 1 * s5], a)) + (s4_r0(v0[i + 2 * s0], v1[i + 2 * s1], v3[i + 2 * s3], v4[i + 2 * s4], v5[i + 2 * s5], a) + s4_r0(v0[i + 3 * s0], v1[i + 3 * s1], v3[i + 3 * s3], v4[i + 3 * s4], v5[i + 3 * s5], a));
+            }
+          }
+        }
+      }
+      for (; ri < r_hi; ++ri) {
+        // Each row of the tile in chunks: the row streams in full, the pack buffers stay small.
+        for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
+          const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
+          const float *v0 = fg::view(p0 + c[0] + ri * L.ri_str[0] + j0 * L.i_str[0], L.i_str[0], m, pk0);
+          const float *v1 = fg::view(p1 + c[1] + ri * L.ri_str[1] + j0 * L.i_str[1], L.i_str[1], m, pk1);
+          const float *v3 = fg::view(p3 + c[3] + ri * L.ri_str[3] + j0 * L.i_str[3], L.i_str[3], m, pk3);
+          const float *v4 = fg::view(p4 + c[4] + ri * L.ri_str[4] + j0 * L.i_str[4], L.i_str[4], m, pk4);
+          const float *v5 = fg::view(p5 + c[5] + ri * L.ri_str[5] + j0 * L.i_str[5], L.i_str[5], m, pk5);
+          float *a0 = acc0 + j0;
+          for (int64_t i = 0; i < m; ++i) {
+            a0[i] += s4_r0(v0[i], v1[i], v3[i], v4[i], v5[i], a);
+          }
+        }
+      }
+    }
+    if (part != nullptr) return;  // split mode: combine4 finishes
+    for (int64_t i = 0; i < n; ++i) {
+      float r0 = acc0[i];
+      q7[base[7] + i * L.i_str[7]] = float(r0);
+    }
+  }
+}
+
+// Split mode: folds the partial accumulators of one tile and finishes like col mode.
+void combine4(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
+              const unsigned char *part, int64_t count, int64_t span, int64_t stride) {
+  const ScalarAttrs a = scalar_attrs(attrs);
+  (void)a;
+  float *q7 = static_cast<float *>(ptr[7]);
+  for (int64_t i = 0; i < n; ++i) {
+    float r0 = reinterpret_cast<const float *>(part + 0 * stride)[i];
+    for (int64_t s = 1; s < count; ++s) {
+      const float p = reinterpret_cast<const float *>(part + s * span + 0 * stride)[i];
+      r0 += p;
+    }
+    q7[base[7] + i * L.i_str[7]] = float(r0);
+  }
+}
+
+// --- stage 5: sum (%26)
+FG_INLINE float s5_r0(float v0, float v3, double v6, float v7, const ScalarAttrs &a) {
+  (void)a;
+  const auto t0 = (v0 == v3);
+  const auto t1 = ((double)(v7) / v6);
+  const auto t2 = (float)(t1);
+  const auto t3 = fg::fg_where(t0, t2, (float)(INT64_C(0)));
+  return t3;
+}
+
+void stage5(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
+            int64_t r_lo, int64_t r_hi, unsigned char *part, int64_t stride) {
+  const ScalarAttrs a = scalar_attrs(attrs);
+  const float *p0 = static_cast<const float *>(ptr[0]);
+  const float *p3 = static_cast<const float *>(ptr[3]);
+  const double *p6 = static_cast<const double *>(ptr[6]);
+  const float *p7 = static_cast<const float *>(ptr[7]);
+  float *q9 = static_cast<float *>(ptr[9]);
+  if (L.inner == 1) {
+    // Row mode: the innermost dim is reduced; several accumulators per reduction keep the adds independent.
+    (void)n;
+    float acc0[fg::kLanes];
+    std::fill(acc0, acc0 + fg::kLanes, 0.0f);
+    for (int64_t ro = 0; ro < L.ro_total; ++ro) {
+      int64_t c[kOperands];
+      fg::ro_offsets(L, ro, base, c);
+      float pk0[fg::kChunk];
+      float pk3[fg::kChunk];
+      double pk6[fg::kChunk];
+      float pk7[fg::kChunk];
+      // Reduction results read here are usually constant along the row (stride 0). They are
+      // then passed as scalars, so what depends on them alone (e.g. rsqrt(var + eps)) is
+      // computed once per row instead of per element, and no pack buffer is filled with copies.
+      const bool row_const = L.ri_str[3] == 0 && L.ri_str[6] == 0 && L.ri_str[7] == 0;
+      const float s3 = row_const ? float(p3[c[3]]) : float(0);
+      const double s6 = row_const ? double(p6[c[6]]) : double(0);
+      const float s7 = row_const ? float(p7[c[7]]) : float(0);
+      for (int64_t r0 = r_lo; r0 < r_hi; r0 += fg::kChunk) {
+        const int64_t m = std::min<int64_t>(fg::kChunk, r_hi - r0);
+        const float *v0 = fg::view(p0 + c[0] + r0 * L.ri_str[0], L.ri_str[0], m, pk0);
+        const float *v3 = row_const ? nullptr : fg::view(p3 + c[3] + r0 * L.ri_str[3], L.ri_str[3], m, pk3);
+        const double *v6 = row_const ? nullptr : fg::view(p6 + c[6] + r0 * L.ri_str[6], L.ri_str[6], m, pk6);
+        const float *v7 = row_const ? nullptr : fg::view(p7 + c[7] + r0 * L.ri_str[7], L.ri_str[7], m, pk7);
+        if (row_const) {
+          int64_t i = 0;
+          for (; i + fg::kLanes <= m; i += fg::kLanes) {
+            for (int l = 0; l < fg::kLanes; ++l) {
+              acc0[l] += s5_r0(v0[i + l], s3, s6, s7, a);
+            }
+          }
+          for (; i < m; ++i) {
+            acc0[0] += s5_r0(v0[i], s3, s6, s7, a);
+          }
+        } else {
+          int64_t i = 0;
+          for (; i + fg::kLanes <= m; i += fg::kLanes) {
+            for (int l = 0; l < fg::kLanes; ++l) {
+              acc0[l] += s5_r0(v0[i + l], v3[i + l], v6[i + l], v7[i + l], a);
+            }
+          }
+          for (; i < m; ++i) {
+            acc0[0] += s5_r0(v0[i], v3[i], v6[i], v7[i], a);
+          }
+        }
+      }
+    }
+    float r0 = acc0[0];
+    for (int l = 1; l < fg::kLanes; ++l) r0 += acc0[l];
+    if (part != nullptr) {  // split mode: leave the partial result for combine5
+      reinterpret_cast<float *>(part + 0 * stride)[0] = r0;
+      return;
+    }
+    q9[base[9]] = float(r0);
+  } else {
+    // Col mode: the innermost dim is kept; each task owns a tile of it and one accumulator per element.
+    float local0[fg::kTile];
+    float *acc0 = part != nullptr
+        ? reinterpret_cast<float *>(part + 0 * stride)
+        : local0;
+    std::fill(acc0, acc0 + n, 0.0f);
+    for (int64_t ro = 0; ro < L.ro_total; ++ro) {
+      int64_t c[kOperands];
+      fg::ro_offsets(L, ro, base, c);
+      float pk0[fg::kChunk];
+      float pk3[fg::kChunk];
+      double pk6[fg::kChunk];
+      float pk7[fg::kChunk];
+      int64_t ri = r_lo;
+      // Four rows per pass over the accumulators when every operand is unit-stride along the
+      // tile: the accumulators are loaded and stored a quarter as often (they can be wider
+      // than L1 when the reduced dim is split across threads).
+      if (L.i_str[0] == 1 && L.i_str[3] == 1 && L.i_str[6] == 1 && L.i_str[7] == 1) {
+        const int64_t s0 = L.ri_str[0];
+        const int64_t s3 = L.ri_str[3];
+        const int64_t s6 = L.ri_str[6];
+        const int64_t s7 = L.ri_str[7];
+        for (; ri + 4 <= r_hi; ri += 4) {
+          for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
+            const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
+            const float *v0 = p0 + c[0] + ri * s0 + j0;
+            const float *v3 = p3 + c[3] + ri * s3 + j0;
+            const double *v6 = p6 + c[6] + ri * s6 + j0;
+            const float *v7 = p7 + c[7] + ri * s7 + j0;
+            float *a0 = acc0 + j0;
+            for (int64_t i = 0; i < m; ++i) {
+              a0[i] += (s5_r0(v0[i], v3[i], v6[i], v7[i], a) + s5_r0(v0[i + 1 * s0], v3[i + 1 * s3], v6[i + 1 * s6], v7[i + 1 * s7], a)) + (s5_r0(v0[i + 2 * s0], v3[i + 2 * s3], v6[i + 2 * s6], v7[i + 2 * s7], a) + s5_r0(v0[i + 3 * s0], v3[i + 3 * s3], v6[i + 3 * s6], v7[i + 3 * s7], a));
+            }
+          }
+        }
+      }
+      for (; ri < r_hi; ++ri) {
+        // Each row of the tile in chunks: the row streams in full, the pack buffers stay small.
+        for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
+          const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
+          const float *v0 = fg::view(p0 + c[0] + ri * L.ri_str[0] + j0 * L.i_str[0], L.i_str[0], m, pk0);
+          const float *v3 = fg::view(p3 + c[3] + ri * L.ri_str[3] + j0 * L.i_str[3], L.i_str[3], m, pk3);
+          const double *v6 = fg::view(p6 + c[6] + ri * L.ri_str[6] + j0 * L.i_str[6], L.i_str[6], m, pk6);
+          const float *v7 = fg::view(p7 + c[7] + ri * L.ri_str[7] + j0 * L.i_str[7], L.i_str[7], m, pk7);
+          float *a0 = acc0 + j0;
+          for (int64_t i = 0; i < m; ++i) {
+            a0[i] += s5_r0(v0[i], v3[i], v6[i], v7[i], a);
+          }
+        }
+      }
+    }
+    if (part != nullptr) return;  // split mode: combine5 finishes
+    for (int64_t i = 0; i < n; ++i) {
+      float r0 = acc0[i];
+      q9[base[9] + i * L.i_str[9]] = float(r0);
+    }
+  }
+}
+
+// Split mode: folds the partial accumulators of one tile and finishes like col mode.
+void combine5(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
+              const unsigned char *part, int64_t count, int64_t span, int64_t stride) {
+  const ScalarAttrs a = scalar_attrs(attrs);
+  (void)a;
+  float *q9 = static_cast<float *>(ptr[9]);
+  for (int64_t i = 0; i < n; ++i) {
+    float r0 = reinterpret_cast<const float *>(part + 0 * stride)[i];
+    for (int64_t s = 1; s < count; ++s) {
+      const float p = reinterpret_cast<const float *>(part + s * span + 0 * stride)[i];
+      r0 += p;
+    }
+    q9[base[9] + i * L.i_str[9]] = float(r0);
+  }
+}
+
 // --- stage 6: output 0 (%28)
 FG_INLINE float s6_w0(float v8, float v9, const ScalarAttrs &a) {
   (void)a;
-  const auto t0 = (v9 + v8);
+  const auto t0 = (v8 + v9);
   const auto t1 = t0;
   return t1;
 }

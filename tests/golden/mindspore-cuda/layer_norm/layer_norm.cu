@@ -896,8 +896,8 @@ const fg::StageInfo kStageInfo[kStages] = {
      1, {3}, {4},
      0, {}, 1},
     // stage 2: output 0 (%8)
-    {3, {0, 4, 1}, -1,
-     3, {0, 5, 4}, {0, 4, 1},
+    {3, {0, 1, 4}, -1,
+     3, {0, 4, 5}, {0, 1, 4},
      0, {}, {},
      0, {}, {},
      1, {1}, 0},
@@ -1147,7 +1147,7 @@ __global__ void stage1_block(Layout L, Ptrs P, Attrs a) {
 }
 
 // --- stage 2: output 0 (%8)
-__device__ inline float s2_w0(float v0, float v5, float v4, const Attrs &a) {
+__device__ inline float s2_w0(float v0, float v4, float v5, const Attrs &a) {
   (void)a;
   const auto t0 = (v0 - v4);
   const auto t1 = (v5 + (float)(a.eps));
@@ -1160,8 +1160,8 @@ __device__ inline float s2_w0(float v0, float v5, float v4, const Attrs &a) {
 // reduction of leading axes reads are coalesced; accumulators stay in registers.
 __global__ void stage2_thread(Layout L, Ptrs P, Attrs a) {
   const __half *p0 = static_cast<const __half *>(P.p[0]);
-  const float *p5 = static_cast<const float *>(P.p[5]);
   const float *p4 = static_cast<const float *>(P.p[4]);
+  const float *p5 = static_cast<const float *>(P.p[5]);
   __half *q1 = static_cast<__half *>(P.p[1]);
 
   const int64_t count = L.ro_total * L.ri;
@@ -1171,7 +1171,7 @@ __global__ void stage2_thread(Layout L, Ptrs P, Attrs a) {
     dev_base(L, t / L.inner, t % L.inner, base);
     for (int64_t r = 0; r < count; ++r) {
       dev_point(L, r, base, c);
-      fgd::put(&q1[c[1]], s2_w0(fgd::ld(p0[c[0]]), fgd::ld(p5[c[5]]), fgd::ld(p4[c[4]]), a));
+      fgd::put(&q1[c[1]], s2_w0(fgd::ld(p0[c[0]]), fgd::ld(p4[c[4]]), fgd::ld(p5[c[5]]), a));
     }
   }
 }
@@ -1356,7 +1356,7 @@ __global__ void stage1_block(Layout L, Ptrs P, Attrs a) {
 }
 
 // --- stage 2: output 0 (%8)
-__device__ inline float s2_w0(float v0, float v5, float v4, const Attrs &a) {
+__device__ inline float s2_w0(float v0, float v4, float v5, const Attrs &a) {
   (void)a;
   const auto t0 = (v0 - v4);
   const auto t1 = (v5 + (float)(a.eps));
@@ -1369,8 +1369,8 @@ __device__ inline float s2_w0(float v0, float v5, float v4, const Attrs &a) {
 // reduction of leading axes reads are coalesced; accumulators stay in registers.
 __global__ void stage2_thread(Layout L, Ptrs P, Attrs a) {
   const float *p0 = static_cast<const float *>(P.p[0]);
-  const float *p5 = static_cast<const float *>(P.p[5]);
   const float *p4 = static_cast<const float *>(P.p[4]);
+  const float *p5 = static_cast<const float *>(P.p[5]);
   float *q1 = static_cast<float *>(P.p[1]);
 
   const int64_t count = L.ro_total * L.ri;
@@ -1380,7 +1380,7 @@ __global__ void stage2_thread(Layout L, Ptrs P, Attrs a) {
     dev_base(L, t / L.inner, t % L.inner, base);
     for (int64_t r = 0; r < count; ++r) {
       dev_point(L, r, base, c);
-      fgd::put(&q1[c[1]], s2_w0(fgd::ld(p0[c[0]]), fgd::ld(p5[c[5]]), fgd::ld(p4[c[4]]), a));
+      fgd::put(&q1[c[1]], s2_w0(fgd::ld(p0[c[0]]), fgd::ld(p4[c[4]]), fgd::ld(p5[c[5]]), a));
     }
   }
 }
@@ -1565,7 +1565,7 @@ __global__ void stage1_block(Layout L, Ptrs P, Attrs a) {
 }
 
 // --- stage 2: output 0 (%8)
-__device__ inline double s2_w0(double v0, double v5, double v4, const Attrs &a) {
+__device__ inline double s2_w0(double v0, double v4, double v5, const Attrs &a) {
   (void)a;
   const auto t0 = (v0 - v4);
   const auto t1 = (v5 + a.eps);
@@ -1578,8 +1578,8 @@ __device__ inline double s2_w0(double v0, double v5, double v4, const Attrs &a) 
 // reduction of leading axes reads are coalesced; accumulators stay in registers.
 __global__ void stage2_thread(Layout L, Ptrs P, Attrs a) {
   const double *p0 = static_cast<const double *>(P.p[0]);
-  const double *p5 = static_cast<const double *>(P.p[5]);
   const double *p4 = static_cast<const double *>(P.p[4]);
+  const double *p5 = static_cast<const double *>(P.p[5]);
   double *q1 = static_cast<double *>(P.p[1]);
 
   const int64_t count = L.ro_total * L.ri;
@@ -1589,7 +1589,7 @@ __global__ void stage2_thread(Layout L, Ptrs P, Attrs a) {
     dev_base(L, t / L.inner, t % L.inner, base);
     for (int64_t r = 0; r < count; ++r) {
       dev_point(L, r, base, c);
-      fgd::put(&q1[c[1]], s2_w0(fgd::ld(p0[c[0]]), fgd::ld(p5[c[5]]), fgd::ld(p4[c[4]]), a));
+      fgd::put(&q1[c[1]], s2_w0(fgd::ld(p0[c[0]]), fgd::ld(p4[c[4]]), fgd::ld(p5[c[5]]), a));
     }
   }
 }

@@ -997,36 +997,36 @@ const fg::StageInfo kStageInfo[kStages] = {
     // stage 1: sum (%5), sum (%21)
     {2, {1, 2}, 5,
      2, {0, 3}, {1, 2},
-     2, {4, 7}, {5, 21},
+     2, {4, 6}, {5, 21},
      0, {}, {},
      0, {}, 2},
     // stage 2: sum (%11)
-    {5, {1, 0, 5, 2, 8}, 11,
-     4, {0, 1, 4, 3}, {1, 0, 5, 2},
+    {5, {1, 0, 2, 5, 8}, 11,
+     4, {0, 1, 3, 4}, {1, 0, 2, 5},
      1, {5}, {11},
      0, {}, {},
      0, {}, 1},
     // stage 3: sum (%14)
-    {7, {1, 0, 5, 11, 2, 8, 4}, 14,
-     5, {0, 1, 4, 5, 3}, {1, 0, 5, 11, 2},
-     1, {9}, {14},
+    {7, {1, 0, 2, 5, 11, 8, 4}, 14,
+     5, {0, 1, 3, 4, 5}, {1, 0, 2, 5, 11},
+     1, {8}, {14},
      0, {}, {},
      0, {}, 1},
     // stage 4: sum (%17)
-    {7, {1, 0, 5, 11, 2, 8, 4}, 17,
-     5, {0, 1, 4, 5, 3}, {1, 0, 5, 11, 2},
-     1, {6}, {17},
+    {7, {1, 0, 2, 5, 11, 8, 4}, 17,
+     5, {0, 1, 3, 4, 5}, {1, 0, 2, 5, 11},
+     1, {7}, {17},
      0, {}, {},
      0, {}, 1},
     // stage 5: sum (%26)
-    {4, {1, 17, 2, 21}, 26,
-     4, {0, 6, 3, 7}, {1, 17, 2, 21},
-     1, {8}, {26},
+    {4, {1, 2, 21, 17}, 26,
+     4, {0, 3, 6, 7}, {1, 2, 21, 17},
+     1, {9}, {26},
      0, {}, {},
      0, {}, 1},
     // stage 6: output 0 (%28)
-    {2, {26, 14}, -1,
-     2, {8, 9}, {26, 14},
+    {2, {14, 26}, -1,
+     2, {8, 9}, {14, 26},
      0, {}, {},
      0, {}, {},
      1, {2}, 0},
@@ -1051,9 +1051,9 @@ int find_combo(const char **dtypes, int count) {
 }
 
 const int64_t kWorkspaceItemsize[][kWorkspaces + 1] = {
-    {4, 4, 4, 4, 8, 4, 4, 0},
+    {4, 4, 4, 8, 4, 4, 4, 0},
 };
-const int kWorkspaceNode[kWorkspaces] = {2, 5, 11, 17, 21, 26, 14};
+const int kWorkspaceNode[kWorkspaces] = {2, 5, 11, 21, 17, 14, 26};
 
 int read_inputs(int *ndims, int64_t **shapes, fg::Shape *in) {
   for (int i = 0; i < kInputs; ++i) FG_TRY(fg::read_shape(ndims[i], shapes[i], &in[i]));
@@ -1204,7 +1204,7 @@ __global__ void stage1_thread(Layout L, Ptrs P, Attrs a) {
   const float *p0 = static_cast<const float *>(P.p[0]);
   const float *p3 = static_cast<const float *>(P.p[3]);
   float *q4 = static_cast<float *>(P.p[4]);
-  double *q7 = static_cast<double *>(P.p[7]);
+  double *q6 = static_cast<double *>(P.p[6]);
 
   const int64_t count = L.ro_total * L.ri;
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < L.o_total * L.inner;
@@ -1219,7 +1219,7 @@ __global__ void stage1_thread(Layout L, Ptrs P, Attrs a) {
       r1 += s1_r1(fgd::ld(p0[c[0]]), fgd::ld(p3[c[3]]), a);
     }
     fgd::put(&q4[base[4]], r0);
-    fgd::put(&q7[base[7]], r1);
+    fgd::put(&q6[base[6]], r1);
 
   }
 }
@@ -1230,7 +1230,7 @@ __global__ void stage1_block(Layout L, Ptrs P, Attrs a) {
   const float *p0 = static_cast<const float *>(P.p[0]);
   const float *p3 = static_cast<const float *>(P.p[3]);
   float *q4 = static_cast<float *>(P.p[4]);
-  double *q7 = static_cast<double *>(P.p[7]);
+  double *q6 = static_cast<double *>(P.p[6]);
 
   __shared__ float sh0[kBlock];
   __shared__ double sh1[kBlock];
@@ -1260,7 +1260,7 @@ __global__ void stage1_block(Layout L, Ptrs P, Attrs a) {
       r0 = sh0[0];
       r1 = sh1[0];
       fgd::put(&q4[base[4]], r0);
-      fgd::put(&q7[base[7]], r1);
+      fgd::put(&q6[base[6]], r1);
 
     }
     __syncthreads();  // the shared arrays are reused by the next row
@@ -1268,7 +1268,7 @@ __global__ void stage1_block(Layout L, Ptrs P, Attrs a) {
 }
 
 // --- stage 2: sum (%11)
-__device__ inline float s2_r0(float v0, float v1, float v4, float v3, const Attrs &a) {
+__device__ inline float s2_r0(float v0, float v1, float v3, float v4, const Attrs &a) {
   (void)a;
   const auto t0 = (-v1);
   const auto t1 = (v0 - v3);
@@ -1284,8 +1284,8 @@ __device__ inline float s2_r0(float v0, float v1, float v4, float v3, const Attr
 __global__ void stage2_thread(Layout L, Ptrs P, Attrs a) {
   const float *p0 = static_cast<const float *>(P.p[0]);
   const float *p1 = static_cast<const float *>(P.p[1]);
-  const float *p4 = static_cast<const float *>(P.p[4]);
   const float *p3 = static_cast<const float *>(P.p[3]);
+  const float *p4 = static_cast<const float *>(P.p[4]);
   float *q5 = static_cast<float *>(P.p[5]);
 
   const int64_t count = L.ro_total * L.ri;
@@ -1296,7 +1296,7 @@ __global__ void stage2_thread(Layout L, Ptrs P, Attrs a) {
     float r0 = 0.0f;
     for (int64_t r = 0; r < count; ++r) {
       dev_point(L, r, base, c);
-      r0 += s2_r0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p4[c[4]]), fgd::ld(p3[c[3]]), a);
+      r0 += s2_r0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p3[c[3]]), fgd::ld(p4[c[4]]), a);
     }
     fgd::put(&q5[base[5]], r0);
 
@@ -1308,8 +1308,8 @@ __global__ void stage2_thread(Layout L, Ptrs P, Attrs a) {
 __global__ void stage2_block(Layout L, Ptrs P, Attrs a) {
   const float *p0 = static_cast<const float *>(P.p[0]);
   const float *p1 = static_cast<const float *>(P.p[1]);
-  const float *p4 = static_cast<const float *>(P.p[4]);
   const float *p3 = static_cast<const float *>(P.p[3]);
+  const float *p4 = static_cast<const float *>(P.p[4]);
   float *q5 = static_cast<float *>(P.p[5]);
 
   __shared__ float sh0[kBlock];
@@ -1321,7 +1321,7 @@ __global__ void stage2_block(Layout L, Ptrs P, Attrs a) {
     float r0 = 0.0f;
     for (int64_t r = tid; r < count; r += kBlock) {
       dev_point(L, r, base, c);
-      r0 += s2_r0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p4[c[4]]), fgd::ld(p3[c[3]]), a);
+      r0 += s2_r0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p3[c[3]]), fgd::ld(p4[c[4]]), a);
     }
     sh0[tid] = r0;
     __syncthreads();
@@ -1341,7 +1341,7 @@ __global__ void stage2_block(Layout L, Ptrs P, Attrs a) {
 }
 
 // --- stage 3: sum (%14)
-__device__ inline float s3_r0(float v0, float v1, float v4, float v5, float v3, const Attrs &a) {
+__device__ inline float s3_r0(float v0, float v1, float v3, float v4, float v5, const Attrs &a) {
   (void)a;
   const auto t0 = (v1 / v4);
   const auto t1 = (t0 + v5);
@@ -1356,10 +1356,10 @@ __device__ inline float s3_r0(float v0, float v1, float v4, float v5, float v3, 
 __global__ void stage3_thread(Layout L, Ptrs P, Attrs a) {
   const float *p0 = static_cast<const float *>(P.p[0]);
   const float *p1 = static_cast<const float *>(P.p[1]);
+  const float *p3 = static_cast<const float *>(P.p[3]);
   const float *p4 = static_cast<const float *>(P.p[4]);
   const float *p5 = static_cast<const float *>(P.p[5]);
-  const float *p3 = static_cast<const float *>(P.p[3]);
-  float *q9 = static_cast<float *>(P.p[9]);
+  float *q8 = static_cast<float *>(P.p[8]);
 
   const int64_t count = L.ro_total * L.ri;
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < L.o_total * L.inner;
@@ -1369,9 +1369,9 @@ __global__ void stage3_thread(Layout L, Ptrs P, Attrs a) {
     float r0 = 0.0f;
     for (int64_t r = 0; r < count; ++r) {
       dev_point(L, r, base, c);
-      r0 += s3_r0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p4[c[4]]), fgd::ld(p5[c[5]]), fgd::ld(p3[c[3]]), a);
+      r0 += s3_r0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p3[c[3]]), fgd::ld(p4[c[4]]), fgd::ld(p5[c[5]]), a);
     }
-    fgd::put(&q9[base[9]], r0);
+    fgd::put(&q8[base[8]], r0);
 
   }
 }
@@ -1381,155 +1381,9 @@ __global__ void stage3_thread(Layout L, Ptrs P, Attrs a) {
 __global__ void stage3_block(Layout L, Ptrs P, Attrs a) {
   const float *p0 = static_cast<const float *>(P.p[0]);
   const float *p1 = static_cast<const float *>(P.p[1]);
+  const float *p3 = static_cast<const float *>(P.p[3]);
   const float *p4 = static_cast<const float *>(P.p[4]);
   const float *p5 = static_cast<const float *>(P.p[5]);
-  const float *p3 = static_cast<const float *>(P.p[3]);
-  float *q9 = static_cast<float *>(P.p[9]);
-
-  __shared__ float sh0[kBlock];
-  const int64_t count = L.ro_total * L.ri;
-  const int tid = threadIdx.x;
-  for (int64_t o = blockIdx.x; o < L.o_total; o += gridDim.x) {
-    int64_t base[kOperands], c[kOperands];
-    dev_base(L, o, 0, base);
-    float r0 = 0.0f;
-    for (int64_t r = tid; r < count; r += kBlock) {
-      dev_point(L, r, base, c);
-      r0 += s3_r0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p4[c[4]]), fgd::ld(p5[c[5]]), fgd::ld(p3[c[3]]), a);
-    }
-    sh0[tid] = r0;
-    __syncthreads();
-    for (int step = kBlock / 2; step > 0; step /= 2) {
-      if (tid < step) {
-        sh0[tid] += sh0[tid + step];
-      }
-      __syncthreads();
-    }
-    if (tid == 0) {
-      r0 = sh0[0];
-      fgd::put(&q9[base[9]], r0);
-
-    }
-    __syncthreads();  // the shared arrays are reused by the next row
-  }
-}
-
-// --- stage 4: sum (%17)
-__device__ inline float s4_r0(float v0, float v1, float v4, float v5, float v3, const Attrs &a) {
-  (void)a;
-  const auto t0 = (v1 / v4);
-  const auto t1 = (t0 + v5);
-  const auto t2 = (v0 - v3);
-  const auto t3 = exp(t2);
-  const auto t4 = (t1 * t3);
-  const auto t5 = (-t4);
-  return t5;
-}
-
-// One thread per output point (o, i): threads run across the contiguous dim, so the rows a
-// reduction of leading axes reads are coalesced; accumulators stay in registers.
-__global__ void stage4_thread(Layout L, Ptrs P, Attrs a) {
-  const float *p0 = static_cast<const float *>(P.p[0]);
-  const float *p1 = static_cast<const float *>(P.p[1]);
-  const float *p4 = static_cast<const float *>(P.p[4]);
-  const float *p5 = static_cast<const float *>(P.p[5]);
-  const float *p3 = static_cast<const float *>(P.p[3]);
-  float *q6 = static_cast<float *>(P.p[6]);
-
-  const int64_t count = L.ro_total * L.ri;
-  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < L.o_total * L.inner;
-       t += int64_t(gridDim.x) * blockDim.x) {
-    int64_t base[kOperands], c[kOperands];
-    dev_base(L, t / L.inner, t % L.inner, base);
-    float r0 = 0.0f;
-    for (int64_t r = 0; r < count; ++r) {
-      dev_point(L, r, base, c);
-      r0 += s4_r0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p4[c[4]]), fgd::ld(p5[c[5]]), fgd::ld(p3[c[3]]), a);
-    }
-    fgd::put(&q6[base[6]], r0);
-
-  }
-}
-
-// One block per output row (the innermost dim is reduced): threads stride along the row, then
-// a shared-memory tree reduction; thread 0 finishes (mean, casts, epilogue outputs).
-__global__ void stage4_block(Layout L, Ptrs P, Attrs a) {
-  const float *p0 = static_cast<const float *>(P.p[0]);
-  const float *p1 = static_cast<const float *>(P.p[1]);
-  const float *p4 = static_cast<const float *>(P.p[4]);
-  const float *p5 = static_cast<const float *>(P.p[5]);
-  const float *p3 = static_cast<const float *>(P.p[3]);
-  float *q6 = static_cast<float *>(P.p[6]);
-
-  __shared__ float sh0[kBlock];
-  const int64_t count = L.ro_total * L.ri;
-  const int tid = threadIdx.x;
-  for (int64_t o = blockIdx.x; o < L.o_total; o += gridDim.x) {
-    int64_t base[kOperands], c[kOperands];
-    dev_base(L, o, 0, base);
-    float r0 = 0.0f;
-    for (int64_t r = tid; r < count; r += kBlock) {
-      dev_point(L, r, base, c);
-      r0 += s4_r0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p4[c[4]]), fgd::ld(p5[c[5]]), fgd::ld(p3[c[3]]), a);
-    }
-    sh0[tid] = r0;
-    __syncthreads();
-    for (int step = kBlock / 2; step > 0; step /= 2) {
-      if (tid < step) {
-        sh0[tid] += sh0[tid + step];
-      }
-      __syncthreads();
-    }
-    if (tid == 0) {
-      r0 = sh0[0];
-      fgd::put(&q6[base[6]], r0);
-
-    }
-    __syncthreads();  // the shared arrays are reused by the next row
-  }
-}
-
-// --- stage 5: sum (%26)
-__device__ inline float s5_r0(float v0, float v6, float v3, double v7, const Attrs &a) {
-  (void)a;
-  const auto t0 = (v0 == v3);
-  const auto t1 = ((double)(v6) / v7);
-  const auto t2 = (float)(t1);
-  const auto t3 = (t0 ? t2 : (float)(INT64_C(0)));
-  return t3;
-}
-
-// One thread per output point (o, i): threads run across the contiguous dim, so the rows a
-// reduction of leading axes reads are coalesced; accumulators stay in registers.
-__global__ void stage5_thread(Layout L, Ptrs P, Attrs a) {
-  const float *p0 = static_cast<const float *>(P.p[0]);
-  const float *p6 = static_cast<const float *>(P.p[6]);
-  const float *p3 = static_cast<const float *>(P.p[3]);
-  const double *p7 = static_cast<const double *>(P.p[7]);
-  float *q8 = static_cast<float *>(P.p[8]);
-
-  const int64_t count = L.ro_total * L.ri;
-  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < L.o_total * L.inner;
-       t += int64_t(gridDim.x) * blockDim.x) {
-    int64_t base[kOperands], c[kOperands];
-    dev_base(L, t / L.inner, t % L.inner, base);
-    float r0 = 0.0f;
-    for (int64_t r = 0; r < count; ++r) {
-      dev_point(L, r, base, c);
-      r0 += s5_r0(fgd::ld(p0[c[0]]), fgd::ld(p6[c[6]]), fgd::ld(p3[c[3]]), fgd::ld(p7[c[7]]), a);
-    }
-    fgd::put(&q8[base[8]], r0);
-
-  }
-}
-
-// One block per output row (the innermost dim is reduced): threads stride along the row, then
-// a shared-memory tree reduction; thread 0 finishes (mean, casts, epilogue outputs).
-__global__ void stage5_block(Layout L, Ptrs P, Attrs a) {
-  const float *p0 = static_cast<const float *>(P.p[0]);
-  const float *p6 = static_cast<const float *>(P.p[6]);
-  const float *p3 = static_cast<const float *>(P.p[3]);
-  const double *p7 = static_cast<const double *>(P.p[7]);
   float *q8 = static_cast<float *>(P.p[8]);
 
   __shared__ float sh0[kBlock];
@@ -1541,7 +1395,7 @@ __global__ void stage5_block(Layout L, Ptrs P, Attrs a) {
     float r0 = 0.0f;
     for (int64_t r = tid; r < count; r += kBlock) {
       dev_point(L, r, base, c);
-      r0 += s5_r0(fgd::ld(p0[c[0]]), fgd::ld(p6[c[6]]), fgd::ld(p3[c[3]]), fgd::ld(p7[c[7]]), a);
+      r0 += s3_r0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p3[c[3]]), fgd::ld(p4[c[4]]), fgd::ld(p5[c[5]]), a);
     }
     sh0[tid] = r0;
     __syncthreads();
@@ -1560,10 +1414,156 @@ __global__ void stage5_block(Layout L, Ptrs P, Attrs a) {
   }
 }
 
+// --- stage 4: sum (%17)
+__device__ inline float s4_r0(float v0, float v1, float v3, float v4, float v5, const Attrs &a) {
+  (void)a;
+  const auto t0 = (v1 / v4);
+  const auto t1 = (t0 + v5);
+  const auto t2 = (v0 - v3);
+  const auto t3 = exp(t2);
+  const auto t4 = (t1 * t3);
+  const auto t5 = (-t4);
+  return t5;
+}
+
+// One thread per output point (o, i): threads run across the contiguous dim, so the rows a
+// reduction of leading axes reads are coalesced; accumulators stay in registers.
+__global__ void stage4_thread(Layout L, Ptrs P, Attrs a) {
+  const float *p0 = static_cast<const float *>(P.p[0]);
+  const float *p1 = static_cast<const float *>(P.p[1]);
+  const float *p3 = static_cast<const float *>(P.p[3]);
+  const float *p4 = static_cast<const float *>(P.p[4]);
+  const float *p5 = static_cast<const float *>(P.p[5]);
+  float *q7 = static_cast<float *>(P.p[7]);
+
+  const int64_t count = L.ro_total * L.ri;
+  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < L.o_total * L.inner;
+       t += int64_t(gridDim.x) * blockDim.x) {
+    int64_t base[kOperands], c[kOperands];
+    dev_base(L, t / L.inner, t % L.inner, base);
+    float r0 = 0.0f;
+    for (int64_t r = 0; r < count; ++r) {
+      dev_point(L, r, base, c);
+      r0 += s4_r0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p3[c[3]]), fgd::ld(p4[c[4]]), fgd::ld(p5[c[5]]), a);
+    }
+    fgd::put(&q7[base[7]], r0);
+
+  }
+}
+
+// One block per output row (the innermost dim is reduced): threads stride along the row, then
+// a shared-memory tree reduction; thread 0 finishes (mean, casts, epilogue outputs).
+__global__ void stage4_block(Layout L, Ptrs P, Attrs a) {
+  const float *p0 = static_cast<const float *>(P.p[0]);
+  const float *p1 = static_cast<const float *>(P.p[1]);
+  const float *p3 = static_cast<const float *>(P.p[3]);
+  const float *p4 = static_cast<const float *>(P.p[4]);
+  const float *p5 = static_cast<const float *>(P.p[5]);
+  float *q7 = static_cast<float *>(P.p[7]);
+
+  __shared__ float sh0[kBlock];
+  const int64_t count = L.ro_total * L.ri;
+  const int tid = threadIdx.x;
+  for (int64_t o = blockIdx.x; o < L.o_total; o += gridDim.x) {
+    int64_t base[kOperands], c[kOperands];
+    dev_base(L, o, 0, base);
+    float r0 = 0.0f;
+    for (int64_t r = tid; r < count; r += kBlock) {
+      dev_point(L, r, base, c);
+      r0 += s4_r0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p3[c[3]]), fgd::ld(p4[c[4]]), fgd::ld(p5[c[5]]), a);
+    }
+    sh0[tid] = r0;
+    __syncthreads();
+    for (int step = kBlock / 2; step > 0; step /= 2) {
+      if (tid < step) {
+        sh0[tid] += sh0[tid + step];
+      }
+      __syncthreads();
+    }
+    if (tid == 0) {
+      r0 = sh0[0];
+      fgd::put(&q7[base[7]], r0);
+
+    }
+    __syncthreads();  // the shared arrays are reused by the next row
+  }
+}
+
+// --- stage 5: sum (%26)
+__device__ inline float s5_r0(float v0, float v3, double v6, float v7, const Attrs &a) {
+  (void)a;
+  const auto t0 = (v0 == v3);
+  const auto t1 = ((double)(v7) / v6);
+  const auto t2 = (float)(t1);
+  const auto t3 = (t0 ? t2 : (float)(INT64_C(0)));
+  return t3;
+}
+
+// One thread per output point (o, i): threads run across the contiguous dim, so the rows a
+// reduction of leading axes reads are coalesced; accumulators stay in registers.
+__global__ void stage5_thread(Layout L, Ptrs P, Attrs a) {
+  const float *p0 = static_cast<const float *>(P.p[0]);
+  const float *p3 = static_cast<const float *>(P.p[3]);
+  const double *p6 = static_cast<const double *>(P.p[6]);
+  const float *p7 = static_cast<const float *>(P.p[7]);
+  float *q9 = static_cast<float *>(P.p[9]);
+
+  const int64_t count = L.ro_total * L.ri;
+  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < L.o_total * L.inner;
+       t += int64_t(gridDim.x) * blockDim.x) {
+    int64_t base[kOperands], c[kOperands];
+    dev_base(L, t / L.inner, t % L.inner, base);
+    float r0 = 0.0f;
+    for (int64_t r = 0; r < count; ++r) {
+      dev_point(L, r, base, c);
+      r0 += s5_r0(fgd::ld(p0[c[0]]), fgd::ld(p3[c[3]]), fgd::ld(p6[c[6]]), fgd::ld(p7[c[7]]), a);
+    }
+    fgd::put(&q9[base[9]], r0);
+
+  }
+}
+
+// One block per output row (the innermost dim is reduced): threads stride along the row, then
+// a shared-memory tree reduction; thread 0 finishes (mean, casts, epilogue outputs).
+__global__ void stage5_block(Layout L, Ptrs P, Attrs a) {
+  const float *p0 = static_cast<const float *>(P.p[0]);
+  const float *p3 = static_cast<const float *>(P.p[3]);
+  const double *p6 = static_cast<const double *>(P.p[6]);
+  const float *p7 = static_cast<const float *>(P.p[7]);
+  float *q9 = static_cast<float *>(P.p[9]);
+
+  __shared__ float sh0[kBlock];
+  const int64_t count = L.ro_total * L.ri;
+  const int tid = threadIdx.x;
+  for (int64_t o = blockIdx.x; o < L.o_total; o += gridDim.x) {
+    int64_t base[kOperands], c[kOperands];
+    dev_base(L, o, 0, base);
+    float r0 = 0.0f;
+    for (int64_t r = tid; r < count; r += kBlock) {
+      dev_point(L, r, base, c);
+      r0 += s5_r0(fgd::ld(p0[c[0]]), fgd::ld(p3[c[3]]), fgd::ld(p6[c[6]]), fgd::ld(p7[c[7]]), a);
+    }
+    sh0[tid] = r0;
+    __syncthreads();
+    for (int step = kBlock / 2; step > 0; step /= 2) {
+      if (tid < step) {
+        sh0[tid] += sh0[tid + step];
+      }
+      __syncthreads();
+    }
+    if (tid == 0) {
+      r0 = sh0[0];
+      fgd::put(&q9[base[9]], r0);
+
+    }
+    __syncthreads();  // the shared arrays are reused by the next row
+  }
+}
+
 // --- stage 6: output 0 (%28)
 __device__ inline float s6_w0(float v8, float v9, const Attrs &a) {
   (void)a;
-  const auto t0 = (v9 + v8);
+  const auto t0 = (v8 + v9);
   const auto t1 = t0;
   return t1;
 }

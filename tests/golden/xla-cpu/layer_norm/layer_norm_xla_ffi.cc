@@ -882,8 +882,8 @@ const fg::StageInfo kStageInfo[kStages] = {
      1, {3}, {4},
      0, {}, 1},
     // stage 2: output 0 (%8)
-    {3, {0, 4, 1}, -1,
-     3, {0, 5, 4}, {0, 4, 1},
+    {3, {0, 1, 4}, -1,
+     3, {0, 4, 5}, {0, 1, 4},
      0, {}, {},
      0, {}, {},
      1, {1}, 0},
@@ -1204,7 +1204,7 @@ void combine1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
 }
 
 // --- stage 2: output 0 (%8)
-FG_INLINE float s2_w0(float v0, float v5, float v4, const ScalarAttrs &a) {
+FG_INLINE float s2_w0(float v0, float v4, float v5, const ScalarAttrs &a) {
   (void)a;
   const auto t0 = (v0 - v4);
   const auto t1 = (v5 + (float)(double(a.eps)));
@@ -1217,8 +1217,8 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
             int64_t r_lo, int64_t r_hi, unsigned char *part, int64_t stride) {
   const ScalarAttrs a = scalar_attrs(attrs);
   const _Float16 *p0 = static_cast<const _Float16 *>(ptr[0]);
-  const float *p5 = static_cast<const float *>(ptr[5]);
   const float *p4 = static_cast<const float *>(ptr[4]);
+  const float *p5 = static_cast<const float *>(ptr[5]);
   _Float16 *q1 = static_cast<_Float16 *>(ptr[1]);
   if (L.inner == 1) {
     // Row mode: the innermost dim is reduced; one element per step.
@@ -1227,28 +1227,28 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
       int64_t c[kOperands];
       fg::ro_offsets(L, ro, base, c);
       _Float16 pk0[fg::kChunk];
-      float pk5[fg::kChunk];
       float pk4[fg::kChunk];
+      float pk5[fg::kChunk];
       _Float16 pw1[fg::kChunk];
       // Reduction results read here are usually constant along the row (stride 0). They are
       // then passed as scalars, so what depends on them alone (e.g. rsqrt(var + eps)) is
       // computed once per row instead of per element, and no pack buffer is filled with copies.
-      const bool row_const = L.ri_str[5] == 0 && L.ri_str[4] == 0;
-      const float s5 = row_const ? float(p5[c[5]]) : float(0);
+      const bool row_const = L.ri_str[4] == 0 && L.ri_str[5] == 0;
       const float s4 = row_const ? float(p4[c[4]]) : float(0);
+      const float s5 = row_const ? float(p5[c[5]]) : float(0);
       for (int64_t r0 = r_lo; r0 < r_hi; r0 += fg::kChunk) {
         const int64_t m = std::min<int64_t>(fg::kChunk, r_hi - r0);
         const _Float16 *v0 = fg::view(p0 + c[0] + r0 * L.ri_str[0], L.ri_str[0], m, pk0);
-        const float *v5 = row_const ? nullptr : fg::view(p5 + c[5] + r0 * L.ri_str[5], L.ri_str[5], m, pk5);
         const float *v4 = row_const ? nullptr : fg::view(p4 + c[4] + r0 * L.ri_str[4], L.ri_str[4], m, pk4);
+        const float *v5 = row_const ? nullptr : fg::view(p5 + c[5] + r0 * L.ri_str[5], L.ri_str[5], m, pk5);
         _Float16 *w1 = fg::out_view(q1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], pw1);
         if (row_const) {
           for (int64_t i = 0; i < m; ++i) {
-            w1[i] = s2_w0(v0[i], s5, s4, a);
+            w1[i] = s2_w0(v0[i], s4, s5, a);
           }
         } else {
           for (int64_t i = 0; i < m; ++i) {
-            w1[i] = s2_w0(v0[i], v5[i], v4[i], a);
+            w1[i] = s2_w0(v0[i], v4[i], v5[i], a);
           }
         }
         fg::scatter(q1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], m, w1);
@@ -1262,8 +1262,8 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
       int64_t c[kOperands];
       fg::ro_offsets(L, ro, base, c);
       _Float16 pk0[fg::kChunk];
-      float pk5[fg::kChunk];
       float pk4[fg::kChunk];
+      float pk5[fg::kChunk];
       _Float16 pw1[fg::kChunk];
       int64_t ri = r_lo;
       for (; ri < r_hi; ++ri) {
@@ -1271,11 +1271,11 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
         for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
           const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
           const _Float16 *v0 = fg::view(p0 + c[0] + ri * L.ri_str[0] + j0 * L.i_str[0], L.i_str[0], m, pk0);
-          const float *v5 = fg::view(p5 + c[5] + ri * L.ri_str[5] + j0 * L.i_str[5], L.i_str[5], m, pk5);
           const float *v4 = fg::view(p4 + c[4] + ri * L.ri_str[4] + j0 * L.i_str[4], L.i_str[4], m, pk4);
+          const float *v5 = fg::view(p5 + c[5] + ri * L.ri_str[5] + j0 * L.i_str[5], L.i_str[5], m, pk5);
           _Float16 *w1 = fg::out_view(q1 + c[1] + ri * L.ri_str[1] + j0 * L.i_str[1], L.i_str[1], pw1);
           for (int64_t i = 0; i < m; ++i) {
-            w1[i] = s2_w0(v0[i], v5[i], v4[i], a);
+            w1[i] = s2_w0(v0[i], v4[i], v5[i], a);
           }
           fg::scatter(q1 + c[1] + ri * L.ri_str[1] + j0 * L.i_str[1], L.i_str[1], m, w1);
         }
@@ -1553,7 +1553,7 @@ void combine1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
 }
 
 // --- stage 2: output 0 (%8)
-FG_INLINE float s2_w0(float v0, float v5, float v4, const ScalarAttrs &a) {
+FG_INLINE float s2_w0(float v0, float v4, float v5, const ScalarAttrs &a) {
   (void)a;
   const auto t0 = (v0 - v4);
   const auto t1 = (v5 + (float)(double(a.eps)));
@@ -1566,8 +1566,8 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
             int64_t r_lo, int64_t r_hi, unsigned char *part, int64_t stride) {
   const ScalarAttrs a = scalar_attrs(attrs);
   const float *p0 = static_cast<const float *>(ptr[0]);
-  const float *p5 = static_cast<const float *>(ptr[5]);
   const float *p4 = static_cast<const float *>(ptr[4]);
+  const float *p5 = static_cast<const float *>(ptr[5]);
   float *q1 = static_cast<float *>(ptr[1]);
   if (L.inner == 1) {
     // Row mode: the innermost dim is reduced; one element per step.
@@ -1576,28 +1576,28 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
       int64_t c[kOperands];
       fg::ro_offsets(L, ro, base, c);
       float pk0[fg::kChunk];
-      float pk5[fg::kChunk];
       float pk4[fg::kChunk];
+      float pk5[fg::kChunk];
       float pw1[fg::kChunk];
       // Reduction results read here are usually constant along the row (stride 0). They are
       // then passed as scalars, so what depends on them alone (e.g. rsqrt(var + eps)) is
       // computed once per row instead of per element, and no pack buffer is filled with copies.
-      const bool row_const = L.ri_str[5] == 0 && L.ri_str[4] == 0;
-      const float s5 = row_const ? float(p5[c[5]]) : float(0);
+      const bool row_const = L.ri_str[4] == 0 && L.ri_str[5] == 0;
       const float s4 = row_const ? float(p4[c[4]]) : float(0);
+      const float s5 = row_const ? float(p5[c[5]]) : float(0);
       for (int64_t r0 = r_lo; r0 < r_hi; r0 += fg::kChunk) {
         const int64_t m = std::min<int64_t>(fg::kChunk, r_hi - r0);
         const float *v0 = fg::view(p0 + c[0] + r0 * L.ri_str[0], L.ri_str[0], m, pk0);
-        const float *v5 = row_const ? nullptr : fg::view(p5 + c[5] + r0 * L.ri_str[5], L.ri_str[5], m, pk5);
         const float *v4 = row_const ? nullptr : fg::view(p4 + c[4] + r0 * L.ri_str[4], L.ri_str[4], m, pk4);
+        const float *v5 = row_const ? nullptr : fg::view(p5 + c[5] + r0 * L.ri_str[5], L.ri_str[5], m, pk5);
         float *w1 = fg::out_view(q1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], pw1);
         if (row_const) {
           for (int64_t i = 0; i < m; ++i) {
-            w1[i] = s2_w0(v0[i], s5, s4, a);
+            w1[i] = s2_w0(v0[i], s4, s5, a);
           }
         } else {
           for (int64_t i = 0; i < m; ++i) {
-            w1[i] = s2_w0(v0[i], v5[i], v4[i], a);
+            w1[i] = s2_w0(v0[i], v4[i], v5[i], a);
           }
         }
         fg::scatter(q1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], m, w1);
@@ -1611,8 +1611,8 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
       int64_t c[kOperands];
       fg::ro_offsets(L, ro, base, c);
       float pk0[fg::kChunk];
-      float pk5[fg::kChunk];
       float pk4[fg::kChunk];
+      float pk5[fg::kChunk];
       float pw1[fg::kChunk];
       int64_t ri = r_lo;
       for (; ri < r_hi; ++ri) {
@@ -1620,11 +1620,11 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
         for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
           const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
           const float *v0 = fg::view(p0 + c[0] + ri * L.ri_str[0] + j0 * L.i_str[0], L.i_str[0], m, pk0);
-          const float *v5 = fg::view(p5 + c[5] + ri * L.ri_str[5] + j0 * L.i_str[5], L.i_str[5], m, pk5);
           const float *v4 = fg::view(p4 + c[4] + ri * L.ri_str[4] + j0 * L.i_str[4], L.i_str[4], m, pk4);
+          const float *v5 = fg::view(p5 + c[5] + ri * L.ri_str[5] + j0 * L.i_str[5], L.i_str[5], m, pk5);
           float *w1 = fg::out_view(q1 + c[1] + ri * L.ri_str[1] + j0 * L.i_str[1], L.i_str[1], pw1);
           for (int64_t i = 0; i < m; ++i) {
-            w1[i] = s2_w0(v0[i], v5[i], v4[i], a);
+            w1[i] = s2_w0(v0[i], v4[i], v5[i], a);
           }
           fg::scatter(q1 + c[1] + ri * L.ri_str[1] + j0 * L.i_str[1], L.i_str[1], m, w1);
         }
@@ -1902,7 +1902,7 @@ void combine1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
 }
 
 // --- stage 2: output 0 (%8)
-FG_INLINE double s2_w0(double v0, double v5, double v4, const ScalarAttrs &a) {
+FG_INLINE double s2_w0(double v0, double v4, double v5, const ScalarAttrs &a) {
   (void)a;
   const auto t0 = (v0 - v4);
   const auto t1 = (v5 + double(a.eps));
@@ -1915,8 +1915,8 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
             int64_t r_lo, int64_t r_hi, unsigned char *part, int64_t stride) {
   const ScalarAttrs a = scalar_attrs(attrs);
   const double *p0 = static_cast<const double *>(ptr[0]);
-  const double *p5 = static_cast<const double *>(ptr[5]);
   const double *p4 = static_cast<const double *>(ptr[4]);
+  const double *p5 = static_cast<const double *>(ptr[5]);
   double *q1 = static_cast<double *>(ptr[1]);
   if (L.inner == 1) {
     // Row mode: the innermost dim is reduced; one element per step.
@@ -1925,28 +1925,28 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
       int64_t c[kOperands];
       fg::ro_offsets(L, ro, base, c);
       double pk0[fg::kChunk];
-      double pk5[fg::kChunk];
       double pk4[fg::kChunk];
+      double pk5[fg::kChunk];
       double pw1[fg::kChunk];
       // Reduction results read here are usually constant along the row (stride 0). They are
       // then passed as scalars, so what depends on them alone (e.g. rsqrt(var + eps)) is
       // computed once per row instead of per element, and no pack buffer is filled with copies.
-      const bool row_const = L.ri_str[5] == 0 && L.ri_str[4] == 0;
-      const double s5 = row_const ? double(p5[c[5]]) : double(0);
+      const bool row_const = L.ri_str[4] == 0 && L.ri_str[5] == 0;
       const double s4 = row_const ? double(p4[c[4]]) : double(0);
+      const double s5 = row_const ? double(p5[c[5]]) : double(0);
       for (int64_t r0 = r_lo; r0 < r_hi; r0 += fg::kChunk) {
         const int64_t m = std::min<int64_t>(fg::kChunk, r_hi - r0);
         const double *v0 = fg::view(p0 + c[0] + r0 * L.ri_str[0], L.ri_str[0], m, pk0);
-        const double *v5 = row_const ? nullptr : fg::view(p5 + c[5] + r0 * L.ri_str[5], L.ri_str[5], m, pk5);
         const double *v4 = row_const ? nullptr : fg::view(p4 + c[4] + r0 * L.ri_str[4], L.ri_str[4], m, pk4);
+        const double *v5 = row_const ? nullptr : fg::view(p5 + c[5] + r0 * L.ri_str[5], L.ri_str[5], m, pk5);
         double *w1 = fg::out_view(q1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], pw1);
         if (row_const) {
           for (int64_t i = 0; i < m; ++i) {
-            w1[i] = s2_w0(v0[i], s5, s4, a);
+            w1[i] = s2_w0(v0[i], s4, s5, a);
           }
         } else {
           for (int64_t i = 0; i < m; ++i) {
-            w1[i] = s2_w0(v0[i], v5[i], v4[i], a);
+            w1[i] = s2_w0(v0[i], v4[i], v5[i], a);
           }
         }
         fg::scatter(q1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], m, w1);
@@ -1960,8 +1960,8 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
       int64_t c[kOperands];
       fg::ro_offsets(L, ro, base, c);
       double pk0[fg::kChunk];
-      double pk5[fg::kChunk];
       double pk4[fg::kChunk];
+      double pk5[fg::kChunk];
       double pw1[fg::kChunk];
       int64_t ri = r_lo;
       for (; ri < r_hi; ++ri) {
@@ -1969,11 +1969,11 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
         for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
           const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
           const double *v0 = fg::view(p0 + c[0] + ri * L.ri_str[0] + j0 * L.i_str[0], L.i_str[0], m, pk0);
-          const double *v5 = fg::view(p5 + c[5] + ri * L.ri_str[5] + j0 * L.i_str[5], L.i_str[5], m, pk5);
           const double *v4 = fg::view(p4 + c[4] + ri * L.ri_str[4] + j0 * L.i_str[4], L.i_str[4], m, pk4);
+          const double *v5 = fg::view(p5 + c[5] + ri * L.ri_str[5] + j0 * L.i_str[5], L.i_str[5], m, pk5);
           double *w1 = fg::out_view(q1 + c[1] + ri * L.ri_str[1] + j0 * L.i_str[1], L.i_str[1], pw1);
           for (int64_t i = 0; i < m; ++i) {
-            w1[i] = s2_w0(v0[i], v5[i], v4[i], a);
+            w1[i] = s2_w0(v0[i], v4[i], v5[i], a);
           }
           fg::scatter(q1 + c[1] + ri * L.ri_str[1] + j0 * L.i_str[1], L.i_str[1], m, w1);
         }

@@ -1057,36 +1057,36 @@ const fg::StageInfo kStageInfo[kStages] = {
     // stage 1: mean (%5), sum (%22)
     {2, {1, 2}, 5,
      2, {0, 5}, {1, 2},
-     2, {6, 7}, {5, 22},
+     2, {8, 7}, {5, 22},
      0, {}, {},
      0, {}, 2},
     // stage 2: sum (%14)
     {5, {1, 0, 2, 8, 13}, 14,
      3, {0, 1, 5}, {1, 0, 2},
-     1, {8}, {14},
+     1, {6}, {14},
      0, {}, {},
      0, {}, 1},
     // stage 3: sum (%28)
-    {9, {1, 0, 11, 5, 2, 22, 14, 13, 4}, 28,
-     7, {0, 1, 3, 6, 5, 7, 8}, {1, 0, 11, 5, 2, 22, 14},
-     1, {11}, {28},
+    {9, {1, 0, 11, 14, 2, 22, 5, 13, 4}, 28,
+     7, {0, 1, 3, 6, 5, 7, 8}, {1, 0, 11, 14, 2, 22, 5},
+     1, {12}, {28},
      0, {}, {},
      0, {}, 1},
     // stage 4: sum (%31)
-    {9, {1, 0, 11, 5, 2, 22, 14, 13, 4}, 31,
-     7, {0, 1, 3, 6, 5, 7, 8}, {1, 0, 11, 5, 2, 22, 14},
+    {9, {1, 0, 11, 14, 2, 22, 5, 13, 4}, 31,
+     7, {0, 1, 3, 6, 5, 7, 8}, {1, 0, 11, 14, 2, 22, 5},
      1, {10}, {31},
      0, {}, {},
      0, {}, 1},
     // stage 5: sum (%38)
     {4, {29, 35, 31, 1}, 38,
      3, {2, 9, 10}, {29, 35, 31},
-     1, {12}, {38},
+     1, {11}, {38},
      0, {}, {},
      0, {}, 1},
     // stage 6: output 0 (%40)
-    {2, {28, 38}, -1,
-     2, {11, 12}, {28, 38},
+    {2, {38, 28}, -1,
+     2, {11, 12}, {38, 28},
      0, {}, {},
      0, {}, {},
      1, {4}, 0},
@@ -1113,7 +1113,7 @@ int find_combo(const char **dtypes, int count) {
 const int64_t kWorkspaceItemsize[][kWorkspaces + 1] = {
     {8, 8, 8, 8, 8, 8, 8, 8, 0},
 };
-const int kWorkspaceNode[kWorkspaces] = {2, 5, 22, 14, 35, 31, 28, 38};
+const int kWorkspaceNode[kWorkspaces] = {2, 14, 22, 5, 35, 31, 38, 28};
 
 int read_inputs(int *ndims, int64_t **shapes, fg::Shape *in) {
   for (int i = 0; i < kInputs; ++i) FG_TRY(fg::read_shape(ndims[i], shapes[i], &in[i]));
@@ -1306,7 +1306,7 @@ void stage1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
   const ScalarAttrs a = scalar_attrs(attrs);
   const double *p0 = static_cast<const double *>(ptr[0]);
   const double *p5 = static_cast<const double *>(ptr[5]);
-  double *q6 = static_cast<double *>(ptr[6]);
+  double *q8 = static_cast<double *>(ptr[8]);
   double *q7 = static_cast<double *>(ptr[7]);
   if (L.inner == 1) {
     // Row mode: the innermost dim is reduced; several accumulators per reduction keep the adds independent.
@@ -1366,7 +1366,7 @@ void stage1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
       return;
     }
     r0 = r0 / double(L.ro_total * L.ri);
-    q6[base[6]] = double(r0);
+    q8[base[8]] = double(r0);
     q7[base[7]] = double(r1);
   } else {
     // Col mode: the innermost dim is kept; each task owns a tile of it and one accumulator per element.
@@ -1425,7 +1425,7 @@ void stage1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
     for (int64_t i = 0; i < n; ++i) {
       double r0 = acc0[i];
       r0 = r0 / double(L.ro_total * L.ri);
-      q6[base[6] + i * L.i_str[6]] = double(r0);
+      q8[base[8] + i * L.i_str[8]] = double(r0);
       double r1 = acc1[i];
       q7[base[7] + i * L.i_str[7]] = double(r1);
     }
@@ -1437,7 +1437,7 @@ void combine1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
               const unsigned char *part, int64_t count, int64_t span, int64_t stride) {
   const ScalarAttrs a = scalar_attrs(attrs);
   (void)a;
-  double *q6 = static_cast<double *>(ptr[6]);
+  double *q8 = static_cast<double *>(ptr[8]);
   double *q7 = static_cast<double *>(ptr[7]);
   for (int64_t i = 0; i < n; ++i) {
     double r0 = reinterpret_cast<const double *>(part + 0 * stride)[i];
@@ -1446,7 +1446,7 @@ void combine1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
       r0 += p;
     }
     r0 = r0 / double(L.ro_total * L.ri);
-    q6[base[6] + i * L.i_str[6]] = double(r0);
+    q8[base[8] + i * L.i_str[8]] = double(r0);
     double r1 = reinterpret_cast<const double *>(part + 1 * stride)[i];
     for (int64_t s = 1; s < count; ++s) {
       const double p = reinterpret_cast<const double *>(part + s * span + 1 * stride)[i];
@@ -1470,7 +1470,7 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
   const double *p0 = static_cast<const double *>(ptr[0]);
   const double *p1 = static_cast<const double *>(ptr[1]);
   const double *p5 = static_cast<const double *>(ptr[5]);
-  double *q8 = static_cast<double *>(ptr[8]);
+  double *q6 = static_cast<double *>(ptr[6]);
   if (L.inner == 1) {
     // Row mode: the innermost dim is reduced; several accumulators per reduction keep the adds independent.
     (void)n;
@@ -1521,7 +1521,7 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
       reinterpret_cast<double *>(part + 0 * stride)[0] = r0;
       return;
     }
-    q8[base[8]] = double(r0);
+    q6[base[6]] = double(r0);
   } else {
     // Col mode: the innermost dim is kept; each task owns a tile of it and one accumulator per element.
     double local0[fg::kTile];
@@ -1573,7 +1573,7 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
     if (part != nullptr) return;  // split mode: combine2 finishes
     for (int64_t i = 0; i < n; ++i) {
       double r0 = acc0[i];
-      q8[base[8] + i * L.i_str[8]] = double(r0);
+      q6[base[6] + i * L.i_str[6]] = double(r0);
     }
   }
 }
@@ -1583,24 +1583,24 @@ void combine2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
               const unsigned char *part, int64_t count, int64_t span, int64_t stride) {
   const ScalarAttrs a = scalar_attrs(attrs);
   (void)a;
-  double *q8 = static_cast<double *>(ptr[8]);
+  double *q6 = static_cast<double *>(ptr[6]);
   for (int64_t i = 0; i < n; ++i) {
     double r0 = reinterpret_cast<const double *>(part + 0 * stride)[i];
     for (int64_t s = 1; s < count; ++s) {
       const double p = reinterpret_cast<const double *>(part + s * span + 0 * stride)[i];
       r0 += p;
     }
-    q8[base[8] + i * L.i_str[8]] = double(r0);
+    q6[base[6] + i * L.i_str[6]] = double(r0);
   }
 }
 
 // --- stage 3: sum (%28)
 FG_INLINE double s3_r0(double v0, double v1, double v3, double v6, double v5, double v7, double v8, const ScalarAttrs &a) {
   (void)a;
-  const auto t0 = (v6 + double(a.eps));
+  const auto t0 = (v8 + double(a.eps));
   const auto t1 = (1.0 / std::sqrt(t0));
   const auto t2 = (v1 * t1);
-  const auto t3 = (v3 + v8);
+  const auto t3 = (v3 + v6);
   const auto t4 = (-0.5 * t3);
   const auto t5 = (t4 * t1);
   const auto t6 = (t5 / t0);
@@ -1623,7 +1623,7 @@ void stage3(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
   const double *p5 = static_cast<const double *>(ptr[5]);
   const double *p7 = static_cast<const double *>(ptr[7]);
   const double *p8 = static_cast<const double *>(ptr[8]);
-  double *q11 = static_cast<double *>(ptr[11]);
+  double *q12 = static_cast<double *>(ptr[12]);
   if (L.inner == 1) {
     // Row mode: the innermost dim is reduced; several accumulators per reduction keep the adds independent.
     (void)n;
@@ -1685,7 +1685,7 @@ void stage3(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
       reinterpret_cast<double *>(part + 0 * stride)[0] = r0;
       return;
     }
-    q11[base[11]] = double(r0);
+    q12[base[12]] = double(r0);
   } else {
     // Col mode: the innermost dim is kept; each task owns a tile of it and one accumulator per element.
     double local0[fg::kTile];
@@ -1753,7 +1753,7 @@ void stage3(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
     if (part != nullptr) return;  // split mode: combine3 finishes
     for (int64_t i = 0; i < n; ++i) {
       double r0 = acc0[i];
-      q11[base[11] + i * L.i_str[11]] = double(r0);
+      q12[base[12] + i * L.i_str[12]] = double(r0);
     }
   }
 }
@@ -1763,24 +1763,24 @@ void combine3(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
               const unsigned char *part, int64_t count, int64_t span, int64_t stride) {
   const ScalarAttrs a = scalar_attrs(attrs);
   (void)a;
-  double *q11 = static_cast<double *>(ptr[11]);
+  double *q12 = static_cast<double *>(ptr[12]);
   for (int64_t i = 0; i < n; ++i) {
     double r0 = reinterpret_cast<const double *>(part + 0 * stride)[i];
     for (int64_t s = 1; s < count; ++s) {
       const double p = reinterpret_cast<const double *>(part + s * span + 0 * stride)[i];
       r0 += p;
     }
-    q11[base[11] + i * L.i_str[11]] = double(r0);
+    q12[base[12] + i * L.i_str[12]] = double(r0);
   }
 }
 
 // --- stage 4: sum (%31)
 FG_INLINE double s4_r0(double v0, double v1, double v3, double v6, double v5, double v7, double v8, const ScalarAttrs &a) {
   (void)a;
-  const auto t0 = (v6 + double(a.eps));
+  const auto t0 = (v8 + double(a.eps));
   const auto t1 = (1.0 / std::sqrt(t0));
   const auto t2 = (v1 * t1);
-  const auto t3 = (v3 + v8);
+  const auto t3 = (v3 + v6);
   const auto t4 = (-0.5 * t3);
   const auto t5 = (t4 * t1);
   const auto t6 = (t5 / t0);
@@ -1970,7 +1970,7 @@ void stage5(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
   const double *p2 = static_cast<const double *>(ptr[2]);
   const double *p9 = static_cast<const double *>(ptr[9]);
   const double *p10 = static_cast<const double *>(ptr[10]);
-  double *q12 = static_cast<double *>(ptr[12]);
+  double *q11 = static_cast<double *>(ptr[11]);
   if (L.inner == 1) {
     // Row mode: the innermost dim is reduced; several accumulators per reduction keep the adds independent.
     (void)n;
@@ -2022,7 +2022,7 @@ void stage5(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
       reinterpret_cast<double *>(part + 0 * stride)[0] = r0;
       return;
     }
-    q12[base[12]] = double(r0);
+    q11[base[11]] = double(r0);
   } else {
     // Col mode: the innermost dim is kept; each task owns a tile of it and one accumulator per element.
     double local0[fg::kTile];
@@ -2074,7 +2074,7 @@ void stage5(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
     if (part != nullptr) return;  // split mode: combine5 finishes
     for (int64_t i = 0; i < n; ++i) {
       double r0 = acc0[i];
-      q12[base[12] + i * L.i_str[12]] = double(r0);
+      q11[base[11] + i * L.i_str[11]] = double(r0);
     }
   }
 }
@@ -2084,21 +2084,21 @@ void combine5(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
               const unsigned char *part, int64_t count, int64_t span, int64_t stride) {
   const ScalarAttrs a = scalar_attrs(attrs);
   (void)a;
-  double *q12 = static_cast<double *>(ptr[12]);
+  double *q11 = static_cast<double *>(ptr[11]);
   for (int64_t i = 0; i < n; ++i) {
     double r0 = reinterpret_cast<const double *>(part + 0 * stride)[i];
     for (int64_t s = 1; s < count; ++s) {
       const double p = reinterpret_cast<const double *>(part + s * span + 0 * stride)[i];
       r0 += p;
     }
-    q12[base[12] + i * L.i_str[12]] = double(r0);
+    q11[base[11] + i * L.i_str[11]] = double(r0);
   }
 }
 
 // --- stage 6: output 0 (%40)
 FG_INLINE double s6_w0(double v11, double v12, const ScalarAttrs &a) {
   (void)a;
-  const auto t0 = (v11 + v12);
+  const auto t0 = (v12 + v11);
   const auto t1 = t0;
   return t1;
 }

@@ -866,8 +866,8 @@ const fg::StageInfo kStageInfo[kStages] = {
      0, {}, {},
      0, {}, 1},
     // stage 2: output 0 (%5)
-    {3, {0, 4, 1}, -1,
-     3, {0, 3, 2}, {0, 4, 1},
+    {3, {0, 1, 4}, -1,
+     3, {0, 2, 3}, {0, 1, 4},
      0, {}, {},
      0, {}, {},
      1, {1}, 0},
@@ -1165,7 +1165,7 @@ void combine1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
 }
 
 // --- stage 2: output 0 (%5)
-FG_INLINE float s2_w0(float v0, float v3, float v2, const ScalarAttrs &a) {
+FG_INLINE float s2_w0(float v0, float v2, float v3, const ScalarAttrs &a) {
   (void)a;
   const auto t0 = (v0 - v2);
   const auto t1 = fg::exp_f32(t0);
@@ -1177,8 +1177,8 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
             int64_t r_lo, int64_t r_hi, unsigned char *part, int64_t stride) {
   const ScalarAttrs a = scalar_attrs(attrs);
   const _Float16 *p0 = static_cast<const _Float16 *>(ptr[0]);
-  const float *p3 = static_cast<const float *>(ptr[3]);
   const float *p2 = static_cast<const float *>(ptr[2]);
+  const float *p3 = static_cast<const float *>(ptr[3]);
   _Float16 *q1 = static_cast<_Float16 *>(ptr[1]);
   if (L.inner == 1) {
     // Row mode: the innermost dim is reduced; one element per step.
@@ -1187,28 +1187,28 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
       int64_t c[kOperands];
       fg::ro_offsets(L, ro, base, c);
       _Float16 pk0[fg::kChunk];
-      float pk3[fg::kChunk];
       float pk2[fg::kChunk];
+      float pk3[fg::kChunk];
       _Float16 pw1[fg::kChunk];
       // Reduction results read here are usually constant along the row (stride 0). They are
       // then passed as scalars, so what depends on them alone (e.g. rsqrt(var + eps)) is
       // computed once per row instead of per element, and no pack buffer is filled with copies.
-      const bool row_const = L.ri_str[3] == 0 && L.ri_str[2] == 0;
-      const float s3 = row_const ? float(p3[c[3]]) : float(0);
+      const bool row_const = L.ri_str[2] == 0 && L.ri_str[3] == 0;
       const float s2 = row_const ? float(p2[c[2]]) : float(0);
+      const float s3 = row_const ? float(p3[c[3]]) : float(0);
       for (int64_t r0 = r_lo; r0 < r_hi; r0 += fg::kChunk) {
         const int64_t m = std::min<int64_t>(fg::kChunk, r_hi - r0);
         const _Float16 *v0 = fg::view(p0 + c[0] + r0 * L.ri_str[0], L.ri_str[0], m, pk0);
-        const float *v3 = row_const ? nullptr : fg::view(p3 + c[3] + r0 * L.ri_str[3], L.ri_str[3], m, pk3);
         const float *v2 = row_const ? nullptr : fg::view(p2 + c[2] + r0 * L.ri_str[2], L.ri_str[2], m, pk2);
+        const float *v3 = row_const ? nullptr : fg::view(p3 + c[3] + r0 * L.ri_str[3], L.ri_str[3], m, pk3);
         _Float16 *w1 = fg::out_view(q1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], pw1);
         if (row_const) {
           for (int64_t i = 0; i < m; ++i) {
-            w1[i] = s2_w0(v0[i], s3, s2, a);
+            w1[i] = s2_w0(v0[i], s2, s3, a);
           }
         } else {
           for (int64_t i = 0; i < m; ++i) {
-            w1[i] = s2_w0(v0[i], v3[i], v2[i], a);
+            w1[i] = s2_w0(v0[i], v2[i], v3[i], a);
           }
         }
         fg::scatter(q1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], m, w1);
@@ -1222,8 +1222,8 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
       int64_t c[kOperands];
       fg::ro_offsets(L, ro, base, c);
       _Float16 pk0[fg::kChunk];
-      float pk3[fg::kChunk];
       float pk2[fg::kChunk];
+      float pk3[fg::kChunk];
       _Float16 pw1[fg::kChunk];
       int64_t ri = r_lo;
       for (; ri < r_hi; ++ri) {
@@ -1231,11 +1231,11 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
         for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
           const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
           const _Float16 *v0 = fg::view(p0 + c[0] + ri * L.ri_str[0] + j0 * L.i_str[0], L.i_str[0], m, pk0);
-          const float *v3 = fg::view(p3 + c[3] + ri * L.ri_str[3] + j0 * L.i_str[3], L.i_str[3], m, pk3);
           const float *v2 = fg::view(p2 + c[2] + ri * L.ri_str[2] + j0 * L.i_str[2], L.i_str[2], m, pk2);
+          const float *v3 = fg::view(p3 + c[3] + ri * L.ri_str[3] + j0 * L.i_str[3], L.i_str[3], m, pk3);
           _Float16 *w1 = fg::out_view(q1 + c[1] + ri * L.ri_str[1] + j0 * L.i_str[1], L.i_str[1], pw1);
           for (int64_t i = 0; i < m; ++i) {
-            w1[i] = s2_w0(v0[i], v3[i], v2[i], a);
+            w1[i] = s2_w0(v0[i], v2[i], v3[i], a);
           }
           fg::scatter(q1 + c[1] + ri * L.ri_str[1] + j0 * L.i_str[1], L.i_str[1], m, w1);
         }
@@ -1491,7 +1491,7 @@ void combine1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
 }
 
 // --- stage 2: output 0 (%5)
-FG_INLINE float s2_w0(float v0, float v3, float v2, const ScalarAttrs &a) {
+FG_INLINE float s2_w0(float v0, float v2, float v3, const ScalarAttrs &a) {
   (void)a;
   const auto t0 = (v0 - v2);
   const auto t1 = fg::exp_f32(t0);
@@ -1503,8 +1503,8 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
             int64_t r_lo, int64_t r_hi, unsigned char *part, int64_t stride) {
   const ScalarAttrs a = scalar_attrs(attrs);
   const float *p0 = static_cast<const float *>(ptr[0]);
-  const float *p3 = static_cast<const float *>(ptr[3]);
   const float *p2 = static_cast<const float *>(ptr[2]);
+  const float *p3 = static_cast<const float *>(ptr[3]);
   float *q1 = static_cast<float *>(ptr[1]);
   if (L.inner == 1) {
     // Row mode: the innermost dim is reduced; one element per step.
@@ -1513,28 +1513,28 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
       int64_t c[kOperands];
       fg::ro_offsets(L, ro, base, c);
       float pk0[fg::kChunk];
-      float pk3[fg::kChunk];
       float pk2[fg::kChunk];
+      float pk3[fg::kChunk];
       float pw1[fg::kChunk];
       // Reduction results read here are usually constant along the row (stride 0). They are
       // then passed as scalars, so what depends on them alone (e.g. rsqrt(var + eps)) is
       // computed once per row instead of per element, and no pack buffer is filled with copies.
-      const bool row_const = L.ri_str[3] == 0 && L.ri_str[2] == 0;
-      const float s3 = row_const ? float(p3[c[3]]) : float(0);
+      const bool row_const = L.ri_str[2] == 0 && L.ri_str[3] == 0;
       const float s2 = row_const ? float(p2[c[2]]) : float(0);
+      const float s3 = row_const ? float(p3[c[3]]) : float(0);
       for (int64_t r0 = r_lo; r0 < r_hi; r0 += fg::kChunk) {
         const int64_t m = std::min<int64_t>(fg::kChunk, r_hi - r0);
         const float *v0 = fg::view(p0 + c[0] + r0 * L.ri_str[0], L.ri_str[0], m, pk0);
-        const float *v3 = row_const ? nullptr : fg::view(p3 + c[3] + r0 * L.ri_str[3], L.ri_str[3], m, pk3);
         const float *v2 = row_const ? nullptr : fg::view(p2 + c[2] + r0 * L.ri_str[2], L.ri_str[2], m, pk2);
+        const float *v3 = row_const ? nullptr : fg::view(p3 + c[3] + r0 * L.ri_str[3], L.ri_str[3], m, pk3);
         float *w1 = fg::out_view(q1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], pw1);
         if (row_const) {
           for (int64_t i = 0; i < m; ++i) {
-            w1[i] = s2_w0(v0[i], s3, s2, a);
+            w1[i] = s2_w0(v0[i], s2, s3, a);
           }
         } else {
           for (int64_t i = 0; i < m; ++i) {
-            w1[i] = s2_w0(v0[i], v3[i], v2[i], a);
+            w1[i] = s2_w0(v0[i], v2[i], v3[i], a);
           }
         }
         fg::scatter(q1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], m, w1);
@@ -1548,8 +1548,8 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
       int64_t c[kOperands];
       fg::ro_offsets(L, ro, base, c);
       float pk0[fg::kChunk];
-      float pk3[fg::kChunk];
       float pk2[fg::kChunk];
+      float pk3[fg::kChunk];
       float pw1[fg::kChunk];
       int64_t ri = r_lo;
       for (; ri < r_hi; ++ri) {
@@ -1557,11 +1557,11 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
         for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
           const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
           const float *v0 = fg::view(p0 + c[0] + ri * L.ri_str[0] + j0 * L.i_str[0], L.i_str[0], m, pk0);
-          const float *v3 = fg::view(p3 + c[3] + ri * L.ri_str[3] + j0 * L.i_str[3], L.i_str[3], m, pk3);
           const float *v2 = fg::view(p2 + c[2] + ri * L.ri_str[2] + j0 * L.i_str[2], L.i_str[2], m, pk2);
+          const float *v3 = fg::view(p3 + c[3] + ri * L.ri_str[3] + j0 * L.i_str[3], L.i_str[3], m, pk3);
           float *w1 = fg::out_view(q1 + c[1] + ri * L.ri_str[1] + j0 * L.i_str[1], L.i_str[1], pw1);
           for (int64_t i = 0; i < m; ++i) {
-            w1[i] = s2_w0(v0[i], v3[i], v2[i], a);
+            w1[i] = s2_w0(v0[i], v2[i], v3[i], a);
           }
           fg::scatter(q1 + c[1] + ri * L.ri_str[1] + j0 * L.i_str[1], L.i_str[1], m, w1);
         }
@@ -1817,7 +1817,7 @@ void combine1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
 }
 
 // --- stage 2: output 0 (%5)
-FG_INLINE double s2_w0(double v0, double v3, double v2, const ScalarAttrs &a) {
+FG_INLINE double s2_w0(double v0, double v2, double v3, const ScalarAttrs &a) {
   (void)a;
   const auto t0 = (v0 - v2);
   const auto t1 = std::exp(t0);
@@ -1829,8 +1829,8 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
             int64_t r_lo, int64_t r_hi, unsigned char *part, int64_t stride) {
   const ScalarAttrs a = scalar_attrs(attrs);
   const double *p0 = static_cast<const double *>(ptr[0]);
-  const double *p3 = static_cast<const double *>(ptr[3]);
   const double *p2 = static_cast<const double *>(ptr[2]);
+  const double *p3 = static_cast<const double *>(ptr[3]);
   double *q1 = static_cast<double *>(ptr[1]);
   if (L.inner == 1) {
     // Row mode: the innermost dim is reduced; one element per step.
@@ -1839,28 +1839,28 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
       int64_t c[kOperands];
       fg::ro_offsets(L, ro, base, c);
       double pk0[fg::kChunk];
-      double pk3[fg::kChunk];
       double pk2[fg::kChunk];
+      double pk3[fg::kChunk];
       double pw1[fg::kChunk];
       // Reduction results read here are usually constant along the row (stride 0). They are
       // then passed as scalars, so what depends on them alone (e.g. rsqrt(var + eps)) is
       // computed once per row instead of per element, and no pack buffer is filled with copies.
-      const bool row_const = L.ri_str[3] == 0 && L.ri_str[2] == 0;
-      const double s3 = row_const ? double(p3[c[3]]) : double(0);
+      const bool row_const = L.ri_str[2] == 0 && L.ri_str[3] == 0;
       const double s2 = row_const ? double(p2[c[2]]) : double(0);
+      const double s3 = row_const ? double(p3[c[3]]) : double(0);
       for (int64_t r0 = r_lo; r0 < r_hi; r0 += fg::kChunk) {
         const int64_t m = std::min<int64_t>(fg::kChunk, r_hi - r0);
         const double *v0 = fg::view(p0 + c[0] + r0 * L.ri_str[0], L.ri_str[0], m, pk0);
-        const double *v3 = row_const ? nullptr : fg::view(p3 + c[3] + r0 * L.ri_str[3], L.ri_str[3], m, pk3);
         const double *v2 = row_const ? nullptr : fg::view(p2 + c[2] + r0 * L.ri_str[2], L.ri_str[2], m, pk2);
+        const double *v3 = row_const ? nullptr : fg::view(p3 + c[3] + r0 * L.ri_str[3], L.ri_str[3], m, pk3);
         double *w1 = fg::out_view(q1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], pw1);
         if (row_const) {
           for (int64_t i = 0; i < m; ++i) {
-            w1[i] = s2_w0(v0[i], s3, s2, a);
+            w1[i] = s2_w0(v0[i], s2, s3, a);
           }
         } else {
           for (int64_t i = 0; i < m; ++i) {
-            w1[i] = s2_w0(v0[i], v3[i], v2[i], a);
+            w1[i] = s2_w0(v0[i], v2[i], v3[i], a);
           }
         }
         fg::scatter(q1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], m, w1);
@@ -1874,8 +1874,8 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
       int64_t c[kOperands];
       fg::ro_offsets(L, ro, base, c);
       double pk0[fg::kChunk];
-      double pk3[fg::kChunk];
       double pk2[fg::kChunk];
+      double pk3[fg::kChunk];
       double pw1[fg::kChunk];
       int64_t ri = r_lo;
       for (; ri < r_hi; ++ri) {
@@ -1883,11 +1883,11 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
         for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
           const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
           const double *v0 = fg::view(p0 + c[0] + ri * L.ri_str[0] + j0 * L.i_str[0], L.i_str[0], m, pk0);
-          const double *v3 = fg::view(p3 + c[3] + ri * L.ri_str[3] + j0 * L.i_str[3], L.i_str[3], m, pk3);
           const double *v2 = fg::view(p2 + c[2] + ri * L.ri_str[2] + j0 * L.i_str[2], L.i_str[2], m, pk2);
+          const double *v3 = fg::view(p3 + c[3] + ri * L.ri_str[3] + j0 * L.i_str[3], L.i_str[3], m, pk3);
           double *w1 = fg::out_view(q1 + c[1] + ri * L.ri_str[1] + j0 * L.i_str[1], L.i_str[1], pw1);
           for (int64_t i = 0; i < m; ++i) {
-            w1[i] = s2_w0(v0[i], v3[i], v2[i], a);
+            w1[i] = s2_w0(v0[i], v2[i], v3[i], a);
           }
           fg::scatter(q1 + c[1] + ri * L.ri_str[1] + j0 * L.i_str[1], L.i_str[1], m, w1);
         }

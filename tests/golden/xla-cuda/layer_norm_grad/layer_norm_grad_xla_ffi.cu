@@ -1086,36 +1086,36 @@ const fg::StageInfo kStageInfo[kStages] = {
     // stage 1: mean (%5), sum (%22)
     {2, {1, 2}, 5,
      2, {0, 5}, {1, 2},
-     2, {6, 7}, {5, 22},
+     2, {8, 7}, {5, 22},
      0, {}, {},
      0, {}, 2},
     // stage 2: sum (%14)
     {5, {1, 0, 2, 8, 13}, 14,
      3, {0, 1, 5}, {1, 0, 2},
-     1, {8}, {14},
+     1, {6}, {14},
      0, {}, {},
      0, {}, 1},
     // stage 3: sum (%28)
-    {9, {1, 0, 11, 5, 2, 22, 14, 13, 4}, 28,
-     7, {0, 1, 3, 6, 5, 7, 8}, {1, 0, 11, 5, 2, 22, 14},
-     1, {11}, {28},
+    {9, {1, 0, 11, 14, 2, 22, 5, 13, 4}, 28,
+     7, {0, 1, 3, 6, 5, 7, 8}, {1, 0, 11, 14, 2, 22, 5},
+     1, {12}, {28},
      0, {}, {},
      0, {}, 1},
     // stage 4: sum (%31)
-    {9, {1, 0, 11, 5, 2, 22, 14, 13, 4}, 31,
-     7, {0, 1, 3, 6, 5, 7, 8}, {1, 0, 11, 5, 2, 22, 14},
+    {9, {1, 0, 11, 14, 2, 22, 5, 13, 4}, 31,
+     7, {0, 1, 3, 6, 5, 7, 8}, {1, 0, 11, 14, 2, 22, 5},
      1, {10}, {31},
      0, {}, {},
      0, {}, 1},
     // stage 5: sum (%38)
     {4, {29, 35, 31, 1}, 38,
      3, {2, 9, 10}, {29, 35, 31},
-     1, {12}, {38},
+     1, {11}, {38},
      0, {}, {},
      0, {}, 1},
     // stage 6: output 0 (%40)
-    {2, {28, 38}, -1,
-     2, {11, 12}, {28, 38},
+    {2, {38, 28}, -1,
+     2, {11, 12}, {38, 28},
      0, {}, {},
      0, {}, {},
      1, {4}, 0},
@@ -1142,7 +1142,7 @@ int find_combo(const char **dtypes, int count) {
 const int64_t kWorkspaceItemsize[][kWorkspaces + 1] = {
     {8, 8, 8, 8, 8, 8, 8, 8, 0},
 };
-const int kWorkspaceNode[kWorkspaces] = {2, 5, 22, 14, 35, 31, 28, 38};
+const int kWorkspaceNode[kWorkspaces] = {2, 14, 22, 5, 35, 31, 38, 28};
 
 int read_inputs(int *ndims, int64_t **shapes, fg::Shape *in) {
   for (int i = 0; i < kInputs; ++i) FG_TRY(fg::read_shape(ndims[i], shapes[i], &in[i]));
@@ -1308,7 +1308,7 @@ __device__ inline double s1_r1(double v0, double v5, const Attrs &a) {
 __global__ void stage1_thread(Layout L, Ptrs P, Attrs a) {
   const double *p0 = static_cast<const double *>(P.p[0]);
   const double *p5 = static_cast<const double *>(P.p[5]);
-  double *q6 = static_cast<double *>(P.p[6]);
+  double *q8 = static_cast<double *>(P.p[8]);
   double *q7 = static_cast<double *>(P.p[7]);
 
   const int64_t count = L.ro_total * L.ri;
@@ -1324,7 +1324,7 @@ __global__ void stage1_thread(Layout L, Ptrs P, Attrs a) {
       r1 += s1_r1(fgd::ld(p0[c[0]]), fgd::ld(p5[c[5]]), a);
     }
     r0 = r0 / double(L.ro_total * L.ri);
-    fgd::put(&q6[base[6]], r0);
+    fgd::put(&q8[base[8]], r0);
     fgd::put(&q7[base[7]], r1);
 
   }
@@ -1335,7 +1335,7 @@ __global__ void stage1_thread(Layout L, Ptrs P, Attrs a) {
 __global__ void stage1_block(Layout L, Ptrs P, Attrs a) {
   const double *p0 = static_cast<const double *>(P.p[0]);
   const double *p5 = static_cast<const double *>(P.p[5]);
-  double *q6 = static_cast<double *>(P.p[6]);
+  double *q8 = static_cast<double *>(P.p[8]);
   double *q7 = static_cast<double *>(P.p[7]);
 
   __shared__ double sh0[kBlock];
@@ -1366,7 +1366,7 @@ __global__ void stage1_block(Layout L, Ptrs P, Attrs a) {
       r0 = sh0[0];
       r1 = sh1[0];
       r0 = r0 / double(L.ro_total * L.ri);
-      fgd::put(&q6[base[6]], r0);
+      fgd::put(&q8[base[8]], r0);
       fgd::put(&q7[base[7]], r1);
 
     }
@@ -1388,7 +1388,7 @@ __global__ void stage2_thread(Layout L, Ptrs P, Attrs a) {
   const double *p0 = static_cast<const double *>(P.p[0]);
   const double *p1 = static_cast<const double *>(P.p[1]);
   const double *p5 = static_cast<const double *>(P.p[5]);
-  double *q8 = static_cast<double *>(P.p[8]);
+  double *q6 = static_cast<double *>(P.p[6]);
 
   const int64_t count = L.ro_total * L.ri;
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < L.o_total * L.inner;
@@ -1400,7 +1400,7 @@ __global__ void stage2_thread(Layout L, Ptrs P, Attrs a) {
       dev_point(L, r, base, c);
       r0 += s2_r0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p5[c[5]]), a);
     }
-    fgd::put(&q8[base[8]], r0);
+    fgd::put(&q6[base[6]], r0);
 
   }
 }
@@ -1411,7 +1411,7 @@ __global__ void stage2_block(Layout L, Ptrs P, Attrs a) {
   const double *p0 = static_cast<const double *>(P.p[0]);
   const double *p1 = static_cast<const double *>(P.p[1]);
   const double *p5 = static_cast<const double *>(P.p[5]);
-  double *q8 = static_cast<double *>(P.p[8]);
+  double *q6 = static_cast<double *>(P.p[6]);
 
   __shared__ double sh0[kBlock];
   const int64_t count = L.ro_total * L.ri;
@@ -1434,7 +1434,7 @@ __global__ void stage2_block(Layout L, Ptrs P, Attrs a) {
     }
     if (tid == 0) {
       r0 = sh0[0];
-      fgd::put(&q8[base[8]], r0);
+      fgd::put(&q6[base[6]], r0);
 
     }
     __syncthreads();  // the shared arrays are reused by the next row
@@ -1444,10 +1444,10 @@ __global__ void stage2_block(Layout L, Ptrs P, Attrs a) {
 // --- stage 3: sum (%28)
 __device__ inline double s3_r0(double v0, double v1, double v3, double v6, double v5, double v7, double v8, const Attrs &a) {
   (void)a;
-  const auto t0 = (v6 + a.eps);
+  const auto t0 = (v8 + a.eps);
   const auto t1 = (1.0 / sqrt(t0));
   const auto t2 = (v1 * t1);
-  const auto t3 = (v3 + v8);
+  const auto t3 = (v3 + v6);
   const auto t4 = (-0.5 * t3);
   const auto t5 = (t4 * t1);
   const auto t6 = (t5 / t0);
@@ -1470,7 +1470,7 @@ __global__ void stage3_thread(Layout L, Ptrs P, Attrs a) {
   const double *p5 = static_cast<const double *>(P.p[5]);
   const double *p7 = static_cast<const double *>(P.p[7]);
   const double *p8 = static_cast<const double *>(P.p[8]);
-  double *q11 = static_cast<double *>(P.p[11]);
+  double *q12 = static_cast<double *>(P.p[12]);
 
   const int64_t count = L.ro_total * L.ri;
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < L.o_total * L.inner;
@@ -1482,7 +1482,7 @@ __global__ void stage3_thread(Layout L, Ptrs P, Attrs a) {
       dev_point(L, r, base, c);
       r0 += s3_r0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p3[c[3]]), fgd::ld(p6[c[6]]), fgd::ld(p5[c[5]]), fgd::ld(p7[c[7]]), fgd::ld(p8[c[8]]), a);
     }
-    fgd::put(&q11[base[11]], r0);
+    fgd::put(&q12[base[12]], r0);
 
   }
 }
@@ -1497,7 +1497,7 @@ __global__ void stage3_block(Layout L, Ptrs P, Attrs a) {
   const double *p5 = static_cast<const double *>(P.p[5]);
   const double *p7 = static_cast<const double *>(P.p[7]);
   const double *p8 = static_cast<const double *>(P.p[8]);
-  double *q11 = static_cast<double *>(P.p[11]);
+  double *q12 = static_cast<double *>(P.p[12]);
 
   __shared__ double sh0[kBlock];
   const int64_t count = L.ro_total * L.ri;
@@ -1520,7 +1520,7 @@ __global__ void stage3_block(Layout L, Ptrs P, Attrs a) {
     }
     if (tid == 0) {
       r0 = sh0[0];
-      fgd::put(&q11[base[11]], r0);
+      fgd::put(&q12[base[12]], r0);
 
     }
     __syncthreads();  // the shared arrays are reused by the next row
@@ -1530,10 +1530,10 @@ __global__ void stage3_block(Layout L, Ptrs P, Attrs a) {
 // --- stage 4: sum (%31)
 __device__ inline double s4_r0(double v0, double v1, double v3, double v6, double v5, double v7, double v8, const Attrs &a) {
   (void)a;
-  const auto t0 = (v6 + a.eps);
+  const auto t0 = (v8 + a.eps);
   const auto t1 = (1.0 / sqrt(t0));
   const auto t2 = (v1 * t1);
-  const auto t3 = (v3 + v8);
+  const auto t3 = (v3 + v6);
   const auto t4 = (-0.5 * t3);
   const auto t5 = (t4 * t1);
   const auto t6 = (t5 / t0);
@@ -1629,7 +1629,7 @@ __global__ void stage5_thread(Layout L, Ptrs P, Attrs a) {
   const double *p2 = static_cast<const double *>(P.p[2]);
   const double *p9 = static_cast<const double *>(P.p[9]);
   const double *p10 = static_cast<const double *>(P.p[10]);
-  double *q12 = static_cast<double *>(P.p[12]);
+  double *q11 = static_cast<double *>(P.p[11]);
 
   const int64_t count = L.ro_total * L.ri;
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < L.o_total * L.inner;
@@ -1641,7 +1641,7 @@ __global__ void stage5_thread(Layout L, Ptrs P, Attrs a) {
       dev_point(L, r, base, c);
       r0 += s5_r0(fgd::ld(p2[c[2]]), fgd::ld(p9[c[9]]), fgd::ld(p10[c[10]]), a);
     }
-    fgd::put(&q12[base[12]], r0);
+    fgd::put(&q11[base[11]], r0);
 
   }
 }
@@ -1652,7 +1652,7 @@ __global__ void stage5_block(Layout L, Ptrs P, Attrs a) {
   const double *p2 = static_cast<const double *>(P.p[2]);
   const double *p9 = static_cast<const double *>(P.p[9]);
   const double *p10 = static_cast<const double *>(P.p[10]);
-  double *q12 = static_cast<double *>(P.p[12]);
+  double *q11 = static_cast<double *>(P.p[11]);
 
   __shared__ double sh0[kBlock];
   const int64_t count = L.ro_total * L.ri;
@@ -1675,7 +1675,7 @@ __global__ void stage5_block(Layout L, Ptrs P, Attrs a) {
     }
     if (tid == 0) {
       r0 = sh0[0];
-      fgd::put(&q12[base[12]], r0);
+      fgd::put(&q11[base[11]], r0);
 
     }
     __syncthreads();  // the shared arrays are reused by the next row
@@ -1685,7 +1685,7 @@ __global__ void stage5_block(Layout L, Ptrs P, Attrs a) {
 // --- stage 6: output 0 (%40)
 __device__ inline double s6_w0(double v11, double v12, const Attrs &a) {
   (void)a;
-  const auto t0 = (v11 + v12);
+  const auto t0 = (v12 + v11);
   const auto t1 = t0;
   return t1;
 }

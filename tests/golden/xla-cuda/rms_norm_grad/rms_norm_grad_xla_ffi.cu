@@ -1015,7 +1015,7 @@ const fg::StageInfo kStageInfo[kStages] = {
     // stage 1: sum (%12)
     {5, {1, 0, 5, 3, 11}, 12,
      3, {1, 2, 4}, {1, 0, 5},
-     1, {8}, {12},
+     1, {7}, {12},
      0, {}, {},
      0, {}, 1},
     // stage 2: sum (%18)
@@ -1027,12 +1027,12 @@ const fg::StageInfo kStageInfo[kStages] = {
     // stage 3: sum (%27)
     {4, {3, 18, 22, 4}, 27,
      3, {0, 5, 6}, {3, 18, 22},
-     1, {7}, {27},
+     1, {8}, {27},
      0, {}, {},
      0, {}, 1},
     // stage 4: output 0 (%29)
-    {2, {27, 12}, -1,
-     2, {7, 8}, {27, 12},
+    {2, {12, 27}, -1,
+     2, {7, 8}, {12, 27},
      0, {}, {},
      0, {}, {},
      1, {3}, 0},
@@ -1059,7 +1059,7 @@ int find_combo(const char **dtypes, int count) {
 const int64_t kWorkspaceItemsize[][kWorkspaces + 1] = {
     {4, 4, 8, 4, 4, 0},
 };
-const int kWorkspaceNode[kWorkspaces] = {5, 18, 22, 27, 12};
+const int kWorkspaceNode[kWorkspaces] = {5, 18, 22, 12, 27};
 
 int read_inputs(int *ndims, int64_t **shapes, fg::Shape *in) {
   for (int i = 0; i < kInputs; ++i) FG_TRY(fg::read_shape(ndims[i], shapes[i], &in[i]));
@@ -1221,7 +1221,7 @@ __global__ void stage1_thread(Layout L, Ptrs P, Attrs a) {
   const __half *p1 = static_cast<const __half *>(P.p[1]);
   const __half *p2 = static_cast<const __half *>(P.p[2]);
   const float *p4 = static_cast<const float *>(P.p[4]);
-  float *q8 = static_cast<float *>(P.p[8]);
+  float *q7 = static_cast<float *>(P.p[7]);
 
   const int64_t count = L.ro_total * L.ri;
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < L.o_total * L.inner;
@@ -1233,7 +1233,7 @@ __global__ void stage1_thread(Layout L, Ptrs P, Attrs a) {
       dev_point(L, r, base, c);
       r0 += s1_r0(fgd::ld(p1[c[1]]), fgd::ld(p2[c[2]]), fgd::ld(p4[c[4]]), a);
     }
-    fgd::put(&q8[base[8]], r0);
+    fgd::put(&q7[base[7]], r0);
 
   }
 }
@@ -1244,7 +1244,7 @@ __global__ void stage1_block(Layout L, Ptrs P, Attrs a) {
   const __half *p1 = static_cast<const __half *>(P.p[1]);
   const __half *p2 = static_cast<const __half *>(P.p[2]);
   const float *p4 = static_cast<const float *>(P.p[4]);
-  float *q8 = static_cast<float *>(P.p[8]);
+  float *q7 = static_cast<float *>(P.p[7]);
 
   __shared__ float sh0[kBlock];
   const int64_t count = L.ro_total * L.ri;
@@ -1267,7 +1267,7 @@ __global__ void stage1_block(Layout L, Ptrs P, Attrs a) {
     }
     if (tid == 0) {
       r0 = sh0[0];
-      fgd::put(&q8[base[8]], r0);
+      fgd::put(&q7[base[7]], r0);
 
     }
     __syncthreads();  // the shared arrays are reused by the next row
@@ -1364,7 +1364,7 @@ __global__ void stage3_thread(Layout L, Ptrs P, Attrs a) {
   const __half *p0 = static_cast<const __half *>(P.p[0]);
   const float *p5 = static_cast<const float *>(P.p[5]);
   const double *p6 = static_cast<const double *>(P.p[6]);
-  float *q7 = static_cast<float *>(P.p[7]);
+  float *q8 = static_cast<float *>(P.p[8]);
 
   const int64_t count = L.ro_total * L.ri;
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < L.o_total * L.inner;
@@ -1376,7 +1376,7 @@ __global__ void stage3_thread(Layout L, Ptrs P, Attrs a) {
       dev_point(L, r, base, c);
       r0 += s3_r0(fgd::ld(p0[c[0]]), fgd::ld(p5[c[5]]), fgd::ld(p6[c[6]]), a);
     }
-    fgd::put(&q7[base[7]], r0);
+    fgd::put(&q8[base[8]], r0);
 
   }
 }
@@ -1387,7 +1387,7 @@ __global__ void stage3_block(Layout L, Ptrs P, Attrs a) {
   const __half *p0 = static_cast<const __half *>(P.p[0]);
   const float *p5 = static_cast<const float *>(P.p[5]);
   const double *p6 = static_cast<const double *>(P.p[6]);
-  float *q7 = static_cast<float *>(P.p[7]);
+  float *q8 = static_cast<float *>(P.p[8]);
 
   __shared__ float sh0[kBlock];
   const int64_t count = L.ro_total * L.ri;
@@ -1410,7 +1410,7 @@ __global__ void stage3_block(Layout L, Ptrs P, Attrs a) {
     }
     if (tid == 0) {
       r0 = sh0[0];
-      fgd::put(&q7[base[7]], r0);
+      fgd::put(&q8[base[8]], r0);
 
     }
     __syncthreads();  // the shared arrays are reused by the next row
@@ -1420,7 +1420,7 @@ __global__ void stage3_block(Layout L, Ptrs P, Attrs a) {
 // --- stage 4: output 0 (%29)
 __device__ inline float s4_w0(float v7, float v8, const Attrs &a) {
   (void)a;
-  const auto t0 = (v8 + v7);
+  const auto t0 = (v7 + v8);
   const auto t1 = t0;
   return t1;
 }

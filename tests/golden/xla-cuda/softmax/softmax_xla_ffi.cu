@@ -895,8 +895,8 @@ const fg::StageInfo kStageInfo[kStages] = {
      0, {}, {},
      0, {}, 1},
     // stage 2: output 0 (%5)
-    {3, {0, 4, 1}, -1,
-     3, {0, 3, 2}, {0, 4, 1},
+    {3, {0, 1, 4}, -1,
+     3, {0, 2, 3}, {0, 1, 4},
      0, {}, {},
      0, {}, {},
      1, {1}, 0},
@@ -1117,7 +1117,7 @@ __global__ void stage1_block(Layout L, Ptrs P, Attrs a) {
 }
 
 // --- stage 2: output 0 (%5)
-__device__ inline float s2_w0(float v0, float v3, float v2, const Attrs &a) {
+__device__ inline float s2_w0(float v0, float v2, float v3, const Attrs &a) {
   (void)a;
   const auto t0 = (v0 - v2);
   const auto t1 = exp(t0);
@@ -1129,8 +1129,8 @@ __device__ inline float s2_w0(float v0, float v3, float v2, const Attrs &a) {
 // reduction of leading axes reads are coalesced; accumulators stay in registers.
 __global__ void stage2_thread(Layout L, Ptrs P, Attrs a) {
   const __half *p0 = static_cast<const __half *>(P.p[0]);
-  const float *p3 = static_cast<const float *>(P.p[3]);
   const float *p2 = static_cast<const float *>(P.p[2]);
+  const float *p3 = static_cast<const float *>(P.p[3]);
   __half *q1 = static_cast<__half *>(P.p[1]);
 
   const int64_t count = L.ro_total * L.ri;
@@ -1140,7 +1140,7 @@ __global__ void stage2_thread(Layout L, Ptrs P, Attrs a) {
     dev_base(L, t / L.inner, t % L.inner, base);
     for (int64_t r = 0; r < count; ++r) {
       dev_point(L, r, base, c);
-      fgd::put(&q1[c[1]], s2_w0(fgd::ld(p0[c[0]]), fgd::ld(p3[c[3]]), fgd::ld(p2[c[2]]), a));
+      fgd::put(&q1[c[1]], s2_w0(fgd::ld(p0[c[0]]), fgd::ld(p2[c[2]]), fgd::ld(p3[c[3]]), a));
     }
   }
 }
@@ -1307,7 +1307,7 @@ __global__ void stage1_block(Layout L, Ptrs P, Attrs a) {
 }
 
 // --- stage 2: output 0 (%5)
-__device__ inline float s2_w0(float v0, float v3, float v2, const Attrs &a) {
+__device__ inline float s2_w0(float v0, float v2, float v3, const Attrs &a) {
   (void)a;
   const auto t0 = (v0 - v2);
   const auto t1 = exp(t0);
@@ -1319,8 +1319,8 @@ __device__ inline float s2_w0(float v0, float v3, float v2, const Attrs &a) {
 // reduction of leading axes reads are coalesced; accumulators stay in registers.
 __global__ void stage2_thread(Layout L, Ptrs P, Attrs a) {
   const float *p0 = static_cast<const float *>(P.p[0]);
-  const float *p3 = static_cast<const float *>(P.p[3]);
   const float *p2 = static_cast<const float *>(P.p[2]);
+  const float *p3 = static_cast<const float *>(P.p[3]);
   float *q1 = static_cast<float *>(P.p[1]);
 
   const int64_t count = L.ro_total * L.ri;
@@ -1330,7 +1330,7 @@ __global__ void stage2_thread(Layout L, Ptrs P, Attrs a) {
     dev_base(L, t / L.inner, t % L.inner, base);
     for (int64_t r = 0; r < count; ++r) {
       dev_point(L, r, base, c);
-      fgd::put(&q1[c[1]], s2_w0(fgd::ld(p0[c[0]]), fgd::ld(p3[c[3]]), fgd::ld(p2[c[2]]), a));
+      fgd::put(&q1[c[1]], s2_w0(fgd::ld(p0[c[0]]), fgd::ld(p2[c[2]]), fgd::ld(p3[c[3]]), a));
     }
   }
 }
@@ -1497,7 +1497,7 @@ __global__ void stage1_block(Layout L, Ptrs P, Attrs a) {
 }
 
 // --- stage 2: output 0 (%5)
-__device__ inline double s2_w0(double v0, double v3, double v2, const Attrs &a) {
+__device__ inline double s2_w0(double v0, double v2, double v3, const Attrs &a) {
   (void)a;
   const auto t0 = (v0 - v2);
   const auto t1 = exp(t0);
@@ -1509,8 +1509,8 @@ __device__ inline double s2_w0(double v0, double v3, double v2, const Attrs &a) 
 // reduction of leading axes reads are coalesced; accumulators stay in registers.
 __global__ void stage2_thread(Layout L, Ptrs P, Attrs a) {
   const double *p0 = static_cast<const double *>(P.p[0]);
-  const double *p3 = static_cast<const double *>(P.p[3]);
   const double *p2 = static_cast<const double *>(P.p[2]);
+  const double *p3 = static_cast<const double *>(P.p[3]);
   double *q1 = static_cast<double *>(P.p[1]);
 
   const int64_t count = L.ro_total * L.ri;
@@ -1520,7 +1520,7 @@ __global__ void stage2_thread(Layout L, Ptrs P, Attrs a) {
     dev_base(L, t / L.inner, t % L.inner, base);
     for (int64_t r = 0; r < count; ++r) {
       dev_point(L, r, base, c);
-      fgd::put(&q1[c[1]], s2_w0(fgd::ld(p0[c[0]]), fgd::ld(p3[c[3]]), fgd::ld(p2[c[2]]), a));
+      fgd::put(&q1[c[1]], s2_w0(fgd::ld(p0[c[0]]), fgd::ld(p2[c[2]]), fgd::ld(p3[c[3]]), a));
     }
   }
 }
