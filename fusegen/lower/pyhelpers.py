@@ -23,7 +23,7 @@ HELPER_NAMES = ("_fg_floor_divide", "_fg_remainder", "_fg_floor_divide_int", "_f
 #: the functions ``COMPLEX_HELPERS`` defines (a kernel that computes with complex values has them)
 COMPLEX_HELPER_NAMES = ("_fg_cmul", "_fg_cdiv", "_fg_cpow", "_fg_cexpm1", "_fg_clog1p", "_fg_cscale", "_fg_csign",
                 "_fg_csinh", "_fg_ccosh", "_fg_ctanh", "_fg_casinh", "_fg_catanh", "_fg_cacos", "_fg_cacosh",
-                "_fg_csin", "_fg_ccos", "_fg_ctan", "_fg_casin", "_fg_catan")
+                "_fg_ctimes_i", "_fg_cback")
 
 _TEXT = '''
 
@@ -147,7 +147,8 @@ def _fg_cpow(a, b):  # NumPy's: z ** 0 is 1; 0 ** w is 0 for Re(w) > 0, else NaN
         if b.real > 0:
             return complex(0.0, 0.0)
         return complex(float("nan"), float("nan"))
-    return cmath.exp(_fg_cmul(b, cmath.log(a)))
+    w = cmath.log(a)   # (no helper calls a helper: numba-cuda compiles nested ones for a present GPU only)
+    return cmath.exp(complex(b.real * w.real - b.imag * w.imag, b.real * w.imag + b.imag * w.real))
 
 
 def _fg_cexpm1(z):  # NumPy's: expm1(x) cos(y) - 2 sin(y/2)^2 + i exp(x) sin(y); the standard's table
@@ -195,7 +196,7 @@ def _fg_csign(z):  # the standard's sign, z / |z| and 0 at 0, with NumPy's infin
 # non-finite argument (sinh(NaN + 0j) is NaN + NaNj, not NaN + 0j; atanh(NaN + 0j) gives pi/2);
 # these give them as glibc does (the array API's tables: the sign of an unspecified zero or
 # infinity is glibc's), and the finite arguments to cmath. sin, cos, tan, asin and atan are
-# Annex G's identities: sin(z) = -i sinh(iz), cos(z) = cosh(iz), tan(z) = -i tanh(iz), ...
+# Annex G's identities, spelled by the rows: sin(z) = -i sinh(iz), cos(z) = cosh(iz), ...
 
 def _fg_csinh(z):
     x, y = z.real, z.imag
@@ -257,27 +258,11 @@ def _fg_cacosh(z):
     return cmath.acosh(z)
 
 
-def _fg_csin(z):
-    w = _fg_csinh(complex(-z.imag, z.real))
-    return complex(w.imag, -w.real)
+def _fg_ctimes_i(z):  # i z
+    return complex(-z.imag, z.real)
 
 
-def _fg_ccos(z):
-    return _fg_ccosh(complex(-z.imag, z.real))
-
-
-def _fg_ctan(z):
-    w = _fg_ctanh(complex(-z.imag, z.real))
-    return complex(w.imag, -w.real)
-
-
-def _fg_casin(z):
-    w = _fg_casinh(complex(-z.imag, z.real))
-    return complex(w.imag, -w.real)
-
-
-def _fg_catan(z):
-    w = _fg_catanh(complex(-z.imag, z.real))
+def _fg_cback(w):  # -i w
     return complex(w.imag, -w.real)
 
 '''

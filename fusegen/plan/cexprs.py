@@ -28,7 +28,11 @@ _PY_PATCHED = (Op.SINH, Op.COSH, Op.TANH, Op.ASINH, Op.ATANH, Op.ACOS, Op.ACOSH,
                Op.ATAN)
 PY_COMPLEX = {
     **{op: f"cmath.{f}({{0}})" for op, f in _SAME.items()},
-    **{op: f"_fg_c{_SAME[op]}({{0}})" for op in _PY_PATCHED},
+    **{op: f"_fg_c{_SAME[op]}({{0}})" for op in _PY_PATCHED[:7]},
+    # Annex G's identities: sin(z) = -i sinh(iz), cos(z) = cosh(iz), tan(z) = -i tanh(iz), ...
+    Op.SIN: "_fg_cback(_fg_csinh(_fg_ctimes_i({0})))", Op.COS: "_fg_ccosh(_fg_ctimes_i({0}))",
+    Op.TAN: "_fg_cback(_fg_ctanh(_fg_ctimes_i({0})))", Op.ASIN: "_fg_cback(_fg_casinh(_fg_ctimes_i({0})))",
+    Op.ATAN: "_fg_cback(_fg_catanh(_fg_ctimes_i({0})))",
     Op.ABS: "abs({0})", Op.MUL: "_fg_cmul({0}, {1})", Op.DIV: "_fg_cdiv({0}, {1})",
     Op.RECIPROCAL: "_fg_cdiv({one}, {0})", Op.SQUARE: "_fg_cmul({0}, {0})", Op.POW: "_fg_cpow({0}, {1})",
     Op.EXPM1: "_fg_cexpm1({0})", Op.LOG1P: "_fg_clog1p({0})", Op.LOG2: "_fg_cscale(cmath.log({0}), 1.4426950408889634)",
