@@ -21,7 +21,7 @@ class DType:
     """A tensor element type. ``name`` is the AOT ABI's dtype string."""
 
     name: str
-    kind: str  # 'b' bool, 'i' signed int, 'u' unsigned int, 'f' float
+    kind: str  # 'b' bool, 'i' signed int, 'u' unsigned int, 'f' float, 'c' complex
     itemsize: int
 
     @property
@@ -31,6 +31,10 @@ class DType:
     @property
     def is_float(self) -> bool:
         return self.kind == "f"
+
+    @property
+    def is_complex(self) -> bool:
+        return self.kind == "c"
 
     @property
     def is_int(self) -> bool:
@@ -47,12 +51,15 @@ _ALL = [
     DType("int8", "i", 1), DType("int16", "i", 2), DType("int32", "i", 4), DType("int64", "i", 8),
     DType("uint8", "u", 1), DType("uint16", "u", 2), DType("uint32", "u", 4), DType("uint64", "u", 8),
     DType("float16", "f", 2), DType("float32", "f", 4), DType("float64", "f", 8),
+    DType("complex64", "c", 8), DType("complex128", "c", 16),
 ]
 DTYPES: dict[str, DType] = {d.name: d for d in _ALL}
 bool_, int8, int16, int32, int64 = (DTYPES[n] for n in ("bool", "int8", "int16", "int32", "int64"))
 uint8, uint16, uint32, uint64 = (DTYPES[n] for n in ("uint8", "uint16", "uint32", "uint64"))
 float16, float32, float64 = (DTYPES[n] for n in ("float16", "float32", "float64"))
 FLOAT_DTYPES = (float16, float32, float64)
+complex64, complex128 = DTYPES["complex64"], DTYPES["complex128"]
+COMPLEX_DTYPES = (complex64, complex128)
 _BY_NP = {np.dtype(d.name): d for d in _ALL}
 
 
@@ -73,9 +80,10 @@ def as_dtype(x) -> DType:
 
 # --- weak scalars ---------------------------------------------------------------------------
 # A Python scalar (or a scalar attribute) participates in promotion as NumPy's weak
-# `int`/`float`/`bool` does: it never widens a tensor's dtype.
-WEAK_TYPES = {"bool": bool, "int": int, "float": float}
-WeakOrDType = typing.Union[DType, str]  # a DType, or "bool"/"int"/"float" for a weak scalar
+# `int`/`float`/`complex`/`bool` does: it never widens a tensor's dtype (float32 + 1j is complex64).
+WEAK_TYPES = {"bool": bool, "int": int, "float": float, "complex": complex}
+WEAK_KIND = {"bool": "b", "int": "i", "float": "f", "complex": "c"}
+WeakOrDType = typing.Union[DType, str]  # a DType, or "bool"/"int"/"float"/"complex" for a weak scalar
 
 
 def _np_operand(t: WeakOrDType):
@@ -95,7 +103,7 @@ def resolve_ufunc(ufunc_name: str, operands: tuple) -> tuple[DType | str, DType 
     """
     if all(isinstance(t, str) for t in operands):
         comp, out = resolve_ufunc(ufunc_name, tuple(materialize(t) for t in operands))
-        weak = {"b": "bool", "i": "int", "u": "int", "f": "float"}
+        weak = {"b": "bool", "i": "int", "u": "int", "f": "float", "c": "complex"}
         return weak[comp.kind], weak[out.kind]
     uf = getattr(np, ufunc_name)
     try:
@@ -112,7 +120,12 @@ def materialize(t: WeakOrDType) -> DType:
     """The dtype a weak scalar becomes when it is an op's output on its own."""
     if isinstance(t, DType):
         return t
-    return {"bool": bool_, "int": int64, "float": float64}[t]
+    return {"bool": bool_, "int": int64, "float": float64, "complex": complex128}[t]
+
+
+def real_of(d: DType) -> DType:
+    """The real dtype of a complex one (complex64 -> float32); other dtypes are their own."""
+    return {complex64: float32, complex128: float64}.get(d, d)
 
 
 # --- attribute types -----------------------------------------------------------------------

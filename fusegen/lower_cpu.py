@@ -26,10 +26,11 @@ from .ir import Node, Op, Spec, nodes_of
 from .lower import rng as rnglower
 from .lower.cpu_layout import HEADER, OperandSlot, index_text, meta_array, stride_pattern, view_text  # noqa: F401  (HEADER, meta_array: part of the face)
 from .lower.gathers import GatherSlots
-from .lower.pyhelpers import HELPER_NAMES, VMATH_IMPORTS, python_helpers
+from .lower.pyhelpers import COMPLEX_HELPER_NAMES, COMPLEX_HELPERS, HELPER_NAMES, VMATH_IMPORTS, python_helpers
 from .lower.pysource import INNER_HELPER, NAN_HELPERS, combine, general_maps, group_params, import_source, operand_name
 from .plan import GroupRun, Plan
 from .plan.paths import is_param, path_steps
+from .plan.cexprs import spec_uses_complex
 from .plan.exprs import PYTHON, ExprWriter, reduce_identity, reg_dtype
 from .version import __version__
 
@@ -441,6 +442,8 @@ def compile_group(plan: Plan, spec: Spec, run: GroupRun, parallel: bool, split: 
                          jit=", ".join(f"{k}={v!r}" for k, v in sorted(shown.items()))) + body
     if gs.rng.used:   # the digest names the RNG's implementation: Numba's cache key
         src += f"# fusegen.rng_numba {rnglower.digest()}: {', '.join(sorted(gs.rng.used))}\n"
+    if spec_uses_complex(spec):
+        src += COMPLEX_HELPERS
     modular = any(o.kind == "modular" for o in gs.ops.values())
     if modular:
         src += INNER_HELPER
@@ -455,7 +458,7 @@ def compile_group(plan: Plan, spec: Spec, run: GroupRun, parallel: bool, split: 
     def setup(mod):
         mod._fmax = helper(mod._fmax)
         mod._fmin = helper(mod._fmin)
-        for name in HELPER_NAMES:
+        for name in HELPER_NAMES + (COMPLEX_HELPER_NAMES if hasattr(mod, "_fg_cmul") else ()):
             setattr(mod, name, helper(getattr(mod, name)))
         if modular:
             mod._inner = helper(mod._inner)

@@ -31,9 +31,10 @@ from .dtypes import DType
 from .ir import Spec
 from .lower.cuda_source import HEADER, CudaGroupSource, Launch  # noqa: F401  (HEADER, Launch: part of the face)
 from .lower import rng as rnglower
-from .lower.pyhelpers import HELPER_NAMES, python_helpers
+from .lower.pyhelpers import COMPLEX_HELPER_NAMES, COMPLEX_HELPERS, HELPER_NAMES, python_helpers
 from .lower.pysource import INNER_HELPER, NAN_HELPERS, group_params, import_source, layout_tail
 from .plan import GroupRun, Plan, build_plan, schedule
+from .plan.cexprs import spec_uses_complex
 from .plan.exprs import reg_dtype
 from .version import __version__
 
@@ -92,6 +93,8 @@ def group_source(plan: Plan, spec: Spec, run: GroupRun, launch: Launch) -> tuple
     tail = INNER_HELPER if "modular" in gs.kind.values() else ""
     if gs.rng.used:   # the digest names the RNG's implementation: Numba's cache key
         tail += f"# fusegen.rng_numba {rnglower.digest()}: {', '.join(sorted(gs.rng.used))}\n"
+    if spec_uses_complex(spec):
+        tail += COMPLEX_HELPERS
     return head + body + tail, gs
 
 
@@ -112,6 +115,13 @@ class _SimMath:
     asin, acos, atan, sinh, cosh = np.arcsin, np.arccos, np.arctan, np.sinh, np.cosh
     asinh, acosh, atanh, atan2, hypot = np.arcsinh, np.arccosh, np.arctanh, np.arctan2, np.hypot
     copysign, nextafter, fmod, isinf, isfinite = np.copysign, np.nextafter, np.fmod, np.isinf, np.isfinite
+
+
+class _SimCMath:  # complex numbers (plan/cexprs.py): NumPy's, as Python's cmath raises for log(0)
+    exp, log, sqrt, sin, cos, tan, sinh, cosh, tanh = (np.exp, np.log, np.sqrt, np.sin, np.cos, np.tan, np.sinh,
+                                                       np.cosh, np.tanh)
+    asin, acos, atan, asinh, acosh, atanh = np.arcsin, np.arccos, np.arctan, np.arcsinh, np.arccosh, np.arctanh
+    isnan, isinf, isfinite = np.isnan, np.isinf, np.isfinite
 
 
 # ---------------------------------------------------------------------------------------------
@@ -138,9 +148,10 @@ def load_group(plan: Plan, spec: Spec, run: GroupRun, launch: Launch, jit: bool 
     def setup(mod):
         if sim:
             mod.math = _SimMath
+            mod.cmath = _SimCMath
         mod._fmax = cuda.jit(device=True, inline=True)(mod._fmax)
         mod._fmin = cuda.jit(device=True, inline=True)(mod._fmin)
-        for name in HELPER_NAMES:
+        for name in HELPER_NAMES + (COMPLEX_HELPER_NAMES if hasattr(mod, "_fg_cmul") else ()):
             setattr(mod, name, cuda.jit(device=True, inline=True)(getattr(mod, name)))
         if hasattr(mod, "_inner"):
             mod._inner = cuda.jit(device=True, inline=True)(mod._inner)

@@ -103,7 +103,7 @@ def test_unary_table_covers_every_unary_op():
     # (the array API's functions of #18 have their own table: tests/elementwise_cases.py)
     elsewhere = {"expm1", "log1p", "log2", "log10", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
                  "atanh", "trunc", "round", "sign", "signbit", "isnan", "isinf", "isfinite", "square", "reciprocal",
-                 "bitwise_invert"}
+                 "bitwise_invert", "real", "imag", "conj"}   # (complex: tests/complex_cases.py)
     assert names == {op.value for op in fg.ir.UNARY_UFUNC} - elsewhere
     # float dtypes get all of them
     assert len(unary_rows("float32")) == len(UNARY)

@@ -11,9 +11,11 @@ the default, or ``aot``: the emitted C++ built for the call's dtypes). Everythin
 creation, dtypes, indexing, the functions fusegen does not have) is NumPy's array API namespace,
 and the conformance script counts those functions as missing, not as passes.
 
-``FUSEGEN_ARRAY_API_COMPLEX=0`` leaves complex64/complex128 out of the namespace (the suite then
-tests real dtypes only); by default they are there, fusegen refuses them (a ``DTypeError``), and
-the functions the standard defines for complex fail, as the issue's baseline counted them.
+complex64/complex128 are fusegen dtypes (``fusegen/graph/cplx.py``): arrays of them go through the
+kernels like any other; a Python ``complex`` operand becomes a constant of the traced op (an
+attribute cannot be complex), weak as the standard says, one kernel per value.
+``FUSEGEN_ARRAY_API_COMPLEX=0`` leaves them out of the namespace (the suite then tests real dtypes
+only).
 """
 from __future__ import annotations
 
@@ -75,10 +77,12 @@ def _op_for(name: str, pattern: tuple, static: tuple):
             call.append(f"a{i}")
         elif p == "none":
             call.append("None")
+        elif p == "complex":   # a Python complex: a constant of the op (still weak)
+            call.append(f"_static['_c{i}']")
         else:
             attrs.append(f"s{i}: {p}")
             call.append(f"s{i}")
-    kw = "".join(f", {k}=_static[{k!r}]" for k, _ in static)
+    kw = "".join(f", {k}=_static[{k!r}]" for k, _ in static if not k.startswith("_c"))
     head = ", ".join(params + (["*"] + attrs if attrs else []))
     src = f"def {name}_xp({head}):\n    return _f({', '.join(call)}{kw})\n"
     scope = {"_f": _fg_function(name), "_static": dict(static)}
@@ -86,12 +90,21 @@ def _op_for(name: str, pattern: tuple, static: tuple):
     return _fg.op(scope[f"{name}_xp"])
 
 
+def _kind(a) -> str:
+    if a is None:
+        return "none"
+    if isinstance(a, _builtins.complex) and not isinstance(a, _np.ndarray):
+        return "complex"
+    return _attr_type(a) if _is_scalar(a) else "array"
+
+
 def _call(name: str, args: tuple, static: dict):
-    pattern = tuple("none" if a is None else (_attr_type(a) if _is_scalar(a) else "array") for a in args)
+    pattern = tuple(_kind(a) for a in args)
     if "array" not in pattern:  # scalars only: nothing for a kernel to do
         return getattr(_np, name)(*args, **{k: v for k, v in static.items() if v is not None})
+    static = {**static, **{f"_c{i}": a for i, (a, p) in enumerate(zip(args, pattern)) if p == "complex"}}
     arrays = [_np.asarray(a) for a, p in zip(args, pattern) if p == "array"]
-    scalars = {f"s{i}": a for i, (a, p) in enumerate(zip(args, pattern)) if p not in ("array", "none")}
+    scalars = {f"s{i}": a for i, (a, p) in enumerate(zip(args, pattern)) if p not in ("array", "none", "complex")}
     skey = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in static.items()))
     key = (name, pattern, skey) + ((tuple(str(a.dtype) for a in arrays),) if BACKEND == "aot" else ())
     k = _KERNELS.get(key)

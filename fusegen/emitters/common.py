@@ -23,6 +23,7 @@ from ..errors import DTypeError, ShapeError
 from ..ir import AttrRef, Node, Op, OpDef, ShapeOf, infer, leaves_of, node_text
 from ..plan import Plan
 from ..plan.exprs import CPP_HELPER_OPS, vmath_functions
+from ..plan.cexprs import uses_complex
 from ..version import __version__
 from . import gathers as G
 from . import layout
@@ -354,4 +355,5 @@ def template_data(op: OpDef, plan: Plan, combos: list[dict], errors=None, spec_r
         combos=combos, errors=[(n, m.replace("<Name>", name)) for n, m in (errors or ERRORS)],
         # the ABI picks the infer signature by output count (a 1-tuple is one output)
         multi=len(op.graph.outputs) > 1, vmath=vmath.template_data(vmath_functions(op.graph.nodes)),
-        elementwise_helpers=any(n.op in CPP_HELPER_OPS for n in op.graph.nodes), **G.template_data(op), **extra)
+        elementwise_helpers=any(n.op in CPP_HELPER_OPS for n in op.graph.nodes),
+        complex_types=uses_complex(op, [c["inputs"] + c["outputs"] for c in combos]), **G.template_data(op), **extra)

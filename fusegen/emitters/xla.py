@@ -30,6 +30,7 @@ from .common import CUDA_DEFAULT_ARCHS, ERRORS, Emitted, c_name, env, parse_dtyp
 FFI_DTYPES: dict[str, str] = {
     "bool": "PRED", "int8": "S8", "int16": "S16", "int32": "S32", "int64": "S64", "uint8": "U8",
     "uint16": "U16", "uint32": "U32", "uint64": "U64", "float16": "F16", "float32": "F32", "float64": "F64",
+    "complex64": "C64", "complex128": "C128",
 }
 
 #: Attribute type -> (the C++ type the FFI decodes it as, how it becomes the Data struct's member).

@@ -5,8 +5,8 @@ aliases (``arcsin``, ``invert``, ``left_shift``...), and a few compositions user
 
 Each IR op's dtype rule is its NumPy ufunc's type resolution (``graph/nodes.UNARY_UFUNC``); its
 special cases (signed zeros, infinities, NaN, integer division by zero, shifts by the bit width)
-are NumPy's, spelled per backend in ``plan/exprs``. complex64/complex128 are not fusegen dtypes
-yet: every function refuses them where the array reaches fusegen (``fg.as_dtype``).
+are NumPy's, spelled per backend in ``plan/exprs``. complex64/complex128: see ``graph/cplx`` for
+the functions the standard allows on them (the rest refuse complex operands).
 """
 from __future__ import annotations
 
@@ -86,18 +86,17 @@ def positive(x, /) -> Tensor:
 
 def conj(x, /) -> Tensor:
     """The complex conjugate; a real array is its own."""
-    return Tensor(operand(x))
+    return unary(Op.CONJ, x)
 
 
 def real(x, /) -> Tensor:
-    """The real part; a real array is its own."""
-    return Tensor(operand(x))
+    """The real part (complex64 -> float32, complex128 -> float64); a real array is its own."""
+    return unary(Op.REAL, x)
 
 
 def imag(x, /) -> Tensor:
-    """The imaginary part: zeros of x's dtype and shape for a real array (as NumPy's np.imag)."""
-    x = Tensor(operand(x))
-    return cast_like(where(x != x, 0, 0), x)
+    """The imaginary part (a real dtype); zeros of x's dtype and shape for a real array (np.imag's)."""
+    return unary(Op.IMAG, x)
 
 
 def clip(x, /, min=None, max=None) -> Tensor:  # noqa: A002 - the array API's names

@@ -92,6 +92,10 @@ class Op(enum.Enum):
     SHL = "bitwise_left_shift"
     SHR = "bitwise_right_shift"
     XOR = "logical_xor"
+    # complex numbers (their parts, and the conjugate; the identity, or zero, on real dtypes)
+    REAL = "real"
+    IMAG = "imag"
+    CONJ = "conj"
     # others
     WHERE = "where"
     CAST = "cast"
@@ -134,6 +138,8 @@ UNARY_UFUNC.update({
     Op.SIGN: "sign", Op.SIGNBIT: "signbit", Op.ISNAN: "isnan", Op.ISINF: "isinf", Op.ISFINITE: "isfinite",
     Op.SQUARE: "square", Op.RECIPROCAL: "sqrt", Op.INVERT: "invert",
 })
+# real and imag give the real dtype of a complex one (np.absolute's rule); conj keeps the dtype
+UNARY_UFUNC.update({Op.REAL: "absolute", Op.IMAG: "absolute", Op.CONJ: "conjugate"})
 BINARY_UFUNC.update({
     Op.ATAN2: "arctan2", Op.HYPOT: "hypot", Op.COPYSIGN: "copysign", Op.NEXTAFTER: "nextafter",
     Op.LOGADDEXP: "logaddexp", Op.BIT_AND: "bitwise_and", Op.BIT_OR: "bitwise_or", Op.BIT_XOR: "bitwise_xor",

@@ -15,6 +15,7 @@ from .nodes import (AttrRef, BINARY_UFUNC, DTypeOf, Graph, Node, Op, ShapeOf, UN
                     UNKNOWN_RANK)
 from .shapes import LAYOUT_RULES, NodeInfo, Shape, static_cast, static_value  # noqa: F401
 from .rng import infer_random
+from . import cplx
 from .text import where_text
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ def reduce_dtypes(kind: str, x: DType) -> tuple[DType, DType]:
     if kind in ("max", "min", "copy"):
         out = x
     elif kind == "mean":
-        out = x if x.is_float else dt.float64
+        out = x if x.kind in "fc" else dt.float64
     elif x.kind == "u":
         out = dt.uint64
     elif x.kind in "ib":
@@ -101,7 +102,12 @@ def infer(opdef, in_dtypes, in_shapes, attrs: dict) -> Spec:
         raise ArgumentError(f"op {opdef.name} takes {len(opdef.inputs)} inputs "
                             f"({', '.join(opdef.inputs)}), got {len(in_dtypes)}")
     in_dtypes = tuple(dt.as_dtype(d) for d in in_dtypes)
-    info = infer_nodes(opdef, g, in_dtypes, in_shapes, attrs)
+    try:
+        info = infer_nodes(opdef, g, in_dtypes, in_shapes, attrs)
+    except DTypeError as e:   # a backward op's complex values may first trip a real-only rule
+        cplx.check_grad(opdef, in_dtypes, (), e)
+        raise
+    cplx.check_grad(opdef, in_dtypes, info)
     for n, i in zip(g.nodes, info):  # kernels index with int64: refuse before anything is allocated
         if i.shape is not None and UNKNOWN_DIM not in i.shape:
             count = 1
@@ -137,6 +143,7 @@ def infer_nodes(opdef, g: Graph, in_dtypes, in_shapes, attrs: dict) -> list[Node
             info.append(NodeInfo(n.arg[0], (), value=n.arg[1]))
         elif n.op is Op.CAST:
             to = dt.materialize(srcs[1].dtype) if isinstance(n.arg, DTypeOf) else n.arg
+            cplx.check_cast(srcs[0].dtype, to, fail)
             info.append(NodeInfo(to, srcs[0].shape, value=static_cast(srcs[0].value, to)))
         elif n.op in LAYOUT_RULES:
             info.append(LAYOUT_RULES[n.op](n, srcs, fail))
@@ -151,6 +158,7 @@ def infer_nodes(opdef, g: Graph, in_dtypes, in_shapes, attrs: dict) -> list[Node
                 axes = (axes,)
             keep = attrs[a.keep_dims.name] if isinstance(a.keep_dims, AttrRef) else a.keep_dims
             xd = dt.materialize(x.dtype)
+            cplx.check_reduce(a.kind, xd, fail)
             out_dt, acc = reduce_dtypes(a.kind, xd)
             if x.shape is None:
                 info.append(NodeInfo(out_dt, None, xd, acc, None, keep))
@@ -180,6 +188,7 @@ def infer_nodes(opdef, g: Graph, in_dtypes, in_shapes, attrs: dict) -> list[Node
                     fail(str(e), exc=DTypeError)
                 if n.op is Op.WHERE:
                     comp = out
+            cplx.check_elementwise(n, tuple(s.dtype for s in srcs), comp, fail)
             if n.op is Op.RELU and comp == "bool" or (isinstance(comp, DType) and comp.kind == "b"
                                                        and n.op is Op.RELU):
                 fail("relu is not defined for bool", exc=DTypeError)

@@ -73,7 +73,11 @@ def static_value(op: Op, values: list, fail):
 def static_cast(v, to) -> object:
     if v is None:
         return None
-    kind = to.kind if isinstance(to, DType) else {"bool": "b", "int": "i", "float": "f"}[to]
+    kind = to.kind if isinstance(to, DType) else {"bool": "b", "int": "i", "float": "f", "complex": "c"}[to]
+    if kind == "c":
+        return complex(v)
+    if isinstance(v, complex):  # complex -> real is refused (rules); a shape never needs it
+        return None
     return bool(v) if kind == "b" else (int(v) if kind in "iu" else float(v))
 
 

@@ -228,6 +228,8 @@ def operand(x) -> Node:
         return make(Op.CONST, (), ("int", int(x)))
     if isinstance(x, (float, np.floating)):
         return make(Op.CONST, (), ("float", float(x)))
+    if isinstance(x, (complex, np.complexfloating)):
+        return make(Op.CONST, (), ("complex", complex(x)))
     raise TraceError(f"{op_prefix()}cannot use {type(x).__name__} {x!r} in a fused op: operands are traced tensors, "
                      f"attributes or Python scalars [at {user_loc()}]")
 

@@ -13,6 +13,7 @@ from typing import Callable
 from .. import dtypes as dt
 from ..dtypes import DType
 from ..errors import FusegenError
+from ..graph.cplx import REAL_RESULT
 from ..ir import PIECEWISE, VIEWS, Node, Op, Spec
 from .paths import is_param
 
@@ -246,6 +247,8 @@ class ExprWriter:
             expr = _small_power(node, args, comp) or \
                 self.d.row(node.op, comp).format(*args, one=self.d.literal(1, comp), zero=self.d.literal(0, comp))
             result_type = dt.bool_ if node.op in _BOOL_OPS else comp
+            if comp.is_complex and node.op in REAL_RESULT:   # abs, real, imag of a complex value
+                result_type = dt.real_of(comp)
             if result_type not in self.d.exact_types or node.op in _INEXACT:
                 expr = self.d.cast(expr, result_type)
             if result_type is not out:
@@ -419,3 +422,9 @@ def vmath_functions(nodes) -> tuple[str, ...]:
     used = dict.fromkeys(["exp", "tanh"])
     used.update(dict.fromkeys(VMATH_OPS[n.op] for n in nodes if n.op in VMATH_OPS))
     return tuple(used)
+
+
+# --- complex64 and complex128: their rows, literals, type names and casts (plan/cexprs.py) ------
+from .cexprs import install as _install_complex  # noqa: E402 - it extends the dialects above
+
+_install_complex(PYTHON, CUDA_PY, CPP, CUDA_CPP)
