@@ -104,8 +104,9 @@ def torch_namespace(torch: Any) -> Any:
     """torch under NumPy's names for what the references use: its reductions say ``dim`` and
     ``keepdim``, and its ``max`` with a dim returns (values, indices)."""
     return types.SimpleNamespace(
-        sum=lambda a, axis, keepdims=False: torch.sum(a, dim=axis, keepdim=keepdims),
-        mean=lambda a, axis, keepdims=False: torch.mean(a, dim=axis, keepdim=keepdims),
+        sum=lambda a, axis=None, keepdims=False: torch.sum(a) if axis is None else torch.sum(a, dim=axis, keepdim=keepdims),
+        mean=lambda a, axis=None, keepdims=False: torch.mean(a) if axis is None else torch.mean(a, dim=axis,
+                                                                                                  keepdim=keepdims),
         max=lambda a, axis, keepdims=False: torch.amax(a, dim=axis, keepdim=keepdims),
         exp=torch.exp, abs=torch.abs, sqrt=torch.sqrt, tanh=torch.tanh, where=torch.where, erf=torch.erf, log=torch.log,
         asarray=torch.as_tensor,
@@ -113,7 +114,9 @@ def torch_namespace(torch: Any) -> Any:
         concat=lambda arrays, axis=0: torch.cat(arrays, dim=axis), arange=torch.arange,
         permute_dims=lambda a, axes: a.permute(axes),
         log1p=torch.log1p, round=torch.round, clip=torch.clamp,
-        int8=torch.int8, astype=lambda a, d: a.to(d))
+        int8=torch.int8, astype=lambda a, d: a.to(d),
+        take_along_axis=lambda a, i, axis: torch.take_along_dim(a, i, dim=axis),
+        argmax=lambda a, axis: torch.argmax(a, dim=axis))
 
 
 # the hand-written Numba versions (the njit peers)
