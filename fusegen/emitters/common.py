@@ -273,7 +273,7 @@ def _shape_rules(op: OpDef) -> list[dict]:
             keep = f"a.{a.keep_dims.name}" if isinstance(a.keep_dims, AttrRef) else \
                 ("true" if a.keep_dims else "false")
             rules.append(dict(kind="reduce", src=srcs[0], axes=axes, keep=keep, text=text, idx=i,
-                              nonempty=a.kind in ("max", "min")))
+                              nonempty=a.kind in ("max", "min") and not a.empty_ok))
         else:
             rules.append(dict(kind="broadcast", srcs=srcs, text=text))
     return rules
