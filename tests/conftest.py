@@ -204,3 +204,67 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_sep("-", "fusegen property tests")
         for name, count in sorted(PROPERTY_STATS.items()):
             terminalreporter.write_line(f"{name}: {count} examples tried")
+
+
+# --- the default run's representatives ----------------------------------------------------------
+# The default run must cover every backend and every public function within 5 minutes on two
+# cold cores, and nearly all of its time is compiling (Numba groups, g++ builds). For these
+# parametrized tests it takes the cases listed here (each backend and each function still run at
+# least once); their other cases, the dtype/shape/backend matrix, carry the `extended` marker,
+# which CI runs as a step of its own (`pytest -m extended`). One table, so the trade is visible.
+DEFAULT_CASES = {
+    "test_elementwise.py::test_float_functions_match_numpy": {"unary_a-numba", "unary_b-numba", "binary_f-numba",
+                                                               "binary_f-aot"},
+    "test_grad.py::test_reference_op_gradients_match_finite_differences": {"add_mul_div-3-numba", "layer_norm-8-aot"},
+    "test_layout_backends.py::test_layout_cases_against_numpy": {"generic-numba-quick", "per_rank-aot-quick",
+                                                                  "generic-xla-quick", "per_rank-xla-quick"},
+    "test_bench.py::test_rows_match_their_reference": {"cross_entropy", "accuracy"},
+    "test_abi_emit.py::test_compiles_warning_free": {"softmax-fusegen", "layer_norm-mindspore"},
+    "test_numeric_cpu.py::test_binary_ops_with_broadcasting": {"float32-float32", "int8-int8", "uint8-int8"},
+    "test_numeric_cpu.py::test_unary_ops": {"float32", "int8"},
+    "test_numeric_cpu.py::test_broadcasting_ranks_and_sizes": {"sx0-sy0", "sx2-sy2", "sx5-sy5", "sx7-sy7"},
+    "test_numeric_cpu.py::test_python_scalars_and_scalar_attributes": {"int8", "float32"},
+    "test_numeric_cpu.py::test_reductions_dtypes_row_mode": {"float32", "int8", "bool"},
+    "test_numeric_cpu.py::test_reductions_dtypes_col_mode": {"float32", "int8"},
+    "test_numeric_cpu.py::test_layer_norm_every_axis": {"shape0-0-float32", "shape1-1-float32", "shape2-2-float32",
+                                                         "shape3--2-float32", "shape5--1-float16"},
+    "test_numeric_cpu.py::test_softmax_every_axis": {"shape0-0-float32", "shape1-1-float32", "shape2-2-float32",
+                                                      "shape3--1-float32", "shape4--3-float32", "shape5-0-float64"},
+    "test_numeric_cpu.py::test_rms_norm": {"sx0-float32", "sx2-float64"},
+    "test_numeric_cpu.py::test_nan_propagates_through_max_and_min": {"-1"},
+    "test_aot_backend.py::test_matches_numba_backend": {"add_reduce_sum-float64-10", "softmax-float32-3",
+                                                        "bias_gelu-float16-4", "add_mul_div-float32-5"},
+    "test_aot_backend.py::test_workspace_sizes": {"add_reduce_sum", "add_mul_div", "softmax", "layer_norm"},
+    "test_requests.py::test_accumulate_into_a_reduction": {"numba-0-False", "aot-0-False", "aot-1-True",
+                                                           "aot--1-False"},
+    "test_requests.py::test_accumulate_adds_every_output_in_one_pass": {"numba-shape0", "aot-shape0", "aot-shape1"},
+    "test_requests.py::test_inplace_softmax_overwrites_its_input": {"numba-shape0", "aot-shape0", "aot-shape1"},
+    "test_grad.py::test_sum_to_and_cast_like": {"like_shape0-numba", "like_shape1-aot", "like_shape8-numba"},
+    "test_vmath.py::test_float32_sweep_matches_numpy": {"numba-exp", "aot-tanh"},
+    "test_perf_ops.py::test_rows_match_numpy": {"sigmoid-numba", "sigmoid-aot", "adam_step-numba", "adam_step-aot",
+                                                "user_layer_norm-numba", "user_bias_gelu_tanh-numba",
+                                                "user_bias_gelu_tanh-aot", "user_softmax-numba"},
+    "test_gathers.py::test_take_ranks_and_size0": {"xshape0-ishape0", "xshape1-ishape1", "xshape3-ishape3"},
+    "test_gathers.py::test_take_dtypes": {"int8-uint8"},
+    "test_gathers.py::test_take_along_axis_grad_accumulates_repeats": {"3000"},
+    "test_complex.py::test_zero_rank_size_zero_and_broadcasting": {"xs0-ys0", "xs1-ys1"},
+    "test_percall_benchmark.py::test_call_at_4x5": {"add_reduce_sum-numba", "add_reduce_sum-aot", "layer_norm-numba",
+                                                    "bias_gelu-numba", "bias_gelu-aot", "adam_step-numba"},
+}
+
+
+@pytest.hookimpl(tryfirst=True)   # before `-m` deselects by marker
+def pytest_collection_modifyitems(config, items):
+    seen: dict[str, set] = {}
+    for item in items:
+        base, _, case = item.nodeid.rpartition("/")[2].partition("[")
+        keep = DEFAULT_CASES.get(base)
+        if keep is not None and case:
+            seen.setdefault(base, set()).add(case[:-1])
+            if case[:-1] not in keep:
+                item.add_marker(pytest.mark.extended)
+    # a renamed case would silently leave its test without a default representative
+    for base, cases in seen.items():
+        if DEFAULT_CASES[base] - cases and not config.getoption("keyword"):
+            raise pytest.UsageError(f"tests/conftest.py DEFAULT_CASES[{base!r}] names cases that do not exist: "
+                                    f"{sorted(DEFAULT_CASES[base] - cases)}")
