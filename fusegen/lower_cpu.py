@@ -26,8 +26,8 @@ from .ir import Node, Op, Spec, nodes_of
 from .lower import rng as rnglower
 from .lower.cpu_layout import HEADER, OperandSlot, index_text, meta_array, stride_pattern, view_text  # noqa: F401  (HEADER, meta_array: part of the face)
 from .lower.gathers import GatherSlots
-from .lower.pyhelpers import COMPLEX_HELPER_NAMES, COMPLEX_HELPERS, HELPER_NAMES, VMATH_IMPORTS, python_helpers
-from .lower.pysource import INNER_HELPER, NAN_HELPERS, combine, general_maps, group_params, import_source, operand_name
+from .lower.pyhelpers import COMPLEX_HELPER_NAMES, COMPLEX_HELPERS, VMATH_IMPORTS
+from .lower.pysource import INNER_HELPER, combine, general_maps, group_params, import_source, operand_name
 from .plan import GroupRun, Plan
 from .plan.paths import is_param, path_steps
 from .plan.cexprs import spec_uses_complex
@@ -403,11 +403,13 @@ PRELUDE = '''\
 # numba {numba_version}, @njit({jit}) -- part of the file's content hash, so Numba's disk
 # cache (keyed by this file) never serves machine code compiled under other options.
 # fusegen.vmath {vmath} -- likewise for the float32 exp/tanh inlined from there.
+# fusegen.pyhelpers_numba {helpers} -- likewise for the special-case helpers.
 import math
 import numpy as np
 from numba import prange
 from fusegen.vmath_numba import exp_f32 as _exp_f32, tanh_f32 as _tanh_f32
-''' + VMATH_IMPORTS + NAN_HELPERS + python_helpers("np")
+from fusegen.pyhelpers_numba import {helper_names}
+''' + VMATH_IMPORTS
 
 
 # ---------------------------------------------------------------------------------------------
@@ -431,6 +433,8 @@ class GroupKernel:
 def compile_group(plan: Plan, spec: Spec, run: GroupRun, parallel: bool, split: bool = False) -> GroupKernel:
     """Generate, write, import and JIT the function for one fused group."""
     import numba
+
+    from . import pyhelpers_numba   # (imports numba: on first compile, not at import fusegen)
     mode = "row" if run.layout.inner == 1 else "col"
     pattern = stride_pattern(run)
     gs = GroupSource(plan, spec, run, pattern, mode, parallel, split)
@@ -439,6 +443,7 @@ def compile_group(plan: Plan, spec: Spec, run: GroupRun, parallel: bool, split: 
     shown = {k: sorted(v) if isinstance(v, (set, frozenset)) else v for k, v in jit.items()}  # stable text
     src = PRELUDE.format(op=plan.opdef.name, dtypes=", ".join(map(str, spec.dtypes)), version=__version__,
                          numba_version=numba.__version__, vmath=vmath.source_digest(),
+                         helpers=pyhelpers_numba.DIGEST, helper_names=", ".join(pyhelpers_numba.NAMES),
                          jit=", ".join(f"{k}={v!r}" for k, v in sorted(shown.items()))) + body
     if gs.rng.used:   # the digest names the RNG's implementation: Numba's cache key
         src += f"# fusegen.rng_numba {rnglower.digest()}: {', '.join(sorted(gs.rng.used))}\n"
@@ -456,9 +461,7 @@ def compile_group(plan: Plan, spec: Spec, run: GroupRun, parallel: bool, split: 
     helper = numba.njit(forceinline=True, error_model="numpy", nogil=True)
 
     def setup(mod):
-        mod._fmax = helper(mod._fmax)
-        mod._fmin = helper(mod._fmin)
-        for name in HELPER_NAMES + (COMPLEX_HELPER_NAMES if hasattr(mod, "_fg_cmul") else ()):
+        for name in COMPLEX_HELPER_NAMES if hasattr(mod, "_fg_cmul") else ():
             setattr(mod, name, helper(getattr(mod, name)))
         if modular:
             mod._inner = helper(mod._inner)

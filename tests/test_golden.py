@@ -102,7 +102,7 @@ def numba_sources() -> dict[str, str]:
 
 def _normalize(src: str) -> str:
     src = re.sub(r"^# numba \S+,", "# numba <version>,", src, count=1, flags=re.M)
-    return re.sub(r"^# fusegen\.vmath [0-9a-f]+ ", "# fusegen.vmath <digest> ", src, count=1, flags=re.M)
+    return re.sub(r"^# fusegen\.(vmath|pyhelpers_numba) [0-9a-f]+ ", r"# fusegen.\1 <digest> ", src, flags=re.M)
 
 
 def all_files() -> dict[str, str]:

@@ -2,105 +2,13 @@
 # numba <version>, @njit(cache=True, error_model='numpy', fastmath=['reassoc'], nogil=True, parallel=False) -- part of the file's content hash, so Numba's disk
 # cache (keyed by this file) never serves machine code compiled under other options.
 # fusegen.vmath <digest> -- likewise for the float32 exp/tanh inlined from there.
+# fusegen.pyhelpers_numba <digest> -- likewise for the special-case helpers.
 import math
 import numpy as np
 from numba import prange
 from fusegen.vmath_numba import exp_f32 as _exp_f32, tanh_f32 as _tanh_f32
+from fusegen.pyhelpers_numba import _fmax, _fmin, _fg_floor_divide, _fg_remainder, _fg_floor_divide_int, _fg_remainder_int, _fg_shl, _fg_shr, _fg_shr_u, _fg_logaddexp, _fg_trunc, _fg_rint
 from fusegen.vmath_numba import log_f32 as _log_f32, log1p_f32 as _log1p_f32, log2_f32 as _log2_f32, log10_f32 as _log10_f32, expm1_f32 as _expm1_f32, erf_f32 as _erf_f32, sin_f32 as _sin_f32, cos_f32 as _cos_f32, tan_f32 as _tan_f32, atan_f32 as _atan_f32, asin_f32 as _asin_f32, acos_f32 as _acos_f32, sinh_f32 as _sinh_f32, cosh_f32 as _cosh_f32, asinh_f32 as _asinh_f32, acosh_f32 as _acosh_f32, atanh_f32 as _atanh_f32, atan2_f32 as _atan2_f32, hypot_f32 as _hypot_f32
-
-
-def _fmax(a, b):  # NumPy's maximum: NaN wins
-    return a if (a > b or a != a) else b
-
-
-def _fmin(a, b):
-    return a if (a < b or a != a) else b
-
-
-
-def _fg_floor_divide(a, b, one):  # NumPy's floor_divide on floats (npy_divmod)
-    if b == 0:
-        return a / b
-    mod = np.fmod(a, b)
-    div = (a - mod) / b
-    if mod != 0 and ((b < 0) != (mod < 0)):
-        div = div - one
-    if div != 0:
-        fl = np.floor(div)
-        if div - fl > 0.5:
-            fl = fl + one
-        return fl
-    return np.copysign(div - div, a / b)
-
-
-def _fg_remainder(a, b, one):  # NumPy's remainder on floats: the sign of the divisor
-    mod = np.fmod(a, b)
-    if b == 0:
-        return mod
-    if mod != 0:
-        if (b < 0) != (mod < 0):
-            mod = mod + b
-        return mod
-    return np.copysign(mod - mod, b)
-
-
-def _fg_floor_divide_int(a, b):  # x // 0 is 0 and INT_MIN // -1 wraps, as NumPy's (no SIGFPE)
-    if b == 0:
-        return a - a
-    if b == -1:
-        return (a - a) - a
-    return a // b
-
-
-def _fg_remainder_int(a, b):
-    if b == 0 or b == -1:
-        return a - a
-    return a % b
-
-
-def _fg_shl(a, b, bits):  # NumPy: a count outside [0, bits) shifts everything out
-    if b < 0 or b >= bits:
-        return a - a
-    return a << b
-
-
-def _fg_shr(a, b, bits):
-    if b < 0 or b >= bits:
-        return (a - a) - (a < 0)
-    return a >> b
-
-
-def _fg_shr_u(a, b, bits):
-    if b >= bits:
-        return a - a
-    return a >> b
-
-
-def _fg_logaddexp(x, y):  # NumPy's npy_logaddexp: equal infinities give themselves
-    if x == y:
-        return x + 0.6931471805599453
-    tmp = x - y
-    if tmp > 0:
-        return x + np.log1p(np.exp(-tmp))
-    if tmp <= 0:
-        return y + np.log1p(np.exp(tmp))
-    return tmp
-
-
-def _fg_trunc(x):
-    return np.trunc(x) if x - x == 0 else x
-
-
-def _fg_rint(x, one):  # round half to even, the sign of a zero kept (numba-cuda has no rint)
-    if not (x - x == 0):
-        return x
-    f = np.floor(x)
-    d = x - f
-    half = one / (one + one)
-    if d > half or (d == half and np.fmod(f, one + one) != 0):
-        f = f + one
-    return np.copysign(f, x)
-
 def kernel(x1, x2, ws0, ws3, meta, a_eps):
     # stages 1 of op rms_norm_grad, col mode
     x1_ = x1.ravel()
