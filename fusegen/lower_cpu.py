@@ -152,9 +152,9 @@ class GroupSource:
         p2 = pad + "    "
         for o in reads:
             w(f"{p2}c_{o.name} = b_{o.name}")
-        for o in [o for o in self.ops.values() if o.key[0] == "out" and self._writes_elem(st, o.key)]:
+        written = self._elem_targets(st)
+        for o in written:
             w(f"{p2}c_{o.name} = b_{o.name}")
-        written = [self.ops[("out", k)] for k, _ in st.writes]
         moving = reads + written
         if needs_r:
             self._unravel(p2, "ro", "nRO", "nO + ", "c", moving)
@@ -163,7 +163,8 @@ class GroupSource:
             # the negative-index check and vectorize (a computed base does not).
             for o in moving:
                 at = f"c_{o.name} + {index_text(o.ri, 'r_lo', o.name + '_sri')}"
-                w(f"{p2}{view_text(o, o.ri, at, o.name + '_sri')}" if o.kind == "array" else f"{p2}q_{o.name} = {at}")
+                w(f"{p2}{view_text(o, o.ri, at, o.name + '_sri', _written(o, written))}" if o.kind == "array"
+                  else f"{p2}q_{o.name} = {at}")
                 if o.key in self.g.operands:
                     w(f"{p2}ga_{o.name} = {at}")
             p3 = p2 + "    "
@@ -181,21 +182,26 @@ class GroupSource:
                 w(f"{p3}{combine(r.arg.kind, f'acc{j}', v)}")
             for o, n, v in outs:
                 w(f"{p3}v_{o.name}[ri] = {v}")
-            if self.split:
+            if st.is_scan:   # every running value is a result: stored at each step, no epilogue
+                for j, (r, acc) in enumerate(accs):
+                    for dst in self._result_targets(r):
+                        w(f"{p3}v_{dst.name}[ri] = {self._store_result(r, dst, f'acc{j}')}")
+            elif self.split:
                 for j in range(len(accs)):
                     w(f"{pad}part{j}[t, 0] = acc{j}")
             else:
                 self._finalize_row(st, accs, pad)
         else:
             r_start = "r_lo"
-            if accs and not st.writes and all(o.i == 1 and o.kind == "array" for o in moving) and not self.g.nodes:
+            if accs and not st.writes and not st.is_scan and all(o.i == 1 and o.kind == "array" for o in moving) and not self.g.nodes:
                 self._fold4(st, accs, moving, p2)
                 r_start = "ri"
             w(f"{p2}for ri in range({r_start}, r_hi):")
             p3 = p2 + "    "
             for o in moving:
                 at = f"c_{o.name} + {index_text(o.ri, 'ri', o.name + '_sri')}"
-                w(f"{p3}{view_text(o, o.i, at, o.name + '_si')}" if o.kind == "array" else f"{p3}q_{o.name} = {at}")
+                w(f"{p3}{view_text(o, o.i, at, o.name + '_si', _written(o, written))}" if o.kind == "array"
+                  else f"{p3}q_{o.name} = {at}")
                 if o.key in self.g.operands:
                     w(f"{p3}ga_{o.name} = {at}")
             p4 = p3 + "    "
@@ -213,7 +219,11 @@ class GroupSource:
                 w(f"{p4}{combine(r.arg.kind, f'acc{j}[i]', v)}")
             for o, n, v in outs:
                 w(f"{p4}v_{o.name}[i] = {v}")
-            if not self.split:
+            if st.is_scan:
+                for j, (r, acc) in enumerate(accs):
+                    for dst in self._result_targets(r):
+                        w(f"{p4}v_{dst.name}[i] = {self._store_result(r, dst, f'acc{j}[i]')}")
+            elif not self.split:
                 self._finalize_col(st, accs, pad)
 
     def _fold4(self, st, accs, moving, pad):
@@ -354,8 +364,13 @@ class GroupSource:
     def _operand(self, n: Node, ctx: tuple) -> tuple:
         return self.run.operand_of[(self.slot_of[id(n)], path_steps(ctx, n))]
 
-    def _writes_elem(self, st, key) -> bool:
-        return any(("out", k) == key for k, _ in st.writes)
+    def _elem_targets(self, st) -> list[OperandSlot]:
+        """The operands a stage writes at every index of its domain: its outputs, and a scan
+        stage's results (which have the domain's shape)."""
+        out = [self.ops[("out", k)] for k, _ in st.writes]
+        if st.is_scan:
+            out += [o for r in st.reductions for o in self._result_targets(r) if o not in out]
+        return out
 
     def _result_targets(self, r: Node) -> list[OperandSlot]:
         return [self.ops[k] for k in self.store_slots.get(id(r), ())]
@@ -392,6 +407,12 @@ class GroupSource:
         out = reg_dtype(self.spec.of(r).dtype)
         acc = reg_dtype(self.spec.of(r).acc)
         return v if out is acc else PYTHON.cast(v, out)
+
+
+def _written(o: OperandSlot, written: list) -> str:
+    """The view prefix of an operand the loop writes (a view even where its stride is 0: a scan's
+    workspace over a size-1 dim), "" for one it reads."""
+    return "v" if any(o is w for w in written) else ""
 
 
 def _nodes_of(st) -> list[Node]:

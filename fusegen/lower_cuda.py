@@ -249,7 +249,9 @@ def compile_ptx(op, dtypes, shapes, attrs: dict | None = None, cc=(9, 0), max_th
         from .errors import CompileError
         raise CompileError(f"op {op.name}: {missing}")
     from numba import cuda
+    from .graph.scans import composed
     from .ir import infer
+    op = composed(op)   # no scan stages on CUDA yet: scans as masked reductions
     plan = build_plan(op)
     spec = infer(op, dtypes, shapes, op.bind_attrs(attrs or {}))
     out = []
