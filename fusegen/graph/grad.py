@@ -32,6 +32,7 @@ from .grad_views import view_adjoints
 from .layout import broadcast_like
 from .nodes import PIECEWISE, VIEWS, Graph, Node, Op, ReduceArg, ShapeOf, computed_nodes, shape_atoms, value_srcs
 from .opdef import OpDef
+from .scans import scan_adjoint
 from .trace import Tensor, cast_like, expect_same_shape, make as _make, sum_to, unreduce, where
 
 # Ops whose derivative is zero almost everywhere: adjoints stop there.
@@ -241,6 +242,8 @@ def _rules(n: Node, g: Tensor) -> list[tuple[Node, Tensor, tuple]]:
     a = T(n.srcs[0]) if n.srcs else None
     b = T(n.srcs[1]) if len(n.srcs) > 1 else None
     o = n.op
+    if o is Op.REDUCE and n.arg.scan:   # the result has the source's shape
+        return [(n.srcs[0], scan_adjoint(n, g), ())]
     if o is Op.REDUCE:   # the result broadcasts back to the source: the source spans it
         return [(n.srcs[0], _reduce_rule(n, g), (a,))]
     if o is Op.CAST:

@@ -129,6 +129,37 @@ def _running(kind: str, x: Tensor, axis: int, include_initial: bool = False) -> 
     return r
 
 
+# --- adjoints (fg.grad) ------------------------------------------------------------------------
+def scan_adjoint(n, g: Tensor) -> Tensor:
+    """The adjoint of scan node ``n``'s source, given the adjoint ``g`` of its result (same shape).
+
+    ``sum``: a reverse cumulative sum (O(n)); ``prod``: that of ``g * result``, over the source
+    (as the product reduction's rule: undefined at zeros); ``max``/``min``: each output's adjoint
+    split evenly among the tied extrema before it, and ``logaddexp``: ``g_i * exp(x_j - out_i)``
+    summed over ``i >= j``, both in the masked O(n^2) form."""
+    from .layout import flip
+    kind, axis = n.arg.kind, n.arg.axes[0]
+    a, v = Tensor(n.srcs[0]), Tensor(n)
+
+    def rsum(t: Tensor) -> Tensor:
+        return flip(scan("sum", flip(t, axis=axis), axis), axis=axis)
+
+    if kind == "sum":
+        return rsum(g)
+    if kind == "prod":
+        return rsum(g * v) / a
+    _, yy, keep = running_mask(a, axis)
+    out_i = moveaxis(v, axis, -1)[..., :, None]    # (..., n_out, 1): output i's value
+    g_i = moveaxis(g, axis, -1)[..., :, None]
+    if kind == "logaddexp":
+        part = where(keep, g_i * exp(yy - out_i), 0)
+    else:
+        hit = keep & (yy == out_i)
+        ties = reduce("sum", where(hit, 1.0, 0.0), -1, True)
+        part = where(hit, cast_like(g_i / ties, g), 0)
+    return _back(reduce("sum", part, -2, False), axis)
+
+
 # --- the public functions ------------------------------------------------------------------------
 def _sumprod(kind: str, x, axis, dtype, include_initial: bool, fn: str) -> Tensor:
     x, axis = _setup(x, axis, fn)
