@@ -44,6 +44,7 @@ class GroupSource:
         # into its own partial accumulator row, combined at the end. Used when there are too
         # few outputs to give every thread a contiguous share (e.g. a column sum).
         self.split = split
+        self.scan_pass = None   # a split scan's pass: "totals" or "write" (emit)
         inners = run.inners or [None] * len(run.operands)
         self.ops = {key: OperandSlot(operand_name(key), key, p[0], p[1], k,
                              "iota" if key[0] == "iota" else ("modular" if inner is not None else "array"))
@@ -102,6 +103,21 @@ class GroupSource:
             for j, r in enumerate(self._stages()[0].reductions):
                 acc = reg_dtype(self.spec.of(r).acc)
                 w(f"    part{j} = np.empty((ntasks, max(I, 1)), dtype=np.{acc.name})")
+        # A split scan runs its tasks twice (the blocked scan): each chunk's total, an exclusive
+        # scan of the totals along the chunks, then each chunk again from its carried prefix.
+        self.scan_split = self.split and self._stages()[0].is_scan
+        for self.scan_pass in (("totals", "write") if self.scan_split else (None,)):
+            if self.scan_pass == "write":
+                self._prefix_partials(self._stages()[0])
+            self._task_loop()
+        if self.split and not self.scan_split:
+            self._combine_partials(self._stages()[0])
+        self.lines += self.g.cpu_lines("return") if self.g.checks else ["    return 0"]
+        return "\n".join(self.lines) + "\n"
+
+    def _task_loop(self) -> None:
+        """The parallel loop over tasks, each running every stage of the group on its tile."""
+        w = self.lines.append
         loop = "prange" if self.parallel else "range"
         w(f"    for t in {loop}(ntasks):")
         w("        o = t // (ntiles * nsplit)")
@@ -122,24 +138,38 @@ class GroupSource:
             self._stage(st)
         self.lines += self.g.cpu_lines("task end")
         self.lines[alloc_at:alloc_at] = self.fills.allocations("        ")
-        if self.split:
-            self._combine_partials(self._stages()[0])
-        self.lines += self.g.cpu_lines("return") if self.g.checks else ["    return 0"]
-        return "\n".join(self.lines) + "\n"
+
+    def _prefix_partials(self, st) -> None:
+        """Between a split scan's passes: each chunk's total replaced by the fold of the totals
+        of the chunks before it (the carry its second pass starts from)."""
+        w = self.lines.append
+        w("    # the carry into each chunk: an exclusive scan of the chunk totals")
+        w("    for o in range(meta[6] * ntiles):")
+        w("        for i in range(max(I, 1)):")
+        for j, r in enumerate(st.reductions):
+            acc = reg_dtype(self.spec.of(r).acc)
+            w(f"            carry = {PYTHON.literal(reduce_identity(r.arg.kind, acc), acc)}")
+            w("            for s in range(nsplit):")
+            w(f"                total = part{j}[o * nsplit + s, i]")
+            w(f"                part{j}[o * nsplit + s, i] = carry")
+            w(f"                {combine(r.arg.kind, 'carry', 'total')}")
 
     # --- one stage ----------------------------------------------------------------------------
     def _stage(self, st):
         w = self.lines.append
         pad = "        "
         w(f"{pad}# stage {st.index}: " + ", ".join(
-            [f"{r.arg.kind} reduction" for r in st.reductions] + [f"output {k}" for k, _ in st.writes]))
+            [f"{'scan ' if r.arg.scan else ''}{r.arg.kind}{'' if r.arg.scan else ' reduction'}" for r in st.reductions]
+            + ([f"({self.scan_pass} pass)"] if self.scan_pass else []) + [f"output {k}" for k, _ in st.writes]))
         reads = [self.ops[key] for key in self._read_keys(st)]
         accs = []
         for j, r in enumerate(st.reductions):
             info = self.spec.of(r)
             acc = reg_dtype(info.acc)
             init = PYTHON.literal(reduce_identity(r.arg.kind, acc), acc)
-            if self.mode == "row":
+            if self.scan_pass == "write":   # from the carry into this chunk
+                w(f"{pad}acc{j} = part{j}[t, 0]" if self.mode == "row" else f"{pad}acc{j} = part{j}[t]")
+            elif self.mode == "row":
                 w(f"{pad}acc{j} = {init}")
             elif self.split:
                 w(f"{pad}acc{j} = part{j}[t]")
@@ -182,7 +212,10 @@ class GroupSource:
                 w(f"{p3}{combine(r.arg.kind, f'acc{j}', v)}")
             for o, n, v in outs:
                 w(f"{p3}v_{o.name}[ri] = {v}")
-            if st.is_scan:   # every running value is a result: stored at each step, no epilogue
+            if self.scan_pass == "totals":
+                for j in range(len(accs)):
+                    w(f"{pad}part{j}[t, 0] = acc{j}")
+            elif st.is_scan:   # every running value is a result: stored at each step, no epilogue
                 for j, (r, acc) in enumerate(accs):
                     for dst in self._result_targets(r):
                         w(f"{p3}v_{dst.name}[ri] = {self._store_result(r, dst, f'acc{j}')}")
@@ -219,11 +252,11 @@ class GroupSource:
                 w(f"{p4}{combine(r.arg.kind, f'acc{j}[i]', v)}")
             for o, n, v in outs:
                 w(f"{p4}v_{o.name}[i] = {v}")
-            if st.is_scan:
+            if st.is_scan and self.scan_pass != "totals":   # (totals: acc is the partial row)
                 for j, (r, acc) in enumerate(accs):
                     for dst in self._result_targets(r):
                         w(f"{p4}v_{dst.name}[i] = {self._store_result(r, dst, f'acc{j}[i]')}")
-            elif not self.split:
+            elif not self.split and not st.is_scan:
                 self._finalize_col(st, accs, pad)
 
     def _fold4(self, st, accs, moving, pad):
