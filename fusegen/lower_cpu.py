@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from . import vmath
 from .ir import Node, Op, Spec, nodes_of
+from .lower import cpu_scans
 from .lower import rng as rnglower
 from .lower.cpu_layout import HEADER, OperandSlot, index_text, meta_array, stride_pattern, view_text  # noqa: F401  (HEADER, meta_array: part of the face)
 from .lower.gathers import GatherSlots
@@ -108,7 +109,7 @@ class GroupSource:
         self.scan_split = self.split and self._stages()[0].is_scan
         for self.scan_pass in (("totals", "write") if self.scan_split else (None,)):
             if self.scan_pass == "write":
-                self._prefix_partials(self._stages()[0])
+                self.lines += cpu_scans.carry_lines(self._stages()[0], self.spec)
             self._task_loop()
         if self.split and not self.scan_split:
             self._combine_partials(self._stages()[0])
@@ -138,21 +139,6 @@ class GroupSource:
             self._stage(st)
         self.lines += self.g.cpu_lines("task end")
         self.lines[alloc_at:alloc_at] = self.fills.allocations("        ")
-
-    def _prefix_partials(self, st) -> None:
-        """Between a split scan's passes: each chunk's total replaced by the fold of the totals
-        of the chunks before it (the carry its second pass starts from)."""
-        w = self.lines.append
-        w("    # the carry into each chunk: an exclusive scan of the chunk totals")
-        w("    for o in range(meta[6] * ntiles):")
-        w("        for i in range(max(I, 1)):")
-        for j, r in enumerate(st.reductions):
-            acc = reg_dtype(self.spec.of(r).acc)
-            w(f"            carry = {PYTHON.literal(reduce_identity(r.arg.kind, acc), acc)}")
-            w("            for s in range(nsplit):")
-            w(f"                total = part{j}[o * nsplit + s, i]")
-            w(f"                part{j}[o * nsplit + s, i] = carry")
-            w(f"                {combine(r.arg.kind, 'carry', 'total')}")
 
     # --- one stage ----------------------------------------------------------------------------
     def _stage(self, st):
@@ -193,7 +179,7 @@ class GroupSource:
             # the negative-index check and vectorize (a computed base does not).
             for o in moving:
                 at = f"c_{o.name} + {index_text(o.ri, 'r_lo', o.name + '_sri')}"
-                w(f"{p2}{view_text(o, o.ri, at, o.name + '_sri', _written(o, written))}" if o.kind == "array"
+                w(f"{p2}{view_text(o, o.ri, at, o.name + '_sri', cpu_scans.view_prefix(o, written))}" if o.kind == "array"
                   else f"{p2}q_{o.name} = {at}")
                 if o.key in self.g.operands:
                     w(f"{p2}ga_{o.name} = {at}")
@@ -212,13 +198,8 @@ class GroupSource:
                 w(f"{p3}{combine(r.arg.kind, f'acc{j}', v)}")
             for o, n, v in outs:
                 w(f"{p3}v_{o.name}[ri] = {v}")
-            if self.scan_pass == "totals":
-                for j in range(len(accs)):
-                    w(f"{pad}part{j}[t, 0] = acc{j}")
-            elif st.is_scan:   # every running value is a result: stored at each step, no epilogue
-                for j, (r, acc) in enumerate(accs):
-                    for dst in self._result_targets(r):
-                        w(f"{p3}v_{dst.name}[ri] = {self._store_result(r, dst, f'acc{j}')}")
+            if st.is_scan:   # every running value is a result: stored at each step, no epilogue
+                self.lines += cpu_scans.store_lines(self, accs, p3, pad, "ri", "acc{j}")
             elif self.split:
                 for j in range(len(accs)):
                     w(f"{pad}part{j}[t, 0] = acc{j}")
@@ -233,7 +214,7 @@ class GroupSource:
             p3 = p2 + "    "
             for o in moving:
                 at = f"c_{o.name} + {index_text(o.ri, 'ri', o.name + '_sri')}"
-                w(f"{p3}{view_text(o, o.i, at, o.name + '_si', _written(o, written))}" if o.kind == "array"
+                w(f"{p3}{view_text(o, o.i, at, o.name + '_si', cpu_scans.view_prefix(o, written))}" if o.kind == "array"
                   else f"{p3}q_{o.name} = {at}")
                 if o.key in self.g.operands:
                     w(f"{p3}ga_{o.name} = {at}")
@@ -252,11 +233,9 @@ class GroupSource:
                 w(f"{p4}{combine(r.arg.kind, f'acc{j}[i]', v)}")
             for o, n, v in outs:
                 w(f"{p4}v_{o.name}[i] = {v}")
-            if st.is_scan and self.scan_pass != "totals":   # (totals: acc is the partial row)
-                for j, (r, acc) in enumerate(accs):
-                    for dst in self._result_targets(r):
-                        w(f"{p4}v_{dst.name}[i] = {self._store_result(r, dst, f'acc{j}[i]')}")
-            elif not self.split and not st.is_scan:
+            if st.is_scan:   # (the totals pass: acc is the partial row already)
+                self.lines += cpu_scans.store_lines(self, accs, p4, None, "i", "acc{j}[i]")
+            elif not self.split:
                 self._finalize_col(st, accs, pad)
 
     def _fold4(self, st, accs, moving, pad):
@@ -342,8 +321,8 @@ class GroupSource:
                 val = f"acc{j} / {PYTHON.cast('count', acc)}"
             w(f"{pad}r{j} = {val}")
             results[id(r)] = f"r{j}"
-            for dst in self._result_targets(r):
-                w(f"{pad}{dst.name}_[b_{dst.name}] = {self._store_result(r, dst, f'r{j}')}")
+            for dst in self.result_targets(r):
+                w(f"{pad}{dst.name}_[b_{dst.name}] = {self.store_result(r, dst, f'r{j}')}")
         ew = ExprWriter(self.spec, PYTHON, lambda n, ctx=(): results[id(n)] if n.op is Op.REDUCE else self._attr(n),
                         prefix=f"f{st.index}_")
         outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.finals]
@@ -356,7 +335,7 @@ class GroupSource:
         if not accs:
             return
         w = self.lines.append
-        targets = {o.key: o for r, _ in accs for o in self._result_targets(r)}
+        targets = {o.key: o for r, _ in accs for o in self.result_targets(r)}
         targets.update({("out", k): self.ops[("out", k)] for k, _ in st.finals})
         for o in targets.values():
             w(f"{pad}{view_text(o, o.i, f'b_{o.name}', o.name + '_si', prefix='f')}")
@@ -369,8 +348,8 @@ class GroupSource:
                 val = PYTHON.cast(f"acc{j}[i] / {PYTHON.cast('count', acc)}", acc)
             w(f"{p}r{j} = {val}")
             results[id(r)] = f"r{j}"
-            for dst in self._result_targets(r):
-                w(f"{p}f_{dst.name}[i] = {self._store_result(r, dst, f'r{j}')}")
+            for dst in self.result_targets(r):
+                w(f"{p}f_{dst.name}[i] = {self.store_result(r, dst, f'r{j}')}")
         ew = ExprWriter(self.spec, PYTHON, lambda n, ctx=(): results[id(n)] if n.op is Op.REDUCE else self._attr(n),
                         prefix=f"f{st.index}_")
         outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.finals]
@@ -402,10 +381,10 @@ class GroupSource:
         stage's results (which have the domain's shape)."""
         out = [self.ops[("out", k)] for k, _ in st.writes]
         if st.is_scan:
-            out += [o for r in st.reductions for o in self._result_targets(r) if o not in out]
+            out += [o for r in st.reductions for o in self.result_targets(r) if o not in out]
         return out
 
-    def _result_targets(self, r: Node) -> list[OperandSlot]:
+    def result_targets(self, r: Node) -> list[OperandSlot]:
         return [self.ops[k] for k in self.store_slots.get(id(r), ())]
 
     def _load(self, n: Node, ctx: tuple, mode: str) -> str:
@@ -434,18 +413,12 @@ class GroupSource:
     def _attr(self, n: Node) -> str:
         return f"a_{n.arg}"
 
-    def _store_result(self, r: Node, dst: OperandSlot, v: str) -> str:
+    def store_result(self, r: Node, dst: OperandSlot, v: str) -> str:
         if dst.key[0] == "buf":
             return v
         out = reg_dtype(self.spec.of(r).dtype)
         acc = reg_dtype(self.spec.of(r).acc)
         return v if out is acc else PYTHON.cast(v, out)
-
-
-def _written(o: OperandSlot, written: list) -> str:
-    """The view prefix of an operand the loop writes (a view even where its stride is 0: a scan's
-    workspace over a size-1 dim), "" for one it reads."""
-    return "v" if any(o is w for w in written) else ""
 
 
 def _nodes_of(st) -> list[Node]:

@@ -32,7 +32,6 @@ from .grad_views import view_adjoints
 from .layout import broadcast_like
 from .nodes import PIECEWISE, VIEWS, Graph, Node, Op, ReduceArg, ShapeOf, computed_nodes, shape_atoms, value_srcs
 from .opdef import OpDef
-from .scans import scan_adjoint
 from .trace import Tensor, cast_like, expect_same_shape, make as _make, sum_to, unreduce, where
 
 # Ops whose derivative is zero almost everywhere: adjoints stop there.
@@ -242,10 +241,8 @@ def _rules(n: Node, g: Tensor) -> list[tuple[Node, Tensor, tuple]]:
     a = T(n.srcs[0]) if n.srcs else None
     b = T(n.srcs[1]) if len(n.srcs) > 1 else None
     o = n.op
-    if o is Op.REDUCE and n.arg.scan:   # the result has the source's shape
-        return [(n.srcs[0], scan_adjoint(n, g), ())]
     if o is Op.REDUCE:   # the result broadcasts back to the source: the source spans it
-        return [(n.srcs[0], _reduce_rule(n, g), (a,))]
+        return [(n.srcs[0], _reduce_rule(n, g), (a,))] if not n.arg.scan else _scan_rules(n, g)
     if o is Op.CAST:
         return [(n.srcs[0], cast_like(g, a), ())]
     unary = {
@@ -360,3 +357,10 @@ _BINARY_18 = {
     # |x1| takes x2's sign: d/dx1 = sign(x1) * (+-1 by x2's sign bit); nothing flows to x2
     Op.COPYSIGN: lambda g, a, b, v: (g * fg.sign(a) * where(fg.signbit(b), -1.0, 1.0), g * 0.0),
 }
+
+
+# --- scans (issue #17; here at the end, so the lines emitted sources cite stay put) -------------
+def _scan_rules(n: Node, g: Tensor) -> list[tuple[Node, Tensor, tuple]]:
+    """A scan's result has its source's shape: no span."""
+    from .scans import scan_adjoint
+    return [(n.srcs[0], scan_adjoint(n, g), ())]
