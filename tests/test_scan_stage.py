@@ -183,3 +183,7 @@ def test_errors_unchanged():
         fg.compile(fg.op(lambda x: fg.cumulative_sum(x, axis=-3), name="badaxis2"))(np.zeros((2, 2)))
     with pytest.raises(fg.TraceError, match="axis is required"):
         fg.compile(fg.op(lambda x: fg.cummin(x), name="noaxis2"))(np.zeros((2, 2)))
+    with pytest.raises(fg.ShapeError, match=r"out of range: the operand is a scalar \(rank 0\)"):
+        fg.compile(fg.op(lambda x: fg.logcumsumexp(x, axis=0), name="scalar0d"))(np.float64(1.0))
+    with pytest.raises(fg.DTypeError, match="not defined for complex"):
+        fg.compile(fg.op(lambda x: fg.cummax(x, axis=0), name="cmax"))(np.ones(3, np.complex64))

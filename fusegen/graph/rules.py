@@ -107,8 +107,6 @@ def _infer_scan(n: Node, x: NodeInfo, fail) -> NodeInfo:
         out_dt, acc = reduce_dtypes(n.arg.kind, xd)
     if x.shape is None:
         return NodeInfo(out_dt, None, xd, acc, None, True)
-    if not x.shape:
-        fail(f"a scan needs an axis: the operand is a scalar (rank 0)")
     return NodeInfo(out_dt, x.shape, xd, acc, normalize_axes(n.arg.axes, len(x.shape), fail), True)
 
 
