@@ -177,6 +177,8 @@ def choose_launch(plan: Plan, run: GroupRun, max_threads: int, split: int | None
     L = run.layout
     stages = [plan.stages[i] for i in run.stages]
     has_red = any(st.reductions for st in stages)
+    if any(st.is_scan for st in stages):   # one thread per scan line, sequential along it
+        return Launch("thread", max_threads, 1, False)
     count = L.ro_total * L.ri
     lone = len(stages) == 1 and bool(stages[0].reductions) and not stages[0].writes
     if has_red and L.inner == 1:
@@ -249,9 +251,7 @@ def compile_ptx(op, dtypes, shapes, attrs: dict | None = None, cc=(9, 0), max_th
         from .errors import CompileError
         raise CompileError(f"op {op.name}: {missing}")
     from numba import cuda
-    from .graph.scans import composed
     from .ir import infer
-    op = composed(op)   # no scan stages on CUDA yet: scans as masked reductions
     plan = build_plan(op)
     spec = infer(op, dtypes, shapes, op.bind_attrs(attrs or {}))
     out = []

@@ -187,3 +187,12 @@ def test_errors_unchanged():
         fg.compile(fg.op(lambda x: fg.logcumsumexp(x, axis=0), name="scalar0d"))(np.float64(1.0))
     with pytest.raises(fg.DTypeError, match="not defined for complex"):
         fg.compile(fg.op(lambda x: fg.cummax(x, axis=0), name="cmax"))(np.ones(3, np.complex64))
+
+
+@pytest.mark.extended
+def test_cuda_scan_kernels_compile_to_ptx():
+    from fusegen.lower_cuda import compile_ptx, numba_cuda_missing
+    if numba_cuda_missing():
+        pytest.skip(f"needs numba-cuda: {numba_cuda_missing()}")
+    ptx = compile_ptx(around, ["float32", "float32"], [(2, 5, 3), (2, 5, 3)])
+    assert ptx and all(".entry" in text for _, text in ptx)

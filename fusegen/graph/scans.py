@@ -11,8 +11,10 @@ parallel; later stages read its result like any array (a workspace, or fused on 
 ``include_initial`` puts the identity in front (a ``concat``: no copy). ``logcumsumexp`` folds
 with ``logaddexp`` (stable: no overflow, ``-inf`` is the identity).
 
-**Backends.** Numba CPU runs scan stages natively (``fusegen.lower_cpu``). The backends that do
-not (numba-cuda, the emitted C++/CUDA and XLA handlers) run ``composed(op)``: the op traced again
+**Backends.** Numba CPU runs scan stages natively (``fusegen.lower_cpu``: vectorized across the
+contiguous dim when the scanned axis is another; a blocked two-pass scan for one long line), and
+numba-cuda with one thread per scan line (``fusegen.lower.cuda_source``). The emitted C++/CUDA
+and the XLA handlers have no scan stage yet: they run ``composed(op)``, the op traced again
 with every scan written as the composition it used to be: output ``i`` is a reduction over the
 inputs ``j <= i`` masked with an iota comparison. That is exact and fusable but costs O(n) reads
 per output (O(n^2) along the axis).
