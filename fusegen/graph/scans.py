@@ -54,7 +54,7 @@ def has_scans(op) -> bool:
 def composed(op):
     """``op`` with its scans written as masked reductions (the O(n^2) composition), for backends
     without scan stages; ``op`` itself when it has none. Cached on ``op``; same name."""
-    if op.graph is not None and not has_scans(op):
+    if (op.graph is not None and not has_scans(op)) or op.__dict__.get("_scans_composed"):
         return op
     cached = op.__dict__.get("_composed_scans")
     if cached is not None:
@@ -66,9 +66,10 @@ def composed(op):
 
     body.__signature__ = op.signature_for(op.inputs)
     derived = type(op)(body, op.name, inplace=op._inplace_spec)
-    for k in ("base", "accumulate", "skip"):   # a write-request op stays one
-        if k in op.__dict__:
-            setattr(derived, k, op.__dict__[k])
+    for k, v in op.__dict__.items():   # what ops derived from others carry (a gradient's needs,
+        if k not in derived.__dict__ and not k.startswith("_"):   # a write request's outputs)
+            setattr(derived, k, v)
+    derived._scans_composed = True
     with _lock:
         return op.__dict__.setdefault("_composed_scans", derived)
 
