@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from .dtypes import AttrType, DType  # noqa: F401  (re-exported: the IR's types)
 from .graph.nodes import (  # noqa: F401
-    BINARY_UFUNC, NO_VALUE, PIECEWISE, REDUCE_KINDS, STATIC_PARAMS, UNARY_UFUNC, UNKNOWN_DIM, UNKNOWN_RANK, VIEWS,
-    AttrRef, AttrSpec, DTypeOf, Graph, Item, Node, Op, Perm, ReduceArg, ShapeOf, computed_nodes, is_static, leaves_of,
+    BINARY_UFUNC, NO_VALUE, PIECEWISE, REDUCE_KINDS, SCAN_KINDS, STATIC_PARAMS, UNARY_UFUNC, UNKNOWN_DIM, UNKNOWN_RANK, VIEWS,
+    AttrRef, AttrSpec, DTypeOf, Graph, Item, Node, Op, Perm, ReduceArg, ShapeOf, computed_nodes, is_scan, is_static, leaves_of,
     nodes_of, shape_atoms, stable_key, value_srcs,
 )
 from .graph.opdef import OpDef, op, set_eager_executor  # noqa: F401

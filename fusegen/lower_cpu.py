@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from . import vmath
 from .ir import Node, Op, Spec, nodes_of
+from .lower import cpu_scans
 from .lower import rng as rnglower
 from .lower.cpu_layout import HEADER, OperandSlot, index_text, meta_array, stride_pattern, view_text  # noqa: F401  (HEADER, meta_array: part of the face)
 from .lower.gathers import GatherSlots
@@ -44,6 +45,7 @@ class GroupSource:
         # into its own partial accumulator row, combined at the end. Used when there are too
         # few outputs to give every thread a contiguous share (e.g. a column sum).
         self.split = split
+        self.scan_pass = None   # a split scan's pass: "totals" or "write" (emit)
         inners = run.inners or [None] * len(run.operands)
         self.ops = {key: OperandSlot(operand_name(key), key, p[0], p[1], k,
                              "iota" if key[0] == "iota" else ("modular" if inner is not None else "array"))
@@ -102,6 +104,21 @@ class GroupSource:
             for j, r in enumerate(self._stages()[0].reductions):
                 acc = reg_dtype(self.spec.of(r).acc)
                 w(f"    part{j} = np.empty((ntasks, max(I, 1)), dtype=np.{acc.name})")
+        # A split scan runs its tasks twice (the blocked scan): each chunk's total, an exclusive
+        # scan of the totals along the chunks, then each chunk again from its carried prefix.
+        self.scan_split = self.split and self._stages()[0].is_scan
+        for self.scan_pass in (("totals", "write") if self.scan_split else (None,)):
+            if self.scan_pass == "write":
+                self.lines += cpu_scans.carry_lines(self._stages()[0], self.spec)
+            self._task_loop()
+        if self.split and not self.scan_split:
+            self._combine_partials(self._stages()[0])
+        self.lines += self.g.cpu_lines("return") if self.g.checks else ["    return 0"]
+        return "\n".join(self.lines) + "\n"
+
+    def _task_loop(self) -> None:
+        """The parallel loop over tasks, each running every stage of the group on its tile."""
+        w = self.lines.append
         loop = "prange" if self.parallel else "range"
         w(f"    for t in {loop}(ntasks):")
         w("        o = t // (ntiles * nsplit)")
@@ -122,24 +139,23 @@ class GroupSource:
             self._stage(st)
         self.lines += self.g.cpu_lines("task end")
         self.lines[alloc_at:alloc_at] = self.fills.allocations("        ")
-        if self.split:
-            self._combine_partials(self._stages()[0])
-        self.lines += self.g.cpu_lines("return") if self.g.checks else ["    return 0"]
-        return "\n".join(self.lines) + "\n"
 
     # --- one stage ----------------------------------------------------------------------------
     def _stage(self, st):
         w = self.lines.append
         pad = "        "
         w(f"{pad}# stage {st.index}: " + ", ".join(
-            [f"{r.arg.kind} reduction" for r in st.reductions] + [f"output {k}" for k, _ in st.writes]))
+            [f"{'scan ' if r.arg.scan else ''}{r.arg.kind}{'' if r.arg.scan else ' reduction'}" for r in st.reductions]
+            + ([f"({self.scan_pass} pass)"] if self.scan_pass else []) + [f"output {k}" for k, _ in st.writes]))
         reads = [self.ops[key] for key in self._read_keys(st)]
         accs = []
         for j, r in enumerate(st.reductions):
             info = self.spec.of(r)
             acc = reg_dtype(info.acc)
             init = PYTHON.literal(reduce_identity(r.arg.kind, acc), acc)
-            if self.mode == "row":
+            if self.scan_pass == "write":   # from the carry into this chunk
+                w(f"{pad}acc{j} = part{j}[t, 0]" if self.mode == "row" else f"{pad}acc{j} = part{j}[t]")
+            elif self.mode == "row":
                 w(f"{pad}acc{j} = {init}")
             elif self.split:
                 w(f"{pad}acc{j} = part{j}[t]")
@@ -152,9 +168,9 @@ class GroupSource:
         p2 = pad + "    "
         for o in reads:
             w(f"{p2}c_{o.name} = b_{o.name}")
-        for o in [o for o in self.ops.values() if o.key[0] == "out" and self._writes_elem(st, o.key)]:
+        written = self._elem_targets(st)
+        for o in written:
             w(f"{p2}c_{o.name} = b_{o.name}")
-        written = [self.ops[("out", k)] for k, _ in st.writes]
         moving = reads + written
         if needs_r:
             self._unravel(p2, "ro", "nRO", "nO + ", "c", moving)
@@ -163,7 +179,8 @@ class GroupSource:
             # the negative-index check and vectorize (a computed base does not).
             for o in moving:
                 at = f"c_{o.name} + {index_text(o.ri, 'r_lo', o.name + '_sri')}"
-                w(f"{p2}{view_text(o, o.ri, at, o.name + '_sri')}" if o.kind == "array" else f"{p2}q_{o.name} = {at}")
+                w(f"{p2}{view_text(o, o.ri, at, o.name + '_sri', cpu_scans.view_prefix(o, written))}" if o.kind == "array"
+                  else f"{p2}q_{o.name} = {at}")
                 if o.key in self.g.operands:
                     w(f"{p2}ga_{o.name} = {at}")
             p3 = p2 + "    "
@@ -181,21 +198,24 @@ class GroupSource:
                 w(f"{p3}{combine(r.arg.kind, f'acc{j}', v)}")
             for o, n, v in outs:
                 w(f"{p3}v_{o.name}[ri] = {v}")
-            if self.split:
+            if st.is_scan:   # every running value is a result: stored at each step, no epilogue
+                self.lines += cpu_scans.store_lines(self, accs, p3, pad, "ri", "acc{j}")
+            elif self.split:
                 for j in range(len(accs)):
                     w(f"{pad}part{j}[t, 0] = acc{j}")
             else:
                 self._finalize_row(st, accs, pad)
         else:
             r_start = "r_lo"
-            if accs and not st.writes and all(o.i == 1 and o.kind == "array" for o in moving) and not self.g.nodes:
+            if accs and not st.writes and not st.is_scan and all(o.i == 1 and o.kind == "array" for o in moving) and not self.g.nodes:
                 self._fold4(st, accs, moving, p2)
                 r_start = "ri"
             w(f"{p2}for ri in range({r_start}, r_hi):")
             p3 = p2 + "    "
             for o in moving:
                 at = f"c_{o.name} + {index_text(o.ri, 'ri', o.name + '_sri')}"
-                w(f"{p3}{view_text(o, o.i, at, o.name + '_si')}" if o.kind == "array" else f"{p3}q_{o.name} = {at}")
+                w(f"{p3}{view_text(o, o.i, at, o.name + '_si', cpu_scans.view_prefix(o, written))}" if o.kind == "array"
+                  else f"{p3}q_{o.name} = {at}")
                 if o.key in self.g.operands:
                     w(f"{p3}ga_{o.name} = {at}")
             p4 = p3 + "    "
@@ -213,7 +233,9 @@ class GroupSource:
                 w(f"{p4}{combine(r.arg.kind, f'acc{j}[i]', v)}")
             for o, n, v in outs:
                 w(f"{p4}v_{o.name}[i] = {v}")
-            if not self.split:
+            if st.is_scan:   # (the totals pass: acc is the partial row already)
+                self.lines += cpu_scans.store_lines(self, accs, p4, None, "i", "acc{j}[i]")
+            elif not self.split:
                 self._finalize_col(st, accs, pad)
 
     def _fold4(self, st, accs, moving, pad):
@@ -299,8 +321,8 @@ class GroupSource:
                 val = f"acc{j} / {PYTHON.cast('count', acc)}"
             w(f"{pad}r{j} = {val}")
             results[id(r)] = f"r{j}"
-            for dst in self._result_targets(r):
-                w(f"{pad}{dst.name}_[b_{dst.name}] = {self._store_result(r, dst, f'r{j}')}")
+            for dst in self.result_targets(r):
+                w(f"{pad}{dst.name}_[b_{dst.name}] = {self.store_result(r, dst, f'r{j}')}")
         ew = ExprWriter(self.spec, PYTHON, lambda n, ctx=(): results[id(n)] if n.op is Op.REDUCE else self._attr(n),
                         prefix=f"f{st.index}_")
         outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.finals]
@@ -313,7 +335,7 @@ class GroupSource:
         if not accs:
             return
         w = self.lines.append
-        targets = {o.key: o for r, _ in accs for o in self._result_targets(r)}
+        targets = {o.key: o for r, _ in accs for o in self.result_targets(r)}
         targets.update({("out", k): self.ops[("out", k)] for k, _ in st.finals})
         for o in targets.values():
             w(f"{pad}{view_text(o, o.i, f'b_{o.name}', o.name + '_si', prefix='f')}")
@@ -326,8 +348,8 @@ class GroupSource:
                 val = PYTHON.cast(f"acc{j}[i] / {PYTHON.cast('count', acc)}", acc)
             w(f"{p}r{j} = {val}")
             results[id(r)] = f"r{j}"
-            for dst in self._result_targets(r):
-                w(f"{p}f_{dst.name}[i] = {self._store_result(r, dst, f'r{j}')}")
+            for dst in self.result_targets(r):
+                w(f"{p}f_{dst.name}[i] = {self.store_result(r, dst, f'r{j}')}")
         ew = ExprWriter(self.spec, PYTHON, lambda n, ctx=(): results[id(n)] if n.op is Op.REDUCE else self._attr(n),
                         prefix=f"f{st.index}_")
         outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.finals]
@@ -354,10 +376,15 @@ class GroupSource:
     def _operand(self, n: Node, ctx: tuple) -> tuple:
         return self.run.operand_of[(self.slot_of[id(n)], path_steps(ctx, n))]
 
-    def _writes_elem(self, st, key) -> bool:
-        return any(("out", k) == key for k, _ in st.writes)
+    def _elem_targets(self, st) -> list[OperandSlot]:
+        """The operands a stage writes at every index of its domain: its outputs, and a scan
+        stage's results (which have the domain's shape)."""
+        out = [self.ops[("out", k)] for k, _ in st.writes]
+        if st.is_scan:
+            out += [o for r in st.reductions for o in self.result_targets(r) if o not in out]
+        return out
 
-    def _result_targets(self, r: Node) -> list[OperandSlot]:
+    def result_targets(self, r: Node) -> list[OperandSlot]:
         return [self.ops[k] for k in self.store_slots.get(id(r), ())]
 
     def _load(self, n: Node, ctx: tuple, mode: str) -> str:
@@ -386,7 +413,7 @@ class GroupSource:
     def _attr(self, n: Node) -> str:
         return f"a_{n.arg}"
 
-    def _store_result(self, r: Node, dst: OperandSlot, v: str) -> str:
+    def store_result(self, r: Node, dst: OperandSlot, v: str) -> str:
         if dst.key[0] == "buf":
             return v
         out = reg_dtype(self.spec.of(r).dtype)

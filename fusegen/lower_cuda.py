@@ -177,6 +177,8 @@ def choose_launch(plan: Plan, run: GroupRun, max_threads: int, split: int | None
     L = run.layout
     stages = [plan.stages[i] for i in run.stages]
     has_red = any(st.reductions for st in stages)
+    if any(st.is_scan for st in stages):   # one thread per scan line, sequential along it
+        return Launch("thread", max_threads, 1, False)
     count = L.ro_total * L.ri
     lone = len(stages) == 1 and bool(stages[0].reductions) and not stages[0].writes
     if has_red and L.inner == 1:

@@ -7,6 +7,7 @@ lowering, which generates Python for ``numba.cuda.jit``, is ``fusegen.lower_cuda
 """
 from __future__ import annotations
 
+from ..graph.scans import composed as composed_scans
 from .. import dtypes as dt
 from ..dtypes import DType
 from ..ir import Node, Op, OpDef
@@ -81,6 +82,7 @@ def nvcc_command(op_name: str) -> str:
 
 def emit_cuda(op: OpDef, dtypes=None, ranks=None, shapes=None) -> Emitted:
     """``fg.emit(op, abi="mindspore-aot", device="cuda")``: the ``.cu`` and its header."""
+    op = composed_scans(op)   # no scan stages here yet: scans as masked reductions, O(n^2)
     op, ranks, shapes = layout.specialization(op, ranks, shapes)
     refuse_unemitted(op, "CUDA (the MindSpore-AOT .cu)")
     plan = build_plan(op)

@@ -5,6 +5,7 @@ The XLA FFI CPU handlers (``emitters.xla``) include the same stage code, byte fo
 """
 from __future__ import annotations
 
+from ..graph.scans import composed as composed_scans
 from .. import dtypes as dt
 from ..dtypes import DType
 from ..ir import Node, Op, OpDef
@@ -82,6 +83,7 @@ def expr_fn(spec, node: Node, want: DType, names: dict) -> list[str]:
 def emit_cpu(op: OpDef, dtypes=None, dynamic_workspace: str = "kernel", ranks=None, shapes=None) -> Emitted:
     """``fg.emit(op, abi="mindspore-aot", device="cpu")``: the ``.cc`` and its header (``ranks``/
     ``shapes``: a specializing op's specialization to emit, see ``fusegen.abi_emit.emit``)."""
+    op = composed_scans(op)   # no scan stages here yet: scans as masked reductions, O(n^2)
     op, ranks, shapes = layout.specialization(op, ranks, shapes)
     plan = build_plan(op)
     combos = parse_dtypes(op, dtypes)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
+from ..graph.scans import composed as composed_scans
 from ..dtypes import DTYPES, AttrType
 from ..ir import OpDef
 from ..plan import build_plan
@@ -118,6 +119,7 @@ def emit_xla(op: OpDef, device: str = "cpu", dtypes=None, ranks=None, shapes=Non
     that take XLA:GPU's stream."""
     if device not in SUPPORTED_DEVICES:
         raise NotImplementedError(f"abi='xla-ffi' device={device!r} is not available: use 'cpu' or 'cuda'")
+    op = composed_scans(op)   # no scan stages here yet: scans as masked reductions, O(n^2)
     op, ranks, shapes = layout.specialization(op, ranks, shapes)
     _check_attrs(op)
     if device == "cuda":

@@ -242,7 +242,7 @@ def _rules(n: Node, g: Tensor) -> list[tuple[Node, Tensor, tuple]]:
     b = T(n.srcs[1]) if len(n.srcs) > 1 else None
     o = n.op
     if o is Op.REDUCE:   # the result broadcasts back to the source: the source spans it
-        return [(n.srcs[0], _reduce_rule(n, g), (a,))]
+        return [(n.srcs[0], _reduce_rule(n, g), (a,))] if not n.arg.scan else _scan_rules(n, g)
     if o is Op.CAST:
         return [(n.srcs[0], cast_like(g, a), ())]
     unary = {
@@ -357,3 +357,10 @@ _BINARY_18 = {
     # |x1| takes x2's sign: d/dx1 = sign(x1) * (+-1 by x2's sign bit); nothing flows to x2
     Op.COPYSIGN: lambda g, a, b, v: (g * fg.sign(a) * where(fg.signbit(b), -1.0, 1.0), g * 0.0),
 }
+
+
+# --- scans (issue #17; here at the end, so the lines emitted sources cite stay put) -------------
+def _scan_rules(n: Node, g: Tensor) -> list[tuple[Node, Tensor, tuple]]:
+    """A scan's result has its source's shape: no span."""
+    from .scans import scan_adjoint
+    return [(n.srcs[0], scan_adjoint(n, g), ())]

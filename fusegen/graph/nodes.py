@@ -148,6 +148,14 @@ BINARY_UFUNC.update({
 #: "copy" reduces over no axes: a materialized value (``fusegen.graph.canon``); it folds like
 #: "max" (identity -inf, NaN wins), so a tree or a split of it is still an exact copy.
 REDUCE_KINDS = ("sum", "mean", "prod", "max", "min", "copy")
+#: A scan is a REDUCE node with ``ReduceArg.scan`` set: it folds like the reduction of its kind,
+#: but keeps every running value (``logaddexp`` folds with np.logaddexp, identity -inf). It is a
+#: leaf like any reduction: later stages read its workspace.
+SCAN_KINDS = ("sum", "prod", "max", "min", "logaddexp")
+
+
+def is_scan(n: Node) -> bool:
+    return n.op is Op.REDUCE and n.arg.scan
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,11 +204,14 @@ class ReduceArg:
     # max/min over an empty axis is refused (NumPy has no identity for them); a scan's internal
     # running max sets this, as its result is empty exactly when the axis is
     empty_ok: bool = False
+    # a scan (fusegen.graph.scans): the running value along the one axis in ``axes``, so the
+    # result keeps the source's shape; ``kind`` is one of SCAN_KINDS
+    scan: bool = False
 
     def __repr__(self) -> str:
         # the repr feeds stable_key (leaf order, hence generated text and cache keys): a field
         # at its default leaves it as it was before the field existed
-        extra = ", empty_ok=True" if self.empty_ok else ""
+        extra = (", empty_ok=True" if self.empty_ok else "") + (", scan=True" if self.scan else "")
         return f"ReduceArg(kind={self.kind!r}, axes={self.axes!r}, keep_dims={self.keep_dims!r}{extra})"
 
 

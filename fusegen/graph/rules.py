@@ -91,6 +91,25 @@ def reduce_dtypes(kind: str, x: DType) -> tuple[DType, DType]:
     return out, acc
 
 
+def _infer_scan(n: Node, x: NodeInfo, fail) -> NodeInfo:
+    """A scan keeps its source's shape; it accumulates as the reduction of its kind does (int64
+    for signed ints and bool, uint64 for unsigned, float32 for float16), and ``logaddexp`` in the
+    dtype ``np.exp`` gives (a float)."""
+    xd = dt.materialize(x.dtype)
+    if n.arg.kind == "logaddexp":
+        try:
+            _, out_dt = dt.resolve_ufunc("exp", (xd,))
+        except DTypeError as e:
+            fail(str(e), exc=DTypeError)
+        acc = dt.float32 if out_dt is dt.float16 else out_dt
+    else:
+        cplx.check_reduce(n.arg.kind, xd, fail)
+        out_dt, acc = reduce_dtypes(n.arg.kind, xd)
+    if x.shape is None:
+        return NodeInfo(out_dt, None, xd, acc, None, True)
+    return NodeInfo(out_dt, x.shape, xd, acc, normalize_axes(n.arg.axes, len(x.shape), fail), True)
+
+
 def infer(opdef, in_dtypes, in_shapes, attrs: dict) -> Spec:
     """Evaluate the op's dtype and shape rules.
 
@@ -151,6 +170,8 @@ def infer_nodes(opdef, g: Graph, in_dtypes, in_shapes, attrs: dict) -> list[Node
             info.append(infer_random(n, srcs, fail))
         elif n.op is Op.REDUCE and isinstance(n.arg.axes, ShapeOf):
             info.append(_infer_shape_of(n, srcs, info, g, fail))
+        elif n.op is Op.REDUCE and n.arg.scan:
+            info.append(_infer_scan(n, srcs[0], fail))
         elif n.op is Op.REDUCE:
             a, x = n.arg, srcs[0]
             axes = attrs[a.axes.name] if isinstance(a.axes, AttrRef) else a.axes

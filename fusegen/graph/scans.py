@@ -1,22 +1,77 @@
-"""Scans (issue #17) as compositions: ``cumulative_sum`` and ``cumulative_prod`` (the array API's,
-2024.12: ``axis``, ``dtype``, ``include_initial``; the accumulation dtype is the sum's/prod's:
-int64 for signed ints and bool, uint64 for unsigned), and ``cummax``, ``cummin``,
-``logcumsumexp`` (PyTorch's names and NumPy's ``maximum.accumulate`` semantics: NaN propagates).
+"""Scans (issue #17): ``cumulative_sum`` and ``cumulative_prod`` (the array API's, 2024.12:
+``axis``, ``dtype``, ``include_initial``; the accumulation dtype is the sum's/prod's: int64 for
+signed ints and bool, uint64 for unsigned), and ``cummax``, ``cummin``, ``logcumsumexp``
+(PyTorch's names and NumPy's ``maximum.accumulate`` semantics: NaN propagates).
 
-**What this is, and is not.** Each output element ``i`` along the axis is a reduction over the
-input elements ``j <= i`` (``j < i`` with ``include_initial``), masked with an iota comparison:
-exact, fusable with anything before and after (the scan is an ordinary reduction stage reading a
-broadcast view), every backend that runs reductions runs it. It costs O(n) reads per output
-(O(n^2) along the axis, from cache): right for the short axes of fused epilogues, not for long
-ones. The blocked O(n) scan (per-block totals, then a second pass) is not done yet.
+**One node, O(n).** A scan is a ``REDUCE`` node with ``ReduceArg.scan`` set (text form
+``scan sum %2, axis=1``): it folds its source along one axis like the reduction of its kind, but
+keeps every running value, so its result has the source's shape. The planner gives it a stage of
+its own, a loop nest whose scanned axis is the sequential (carried) loop and whose other dims are
+parallel; later stages read its result like any array (a workspace, or fused on the same tile).
+``include_initial`` puts the identity in front (a ``concat``: no copy). ``logcumsumexp`` folds
+with ``logaddexp`` (stable: no overflow, ``-inf`` is the identity).
+
+**Backends.** Numba CPU runs scan stages natively (``fusegen.lower_cpu``: vectorized across the
+contiguous dim when the scanned axis is another; a blocked two-pass scan for one long line), and
+numba-cuda with one thread per scan line (``fusegen.lower.cuda_source``). The emitted C++/CUDA
+and the XLA handlers have no scan stage yet: they run ``composed(op)``, the op traced again
+with every scan written as the composition it used to be: output ``i`` is a reduction over the
+inputs ``j <= i`` masked with an iota comparison. That is exact and fusable but costs O(n) reads
+per output (O(n^2) along the axis).
 """
 from __future__ import annotations
 
+import contextlib
+import threading
+
 from .. import dtypes as dt
 from ..errors import TraceError
-from .layout import as_tensor, iota, is_int, moveaxis
-from .trace import Tensor, cast, op_prefix, reduce, user_loc, where
+from .compose import full_like
+from .layout import as_tensor, concat, iota, is_int, moveaxis
+from .nodes import Op, ReduceArg, is_scan
+from .trace import Tensor, cast, cast_like, make, op_prefix, reduce, user_loc, where
 from .vocab import exp, log
+
+_mode = threading.local()
+_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _composing():
+    prev = getattr(_mode, "composed", False)
+    _mode.composed = True
+    try:
+        yield
+    finally:
+        _mode.composed = prev
+
+
+def has_scans(op) -> bool:
+    """Whether ``op``'s graph holds a scan node (an op traced per signature: ask its children)."""
+    return op.graph is not None and any(is_scan(n) for n in op.graph.nodes)
+
+
+def composed(op):
+    """``op`` with its scans written as masked reductions (the O(n^2) composition), for backends
+    without scan stages; ``op`` itself when it has none. Cached on ``op``; same name."""
+    if (op.graph is not None and not has_scans(op)) or op.__dict__.get("_scans_composed"):
+        return op
+    cached = op.__dict__.get("_composed_scans")
+    if cached is not None:
+        return cached
+
+    def body(*args, **attrs):
+        with _composing():
+            return op.fn(*args, **attrs)
+
+    body.__signature__ = op.signature_for(op.inputs)
+    derived = type(op)(body, op.name, inplace=op._inplace_spec)
+    for k, v in op.__dict__.items():   # what ops derived from others carry (a gradient's needs,
+        if k not in derived.__dict__ and not k.startswith("_"):   # a write request's outputs)
+            setattr(derived, k, v)
+    derived._scans_composed = True
+    with _lock:
+        return op.__dict__.setdefault("_composed_scans", derived)
 
 
 def _setup(x, axis, fn: str):
@@ -31,9 +86,15 @@ def _setup(x, axis, fn: str):
     return x, int(axis)
 
 
-def _masked(x, axis: int, include_initial: bool):
-    """``y`` (x with ``axis`` last, read as (..., 1, n)) and the (n_out, n) mask of the inputs each
-    output accumulates."""
+def scan(kind: str, x: Tensor, axis: int) -> Tensor:
+    """The running ``kind`` (one of ``SCAN_KINDS``) of ``x`` along ``axis``: one node."""
+    return Tensor(make(Op.REDUCE, (x.node,), ReduceArg(kind, (axis,), True, scan=True)))
+
+
+# --- the composition (backends without scan stages) ----------------------------------------------
+def running_mask(x: Tensor, axis: int, include_initial: bool = False):
+    """``y`` (x with ``axis`` last), ``y`` read as (..., 1, n), and the (n_out, n) mask of the
+    inputs each output accumulates: the O(n^2) form of a scan (also its adjoints')."""
     y = moveaxis(x, axis, -1)
     n = y.shape[-1]
     j = iota(n)
@@ -46,15 +107,71 @@ def _back(r: Tensor, axis: int) -> Tensor:
     return moveaxis(r, -1, axis)
 
 
+def _composed(kind: str, x: Tensor, axis: int, include_initial: bool = False) -> Tensor:
+    y, yy, keep = running_mask(x, axis, include_initial)
+    if kind in ("sum", "prod"):
+        return _back(reduce(kind, where(keep, yy, 0 if kind == "sum" else 1), -1, False), axis)
+    # masked-out inputs read the first element, which every output includes: neutral for max/min
+    m = reduce("max" if kind == "logaddexp" else kind, where(keep, yy, y[..., None, :1]), -1, kind == "logaddexp",
+               empty_ok=True)
+    if kind != "logaddexp":
+        return _back(m, axis)
+    s = reduce("sum", where(keep, exp(yy - m), 0), -1, False)   # shifted by the running maximum
+    return _back(log(s) + m[..., 0], axis)
+
+
+def _running(kind: str, x: Tensor, axis: int, include_initial: bool = False) -> Tensor:
+    if getattr(_mode, "composed", False):
+        return _composed(kind, x, axis, include_initial)
+    r = scan(kind, x, axis)
+    if include_initial:
+        # the identity in front; the slab is shaped like a keep-dims sum of x (size 1 along the
+        # axis even when it is empty): measured, never computed
+        slab = full_like(reduce("sum", x, axis, True), 0 if kind == "sum" else 1)
+        r = concat([cast_like(slab, r), r], axis=axis)
+    return r
+
+
+# --- adjoints (fg.grad) ------------------------------------------------------------------------
+def scan_adjoint(n, g: Tensor) -> Tensor:
+    """The adjoint of scan node ``n``'s source, given the adjoint ``g`` of its result (same shape).
+
+    ``sum``: a reverse cumulative sum (O(n)); ``prod``: that of ``g * result``, over the source
+    (as the product reduction's rule: undefined at zeros); ``max``/``min``: each output's adjoint
+    split evenly among the tied extrema before it, and ``logaddexp``: ``g_i * exp(x_j - out_i)``
+    summed over ``i >= j``, both in the masked O(n^2) form."""
+    from .layout import flip
+    kind, axis = n.arg.kind, n.arg.axes[0]
+    a, v = Tensor(n.srcs[0]), Tensor(n)
+
+    def rsum(t: Tensor) -> Tensor:
+        return flip(scan("sum", flip(t, axis=axis), axis), axis=axis)
+
+    if kind == "sum":
+        return rsum(g)
+    if kind == "prod":
+        return rsum(g * v) / a
+    _, yy, keep = running_mask(a, axis)
+    out_i = moveaxis(v, axis, -1)[..., :, None]    # (..., n_out, 1): output i's value
+    g_i = moveaxis(g, axis, -1)[..., :, None]
+    if kind == "logaddexp":
+        part = where(keep, g_i * exp(yy - out_i), 0)
+    else:
+        hit = keep & (yy == out_i)
+        ties = reduce("sum", where(hit, 1.0, 0.0), -1, True)
+        part = where(hit, cast_like(g_i / ties, g), 0)
+    return _back(reduce("sum", part, -2, False), axis)
+
+
+# --- the public functions ------------------------------------------------------------------------
 def _sumprod(kind: str, x, axis, dtype, include_initial: bool, fn: str) -> Tensor:
     x, axis = _setup(x, axis, fn)
     if dtype is not None:
         x = cast(x, dt.as_dtype(dtype))
-    _, yy, keep = _masked(x, axis, include_initial)
-    r = reduce(kind, where(keep, yy, 0 if kind == "sum" else 1), -1, False)
+    r = _running(kind, x, axis, include_initial)
     if dtype is not None:
         r = cast(r, dt.as_dtype(dtype))
-    return _back(r, axis)
+    return r
 
 
 def cumulative_sum(x, /, *, axis=None, dtype=None, include_initial: bool = False) -> Tensor:
@@ -67,28 +184,19 @@ def cumulative_prod(x, /, *, axis=None, dtype=None, include_initial: bool = Fals
     return _sumprod("prod", x, axis, dtype, include_initial, "cumulative_prod")
 
 
-def _extreme(kind: str, x, axis, fn: str) -> Tensor:
-    x, axis = _setup(x, axis, fn)
-    y, yy, keep = _masked(x, axis, False)
-    # masked-out inputs read the first element, which every output includes: neutral for max/min
-    return _back(reduce(kind, where(keep, yy, y[..., None, :1]), -1, False, empty_ok=True), axis)
-
-
 def cummax(x, /, *, axis=None) -> Tensor:
     """Running maximum along ``axis`` (``np.maximum.accumulate``; NaN propagates)."""
-    return _extreme("max", x, axis, "cummax")
+    x, axis = _setup(x, axis, "cummax")
+    return _running("max", x, axis)
 
 
 def cummin(x, /, *, axis=None) -> Tensor:
     """Running minimum along ``axis`` (``np.minimum.accumulate``; NaN propagates)."""
-    return _extreme("min", x, axis, "cummin")
+    x, axis = _setup(x, axis, "cummin")
+    return _running("min", x, axis)
 
 
 def logcumsumexp(x, /, *, axis=None) -> Tensor:
-    """``log(cumulative_sum(exp(x)))`` without overflow: each output is shifted by the running
-    maximum of its inputs."""
+    """``log(cumulative_sum(exp(x)))`` without overflow (``np.logaddexp.accumulate``)."""
     x, axis = _setup(x, axis, "logcumsumexp")
-    y, yy, keep = _masked(x, axis, False)
-    m = reduce("max", where(keep, yy, y[..., None, :1]), -1, True, empty_ok=True)   # (..., n, 1)
-    s = reduce("sum", where(keep, exp(yy - m), 0), -1, False)
-    return _back(log(s) + m[..., 0], axis)
+    return _running("logaddexp", x, axis)

@@ -22,6 +22,8 @@ def node_text(n: Node, src_names: list[str], opdef=None) -> str:
         if n.arg.axes.rule == "broadcast":
             return f"sum_to {src_names[0]}, shape of {src_names[1]}"
         return f"unreduce {src_names[0]}, axes of {src_names[1]}"
+    if n.op is Op.REDUCE and n.arg.scan:
+        return f"scan {n.arg.kind} {src_names[0]}, axis={n.arg.axes[0]}"
     if n.op is Op.REDUCE and n.arg.kind == "copy":
         return f"copy {src_names[0]}"
     if n.op is Op.REDUCE:

@@ -261,14 +261,19 @@ class CudaGroupSource:
                     w(2, f"{a} = {self._init(r)}")
                 w(2, "r_lo = s * chunk")
                 w(2, "for r in range(r_lo, min(count, r_lo + chunk)):")
-                self._point(3, self._reads(st))
+                # a scan's thread carries its line's running value and stores it at every step
+                scans = [(a, r, t) for a, r in zip(accs, st.reductions) if r.arg.scan for t in self._targets(r)]
+                self._point(3, self._reads(st) + [t for _, _, t in scans if t not in self._reads(st)])
                 vals, _ = self._body(3, st, "s")
                 for a, r, v in zip(accs, st.reductions, vals):
                     w(3, combine(r.arg.kind, a, v))
+                for a, r, t in scans:
+                    acc, out = reg_dtype(self.spec.of(r).acc), dt.materialize(self.spec.of(r).dtype)
+                    w(3, f"{t}[c_{t}] = {a if t.startswith('ws') else self._store(a, acc, out)}")
                 if self.split:
                     for j, a in enumerate(accs):
                         w(2, f"p{j}[(o * I + i) * nsplit + s] = {a}")
-                else:
+                elif not st.is_scan:   # (a scan stored its results along the way)
                     self._finalize(2, st, accs)
             if st.writes:
                 self._writes(2, st, "0", "1")

@@ -40,6 +40,8 @@ def combine(kind: str, acc: str, v: str) -> str:
         return f"{acc} += {v}"
     if kind == "prod":
         return f"{acc} *= {v}"
+    if kind == "logaddexp":   # a logcumsumexp scan's fold
+        return f"{acc} = _fg_logaddexp({acc}, {v})"
     return f"{acc} = _fmax({acc}, {v})" if kind in ("max", "copy") else f"{acc} = _fmin({acc}, {v})"
 
 

@@ -76,6 +76,8 @@ def reduce_identity(kind: str, acc: DType):
         return 0
     if kind == "prod":
         return 1
+    if kind == "logaddexp":   # a logcumsumexp scan's: exp(-inf) = 0
+        return float("-inf")
     kind = "max" if kind == "copy" else kind   # a copy folds like max (one value per accumulator)
     if acc.kind == "f":
         return float("-inf") if kind == "max" else float("inf")

@@ -7,6 +7,9 @@ carry it). It is a list of *stages*; each stage is one loop nest over one iterat
 * a reduction stage computes one or more reductions that share domain, axes and dependency
   level (e.g. ``max`` and ``min`` of the same ``x``), plus *finals*: elementwise outputs
   computed from its results alone (layer_norm's ``rstd``);
+* a scan stage computes one or more scans (``fusegen.graph.scans``) that share domain, axis and
+  level: a reduction stage whose accumulators are stored at every step of the scanned axis, so
+  its results have the domain's shape (stored through the identity map, never "reduced");
 * an elementwise stage writes outputs that share the same leaves (hence shape).
 
 Elementwise nodes are recomputed inline wherever they are consumed; only a reduction result
@@ -42,6 +45,10 @@ class Stage:
     def is_reduction(self) -> bool:
         return bool(self.reductions)
 
+    @property
+    def is_scan(self) -> bool:
+        return bool(self.reductions) and self.reductions[0].arg.scan
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -66,7 +73,7 @@ class Plan:
         ws = ", ".join(f"ws{i} = {node(b)} ({b.arg.kind})" for i, b in enumerate(self.buffers)) or "none"
         lines = [f"plan {self.opdef.name}: {len(self.stages)} stage(s); workspaces: {ws}"]
         for st in self.stages:
-            what = [f"{r.arg.kind} {node(r)}" for r in st.reductions]
+            what = [f"{'scan ' if r.arg.scan else ''}{r.arg.kind} {node(r)}" for r in st.reductions]
             what += [f"output {k} = {node(n)}" for k, n in st.writes]
             what += [f"output {k} = {node(n)} from the results" for k, n in st.finals]
             over = "" if st.axes == "elementwise" else f" over axes {st.axes!r}"
@@ -119,7 +126,9 @@ def _plain(n: Node) -> bool:
 def _stage_key(r: Node):
     """What reductions must share to share a loop: the axes spec, and for a ``ShapeOf``
     spec also the node whose shape decides the axes."""
-    return (r.arg.axes, tuple(map(id, r.srcs[1:]))) if isinstance(r.arg.axes, ShapeOf) else r.arg.axes
+    if isinstance(r.arg.axes, ShapeOf):
+        return (r.arg.axes, tuple(map(id, r.srcs[1:])))
+    return ("scan", r.arg.axes) if r.arg.scan else r.arg.axes
 
 
 def build_plan(opdef: OpDef) -> Plan:
@@ -158,7 +167,8 @@ def build_plan(opdef: OpDef) -> Plan:
         # An output computed only from one stage's reductions (same keep_dims, so one
         # shape) is finished in that stage's epilogue instead of a pass of its own.
         owners = {id(_stage_for(stages, l)) for l in lv if l.op is Op.REDUCE}
-        if lv and all(l.op is Op.REDUCE for l in lv) and len(owners) == 1 and \
+        # (Not a scan's: its results have the domain's shape, so an elementwise stage reads them.)
+        if lv and all(l.op is Op.REDUCE and not l.arg.scan for l in lv) and len(owners) == 1 and \
                 len({repr(l.arg.keep_dims) for l in lv}) == 1 and _plain(o):
             _stage_for(stages, lv[0])["finals"].append((k, o))
             continue
@@ -196,9 +206,10 @@ def _with_accesses(st: Stage, buffers: tuple[Node, ...], reduce_outputs: dict, g
     reads = tuple(Access(slot(l), l, steps) for l, steps in found.accesses)
     stores = []
     for r in st.reductions:
-        stores += [Access(("out", k), r, (REDUCED,)) for k in reduce_outputs.get(id(r), ())]
+        steps = () if r.arg.scan else (REDUCED,)   # a scan's result has the domain's shape
+        stores += [Access(("out", k), r, steps) for k in reduce_outputs.get(id(r), ())]
         if any(r is b for b in buffers):
-            stores.append(Access(slot(r), r, (REDUCED,)))
+            stores.append(Access(slot(r), r, steps))
     stores += [Access(("out", k), n, (REDUCED,)) for k, n in st.finals]
     stores += [Access(("out", k), n, ()) for k, n in st.writes]
     return replace(st, reads=reads, stores=tuple(stores), instances=tuple(found.instances),

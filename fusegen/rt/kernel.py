@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import threading
 
+from ..graph.scans import composed as composed_scans
 from .. import dtypes as dt
 from ..errors import DTypeError
 from ..ir import OpDef, infer, set_eager_executor
@@ -49,6 +50,8 @@ class Kernel:
             raise ValueError(f"unknown backend {backend!r}: use 'numba' or 'aot'")
         if device not in DEVICES:
             raise ValueError(f"unknown device {device!r}: use 'cpu' or 'cuda'")
+        if backend != "numba":   # the emitted C++/CUDA has no scan stages yet: their composition
+            op = composed_scans(op)
         self.op = op
         self.backend = backend
         self.device = device

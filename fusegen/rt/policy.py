@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 
+from ..ir import Op, nodes_of
 from ..plan import Plan
 
 
@@ -42,9 +43,27 @@ def split_count(plan: Plan, run, nthreads: int) -> int:
     """
     L = run.layout
     stages = [plan.stages[i] for i in run.stages]
+    if len(stages) == 1 and stages[0].is_scan:
+        return _scan_split(stages[0], L, nthreads)
     if len(stages) != 1 or not stages[0].reductions or stages[0].writes:
         return 1
     if L.o_total >= 2 * nthreads or L.ri < 64 * nthreads:
         return 1
     per_outer = -(-4 * nthreads // L.o_total)
     return max(1, min(per_outer, L.ri // 32))
+
+
+#: A scan's chunk: long enough that its second pass (which reads the chunk again) streams.
+SCAN_CHUNK = 1 << 13
+
+
+def _scan_split(stage, L, nthreads: int) -> int:
+    """Chunks for a blocked scan: when too few lines run along the scanned axis to keep every
+    thread busy (a 1-d cumulative sum), each chunk's total, then each chunk from its carry: two
+    reads instead of one, on every thread. Not with gathers or random numbers in the loop body
+    (whose per-task setup the second pass would repeat)."""
+    if L.o_total >= nthreads or L.inner > 64 or L.ri < 2 * SCAN_CHUNK:
+        return 1
+    if any(n.op in (Op.GATHER, Op.RANDOM) for n in nodes_of(r.srcs[0] for r in stage.reductions)):
+        return 1
+    return max(1, min(-(-4 * nthreads // L.o_total), L.ri // SCAN_CHUNK))

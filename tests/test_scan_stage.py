@@ -1,0 +1,198 @@
+"""The O(n) scan (issue #17): a scan is one node (``scan sum %1, axis=1``), planned as a stage
+whose scanned axis is the carried loop; Numba CPU runs it natively (a blocked two-pass scan when
+one line is long), the other backends through ``composed(op)``, the masked O(n^2) form.
+Text, generated source, then NumPy on every axis, ranks 1-3, dtypes, size-0 axes, fused before
+and after, one 200,000-long axis, and gradients against the composition's."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fusegen as fg
+from fusegen.graph.scans import composed
+from fusegen.plan import build_plan
+
+
+@fg.op
+def around(x, y):
+    """Scans fused after elementwise ops and before elementwise ops and reductions."""
+    c = fg.cumulative_sum(x * 2, axis=1)
+    return c + y, fg.sum(c + y, axis=1), fg.cummax(x, axis=-1) - x
+
+
+@fg.op
+def every(x):
+    """Every kind along the first and the last axis (any rank >= 1)."""
+    return (fg.cumulative_sum(x, axis=0), fg.cumulative_sum(x, axis=-1, include_initial=True),
+            fg.cumulative_prod(x, axis=0), fg.cumulative_prod(x, axis=-1, include_initial=True),
+            fg.cummax(x, axis=0), fg.cummax(x, axis=-1), fg.cummin(x, axis=0), fg.cummin(x, axis=-1))
+
+
+@fg.op
+def middle(x):
+    """Rank 3: the middle axis (outer and inner kept dims around the carried loop)."""
+    return fg.cumulative_sum(x, axis=1, dtype="float64"), fg.cummin(x, axis=1), fg.logcumsumexp(x, axis=1), \
+        fg.cumulative_prod(x, axis=1, include_initial=True)
+
+
+@fg.op
+def longs(x):
+    return fg.cumulative_sum(x), fg.logcumsumexp(x)
+
+
+def _init(r, axis, value):
+    shape = list(r.shape)
+    shape[axis] = 1
+    return np.concatenate([np.full(shape, value, r.dtype), r], axis)
+
+
+def _every_ref(x):
+    return (np.cumsum(x, 0), _init(np.cumsum(x, -1), -1, 0), np.cumprod(x, 0), _init(np.cumprod(x, -1), -1, 1),
+            np.maximum.accumulate(x, 0), np.maximum.accumulate(x, -1), np.minimum.accumulate(x, 0),
+            np.minimum.accumulate(x, -1))
+
+
+def _close(got, want, what, rtol=1e-5):
+    assert len(got) == len(want)
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert g.shape == w.shape and g.dtype == w.dtype, f"{what}: output {k}: {g.shape} {g.dtype} != {w.shape} {w.dtype}"
+        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=1e-6,
+                                   err_msg=f"{what}: output {k}")
+
+
+# --- text --------------------------------------------------------------------------------------
+def test_a_scan_is_one_node_and_a_stage_of_its_own():
+    text = str(around)
+    assert "scan sum" in text and "scan max" in text
+    assert "iota" not in text and "broadcast_to" not in text      # no (n, n) mask, no broadcast view
+    plan = str(build_plan(around))
+    assert "scan sum" in plan and "through identity" in plan
+    # the backends without scan stages get the masked composition, with its iota mask
+    assert "iota" in str(composed(around).specialize(["float32"] * 2, [(2, 3)] * 2, {}))
+
+
+def test_include_initial_puts_the_identity_in_front_without_a_copy():
+    text = str(every)
+    assert text.count("concat") == 2 and "copy" not in text
+
+
+# --- generated source ----------------------------------------------------------------------------
+AROUND = fg.compile(around)
+
+
+def test_the_carried_loop_in_the_generated_source():
+    x = np.ones((2, 5, 3), np.float32)
+    AROUND(x, x)
+    src = "\n".join(AROUND.sources().values())
+    assert "# stage 0: scan sum" in src
+    assert "col mode" in src                           # along axis 1: vector accumulators over the inner dim
+    assert "acc0[i] += " in src and "[i] = acc0[i]" in src
+    assert "row mode" in src and "acc0 = _fmax(acc0," in src   # cummax along the last axis: scalar
+    assert "iota" not in src
+
+
+# --- numbers ------------------------------------------------------------------------------------
+# (int8, float32 and size-0 axes run by default in test_scans.py, through this same scan stage)
+@pytest.mark.parametrize("shape", [(3, 5)] + [pytest.param(s, marks=pytest.mark.extended)
+                                              for s in [(7,), (2, 3, 4), (0, 3), (3, 0)]])
+def test_every_kind_first_and_last_axis(shape):
+    rng = np.random.default_rng(1)
+    x = rng.integers(-3, 4, shape).astype(np.float64)
+    if x.size:
+        x.flat[x.size // 2] = np.nan                  # NaN propagates, as np.maximum.accumulate's
+    _close(fg.compile(every)(x), _every_ref(x), f"float64 {shape}")
+
+
+@pytest.mark.extended
+@pytest.mark.parametrize("dtype", ["int8", "bool", "uint16", "float32"])
+def test_every_kind_int_and_bool(dtype):
+    x = np.random.default_rng(2).integers(0 if dtype in ("bool", "uint16") else -3, 4, (3, 5)).astype(dtype)
+    got = fg.compile(every)(x)
+    want = _every_ref(x)
+    # the standard's accumulation dtype: int64 for signed ints and bool, uint64 for unsigned
+    assert got[0].dtype == {"int8": np.int64, "bool": np.int64, "uint16": np.uint64}.get(dtype, got[0].dtype)
+    _close(got, want, dtype)
+
+
+def test_fused_pipeline():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 5, 3)).astype(np.float32)
+    y = rng.standard_normal((2, 5, 3)).astype(np.float32)
+    c = np.cumsum(x * 2, axis=1)
+    _close(AROUND(x, y), (c + y, (c + y).sum(1), np.maximum.accumulate(x, -1) - x), "around")
+
+
+@pytest.mark.extended
+def test_middle_axis():
+    x = np.random.default_rng(3).standard_normal((2, 5, 3)).astype(np.float32)
+    x[1, :, 2] = np.linspace(-300, 400, 5)         # exp overflows: logaddexp's fold must not
+    _close(fg.compile(middle)(x), (np.cumsum(x, 1, dtype=np.float64), np.minimum.accumulate(x, 1),
+                                   np.logaddexp.accumulate(x, 1), _init(np.cumprod(x, 1), 1, 1)), "middle")
+
+
+def test_a_long_axis_is_o_n():
+    # 200,000 elements: 4e10 reads as the O(n^2) composition; a blocked two-pass scan here
+    x = np.random.default_rng(4).standard_normal(200_000)
+    k = fg.compile(longs)
+    got = k(x)
+    want = (np.cumsum(x), np.logaddexp.accumulate(x))
+    _close(got, want, "long", rtol=1e-9)
+    if fg.runtime.num_threads() > 1:   # one line: the blocked scan puts both cores to work
+        src = "\n".join(k.sources().values())
+        assert "(totals pass)" in src and "an exclusive scan of the chunk totals" in src and "(write pass)" in src
+
+
+@fg.op
+def running(x, w):
+    return fg.sum(fg.cumulative_sum(x, axis=1) * w)
+
+
+def test_grad_of_cumulative_sum_is_a_reverse_cumulative_sum():
+    text = str(fg.grad(running, wrt=0))
+    assert text.count("scan sum") == 2 and "flip" in text and "iota" not in text
+    x, w = np.ones((2, 4)), np.arange(8.0).reshape(2, 4)
+    (got,) = fg.compile(fg.grad(running, wrt=0))(x, w, np.float64(1.0))
+    np.testing.assert_allclose(got, np.flip(np.cumsum(np.flip(w, 1), 1), 1))
+
+
+@fg.op
+def graded(x):
+    return (fg.sum(fg.cumulative_sum(x, axis=1) * fg.cos(x)) + fg.sum(fg.cumulative_prod(x, axis=0) ** 2)
+            + fg.sum(fg.cummax(x, axis=1) * x) + fg.sum(fg.cummin(x, axis=0) ** 3)
+            + fg.sum(fg.logcumsumexp(x, axis=1) * x) + fg.sum(fg.cumulative_sum(x, axis=0, include_initial=True) ** 2))
+
+
+@pytest.mark.extended
+def test_grad_matches_the_composition():
+    # the others' adjoints are the masked composition's
+    x = np.random.default_rng(5).standard_normal((4, 5))
+    one = np.float64(1.0)
+    (got,) = fg.compile(fg.grad(graded))(x, one)
+    (want,) = fg.compile(fg.grad(composed(graded)))(x, one)
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+    eps, i = 1e-6, (2, 3)
+    xp, xm = x.copy(), x.copy()
+    xp[i] += eps
+    xm[i] -= eps
+    run = fg.compile(graded)
+    np.testing.assert_allclose(got[i], (run(xp) - run(xm)) / (2 * eps), rtol=1e-5)
+
+
+def test_errors_unchanged():
+    with pytest.raises(fg.ShapeError, match="out of range"):
+        fg.compile(fg.op(lambda x: fg.cumulative_sum(x, axis=-3), name="badaxis2"))(np.zeros((2, 2)))
+    with pytest.raises(fg.TraceError, match="axis is required"):
+        fg.compile(fg.op(lambda x: fg.cummin(x), name="noaxis2"))(np.zeros((2, 2)))
+    with pytest.raises(fg.ShapeError, match=r"out of range: the operand is a scalar \(rank 0\)"):
+        fg.compile(fg.op(lambda x: fg.logcumsumexp(x, axis=0), name="scalar0d"))(np.float64(1.0))
+    with pytest.raises(fg.DTypeError, match="not defined for complex"):
+        fg.compile(fg.op(lambda x: fg.cummax(x, axis=0), name="cmax"))(np.ones(3, np.complex64))
+
+
+@pytest.mark.extended
+def test_cuda_scan_kernels_compile_to_ptx():
+    from fusegen.lower_cuda import compile_ptx, numba_cuda_missing
+    if numba_cuda_missing():
+        pytest.skip(f"needs numba-cuda: {numba_cuda_missing()}")
+    ptx = compile_ptx(around, ["float32", "float32"], [(2, 5, 3), (2, 5, 3)])
+    assert ptx and all(".entry" in text for _, text in ptx)
