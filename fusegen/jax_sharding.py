@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 import jax
 import jax.numpy as jnp
 from jax.custom_batching import custom_vmap
-from jax.experimental.custom_partitioning import ArrayMapping, SdyShardingRule, custom_partitioning
+from jax.experimental.custom_partitioning import ArrayMapping, CompoundFactor, SdyShardingRule, custom_partitioning
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
 from .plan import dimflow
@@ -177,19 +177,29 @@ def combine(value, p: dimflow.Partial):
 
 
 def sharding_rule(flow) -> SdyShardingRule:
-    """The Shardy rule of a call, from its dim flow (factor names ``f<k>``)."""
+    """The Shardy rule of a call, from its dim flow (factor names ``f<k>``). A ``MAJOR`` link
+    joins two sizes into one factor (a reshape's -1 dim and x's rows): Shardy takes the larger dim
+    as the compound of the smaller one (major) and a minor factor ``m<k>``, so a sharding of one
+    propagates to the other."""
     fresh = iter(range(10 ** 9))
     used: set[int] = set()
+    whole: set[str] = set()
+    sizes: dict[str, int] = {}
 
     def mapping(dims, shape) -> ArrayMapping:
         names, seen = [], set()
         for f, size in zip(dims, shape):
             fac = flow.factors[f]
-            # a factor once per tensor, one size per factor (a MAJOR link joins two sizes)
-            if f in seen or len(fac.sizes) > 1:
+            small, big = min(fac.sizes), max(fac.sizes)
+            if f in seen or len(fac.sizes) > 2 or big % small:   # a factor once per tensor
                 names.append(f"u{next(fresh)}")
+            elif size == big and big != small:
+                names.append(CompoundFactor(f"f{f}", f"m{f}"))
+                sizes[f"f{f}"], sizes[f"m{f}"] = small, big // small
+                used.add(f)
             else:
                 names.append(f"f{f}")
+                whole.add(f"f{f}")
                 used.add(f)
             seen.add(f)
         return ArrayMapping(*names)
@@ -202,7 +212,9 @@ def sharding_rule(flow) -> SdyShardingRule:
     reduction = tuple(f"f{f}" for f in sorted(used) if flow.factors[f].reduced_by
                       and not flow.factors[f].in_outputs and not flow.factors[f].replicate)
     replicate = tuple(f"f{f}" for f in sorted(used) if flow.factors[f].replicate)
-    return SdyShardingRule(operands, results, reduction_factors=reduction, need_replication_factors=replicate)
+    sizes = {k: v for k, v in sizes.items() if k not in whole}   # a whole dim states its own size
+    return SdyShardingRule(operands, results, reduction_factors=reduction, need_replication_factors=replicate,
+                           **sizes)
 
 
 def _vmap_rule(jf, spec, attrs, axis_size, in_batched, *args):

@@ -303,3 +303,27 @@ def test_the_gspmd_partitioner_gets_the_same_rules():
         jax.config.update("jax_use_shardy_partitioner", True)
     close(got, 2 * x.sum(1), rtol=1e-5)
     assert kinds(hlo) == ["all-reduce"] and spec_of(got) == ("a",)
+
+
+@fg.op
+def major_split(x):
+    """(16, 3) -> (8, 2, 3): the -1 dim is the major part of x's rows (dimflow's MAJOR link)."""
+    y = fg.reshape(x, (-1, 2, 3))
+    return y * 2.0, fg.mean(y, axis=0)
+
+
+@pytest.mark.parametrize("types", [None, pytest.param(AUTO, marks=pytest.mark.slow)], ids=["explicit", "auto"])
+def test_a_reshape_keeps_the_split_on_the_major_part(types):
+    """x's rows split 8 ways stay split through the reshape (each device: 2 rows -> 1 pair); the
+    mean over the pairs is a partial sum per device, one all-reduce, divided by 8 (not 16)."""
+    x = _inputs([(16, 3)])[0]
+    f = function(major_split)
+    mesh = jax.make_mesh((2, 4), ("a", "b"), axis_types=types)
+    xs = put(mesh, x, P(("a", "b")))
+    with jax.set_mesh(mesh):
+        g = jax.jit(f)
+        y, m = g(xs)
+        hlo = g.lower(xs).compile().as_text()
+    close((y, m), (2 * x.reshape(8, 2, 3), x.reshape(8, 2, 3).mean(0)), rtol=1e-5)
+    assert kinds(hlo) == ["all-reduce"], collectives(hlo)
+    assert spec_of(y) == (("a", "b"),) and spec_of(m) == ()
