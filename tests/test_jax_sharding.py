@@ -2,10 +2,12 @@
 in a pytest process of its own, because the device count is fixed when JAX is first imported
 (``XLA_FLAGS=--xla_force_host_platform_device_count=8`` must be set before that).
 
-The default run takes the representative cases (a layer norm on a 2x4 mesh with Explicit axes,
-a sum with Auto axes, a gradient, vmap inside shard_map); the matrix (every reference op along
-each dim and two mesh axes, both axis types, every gradient, products, resharding, vmap, the
-GSPMD partitioner) is ``@pytest.mark.slow``. Skips without jax (``pip install "fusegen[jax]"``).
+The default run takes the representative cases (one op, a layer norm, on a 2x4 mesh with Explicit
+and with Auto axes, and vmap inside shard_map: its handlers are built once); the wider ones (a
+sum with Auto axes and no mesh context, a gradient, a reshape split on its major part) are
+``@pytest.mark.extended``; the matrix (every reference op along each dim and two mesh axes, both
+axis types, every gradient, products, resharding, vmap, the GSPMD partitioner) is
+``@pytest.mark.slow``. Skips without jax (``pip install "fusegen[jax]"``).
 """
 from __future__ import annotations
 
@@ -33,7 +35,12 @@ def run_cases(marker: str) -> None:
 
 
 def test_sharded_calls_on_8_host_devices():
-    run_cases("not slow")
+    run_cases("not slow and not extended")
+
+
+@pytest.mark.extended
+def test_wider_sharded_calls_on_8_host_devices():
+    run_cases("extended")
 
 
 @pytest.mark.slow

@@ -1,9 +1,10 @@
 """DTensor calls of fused ops, run on CPU processes by ``tests/test_torch.py``:
 ``python -m torch.distributed.run --standalone --nproc_per_node=N dtensor_cases.py default|matrix``.
 
-``default`` (2 processes): a sum split along its reduced dim (DTensor strategy: partial sums,
-all-reduced when read) and a layer norm split unevenly along the normalized dim (5 columns on 2
-processes: fusegen's rounds, the mean divided by the global count).
+``default`` (2 processes): a layer norm split along its rows (a DTensor strategy: the op on each
+block) and unevenly along the normalized dim (5 columns on 2 processes: fusegen's rounds, the
+means divided by the global count). Partial placements (a sum split along its reduced dim) are
+in ``uneven`` and the strategies' own test.
 ``matrix`` (4 processes, a 2x2 mesh): every reference op with its main input split along each
 dim and along both mesh dims.
 ``uneven`` (4 processes): every reference op and a mean, a max and a product split along each
@@ -82,19 +83,20 @@ def main(which: str) -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     cases = 0
-    if which == "default":
+    if which == "default":   # one op (its kernels compile once): a strategy, then the rounds
         mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-        x, y = rand(8, 12), rand(8, 12, seed=1)
-        f = fg.torch.function(ex.add_reduce_sum)
-        out = f(distribute_tensor(x, mesh, [Shard(1)]), distribute_tensor(y, mesh, [Shard(1)]), axis=1)
-        assert out.placements[0].is_partial(), out.placements   # a partial sum per process
-        torch.testing.assert_close(out.full_tensor(), f(x, y, axis=1))
-        cases += 1
         ln = fg.torch.function(ex.layer_norm)
-        x5 = rand(8, 5)   # unequal blocks (3 and 2 columns): the rounds still divide by 5
-        outs = ln(distribute_tensor(x5, mesh, [Shard(1)]))
+        x = rand(8, 5)
+        want = ln(x)
+        outs = ln(distribute_tensor(x, mesh, [Shard(0)]))   # rows: the strategy, the op per block
+        assert [o.placements[0].is_shard(0) for o in outs] == [True] * 3
+        for g, w in zip(outs, want):
+            torch.testing.assert_close(g.full_tensor(), w, rtol=1e-5, atol=1e-5)
+        cases += 1
+        # unequal blocks (3 and 2 columns): the rounds, each mean divided by 5
+        outs = ln(distribute_tensor(x, mesh, [Shard(1)]))
         assert [o.placements[0].is_shard(1) for o in outs] == [True, False, False]
-        for g, w in zip(outs, ln(x5)):
+        for g, w in zip(outs, want):
             torch.testing.assert_close(g.full_tensor(), w, rtol=1e-5, atol=1e-5)
         cases += 1
     elif which == "uneven":
