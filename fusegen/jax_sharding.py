@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import jax
@@ -39,6 +40,7 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
 from .plan import dimflow
 from .dtypes import as_dtype as fg_dtype
+from .errors import ShardingWarning
 
 __all__ = ["call", "sharding_rule", "mesh_axes", "round_function", "typed_like", "combine"]
 
@@ -121,6 +123,9 @@ def _infer(flow, multi, mesh, arg_shapes, result_shape):
 
 def _partition(jf, flow, attrs, mesh, arg_shapes, result_shape):
     sh = _assign(flow, mesh, arg_shapes)
+    if sh.dropped:   # a slice or gather along a split dim, sizes that do not divide: say so
+        warnings.warn(f"fusegen.jax: op {jf.op.name}: " + "; ".join(sh.dropped) + " (XLA gathers that dim)",
+                      ShardingWarning, stacklevel=2)
     prog = dimflow.program(flow, sh, exchange=_wire)
     multi = jf.op.multi_output
     if prog is None:

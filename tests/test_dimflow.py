@@ -131,6 +131,24 @@ def test_a_reshape_links_the_minus_one_dim_as_the_major_part_of_a_source_dim():
     assert flow_of(stated, [(16, 3)]).text().splitlines()[0] == "x: (f0!, f1!)"
 
 
+def test_basic_indexing_keeps_whole_slices_and_replicates_the_sliced_dim():
+    @fg.op
+    def shifted_diff(x):
+        return x[:, 1:] - x[:, :-1]
+
+    @fg.op
+    def picks(x):
+        return x[2, :, None] * 2.0
+
+    flow = flow_of(shifted_diff, [(8, 16)])
+    assert flow.text().splitlines() == ["x: (f0, f1!)", "out0: (f0, f2!)"]   # rows pass, the slice needs dim 1
+    sh = dimflow.assign(flow, [[("a",), ("b",)]], SIZES)
+    assert sh.factor_axes == {0: ("a",)}
+    assert sh.dropped == ("input 'x' dim 1 over ('b',): the op needs this dim whole on each device",)
+    # an integer index needs its dim whole; `:` under it walks on; a new axis is a size-1 dim
+    assert flow_of(picks, [(8, 16)]).text().splitlines() == ["x: (f0!, f1)", "out0: (f1, f2)"]
+
+
 def test_no_rounds_when_no_reduction_folds_a_split_dim():
     flow = flow_of(ex.layer_norm, [(8, 12)])
     assert dimflow.program(flow, dimflow.assign(flow, [[("a",), ()]], SIZES)) is None

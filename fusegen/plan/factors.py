@@ -110,6 +110,33 @@ def reshape_rule(n: Node, info: NodeInfo, srcs: list[NodeInfo]) -> list[LoopDim]
     return [LoopDim(((0, i),), k, MAJOR)] + [d for d in whole if d.members != ((0, i),) and d.out != k]
 
 
+def index_rule(n: Node, info: NodeInfo, srcs: list[NodeInfo]) -> list[LoopDim]:
+    """Basic indexing: a dim taken whole (``:`` or left out) is one index space with its output
+    dim; a dim sliced with bounds or a step, or indexed by an integer, stays whole on each device
+    (its bounds are global positions); a new axis is a size-1 dim of its own."""
+    r, items = len(srcs[0].shape), n.arg
+    consumed = sum(1 for it in items if it.kind in ("slice", "int", "squeeze"))
+    expanded = [x for it in items for x in ([None] * (r - consumed) if it.kind == "ellipsis" else [it])]
+    if not any(it.kind == "ellipsis" for it in items):
+        expanded += [None] * (r - consumed)
+    loops, k, d = [], 0, 0
+    for it in expanded:
+        if it is not None and it.kind == "new":
+            loops.append(LoopDim((), d))
+            d += 1
+            continue
+        if it is None or (it.kind == "slice" and not any(it.given)):
+            loops.append(LoopDim(((0, k),), d))
+            d += 1
+        elif it.kind == "slice":
+            loops += [LoopDim(((0, k),), None, REPLICATE), LoopDim((), d, REPLICATE)]
+            d += 1
+        else:
+            loops.append(LoopDim(((0, k),), None, REPLICATE))
+        k += 1
+    return loops
+
+
 DimRule = Callable[[Node, NodeInfo, list], list]
 
 #: IR op kind -> its rule: ``rule(node, its NodeInfo, its sources' NodeInfos) -> [LoopDim]``.
@@ -119,7 +146,8 @@ DIM_RULES: dict[Op, DimRule] = {
     Op.REDUCE: reduce_rule,
     Op.PERMUTE: permute_rule,
     Op.RESHAPE: reshape_rule,
-    **{o: whole_rule for o in (Op.DIM, Op.INDEX, Op.BROADCAST_TO, Op.FLIP, Op.CONCAT,
+    Op.INDEX: index_rule,
+    **{o: whole_rule for o in (Op.DIM, Op.BROADCAST_TO, Op.FLIP, Op.CONCAT,
                                Op.PAD, Op.IOTA, Op.GATHER, Op.RANDOM)},
 }
 _LEAVES = (Op.INPUT, Op.ATTR, Op.CONST)

@@ -336,3 +336,24 @@ def test_a_reshape_keeps_the_split_on_the_major_part(types):
     close((y, m), (2 * x.reshape(8, 2, 3), x.reshape(8, 2, 3).mean(0)), rtol=1e-5)
     assert kinds(hlo) == ["all-reduce"], collectives(hlo)
     assert spec_of(y) == (("a", "b"),) and spec_of(m) == ()
+
+
+@fg.op
+def shifted_diff(x):
+    """A slice along the last dim: each element needs its neighbour, which may be on another device."""
+    return x[:, 1:] - x[:, :-1]
+
+
+@pytest.mark.extended
+def test_a_slice_along_a_split_dim_gathers_it_and_says_so():
+    x = _inputs([(8, 16)])[0]
+    f = function(shifted_diff)
+    mesh = jax.make_mesh((2, 4), ("a", "b"), axis_types=AUTO)
+    xs = put(mesh, x, P("a", "b"))
+    g = jax.jit(f)
+    with pytest.warns(fg.errors.ShardingWarning, match=r"op shifted_diff: input 'x' dim 1 over \('b',\): "
+                      "the op needs this dim whole on each device"):
+        hlo = g.lower(xs).compile().as_text()
+    close(g(xs), x[:, 1:] - x[:, :-1])
+    assert spec_of(g(xs)) == ("a",)                # the rows stay split
+    assert kinds(hlo) == ["all-gather"], collectives(hlo)   # x's last dim, over 'b' only
