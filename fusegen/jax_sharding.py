@@ -214,9 +214,12 @@ def sharding_rule(flow) -> SdyShardingRule:
     in_shapes = [flow.spec.info[ins[i]].shape if i in ins else () for i in range(len(flow.inputs))]
     operands = tuple(mapping(d, s) for d, s in zip(flow.inputs, in_shapes))
     results = tuple(mapping(d, flow.spec.of(o).shape) for d, o in zip(flow.outputs, g.outputs))
-    reduction = tuple(f"f{f}" for f in sorted(used) if flow.factors[f].reduced_by
+    # Shardy wants special factors in the order the rule first names them (operands, results)
+    order = list(dict.fromkeys(int(n[1:]) for m in (*operands, *results) for d in m
+                               for n in (d if isinstance(d, CompoundFactor) else (d,)) if n[0] == "f"))
+    reduction = tuple(f"f{f}" for f in order if flow.factors[f].reduced_by
                       and not flow.factors[f].in_outputs and not flow.factors[f].replicate)
-    replicate = tuple(f"f{f}" for f in sorted(used) if flow.factors[f].replicate)
+    replicate = tuple(f"f{f}" for f in order if flow.factors[f].replicate)
     sizes = {k: v for k, v in sizes.items() if k not in whole}   # a whole dim states its own size
     return SdyShardingRule(operands, results, reduction_factors=reduction, need_replication_factors=replicate,
                            **sizes)
