@@ -46,3 +46,35 @@ def test_wider_sharded_calls_on_8_host_devices():
 @pytest.mark.slow
 def test_every_reference_op_and_gradient_sharded_on_8_host_devices():
     run_cases("slow")
+
+
+# --- the Shardy rule, without devices -------------------------------------------------------------
+def _rule(op, arrays, attrs=None):
+    import fusegen as fg
+    from fusegen import jax_sharding
+    from fusegen.plan import dimflow
+    spec = fg.infer(op, [a.dtype.name for a in arrays], [a.shape for a in arrays], op.bind_attrs(attrs or {}))
+    return jax_sharding.sharding_rule(dimflow.analyze(spec))
+
+
+def test_shardy_rules_name_special_factors_in_order_and_major_links_as_compound_factors():
+    """Shardy rejects special factors out of the order the rule first names them (a gather's
+    replicated dims did that: 'indices of special factors must be sorted'); a reshape's -1 dim
+    and x's rows are one factor, the larger dim the compound of it and a minor factor."""
+    import numpy as np
+    from fusegen.bench.cases import OPS
+    import fusegen as fg
+
+    @fg.op
+    def major_split(x):
+        return fg.reshape(x, (-1, 2, 3)) * 2.0
+    emb = OPS["embedding_layer_norm"]
+    rule = _rule(emb.op, emb.make_inputs((8, 16), "float32"), emb.variants[-1])
+    names = [n for m in (*rule.operand_mappings, *rule.result_mappings) for d in m
+             for n in (d if isinstance(d, tuple) else (d,))]
+    first = list(dict.fromkeys(names))
+    assert len(rule.need_replication_factors) > 1
+    assert list(rule.need_replication_factors) == sorted(rule.need_replication_factors, key=first.index)
+    rule = _rule(major_split, [np.zeros((16, 3), np.float32)])
+    assert [tuple(m) for m in rule.operand_mappings] == [(("f0", "m0"), "f1")]
+    assert tuple(rule.result_mappings[0])[0] == "f0" and rule.factor_sizes == {"m0": 2}
