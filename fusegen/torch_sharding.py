@@ -152,7 +152,7 @@ def _plan(tf, tensors, attrs):
 def needs_rounds(tf, tensors, attrs) -> bool:
     """Whether DTensor arguments split a dim that only rounds handle exactly (reductions that
     read other split reductions; a mean over unequal blocks)."""
-    _, sh, prog, uneven_mean = _plan(tf, tensors, attrs)
+    _, _, prog, uneven_mean = _plan(tf, tensors, attrs)
     return not _single_level(prog) or (uneven_mean and prog is not None)
 
 
