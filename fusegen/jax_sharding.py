@@ -196,9 +196,10 @@ def sharding_rule(flow) -> SdyShardingRule:
         for f, size in zip(dims, shape):
             fac = flow.factors[f]
             small, big = min(fac.sizes), max(fac.sizes)
-            if f in seen or len(fac.sizes) > 2 or big % small:   # a factor once per tensor
+            linked = len(fac.sizes) == 2
+            if f in seen or len(fac.sizes) > 2 or (linked and (small == 0 or big % small)):   # once per tensor
                 names.append(f"u{next(fresh)}")
-            elif size == big and big != small:
+            elif linked and size == big:
                 names.append(CompoundFactor(f"f{f}", f"m{f}"))
                 sizes[f"f{f}"], sizes[f"m{f}"] = small, big // small
                 used.add(f)
