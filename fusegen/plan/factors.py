@@ -97,7 +97,7 @@ def reshape_rule(n: Node, info: NodeInfo, srcs: list[NodeInfo]) -> list[LoopDim]
     block, where a stated size would be the whole one. Every other dim stays whole."""
     x, out = srcs[0].shape, info.shape
     whole = whole_rule(n, info, srcs)
-    if n.arg == "like":
+    if n.arg == "like" or 0 in x:   # nothing to split in an empty tensor
         return whole
     ks = [d for d, s in enumerate(n.srcs[1:]) if s.op is Op.CONST and s.arg[1] == -1]
     if not ks or out[ks[0]] in (0, 1):
