@@ -75,3 +75,9 @@ class KernelError(FusegenError, RuntimeError):
 class UnsupportedError(FusegenError, NotImplementedError):
     """A backend cannot run an op that another backend can (e.g. the emitted C++ and random
     numbers): the message names the op, the node and the backend to use instead."""
+
+
+class ShardingWarning(UserWarning):
+    """A sharding the inputs asked for that a partitioned call cannot keep (a dim the op needs
+    whole on each device, a size that does not divide): the message names the op, the input, the
+    dim and why; XLA gathers that dim."""

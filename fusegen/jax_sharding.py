@@ -29,16 +29,18 @@ from __future__ import annotations
 
 import functools
 import threading
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import jax
 import jax.numpy as jnp
 from jax.custom_batching import custom_vmap
-from jax.experimental.custom_partitioning import ArrayMapping, SdyShardingRule, custom_partitioning
+from jax.experimental.custom_partitioning import ArrayMapping, CompoundFactor, SdyShardingRule, custom_partitioning
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
 from .plan import dimflow
 from .dtypes import as_dtype as fg_dtype
+from .errors import ShardingWarning
 
 __all__ = ["call", "sharding_rule", "mesh_axes", "round_function", "typed_like", "combine"]
 
@@ -121,6 +123,9 @@ def _infer(flow, multi, mesh, arg_shapes, result_shape):
 
 def _partition(jf, flow, attrs, mesh, arg_shapes, result_shape):
     sh = _assign(flow, mesh, arg_shapes)
+    if sh.dropped:   # a slice or gather along a split dim, sizes that do not divide: say so
+        warnings.warn(f"fusegen.jax: op {jf.op.name}: " + "; ".join(sh.dropped) + " (XLA gathers that dim)",
+                      ShardingWarning, stacklevel=2)
     prog = dimflow.program(flow, sh, exchange=_wire)
     multi = jf.op.multi_output
     if prog is None:
@@ -177,19 +182,30 @@ def combine(value, p: dimflow.Partial):
 
 
 def sharding_rule(flow) -> SdyShardingRule:
-    """The Shardy rule of a call, from its dim flow (factor names ``f<k>``)."""
+    """The Shardy rule of a call, from its dim flow (factor names ``f<k>``). A ``MAJOR`` link
+    joins two sizes into one factor (a reshape's -1 dim and x's rows): Shardy takes the larger dim
+    as the compound of the smaller one (major) and a minor factor ``m<k>``, so a sharding of one
+    propagates to the other."""
     fresh = iter(range(10 ** 9))
     used: set[int] = set()
+    whole: set[str] = set()
+    sizes: dict[str, int] = {}
 
     def mapping(dims, shape) -> ArrayMapping:
         names, seen = [], set()
         for f, size in zip(dims, shape):
             fac = flow.factors[f]
-            # a factor once per tensor, one size per factor (a MAJOR link joins two sizes)
-            if f in seen or len(fac.sizes) > 1:
+            small, big = min(fac.sizes), max(fac.sizes)
+            linked = len(fac.sizes) == 2
+            if f in seen or len(fac.sizes) > 2 or (linked and (small == 0 or big % small)):   # once per tensor
                 names.append(f"u{next(fresh)}")
+            elif linked and size == big:
+                names.append(CompoundFactor(f"f{f}", f"m{f}"))
+                sizes[f"f{f}"], sizes[f"m{f}"] = small, big // small
+                used.add(f)
             else:
                 names.append(f"f{f}")
+                whole.add(f"f{f}")
                 used.add(f)
             seen.add(f)
         return ArrayMapping(*names)
@@ -199,10 +215,15 @@ def sharding_rule(flow) -> SdyShardingRule:
     in_shapes = [flow.spec.info[ins[i]].shape if i in ins else () for i in range(len(flow.inputs))]
     operands = tuple(mapping(d, s) for d, s in zip(flow.inputs, in_shapes))
     results = tuple(mapping(d, flow.spec.of(o).shape) for d, o in zip(flow.outputs, g.outputs))
-    reduction = tuple(f"f{f}" for f in sorted(used) if flow.factors[f].reduced_by
+    # Shardy wants special factors in the order the rule first names them (operands, results)
+    order = list(dict.fromkeys(int(n[1:]) for m in (*operands, *results) for d in m
+                               for n in (d if isinstance(d, CompoundFactor) else (d,)) if n[0] == "f"))
+    reduction = tuple(f"f{f}" for f in order if flow.factors[f].reduced_by
                       and not flow.factors[f].in_outputs and not flow.factors[f].replicate)
-    replicate = tuple(f"f{f}" for f in sorted(used) if flow.factors[f].replicate)
-    return SdyShardingRule(operands, results, reduction_factors=reduction, need_replication_factors=replicate)
+    replicate = tuple(f"f{f}" for f in order if flow.factors[f].replicate)
+    sizes = {k: v for k, v in sizes.items() if k not in whole}   # a whole dim states its own size
+    return SdyShardingRule(operands, results, reduction_factors=reduction, need_replication_factors=replicate,
+                           **sizes)
 
 
 def _vmap_rule(jf, spec, attrs, axis_size, in_batched, *args):

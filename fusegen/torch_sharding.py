@@ -13,10 +13,18 @@ op's IR (``fusegen.plan.dimflow``), the same rules the JAX bridge partitions XLA
   way runs ``dimflow.program``'s rounds itself: each round a registered fused op on the local
   shards, ``all_reduce`` on the mesh dim's process group between them, the outputs wrapped back
   as DTensors. Forward only (no autograd through the rounds).
+* **Uneven shards** (a dim that does not divide by the devices splitting it: torch gives
+  ``ceil(n/k)`` per device, the last ones fewer, some none): a factor split that way keeps its
+  strategy only where the blocks' results are exact whatever their sizes (elementwise; partial
+  sums and products; max/min when no device's block is empty). A mean over it would be averaged
+  as if the blocks were equal (``Partial("avg")``): the rounds run instead (a sum of partial sums
+  divided by the global count). Anything else is not a strategy, so DTensor gathers that dim.
 """
 from __future__ import annotations
 
 import functools
+import itertools
+import math
 
 import torch
 
@@ -55,11 +63,14 @@ def strategies(tf, *args, **attrs):
     for dims in flow.inputs:
         for f in dims:
             fac = flow.factors[f]
-            if f in seen or fac.replicate or any(s % m for s in fac.sizes for m in sizes) or max(fac.sizes) == 1:
+            # DTensor may put this strategy on every mesh dim at once: blocks are even only when
+            # the size divides by all of them together
+            even = not any(s % math.prod(sizes) for s in fac.sizes)
+            if f in seen or fac.replicate or max(fac.sizes) == 1 or not (even or _exact_uneven(flow, f, sizes)):
                 continue
             seen.add(f)
             in_axes = [[("m",) if g == f else () for g in d] for d in flow.inputs]
-            sh = dimflow.assign(flow, in_axes, {"m": max(sizes)})
+            sh = dimflow.assign(flow, in_axes, {"m": max(sizes)}, even=even)
             prog = dimflow.program(flow, sh)
             if not _single_level(prog):
                 continue
@@ -72,6 +83,32 @@ def strategies(tf, *args, **attrs):
                             else _place(dims_k, f, Shard, Replicate))
             out.append((outs, ins))
     return out
+
+
+def _pieces(n: int, counts) -> list[int]:
+    """The block sizes of a dim of size ``n`` split over mesh dims of ``counts`` devices in turn
+    (torch's ``Shard``: ``torch.chunk``, ``ceil(n/k)`` per device, the last ones short or empty)."""
+    sizes = [n]
+    for k in counts:
+        sizes = [max(0, min(-(-s // k), s - j * -(-s // k))) for s in sizes for j in range(k)]
+    return sizes
+
+
+def _exact_uneven(flow, f: int, counts, rounds: bool = False) -> bool:
+    """Whether factor ``f`` split into unequal blocks over any of the mesh dims ``counts`` gives
+    the unsharded result: one size (a MAJOR link needs equal blocks), and every reduction over it
+    a sum or a product, a max/min with no empty block, or (``rounds``: divided by the global
+    count) a mean."""
+    fac = flow.factors[f]
+    if len(fac.sizes) > 1:
+        return False
+    kinds = {flow.reductions[i].kind for i in fac.reduced_by}
+    if "mean" in kinds and not rounds:
+        return False
+    if kinds & {"max", "min"}:
+        subsets = (c for r in range(1, len(counts) + 1) for c in itertools.combinations(counts, r))
+        return all(min(_pieces(fac.sizes[0], c)) > 0 for c in subsets)
+    return True
 
 
 def _place(dims, f, Shard, Replicate):
@@ -87,25 +124,36 @@ class _Meta:
 
 # --- the rounds on DTensors -----------------------------------------------------------------------
 def _plan(tf, tensors, attrs):
+    """(mesh, sharding, program, whether a mean folds a factor split into unequal blocks)."""
     from torch.distributed.tensor import DTensor, Shard
     mesh = next(t.device_mesh for t in tensors if isinstance(t, DTensor))
-    in_axes = []
-    for t in tensors:
+    sizes = {str(m): n for m, n in enumerate(mesh.shape)}
+    sig = tf.signature(tensors, attrs)
+    flow = dimflow.analyze(sig.spec)
+    in_axes, uneven_mean = [], False
+    for t, fs in zip(tensors, flow.inputs):
         axes = [()] * t.ndim
         if isinstance(t, DTensor):
             for m, p in enumerate(t.placements):
                 if isinstance(p, Shard):
                     axes[p.dim] += (str(m),)
+        for d, a in enumerate(axes):   # unequal blocks: kept where exact, else gathered
+            fac = flow.factors[fs[d]]
+            if a and t.shape[d] % math.prod(sizes[x] for x in a):
+                if not _exact_uneven(flow, fs[d], [sizes[x] for x in a], rounds=True):
+                    axes[d] = ()
+                elif any(flow.reductions[i].kind == "mean" for i in fac.reduced_by):
+                    uneven_mean = True
         in_axes.append(axes)
-    sig = tf.signature(tensors, attrs)
-    flow = dimflow.analyze(sig.spec)
-    sh = dimflow.assign(flow, in_axes, {str(m): n for m, n in enumerate(mesh.shape)})
-    return mesh, sh, dimflow.program(flow, sh)
+    sh = dimflow.assign(flow, in_axes, sizes, even=False)
+    return mesh, sh, dimflow.program(flow, sh), uneven_mean
 
 
 def needs_rounds(tf, tensors, attrs) -> bool:
-    """Whether DTensor arguments split a dim that only rounds handle exactly."""
-    return not _single_level(_plan(tf, tensors, attrs)[2])
+    """Whether DTensor arguments split a dim that only rounds handle exactly (reductions that
+    read other split reductions; a mean over unequal blocks)."""
+    _, _, prog, uneven_mean = _plan(tf, tensors, attrs)
+    return not _single_level(prog) or (uneven_mean and prog is not None)
 
 
 def _placements(dims, ndim_mesh):
@@ -120,7 +168,7 @@ def _placements(dims, ndim_mesh):
 def run_rounds(tf, tensors, attrs):
     """The op on DTensors as ``dimflow.program``'s rounds with collectives between them."""
     from torch.distributed.tensor import DTensor, distribute_tensor
-    mesh, sh, prog = _plan(tf, tensors, attrs)
+    mesh, sh, prog, _ = _plan(tf, tensors, attrs)
     local = []
     for t, dims in zip(tensors, sh.inputs):
         if not isinstance(t, DTensor):

@@ -45,7 +45,7 @@ def _check(doc, methods):
 
 @needs("jax", "g++")
 def test_jax_methods_and_the_sharded_row():
-    doc = bench_bridges.run(bench_bridges.BridgeConfig.quick(ops=("add_reduce_sum",), torch=False, rounds=2,
+    doc = bench_bridges.run(bench_bridges.BridgeConfig.quick(ops=("layer_norm",), torch=False, rounds=2,
                                                             per_call_rounds=2, per_call_calls=10))
     _check(doc, ["jax.jit(fg)", "jax.jit(jnp)"])
     (row,) = doc["sharded"]["cases"]

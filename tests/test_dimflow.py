@@ -39,6 +39,19 @@ def row_prod(x):
     return fg.prod(x, axis=-1)
 
 
+@fg.op
+def major_split(x):
+    """(R, 3) -> (R/2, 2, 3): x's rows pair up; the -1 dim is the major part of x's rows."""
+    y = fg.reshape(x, (-1, 2, 3))
+    return y * 2.0, fg.mean(y, axis=0)
+
+
+@fg.op
+def major_merge(x):
+    """(2, R, 3) -> (R, 2, 3) -> (2R, 3): x's dim 1, moved first, is the major part of the merge."""
+    return fg.reshape(fg.permute_dims(x, (1, 0, 2)), (-1, 3)) + 1.0
+
+
 # =============================================================================================
 # (a) factors, assignments and rounds, as text
 # =============================================================================================
@@ -92,6 +105,48 @@ def test_assign_drops_what_cannot_be_split_and_says_why():
     assert sh.inputs == ((("a",), ()), (("a",), ()))
     sh = dimflow.assign(flow, [[("a",), ()], [("b",), ()]], SIZES)
     assert sh.dropped == ("input 'y' dim 0 over ('b',): another input splits this dim differently",)
+
+
+def test_a_reshape_links_the_minus_one_dim_as_the_major_part_of_a_source_dim():
+    """MAJOR: x's rows and the reshape's -1 dim are one factor of two sizes (16 and 8), split only
+    when the devices divide both; the other dims a reshape touches stay whole."""
+    flow = flow_of(major_split, [(16, 3)])
+    assert flow.text().splitlines() == ["x: (f0, f1!)", "out0: (f0, f2!, f3!)", "out1: (f2!, f3!)",
+                                        "%7 mean over f0 (8 each)"]   # a mean of 8 (the -1 dim), not 16
+    assert flow.factors[0].sizes == (8, 16) and not flow.factors[0].replicate
+    sh = dimflow.assign(flow, [[("a", "b"), ()]], SIZES)     # 16 rows -> 8 pairs, 4 devices
+    assert sh.factor_axes == {0: ("a", "b")} and sh.outputs == ((("a", "b"), (), ()), ((), ()))
+    assert dimflow.program(flow, sh).collectives[0].count == 8
+    # 12 rows divide by 4 devices, their 6 pairs do not: no split (a device would hold 1.5 pairs)
+    sh = dimflow.assign(flow_of(major_split, [(12, 3)]), [[("a", "b"), ()]], SIZES)
+    assert sh.trivial and sh.dropped == ("input 'x' dim 0 over ('a', 'b'): size (6, 12) does not divide by 4 devices",)
+    # a merge: the transpose moves x's dim 1 first, the -1 dim holds it as its major part
+    flow = flow_of(major_merge, [(2, 8, 3)])
+    assert flow.text().splitlines() == ["x: (f0!, f1, f2!)", "out0: (f1, f3!)"]
+    assert flow.factors[1].sizes == (8, 16)
+    # a stated size cannot split (each device would reshape its block to the whole size)
+    @fg.op
+    def stated(x):
+        return fg.reshape(x, (8, 2, 3))
+    assert flow_of(stated, [(16, 3)]).text().splitlines()[0] == "x: (f0!, f1!)"
+
+
+def test_basic_indexing_keeps_whole_slices_and_replicates_the_sliced_dim():
+    @fg.op
+    def shifted_diff(x):
+        return x[:, 1:] - x[:, :-1]
+
+    @fg.op
+    def picks(x):
+        return x[2, :, None] * 2.0
+
+    flow = flow_of(shifted_diff, [(8, 16)])
+    assert flow.text().splitlines() == ["x: (f0, f1!)", "out0: (f0, f2!)"]   # rows pass, the slice needs dim 1
+    sh = dimflow.assign(flow, [[("a",), ("b",)]], SIZES)
+    assert sh.factor_axes == {0: ("a",)}
+    assert sh.dropped == ("input 'x' dim 1 over ('b',): the op needs this dim whole on each device",)
+    # an integer index needs its dim whole; `:` under it walks on; a new axis is a size-1 dim
+    assert flow_of(picks, [(8, 16)]).text().splitlines() == ["x: (f0!, f1)", "out0: (f1, f2)"]
 
 
 def test_no_rounds_when_no_reduction_folds_a_split_dim():
@@ -231,6 +286,18 @@ def test_gradient_through_unreduce_and_a_product_on_a_simulated_mesh(rng):
     (got,), prog = simulate(row_prod, [x], [[("a",), ("b",)]])
     assert prog.collectives[0].combine == "prod"
     assert_close(got, np.prod(x, axis=-1))
+
+
+def test_major_reshapes_on_a_simulated_mesh(rng):
+    x = rng.standard_normal((16, 3))
+    (y, m), prog = simulate(major_split, [x], [[("a", "b"), ()]])
+    assert prog.collectives[0].axes == ("a", "b")
+    assert_close(y, 2 * x.reshape(8, 2, 3))
+    assert_close(m, x.reshape(8, 2, 3).mean(axis=0))
+    x = rng.standard_normal((2, 8, 3))
+    (z,), prog = simulate(major_merge, [x], [[(), ("a", "b"), ()]])
+    assert prog is None
+    assert_close(z, x.transpose(1, 0, 2).reshape(16, 3) + 1)
 
 
 CASES = [

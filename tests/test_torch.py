@@ -66,6 +66,11 @@ def row_prod(x):
 
 
 @fg.op
+def row_max(x):
+    return fg.max(x, axis=-1)
+
+
+@fg.op
 def nested(x, *, table: list[list[int]] = [[0]]):  # noqa: B006
     return x + 1
 
@@ -128,7 +133,25 @@ def test_dtensor_strategies_come_from_the_ir():
     assert _strategies(ex.layer_norm, (8, 12)) == [("R R R", "R"), ("S0 S0 S0", "S0")]
     assert _strategies(many_attrs, (8, 12), axes=[1], flag=False) == [("R", "R"), ("S0", "S0"), ("Pavg", "S1")]
     assert _strategies(row_prod, (8, 12)) == [("R", "R"), ("S0", "S0"), ("Pproduct", "S1")]
-    assert _strategies(ex.add_mul_div, (6, 12), (1, 12), mesh=(4,)) == [("R R R", "R R"), ("S1 S1 S1", "S1 S1")]
+
+
+def test_dtensor_strategies_for_unequal_blocks():
+    """A dim that does not divide by the devices (torch: 10 on 4 is 3, 3, 3, 1): elementwise dims,
+    partial sums and products stay; a mean's Partial("avg") would weight the blocks equally and a
+    max has no value on an empty block, so those are no strategy (DTensor gathers; fg.torch runs
+    a mean's rounds itself, tested on processes)."""
+    need_gloo()
+    assert _strategies(ex.add_mul_div, (6, 10), (1, 10), mesh=(4,)) == [("R R R", "R R"), ("S0 S0 S0", "S0 R"),
+                                                                        ("S1 S1 S1", "S1 S1")]
+    assert _strategies(ex.add_reduce_sum, (8, 10), (8, 10), mesh=(4,), axis=1) == [("R", "R R"), ("S0", "S0 S0"),
+                                                                                 ("Psum", "S1 S1")]
+    assert _strategies(row_prod, (8, 10), mesh=(4,)) == [("R", "R"), ("S0", "S0"), ("Pproduct", "S1")]
+    assert _strategies(many_attrs, (8, 10), mesh=(4,), axes=[1], flag=False) == [("R", "R"), ("S0", "S0")]
+    assert _strategies(row_max, (8, 10), mesh=(4,)) == [("R", "R"), ("S0", "S0"), ("Pmax", "S1")]
+    assert _strategies(row_max, (8, 3), mesh=(4,)) == [("R", "R"), ("S0", "S0")]   # one block is empty
+    # DTensor may put one strategy on both dims of a 2x2 mesh: 6 columns split 2, 1, 2, 1
+    assert _strategies(many_attrs, (8, 6), mesh=(2, 2), axes=[1], flag=False) == [("R", "R"), ("S0", "S0")]
+    assert _strategies(many_attrs, (8, 8), mesh=(2, 2), axes=[1], flag=False)[-1] == ("Pavg", "S1")
 
 
 # =============================================================================================
@@ -281,6 +304,13 @@ def test_dtensor_on_two_cpu_processes():
     need_gloo()
     out = run_dtensor(2, "default")
     assert "rank 0: 2 cases agree with the unsharded result" in out
+
+
+@pytest.mark.extended
+def test_dtensor_unequal_blocks_on_four_cpu_processes():
+    need_gloo()
+    out = run_dtensor(4, "uneven")
+    assert "rank 0: 60 cases agree with the unsharded result" in out
 
 
 # --- the matrix (slow) -----------------------------------------------------------------------------

@@ -82,6 +82,61 @@ def whole_rule(n: Node, info: NodeInfo, srcs: list[NodeInfo]) -> list[LoopDim]:
     return loops + [LoopDim((), d, REPLICATE) for d in range(len(info.shape))]
 
 
+def permute_rule(n: Node, info: NodeInfo, srcs: list[NodeInfo]) -> list[LoopDim]:
+    """A transpose: output dim ``d`` is source dim ``perm[d]``, one index space (the sharding
+    follows the dim to its new position)."""
+    return [LoopDim(((0, p),), d) for d, p in enumerate(info.params)]
+
+
+def reshape_rule(n: Node, info: NodeInfo, srcs: list[NodeInfo]) -> list[LoopDim]:
+    """A reshape (C order). Output dim ``k`` and source dim ``i`` with as many elements before
+    them (``prod(out[:k]) == prod(x[:i])``) also have as many from them on, so a block of ``1/m``
+    of dim ``i``'s rows holds the same elements as a block of ``1/m`` of dim ``k``'s, when ``m``
+    divides both sizes: ``k`` is the major part of ``i`` (a split), or ``i`` of ``k`` (a merge)
+    (``MAJOR``). Only the output dim given as -1 can be split so: each device infers it from its
+    block, where a stated size would be the whole one. Every other dim stays whole."""
+    x, out = srcs[0].shape, info.shape
+    whole = whole_rule(n, info, srcs)
+    if n.arg == "like" or 0 in x:   # nothing to split in an empty tensor
+        return whole
+    ks = [d for d, s in enumerate(n.srcs[1:]) if s.op is Op.CONST and s.arg[1] == -1]
+    if not ks or out[ks[0]] in (0, 1):
+        return whole
+    k = ks[0]
+    before = math.prod(out[:k])
+    i = next((i for i in range(len(x)) if x[i] != 1 and math.prod(x[:i]) == before), None)
+    if i is None:
+        return whole
+    return [LoopDim(((0, i),), k, MAJOR)] + [d for d in whole if d.members != ((0, i),) and d.out != k]
+
+
+def index_rule(n: Node, info: NodeInfo, srcs: list[NodeInfo]) -> list[LoopDim]:
+    """Basic indexing: a dim taken whole (``:`` or left out) is one index space with its output
+    dim; a dim sliced with bounds or a step, or indexed by an integer, stays whole on each device
+    (its bounds are global positions); a new axis is a size-1 dim of its own."""
+    r, items = len(srcs[0].shape), n.arg
+    consumed = sum(1 for it in items if it.kind in ("slice", "int", "squeeze"))
+    expanded = [x for it in items for x in ([None] * (r - consumed) if it.kind == "ellipsis" else [it])]
+    if not any(it.kind == "ellipsis" for it in items):
+        expanded += [None] * (r - consumed)
+    loops, k, d = [], 0, 0
+    for it in expanded:
+        if it is not None and it.kind == "new":
+            loops.append(LoopDim((), d))
+            d += 1
+            continue
+        if it is None or (it.kind == "slice" and not any(it.given)):
+            loops.append(LoopDim(((0, k),), d))
+            d += 1
+        elif it.kind == "slice":
+            loops += [LoopDim(((0, k),), None, REPLICATE), LoopDim((), d, REPLICATE)]
+            d += 1
+        else:
+            loops.append(LoopDim(((0, k),), None, REPLICATE))
+        k += 1
+    return loops
+
+
 DimRule = Callable[[Node, NodeInfo, list], list]
 
 #: IR op kind -> its rule: ``rule(node, its NodeInfo, its sources' NodeInfos) -> [LoopDim]``.
@@ -89,7 +144,10 @@ DimRule = Callable[[Node, NodeInfo, list], list]
 DIM_RULES: dict[Op, DimRule] = {
     **{o: elementwise_rule for o in (*UNARY_UFUNC, *BINARY_UFUNC, Op.WHERE, Op.CAST)},
     Op.REDUCE: reduce_rule,
-    **{o: whole_rule for o in (Op.DIM, Op.PERMUTE, Op.INDEX, Op.RESHAPE, Op.BROADCAST_TO, Op.FLIP, Op.CONCAT,
+    Op.PERMUTE: permute_rule,
+    Op.RESHAPE: reshape_rule,
+    Op.INDEX: index_rule,
+    **{o: whole_rule for o in (Op.DIM, Op.BROADCAST_TO, Op.FLIP, Op.CONCAT,
                                Op.PAD, Op.IOTA, Op.GATHER, Op.RANDOM)},
 }
 _LEAVES = (Op.INPUT, Op.ATTR, Op.CONST)
@@ -244,12 +302,13 @@ class Sharding:
         return not self.factor_axes
 
 
-def assign(flow: DimFlow, in_axes: Sequence[Sequence[Axes]], axis_sizes: dict) -> Sharding:
+def assign(flow: DimFlow, in_axes: Sequence[Sequence[Axes]], axis_sizes: dict, even: bool = True) -> Sharding:
     """Split factors from the mesh axes sharding each input dim (``in_axes[i][d]``): inputs in
     order, dims in order, the first sharding seen for a factor wins; a factor is split only when
     each of its sizes divides by the axes' device count, no other factor uses those axes and no
     node needs it whole (``dropped`` says why a sharding was not kept: XLA or DTensor gathers
-    that dim of that input)."""
+    that dim of that input). ``even=False`` lets a factor of one size split into unequal blocks
+    (DTensor's uneven shards): the caller has checked its reductions are exact on them."""
     chosen: dict[int, Axes] = {}
     used: set = set()
     dropped = []
@@ -267,7 +326,8 @@ def assign(flow: DimFlow, in_axes: Sequence[Sequence[Axes]], axis_sizes: dict) -
             why = ("another input splits this dim differently" if f in chosen else
                    "a mesh axis is already used by another dim" if used & set(axes) else
                    "the op needs this dim whole on each device" if fac.replicate else
-                   f"size {fac.sizes} does not divide by {n} devices" if any(s % n for s in fac.sizes) else None)
+                   f"size {fac.sizes} does not divide by {n} devices"
+                   if any(s % n for s in fac.sizes) and (even or len(fac.sizes) > 1) else None)
             if why:
                 dropped.append(f"input {names[i]!r} dim {d} over {axes}: {why}")
                 continue

@@ -1,10 +1,16 @@
 """DTensor calls of fused ops, run on CPU processes by ``tests/test_torch.py``:
 ``python -m torch.distributed.run --standalone --nproc_per_node=N dtensor_cases.py default|matrix``.
 
-``default`` (2 processes): a sum split along its reduced dim (DTensor strategy: partial sums,
-all-reduced when read) and a layer norm split along the normalized dim (fusegen's rounds).
+``default`` (2 processes): a layer norm split along its rows (a DTensor strategy: the op on each
+block) and unevenly along the normalized dim (5 columns on 2 processes: fusegen's rounds, the
+means divided by the global count). Partial placements (a sum split along its reduced dim) are
+in ``uneven`` and the strategies' own test.
 ``matrix`` (4 processes, a 2x2 mesh): every reference op with its main input split along each
-dim and along both mesh dims. Every result is compared with the unsharded call.
+dim and along both mesh dims.
+``uneven`` (4 processes): every reference op and a mean, a max and a product split along each
+dim in unequal blocks (10 on 4 devices: 3, 3, 3, 1; 3 on 4: a device holds none), on a mesh of 4
+and along both dims of a 2x2 mesh (6 on 2x2: 2, 1, 2, 1). Every result is compared with the
+unsharded call; where the split is kept, the placements say so.
 """
 from __future__ import annotations
 
@@ -34,26 +40,67 @@ def check(f, args, placements, mesh, **attrs) -> None:
     for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
         assert isinstance(g, DTensor), type(g)
         torch.testing.assert_close(g.full_tensor(), w, rtol=1e-5, atol=1e-5)
+    return got if isinstance(got, tuple) else (got,)
+
+
+@fg.op
+def col_mean(x):
+    return fg.mean(x, axis=1)
+
+
+@fg.op
+def col_max(x):
+    return fg.max(x, axis=1)
+
+
+@fg.op
+def col_prod(x):
+    return fg.prod(x, axis=1)
+
+
+def uneven(rank: int) -> int:
+    """Unequal blocks: each op's main input split along each dim; returns the number of cases."""
+    cases = 0
+    ops = [*ex.REFERENCE_OPS, col_mean, col_max, col_prod]
+    for mesh_shape, sizes in (((4,), (10, 3)), ((2, 2), (6,))):
+        mesh = init_device_mesh("cpu", mesh_shape)
+        for n, op, dim in ((n, op, dim) for n in sizes for op in ops for dim in (0, 1)):
+            main = (n, 7) if dim == 0 else (7, n)
+            partner = {"rms_norm": (main[1],), "bias_gelu": (main[1],), "add_mul_div": (1, main[1])}.get(op.name, main)
+            args = [rand(*main), rand(*partner, seed=1)][:len(op.inputs)]
+            got = check(fg.torch.function(op), args, [Shard(dim)] * len(mesh_shape), mesh)
+            if op is col_mean and dim == 1 and n == 10:   # the mean's rounds, not a gather
+                assert got[0].placements == (Replicate(),), got[0].placements
+            if op is ex.add_mul_div and n == 10:         # elementwise: the blocks pass through
+                assert got[0].placements == (Shard(dim),), got[0].placements
+            cases += 1
+    if rank == 0:
+        print(f"uneven: {cases} cases", flush=True)
+    return cases
 
 
 def main(which: str) -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     cases = 0
-    if which == "default":
+    if which == "default":   # one op (its kernels compile once): a strategy, then the rounds
         mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-        x, y = rand(8, 12), rand(8, 12, seed=1)
-        f = fg.torch.function(ex.add_reduce_sum)
-        out = f(distribute_tensor(x, mesh, [Shard(1)]), distribute_tensor(y, mesh, [Shard(1)]), axis=1)
-        assert out.placements[0].is_partial(), out.placements   # a partial sum per process
-        torch.testing.assert_close(out.full_tensor(), f(x, y, axis=1))
-        cases += 1
         ln = fg.torch.function(ex.layer_norm)
-        outs = ln(distribute_tensor(x, mesh, [Shard(1)]))
-        assert [o.placements[0].is_shard(1) for o in outs] == [True, False, False]
-        for g, w in zip(outs, ln(x)):
+        x = rand(8, 5)
+        want = ln(x)
+        outs = ln(distribute_tensor(x, mesh, [Shard(0)]))   # rows: the strategy, the op per block
+        assert [o.placements[0].is_shard(0) for o in outs] == [True] * 3
+        for g, w in zip(outs, want):
             torch.testing.assert_close(g.full_tensor(), w, rtol=1e-5, atol=1e-5)
         cases += 1
+        # unequal blocks (3 and 2 columns): the rounds, each mean divided by 5
+        outs = ln(distribute_tensor(x, mesh, [Shard(1)]))
+        assert [o.placements[0].is_shard(1) for o in outs] == [True, False, False]
+        for g, w in zip(outs, want):
+            torch.testing.assert_close(g.full_tensor(), w, rtol=1e-5, atol=1e-5)
+        cases += 1
+    elif which == "uneven":
+        cases += uneven(rank)
     else:
         mesh = init_device_mesh("cpu", (2, 2))
         shapes = {"rms_norm": [(8, 12), (12,)], "bias_gelu": [(8, 12), (12,)], "add_mul_div": [(8, 12), (1, 12)]}

@@ -94,8 +94,15 @@ def test_layer_norm_on_a_2x4_mesh_with_explicit_axes():
     assert jax.typeof(y).sharding.spec == P("a", "b")
     assert kinds(hlo) == ["all-reduce", "all-reduce"], collectives(hlo)
     assert hlo.count("replica_groups={{0,1,2,3},{4,5,6,7}}") == 2   # over 'b', within each row of the mesh
+    # Auto axes, no mesh context (the shardings say it all): the same rounds and collectives
+    xs = put(jax.make_mesh((2, 4), ("a", "b"), axis_types=AUTO), x, P("a", "b"))
+    g = jax.jit(lambda v: f(v, eps=1e-5))
+    close(g(xs), _np_layer_norm(x))
+    assert [spec_of(o) for o in g(xs)] == [("a", "b"), ("a",), ("a",)]
+    assert kinds(g.lower(xs).compile().as_text()) == ["all-reduce", "all-reduce"]
 
 
+@pytest.mark.extended
 def test_add_reduce_sum_with_auto_axes_and_without_a_mesh_context():
     x = np.random.default_rng(1).uniform(size=(8, 16)).astype(np.float32)
     f = function(ex.add_reduce_sum)
@@ -113,6 +120,7 @@ def test_add_reduce_sum_with_auto_axes_and_without_a_mesh_context():
     assert spec_of(out) == ("b",) and kinds(g.lower(xs, xs).compile().as_text()) == ["all-reduce"]
 
 
+@pytest.mark.extended
 def test_gradient_of_a_sharded_rms_norm_sums_the_weight_gradient_across_rows():
     """fg.grad's op is partitioned like any op: dw is a sum over the split rows (one all-reduce);
     the weight, replicated, follows the split of x's last dim nowhere (that dim is not split)."""
@@ -137,13 +145,13 @@ def test_gradient_of_a_sharded_rms_norm_sums_the_weight_gradient_across_rows():
 
 
 def test_vmap_inside_shard_map():
-    f = function(ex.add_reduce_sum)
+    f = function(ex.layer_norm)
     mesh = jax.make_mesh((2, 4), ("a", "b"))
     x = np.random.default_rng(3).uniform(size=(4, 8, 16)).astype(np.float32)
     xs = put(mesh, x, P(None, "a", None))
-    body = jax.shard_map(lambda u: jax.vmap(lambda v: f(v, v, axis=1))(u), mesh=mesh,
+    body = jax.shard_map(lambda u: jax.vmap(lambda v: f(v, eps=1e-5))(u), mesh=mesh,
                          in_specs=P(None, "a", None), out_specs=P(None, "a"))
-    close(jax.jit(body)(xs), 2 * x.sum(2), rtol=1e-5)
+    close(jax.jit(body)(xs), _np_layer_norm(x))
 
 
 # --- the matrix (slow) ---------------------------------------------------------------------------
@@ -303,3 +311,49 @@ def test_the_gspmd_partitioner_gets_the_same_rules():
         jax.config.update("jax_use_shardy_partitioner", True)
     close(got, 2 * x.sum(1), rtol=1e-5)
     assert kinds(hlo) == ["all-reduce"] and spec_of(got) == ("a",)
+
+
+@fg.op
+def major_split(x):
+    """(16, 3) -> (8, 2, 3): the -1 dim is the major part of x's rows (dimflow's MAJOR link)."""
+    y = fg.reshape(x, (-1, 2, 3))
+    return y * 2.0, fg.mean(y, axis=0)
+
+
+@pytest.mark.extended
+@pytest.mark.parametrize("types", [None, AUTO], ids=["explicit", "auto"])
+def test_a_reshape_keeps_the_split_on_the_major_part(types):
+    """x's rows split 8 ways stay split through the reshape (each device: 2 rows -> 1 pair); the
+    mean over the pairs is a partial sum per device, one all-reduce, divided by 8 (not 16)."""
+    x = _inputs([(16, 3)])[0]
+    f = function(major_split)
+    mesh = jax.make_mesh((2, 4), ("a", "b"), axis_types=types)
+    xs = put(mesh, x, P(("a", "b")))
+    with jax.set_mesh(mesh):
+        g = jax.jit(f)
+        y, m = g(xs)
+        hlo = g.lower(xs).compile().as_text()
+    close((y, m), (2 * x.reshape(8, 2, 3), x.reshape(8, 2, 3).mean(0)), rtol=1e-5)
+    assert kinds(hlo) == ["all-reduce"], collectives(hlo)
+    assert spec_of(y) == (("a", "b"),) and spec_of(m) == ()
+
+
+@fg.op
+def shifted_diff(x):
+    """A slice along the last dim: each element needs its neighbour, which may be on another device."""
+    return x[:, 1:] - x[:, :-1]
+
+
+@pytest.mark.extended
+def test_a_slice_along_a_split_dim_gathers_it_and_says_so():
+    x = _inputs([(8, 16)])[0]
+    f = function(shifted_diff)
+    mesh = jax.make_mesh((2, 4), ("a", "b"), axis_types=AUTO)
+    xs = put(mesh, x, P("a", "b"))
+    g = jax.jit(f)
+    with pytest.warns(fg.errors.ShardingWarning, match=r"op shifted_diff: input 'x' dim 1 over \('b',\): "
+                      "the op needs this dim whole on each device"):
+        hlo = g.lower(xs).compile().as_text()
+    close(g(xs), x[:, 1:] - x[:, :-1])
+    assert spec_of(g(xs)) == ("a",)                # the rows stay split
+    assert kinds(hlo) == ["all-gather"], collectives(hlo)   # x's last dim, over 'b' only
