@@ -149,6 +149,20 @@ def test_basic_indexing_keeps_whole_slices_and_replicates_the_sliced_dim():
     assert flow_of(picks, [(8, 16)]).text().splitlines() == ["x: (f0!, f1)", "out0: (f1, f2)"]
 
 
+def test_a_scan_keeps_its_axis_whole_and_lets_the_others_split():
+    """A block of the scanned dim would start its running value from the identity (a partial
+    cumulative sum): that dim must stay whole; the other dims are elementwise."""
+    @fg.op
+    def running(x):
+        return fg.cumulative_sum(x, axis=1) * 2.0
+
+    flow = flow_of(running, [(8, 16)])
+    assert flow.text().splitlines()[0] == "x: (f0, f1!)"
+    sh = dimflow.assign(flow, [[("a",), ("b",)]], SIZES)
+    assert sh.factor_axes == {0: ("a",)}
+    assert sh.dropped == ("input 'x' dim 1 over ('b',): the op needs this dim whole on each device",)
+
+
 def test_no_rounds_when_no_reduction_folds_a_split_dim():
     flow = flow_of(ex.layer_norm, [(8, 12)])
     assert dimflow.program(flow, dimflow.assign(flow, [[("a",), ()]], SIZES)) is None

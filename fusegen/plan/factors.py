@@ -57,6 +57,11 @@ def reduce_rule(n: Node, info: NodeInfo, srcs: list[NodeInfo]) -> list[LoopDim]:
         off = len(dom) - len(info.shape)
         return [LoopDim(_aligned(srcs, dom, d), None, REDUCE, "sum") if d in info.axes
                 else LoopDim(_aligned(srcs, dom, d), d - off) for d in range(len(dom))]
+    if arg.scan:   # a running value: a block of the scanned dim would start from the identity
+        loops = [LoopDim(((0, k),), k) for k in range(len(info.shape)) if k not in info.axes]
+        for k in info.axes:
+            loops += [LoopDim(((0, k),), None, REPLICATE), LoopDim((), k, REPLICATE)]
+        return loops
     x, loops, j = srcs[0], [], 0
     for k in range(len(x.shape)):
         if k in info.axes:
