@@ -15,20 +15,7 @@ from .emitters.common import (  # noqa: F401
 from .emitters.cuda import emit_cuda
 from .emitters.mindspore_cpu import emit_cpu
 from .emitters.xla import FFI_ATTRS, FFI_DTYPES, XlaEmitted, emit_xla, legacy_opaque, workspace_bytes  # noqa: F401
-from .errors import UnsupportedError
-from .ir import OpDef, Op
-
-
-def _refuse_random(op: OpDef, abi: str) -> None:
-    """The emitted C++/CUDA/XLA sources do not compute random numbers yet (the C++ twins exist,
-    templates/_philox.inc.j2, but the emitted kernels neither evaluate the counter's iota access
-    nor call them): refused here, naming the node, rather than emitted wrong."""
-    for n in (op.graph.nodes if op.graph is not None else ()):
-        if n.op is Op.RANDOM:
-            raise UnsupportedError(
-                f"{op.name}: fg.random.{n.arg.kind} (%{op.graph.idx(n)}, at {n.loc or '?'}) cannot be emitted for "
-                f"abi={abi!r} yet: the emitted C++/CUDA/XLA kernels do not compute random numbers; "
-                "use backend='numba' (CPU or CUDA)")
+from .ir import OpDef
 
 
 def emit(op: OpDef, abi: str = "mindspore-aot", device: str = "cpu", dtypes=None,
@@ -51,7 +38,6 @@ def emit(op: OpDef, abi: str = "mindspore-aot", device: str = "cpu", dtypes=None
         raise ValueError(f"dynamic_workspace must be 'kernel' or 'error', got {dynamic_workspace!r}")
     if not isinstance(op, OpDef):
         raise TypeError(f"fusegen.emit expects an @fusegen.op, got {type(op).__name__}")
-    _refuse_random(op, abi)
     if abi == "xla-ffi":  # XLA typed-FFI handlers around the same loops
         return emit_xla(op, device=device, dtypes=dtypes, ranks=ranks, shapes=shapes)
     if abi != "mindspore-aot":

@@ -1,7 +1,8 @@
 """fg.random inside fused ops (fusegen/graph/rng.py, fusegen/lower/rng.py, fusegen/rng_numba.py):
-the IR and its rules, the refusals, the generated Numba source, and the numbers, bit for bit
-against ``fg.random.reference`` (normal within 2 ulp), through views, broadcasting, reductions
-and ``fg.grad``. One op with many outputs per concern, so each compiles once."""
+the IR and its rules, the refusals, the generated Numba and C++ sources, and the numbers, bit for
+bit against ``fg.random.reference`` (normal within 2 ulp), through views, broadcasting,
+reductions and ``fg.grad``, on Numba CPU, the AOT C++ (fusegen/emitters/rng.py) and the JAX
+bridge; the emitted ``.cu`` compiles with nvcc. One op with many outputs per concern, so each compiles once."""
 from __future__ import annotations
 
 import re
@@ -11,7 +12,9 @@ import pytest
 
 import fusegen as fg
 import fusegen.examples as ex
+from _optional import needs_gxx, needs_jax, needs_nvcc
 from fusegen import lower_cpu
+from fusegen.native import host
 from fusegen.plan import build_plan, schedule
 
 R = fg.random.reference
@@ -169,12 +172,126 @@ def test_bad_arguments_are_fusegen_errors_naming_the_function():
             fg.infer(g, dtypes, shapes, attrs)
 
 
-def test_emitted_backends_refuse_random_ops_naming_the_node():
-    for abi in ("mindspore-aot", "xla-ffi"):
-        with pytest.raises(fg.UnsupportedError, match=r"dropout_add_layer_norm: fg\.random\.uniform .*"
-                                                     r"use backend='numba'"):
-            fg.emit(ex.dropout_add_layer_norm.specialize(["float32"] * 4, [(2, 8), (2, 8), (8,), (8,)],
-                                                         {"p": 0.1, "seed": 0, "eps": 1e-5}), abi)
+# --- the emitted C++ and CUDA (fusegen/emitters/rng.py): one Philox block per element ------------
+@fg.op
+def small(x, *, seed: int = 0, offset: int = 0, p: float = 0.25):
+    """Every kind through a view and a reduction, attribute seeds only (the JAX bridge's inputs
+    are float32 without x64)."""
+    a, b = x.shape[0], x.shape[1]
+    u = fg.random.uniform(seed, (b, a), offset=offset)
+    return (fg.permute_dims(u, (1, 0)) + x, fg.random.normal(seed, (a, b), offset=offset),
+            fg.random.bernoulli(seed, p, (a, b), offset=offset),
+            fg.random.randint(seed, -5, 9, (a, b), offset=offset, dtype="int32"),
+            fg.sum(fg.random.uniform(seed, (a, b), offset=offset, dtype="float64"), axis=1))
+
+
+def small_expected(shape, seed, offset, p):
+    kw = dict(offset=offset)
+    return [R("uniform", seed, shape[::-1], **kw).T + np.float32(1), R("normal", seed, shape, **kw),
+            R("bernoulli", seed, shape, p=np.float32(p), **kw),
+            R("randint", seed, shape, low=-5, high=9, dtype="int32", **kw),
+            R("uniform", seed, shape, dtype="float64", **kw).sum(axis=1)]
+
+
+def check_small(got, shape, seed, offset, p, what):
+    for k, (g, w) in enumerate(zip(got, small_expected(shape, seed, offset, p))):
+        g = np.asarray(g)
+        assert g.shape == w.shape and g.dtype == w.dtype, (what, k, g.shape, w.shape, g.dtype, w.dtype)
+        if k == 1:
+            assert g.size == 0 or ulps(g, w).max() <= 2, (what, k)
+        elif k == 4:
+            np.testing.assert_allclose(g, w, rtol=1e-13, err_msg=what)
+        else:
+            assert np.array_equal(g, w), (what, k, np.flatnonzero(g != w)[:5])
+
+
+def test_emitted_sources_call_philox_per_element_and_only_where_used():
+    srcs = {(abi, dev): fg.emit(small, abi, dev, dtypes="float32").source
+            for abi in ("mindspore-aot", "xla-ffi") for dev in ("cpu", "cuda")}
+    for where, src in srcs.items():
+        assert src.count("FG_HD FG_RNG_INLINE Block philox4x32_10(") == 1, where
+        seed = r"uint64_t\(int64_t\(int64_t\(a\.seed\)\)\), uint64_t\(int64_t\(int64_t\(a\.offset\)\)\)"
+        counter = r"uint64_t\(int64_t\(c\[\d+\] \+ i \* B\.istr\[\d+\]\)\)"
+        for call in (rf"fg::uniform_f32_at\({seed}, {counter}\)", rf"fg::normal_f32_at\({seed}, {counter}\)",
+                     rf"fg::uniform_f64_at\({seed}, {counter}\)",
+                     rf"fg::bernoulli_at\({seed}, {counter}, fg::bernoulli_threshold\(double\(float\(double\(a\.p\)\)\)\)\)",
+                     rf"int32_t\(int64_t\(fg::randint_at\({seed}, {counter}, UINT64_C\(18446744073709551611\), "
+                     rf"UINT64_C\(9\)\)\)\)"):
+            assert re.search(call, src), (where, call)
+    # an op without random numbers gets no Philox code (the golden sources stay as they were)
+    for dev in ("cpu", "cuda"):
+        assert "philox" not in fg.emit(ex.layer_norm, "mindspore-aot", dev, dtypes="float32").source
+
+
+def _infer_shape(ak, op, dtypes, shapes, attrs):
+    """The library's own InferShape (``NameInferShape``) for ``shapes`` (dims may be -1)."""
+    extra = ak._loaded.shim.fg_extra_new()
+    ak._loaded.extras.append(extra)   # destroyed with the kernel
+    host.set_attrs(ak._loaded.shim, extra, host.canonical_attrs(op.bind_attrs(attrs)))
+    return ak._call_infer_shape(shapes, extra)
+
+
+@needs_gxx
+def test_aot_cpu_equals_the_reference_with_no_workspace_for_random_nodes():
+    """Bit for bit against the reference (normal 2 ulp), negative seeds and offsets >= 2^63 (int64
+    attributes taken modulo 2^64); InferShape with unknown dims agrees with ``fg.infer``."""
+    k = fg.compile(small, backend="aot", dtypes="float32")
+    for shape, seed, offset, p in (((4, 6), 7, 0, 0.3), ((3, 33), -3, 2**63 + 5, 0.9), ((0, 2), 1, 1, 0.5)):
+        x = np.ones(shape, np.float32)
+        attrs = dict(seed=seed, offset=offset - U64 if offset >= 1 << 63 else offset, p=p)
+        check_small(k(x, **attrs), shape, seed % U64, offset, p, f"aot {shape} seed={seed}")
+    ak = k.executor.kernel_for(tuple(small.bind_attrs({}).items()))
+    for shapes in ([(3, 5)], [(-1, 5)], [(3, -1)], [(-1, -1)]):
+        want = fg.infer(small, ["float32"], shapes, small.bind_attrs({})).out_shapes
+        assert _infer_shape(ak, small, ["float32"], shapes, {}) == [tuple(s) for s in want], shapes
+    # random nodes take no workspace (per element: no fill buffers)
+    assert build_plan(small).buffers == () and ak.workspace_sizes(np.ones((3, 5), np.float32)) == []
+
+
+@pytest.mark.extended
+@needs_gxx
+def test_aot_cpu_equals_the_reference_through_views_and_reductions():
+    """``many`` (sixteen outputs: tensor seed and p, 64-bit randint, broadcasts) on one library."""
+    run_many(fg.compile(many, backend="aot", dtypes=[("float32", "float32", "uint64")]), "aot-cpu")
+
+
+@needs_jax
+def test_jax_bridge_on_the_cpu_equals_the_reference():
+    import jax
+    import fusegen.jax as fgj
+    f = fgj.function(small, dtypes=["float32"])
+    x = np.ones((3, 10), np.float32)
+    enable_x64 = getattr(jax, "enable_x64", None)
+    if enable_x64 is None:  # older jax: the experimental spelling
+        from jax.experimental import enable_x64
+    with enable_x64(True):   # an output is float64
+        check_small(f(x, seed=-2, offset=9, p=0.7), x.shape, U64 - 2, 9, 0.7, "jax")
+        check_small(jax.jit(lambda a: f(a, seed=5, offset=0, p=0.1))(x), x.shape, 5, 0, 0.1, "jax.jit")
+
+
+@pytest.mark.extended
+@needs_gxx
+def test_dropout_add_layer_norm_aot_equals_numba():
+    rng = np.random.default_rng(1)
+    x, r = rng.standard_normal((5, 37), np.float32), rng.standard_normal((5, 37), np.float32)
+    gamma, beta = rng.random(37, np.float32) + 0.5, rng.standard_normal(37, np.float32)
+    y, h = fg.compile(ex.dropout_add_layer_norm, backend="aot", dtypes="float32")(x, r, gamma, beta, p=0.3, seed=-11)
+    y_n, h_n = fg.compile(ex.dropout_add_layer_norm)(x, r, gamma, beta, p=0.3, seed=-11)
+    assert np.array_equal(h, h_n)                     # the random mask: bit for bit
+    np.testing.assert_allclose(y, y_n, rtol=2e-6, atol=2e-6)   # the layer norm: the summation order differs
+
+
+@pytest.mark.slow
+@needs_nvcc
+def test_emitted_cu_with_random_nodes_compiles_with_nvcc(tmp_path):
+    import subprocess
+    e = fg.emit(small, abi="mindspore-aot", device="cuda", dtypes="float32")
+    e.write(tmp_path)
+    cmd = ["nvcc", "--shared", "-std=c++17", "-Xcompiler", "-fPIC", "-O3", "--use_fast_math", "--expt-relaxed-constexpr",
+           "-gencode", "arch=compute_90,code=sm_90", f"-I{tmp_path}", "-o", str(tmp_path / "small.so"),
+           str(tmp_path / e.main)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
 
 
 # --- the generated Numba source --------------------------------------------------------------------

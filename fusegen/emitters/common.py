@@ -26,6 +26,7 @@ from ..plan.exprs import CPP_HELPER_OPS, vmath_functions
 from ..plan.cexprs import uses_complex
 from ..version import __version__
 from . import gathers as G
+from . import rng as R
 from . import layout
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -356,4 +357,5 @@ def template_data(op: OpDef, plan: Plan, combos: list[dict], errors=None, spec_r
         # the ABI picks the infer signature by output count (a 1-tuple is one output)
         multi=len(op.graph.outputs) > 1, vmath=vmath.template_data(vmath_functions(op.graph.nodes)),
         elementwise_helpers=any(n.op in CPP_HELPER_OPS for n in op.graph.nodes),
-        complex_types=uses_complex(op, [c["inputs"] + c["outputs"] for c in combos]), **G.template_data(op), **extra)
+        complex_types=uses_complex(op, [c["inputs"] + c["outputs"] for c in combos]), **G.template_data(op),
+        **R.template_data(op), **extra)

@@ -27,6 +27,7 @@ from ..plan.access import Broadcast, Gather, Piece, Reduced, View
 from ..plan.exprs import CPP, ExprWriter, reduce_identity, reg_dtype
 from ..plan.paths import is_param, path_steps
 from . import gathers as G
+from .rng import random_text
 
 #: Ops whose kernels take the layout path (a gather's read is a view step plus an index term).
 LAYOUT_OPS = VIEWS | PIECEWISE | {Op.IOTA, Op.DIM, Op.GATHER}
@@ -322,7 +323,8 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
         bodies = []
         for variant in variants(st):
             gw = G.IndexWriter(op, g.idx)
-            w = cur["w"] = ExprWriter(spec, dialect, leaf, prefix="t", variant=variant, gather=gw)
+            w = cur["w"] = ExprWriter(spec, dialect, leaf, prefix="t", variant=variant, gather=gw,
+                                      random=random_text)
             reds = []
             for j, r in enumerate(st.reductions):
                 info = spec.of(r)
