@@ -261,7 +261,7 @@ def pytest_collection_modifyitems(config, items):
         keep = DEFAULT_CASES.get(base)
         if keep is not None and case:
             seen.setdefault(base, set()).add(case[:-1])
-            if case[:-1] not in keep:
+            if case[:-1] not in keep and item.get_closest_marker("slow") is None:   # slow stays slow
                 item.add_marker(pytest.mark.extended)
     # A renamed case would silently leave its test without a default representative. Checked
     # when whole files are collected (not for a node id, -k, --lf or --deselect: a subset).
