@@ -15,12 +15,12 @@ from .. import dtypes as dt
 from .. import philox
 from ..errors import FusegenError
 from ..ir import Node, Op, OpDef
+from ..lower.rng import PER_ELEMENT, kind_key
 from ..plan.exprs import reg_dtype
 
-#: per (kind, dtype name or "int"): the partial's per-element function
-_AT = {("uniform", "float32"): "uniform_f32_at", ("uniform", "float64"): "uniform_f64_at",
-       ("normal", "float32"): "normal_f32_at", ("normal", "float64"): "normal_f64_at",
-       ("bernoulli", "bool"): "bernoulli_at", ("randint", "int"): "randint_at"}
+#: the partial's per-element functions: the Numba ones' names, but for bernoulli (its threshold
+#: compare is in the partial; the Numba text compares the word itself)
+_AT = {**PER_ELEMENT, ("bernoulli", "bool"): "bernoulli_at"}
 
 
 def has_random(op: OpDef) -> bool:
@@ -45,7 +45,7 @@ def random_text(ew, node: Node, ctx: tuple) -> str:
     """``plan.exprs.ExprWriter``'s ``random`` hook for the C++ dialects: the node's value at the
     current element, in its register type."""
     kind, d = node.arg.kind, node.arg.dtype
-    fn = _AT.get((kind, "int" if d.is_int else d.name))
+    fn = _AT.get(kind_key(node))
     if fn is None:
         raise FusegenError(f"{ew.spec.opdef.name}: fg.random.{kind}: no kernel for dtype {d}")
     args = [_uint64(ew, node.srcs[1], ctx), _uint64(ew, node.srcs[2], ctx),

@@ -14,10 +14,12 @@ from ..errors import FusegenError
 from ..ir import VIEWS, Node, Op
 from ..plan.exprs import PYTHON, ExprWriter
 
-#: per (kind, dtype name or "int"): the per-element function and the fill (the buffer's values)
-_AT = {("uniform", "float32"): "uniform_f32_at", ("uniform", "float64"): "uniform_f64_at",
+#: per (kind, dtype name or "int", as ``kind_key`` gives it): the per-element function (the C++
+#: emitters' table, fusegen/emitters/rng.py, overrides only bernoulli's)
+PER_ELEMENT = {("uniform", "float32"): "uniform_f32_at", ("uniform", "float64"): "uniform_f64_at",
        ("normal", "float32"): "normal_f32_at", ("normal", "float64"): "normal_f64_at",
        ("bernoulli", "bool"): "word_at", ("randint", "int"): "randint_at"}
+#: per the same key: the fill (the buffer's values)
 _FILL = {("uniform", "float32"): ("fill_uniform_f32", "float32"), ("uniform", "float64"): ("fill_uniform_f64", "float64"),
          ("normal", "float32"): ("fill_normal_f32", "float32"), ("normal", "float64"): ("fill_normal_f64", "float64"),
          ("bernoulli", "bool"): ("fill_words", "uint32"), ("randint", "int"): ("fill_randint", "uint64")}
@@ -25,7 +27,8 @@ _FILL = {("uniform", "float32"): ("fill_uniform_f32", "float32"), ("uniform", "f
 PREFIX = "_rng_"
 
 
-def _key(node: Node) -> tuple[str, str]:
+def kind_key(node: Node) -> tuple[str, str]:
+    """A random node's key in ``PER_ELEMENT``: its kind and dtype name ("int" for every int)."""
     d = node.arg.dtype
     return node.arg.kind, ("int" if d.is_int else d.name)
 
@@ -60,7 +63,7 @@ def scalars(ew, node: Node, ctx: tuple) -> list[str]:
 
 def fill_of(node: Node) -> tuple[str, str]:
     """(function, buffer dtype name) of the node's fill."""
-    name, buf = _FILL[_key(node)]
+    name, buf = _FILL[kind_key(node)]
     return PREFIX + name, buf
 
 
@@ -75,11 +78,11 @@ class RandomText:
 
     def __call__(self, ew, node: Node, ctx: tuple) -> str:
         kind, d = node.arg.kind, node.arg.dtype
-        if _key(node) not in _AT:
+        if kind_key(node) not in PER_ELEMENT:
             raise FusegenError(f"fg.random.{kind}: no kernel for dtype {d}")
         raw = self.buffered(ew, node, ctx) if self.buffered else None
         if raw is None:
-            at = _AT[_key(node)]
+            at = PER_ELEMENT[kind_key(node)]
             self.used.add(at)
             seed, offset, *bounds = scalars(ew, node, ctx)
             raw = f"{PREFIX}{at}({', '.join([seed, offset, ew.value(node.srcs[0], dt.int64, ctx), *bounds])})"
