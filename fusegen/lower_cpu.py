@@ -250,7 +250,7 @@ class GroupSource:
             for o in moving:
                 row = f"ri + {k}" if k else "ri"
                 at = f"c_{o.name} + {index_text(o.ri, f'({row})', o.name + '_sri')}"
-                w(f"{p3}{o.name}_r{k} = {o.name}_[{at}:]")
+                w(f"{p3}{o.name}_r{k} = _fg_row({o.name}_, {at})")
             rows.append({o.key: f"{o.name}_r{k}" for o in moving})
         w(f"{p3}for i in range(n):")
         p4 = p3 + "    "

@@ -61,7 +61,7 @@ def view_text(o: OperandSlot, cls, at: str, stride: str, prefix: str = "") -> st
         return f"{prefix or 'v'}_{o.name} = {o.name}_[{at}::{stride}]"
     if cls == 0:
         return f"{prefix or 'v'}_{o.name} = {o.name}_[{at}:{at} + 1]"
-    return f"{prefix or 'v'}_{o.name} = {o.name}_[{at}:]"
+    return f"{prefix or 'v'}_{o.name} = _fg_row({o.name}_, {at})"
 
 
 def index_text(cls, var: str, stride: str) -> str:

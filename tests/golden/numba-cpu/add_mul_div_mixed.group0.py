@@ -7,7 +7,7 @@ import math
 import numpy as np
 from numba import prange
 from fusegen.vmath_numba import exp_f32 as _exp_f32, tanh_f32 as _tanh_f32
-from fusegen.pyhelpers_numba import _fmax, _fmin, _fg_floor_divide, _fg_remainder, _fg_floor_divide_int, _fg_remainder_int, _fg_shl, _fg_shr, _fg_shr_u, _fg_logaddexp, _fg_trunc, _fg_rint
+from fusegen.pyhelpers_numba import _fmax, _fmin, _fg_floor_divide, _fg_remainder, _fg_floor_divide_int, _fg_remainder_int, _fg_shl, _fg_shr, _fg_shr_u, _fg_logaddexp, _fg_trunc, _fg_rint, _fg_row
 from fusegen.vmath_numba import log_f32 as _log_f32, log1p_f32 as _log1p_f32, log2_f32 as _log2_f32, log10_f32 as _log10_f32, expm1_f32 as _expm1_f32, erf_f32 as _erf_f32, sin_f32 as _sin_f32, cos_f32 as _cos_f32, tan_f32 as _tan_f32, atan_f32 as _atan_f32, asin_f32 as _asin_f32, acos_f32 as _acos_f32, sinh_f32 as _sinh_f32, cosh_f32 as _cosh_f32, asinh_f32 as _asinh_f32, acosh_f32 as _acosh_f32, atanh_f32 as _atanh_f32, atan2_f32 as _atan2_f32, hypot_f32 as _hypot_f32
 def kernel(x0, x1, out0, out1, out2, meta):
     # stages 0 of op add_mul_div, col mode
@@ -52,10 +52,10 @@ def kernel(x0, x1, out0, out1, out2, meta):
             c_out2 = b_out2
             for ri in range(r_lo, r_hi):
                 s_x0 = x0_[c_x0 + 0]
-                v_x1 = x1_[c_x1 + 0:]
-                v_out0 = out0_[c_out0 + 0:]
-                v_out1 = out1_[c_out1 + 0:]
-                v_out2 = out2_[c_out2 + 0:]
+                v_x1 = _fg_row(x1_, c_x1 + 0)
+                v_out0 = _fg_row(out0_, c_out0 + 0)
+                v_out1 = _fg_row(out1_, c_out1 + 0)
+                v_out2 = _fg_row(out2_, c_out2 + 0)
                 for i in range(n):
                     s0_0 = (np.float64(s_x0) + np.float64(v_x1[i]))
                     s0_1 = (np.float64(s_x0) * np.float64(v_x1[i]))

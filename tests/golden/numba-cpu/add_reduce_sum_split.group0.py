@@ -7,7 +7,7 @@ import math
 import numpy as np
 from numba import prange
 from fusegen.vmath_numba import exp_f32 as _exp_f32, tanh_f32 as _tanh_f32
-from fusegen.pyhelpers_numba import _fmax, _fmin, _fg_floor_divide, _fg_remainder, _fg_floor_divide_int, _fg_remainder_int, _fg_shl, _fg_shr, _fg_shr_u, _fg_logaddexp, _fg_trunc, _fg_rint
+from fusegen.pyhelpers_numba import _fmax, _fmin, _fg_floor_divide, _fg_remainder, _fg_floor_divide_int, _fg_remainder_int, _fg_shl, _fg_shr, _fg_shr_u, _fg_logaddexp, _fg_trunc, _fg_rint, _fg_row
 from fusegen.vmath_numba import log_f32 as _log_f32, log1p_f32 as _log1p_f32, log2_f32 as _log2_f32, log10_f32 as _log10_f32, expm1_f32 as _expm1_f32, erf_f32 as _erf_f32, sin_f32 as _sin_f32, cos_f32 as _cos_f32, tan_f32 as _tan_f32, atan_f32 as _atan_f32, asin_f32 as _asin_f32, acos_f32 as _acos_f32, sinh_f32 as _sinh_f32, cosh_f32 as _cosh_f32, asinh_f32 as _asinh_f32, acosh_f32 as _acosh_f32, atanh_f32 as _atanh_f32, atan2_f32 as _atan2_f32, hypot_f32 as _hypot_f32
 def kernel(x0, x1, out0, meta):
     # stages 0 of op add_reduce_sum, col mode, reduced dim split across tasks
@@ -55,14 +55,14 @@ def kernel(x0, x1, out0, meta):
                 c_x1 += ix * meta[SB + 1 * W + nO + d]
             ri = r_lo
             while ri + 4 <= r_hi:
-                x0_r0 = x0_[c_x0 + (ri) * x0_sri:]
-                x1_r0 = x1_[c_x1 + 0:]
-                x0_r1 = x0_[c_x0 + (ri + 1) * x0_sri:]
-                x1_r1 = x1_[c_x1 + 0:]
-                x0_r2 = x0_[c_x0 + (ri + 2) * x0_sri:]
-                x1_r2 = x1_[c_x1 + 0:]
-                x0_r3 = x0_[c_x0 + (ri + 3) * x0_sri:]
-                x1_r3 = x1_[c_x1 + 0:]
+                x0_r0 = _fg_row(x0_, c_x0 + (ri) * x0_sri)
+                x1_r0 = _fg_row(x1_, c_x1 + 0)
+                x0_r1 = _fg_row(x0_, c_x0 + (ri + 1) * x0_sri)
+                x1_r1 = _fg_row(x1_, c_x1 + 0)
+                x0_r2 = _fg_row(x0_, c_x0 + (ri + 2) * x0_sri)
+                x1_r2 = _fg_row(x1_, c_x1 + 0)
+                x0_r3 = _fg_row(x0_, c_x0 + (ri + 3) * x0_sri)
+                x1_r3 = _fg_row(x1_, c_x1 + 0)
                 for i in range(n):
                     s0_k0_0 = (x0_r0[i] + x1_r0[i])
                     s0_k1_0 = (x0_r1[i] + x1_r1[i])
@@ -71,8 +71,8 @@ def kernel(x0, x1, out0, meta):
                     acc0[i] += (s0_k0_0 + s0_k1_0) + (s0_k2_0 + s0_k3_0)
                 ri += 4
             for ri in range(ri, r_hi):
-                v_x0 = x0_[c_x0 + ri * x0_sri:]
-                v_x1 = x1_[c_x1 + 0:]
+                v_x0 = _fg_row(x0_, c_x0 + ri * x0_sri)
+                v_x1 = _fg_row(x1_, c_x1 + 0)
                 for i in range(n):
                     s0_0 = (v_x0[i] + v_x1[i])
                     acc0[i] += s0_0
@@ -96,7 +96,7 @@ def kernel(x0, x1, out0, meta):
             q0 = part0[o * nsplit + s]
             for i in range(n):
                 acc0[i] += q0[i]
-        f_out0 = out0_[b_out0:]
+        f_out0 = _fg_row(out0_, b_out0)
         for i in range(n):
             r0 = acc0[i]
             f_out0[i] = r0

@@ -7,7 +7,7 @@ import math
 import numpy as np
 from numba import prange
 from fusegen.vmath_numba import exp_f32 as _exp_f32, tanh_f32 as _tanh_f32
-from fusegen.pyhelpers_numba import _fmax, _fmin, _fg_floor_divide, _fg_remainder, _fg_floor_divide_int, _fg_remainder_int, _fg_shl, _fg_shr, _fg_shr_u, _fg_logaddexp, _fg_trunc, _fg_rint
+from fusegen.pyhelpers_numba import _fmax, _fmin, _fg_floor_divide, _fg_remainder, _fg_floor_divide_int, _fg_remainder_int, _fg_shl, _fg_shr, _fg_shr_u, _fg_logaddexp, _fg_trunc, _fg_rint, _fg_row
 from fusegen.vmath_numba import log_f32 as _log_f32, log1p_f32 as _log1p_f32, log2_f32 as _log2_f32, log10_f32 as _log10_f32, expm1_f32 as _expm1_f32, erf_f32 as _erf_f32, sin_f32 as _sin_f32, cos_f32 as _cos_f32, tan_f32 as _tan_f32, atan_f32 as _atan_f32, asin_f32 as _asin_f32, acos_f32 as _acos_f32, sinh_f32 as _sinh_f32, cosh_f32 as _cosh_f32, asinh_f32 as _asinh_f32, acosh_f32 as _acosh_f32, atanh_f32 as _atanh_f32, atan2_f32 as _atan2_f32, hypot_f32 as _hypot_f32
 def kernel(x0, out1, ws0, ws1, out2, out0, meta, a_eps):
     # stages 0, 1, 2 of op layer_norm, col mode
@@ -61,19 +61,19 @@ def kernel(x0, out1, ws0, ws1, out2, out0, meta, a_eps):
                 c_x0 += ix * meta[SB + 0 * W + nO + d]
             ri = r_lo
             while ri + 4 <= r_hi:
-                x0_r0 = x0_[c_x0 + (ri) * x0_sri:]
-                x0_r1 = x0_[c_x0 + (ri + 1) * x0_sri:]
-                x0_r2 = x0_[c_x0 + (ri + 2) * x0_sri:]
-                x0_r3 = x0_[c_x0 + (ri + 3) * x0_sri:]
+                x0_r0 = _fg_row(x0_, c_x0 + (ri) * x0_sri)
+                x0_r1 = _fg_row(x0_, c_x0 + (ri + 1) * x0_sri)
+                x0_r2 = _fg_row(x0_, c_x0 + (ri + 2) * x0_sri)
+                x0_r3 = _fg_row(x0_, c_x0 + (ri + 3) * x0_sri)
                 for i in range(n):
                     acc0[i] += (x0_r0[i] + x0_r1[i]) + (x0_r2[i] + x0_r3[i])
                 ri += 4
             for ri in range(ri, r_hi):
-                v_x0 = x0_[c_x0 + ri * x0_sri:]
+                v_x0 = _fg_row(x0_, c_x0 + ri * x0_sri)
                 for i in range(n):
                     acc0[i] += v_x0[i]
-        f_out1 = out1_[b_out1:]
-        f_ws0 = ws0_[b_ws0:]
+        f_out1 = _fg_row(out1_, b_out1)
+        f_ws0 = _fg_row(ws0_, b_ws0)
         for i in range(n):
             r0 = np.float32(acc0[i] / np.float32(count))
             f_out1[i] = r0
@@ -93,14 +93,14 @@ def kernel(x0, out1, ws0, ws1, out2, out0, meta, a_eps):
                 c_ws0 += ix * meta[SB + 2 * W + nO + d]
             ri = r_lo
             while ri + 4 <= r_hi:
-                x0_r0 = x0_[c_x0 + (ri) * x0_sri:]
-                ws0_r0 = ws0_[c_ws0 + 0:]
-                x0_r1 = x0_[c_x0 + (ri + 1) * x0_sri:]
-                ws0_r1 = ws0_[c_ws0 + 0:]
-                x0_r2 = x0_[c_x0 + (ri + 2) * x0_sri:]
-                ws0_r2 = ws0_[c_ws0 + 0:]
-                x0_r3 = x0_[c_x0 + (ri + 3) * x0_sri:]
-                ws0_r3 = ws0_[c_ws0 + 0:]
+                x0_r0 = _fg_row(x0_, c_x0 + (ri) * x0_sri)
+                ws0_r0 = _fg_row(ws0_, c_ws0 + 0)
+                x0_r1 = _fg_row(x0_, c_x0 + (ri + 1) * x0_sri)
+                ws0_r1 = _fg_row(ws0_, c_ws0 + 0)
+                x0_r2 = _fg_row(x0_, c_x0 + (ri + 2) * x0_sri)
+                ws0_r2 = _fg_row(ws0_, c_ws0 + 0)
+                x0_r3 = _fg_row(x0_, c_x0 + (ri + 3) * x0_sri)
+                ws0_r3 = _fg_row(ws0_, c_ws0 + 0)
                 for i in range(n):
                     s1_k0_0 = (x0_r0[i] - ws0_r0[i])
                     s1_k0_1 = (s1_k0_0 * s1_k0_0)
@@ -113,14 +113,14 @@ def kernel(x0, out1, ws0, ws1, out2, out0, meta, a_eps):
                     acc0[i] += (s1_k0_1 + s1_k1_1) + (s1_k2_1 + s1_k3_1)
                 ri += 4
             for ri in range(ri, r_hi):
-                v_x0 = x0_[c_x0 + ri * x0_sri:]
-                v_ws0 = ws0_[c_ws0 + 0:]
+                v_x0 = _fg_row(x0_, c_x0 + ri * x0_sri)
+                v_ws0 = _fg_row(ws0_, c_ws0 + 0)
                 for i in range(n):
                     s1_0 = (v_x0[i] - v_ws0[i])
                     s1_1 = (s1_0 * s1_0)
                     acc0[i] += s1_1
-        f_ws1 = ws1_[b_ws1:]
-        f_out2 = out2_[b_out2:]
+        f_ws1 = _fg_row(ws1_, b_ws1)
+        f_out2 = _fg_row(out2_, b_out2)
         for i in range(n):
             r0 = np.float32(acc0[i] / np.float32(count))
             f_ws1[i] = r0
@@ -144,10 +144,10 @@ def kernel(x0, out1, ws0, ws1, out2, out0, meta, a_eps):
                 c_ws1 += ix * meta[SB + 3 * W + nO + d]
                 c_out0 += ix * meta[SB + 5 * W + nO + d]
             for ri in range(r_lo, r_hi):
-                v_x0 = x0_[c_x0 + ri * x0_sri:]
-                v_ws0 = ws0_[c_ws0 + 0:]
-                v_ws1 = ws1_[c_ws1 + 0:]
-                v_out0 = out0_[c_out0 + ri * out0_sri:]
+                v_x0 = _fg_row(x0_, c_x0 + ri * x0_sri)
+                v_ws0 = _fg_row(ws0_, c_ws0 + 0)
+                v_ws1 = _fg_row(ws1_, c_ws1 + 0)
+                v_out0 = _fg_row(out0_, c_out0 + ri * out0_sri)
                 for i in range(n):
                     s2_0 = (v_x0[i] - v_ws0[i])
                     s2_1 = (v_ws1[i] + np.float32(a_eps))

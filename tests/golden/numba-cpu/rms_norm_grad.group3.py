@@ -7,7 +7,7 @@ import math
 import numpy as np
 from numba import prange
 from fusegen.vmath_numba import exp_f32 as _exp_f32, tanh_f32 as _tanh_f32
-from fusegen.pyhelpers_numba import _fmax, _fmin, _fg_floor_divide, _fg_remainder, _fg_floor_divide_int, _fg_remainder_int, _fg_shl, _fg_shr, _fg_shr_u, _fg_logaddexp, _fg_trunc, _fg_rint
+from fusegen.pyhelpers_numba import _fmax, _fmin, _fg_floor_divide, _fg_remainder, _fg_floor_divide_int, _fg_remainder_int, _fg_shl, _fg_shr, _fg_shr_u, _fg_logaddexp, _fg_trunc, _fg_rint, _fg_row
 from fusegen.vmath_numba import log_f32 as _log_f32, log1p_f32 as _log1p_f32, log2_f32 as _log2_f32, log10_f32 as _log10_f32, expm1_f32 as _expm1_f32, erf_f32 as _erf_f32, sin_f32 as _sin_f32, cos_f32 as _cos_f32, tan_f32 as _tan_f32, atan_f32 as _atan_f32, asin_f32 as _asin_f32, acos_f32 as _acos_f32, sinh_f32 as _sinh_f32, cosh_f32 as _cosh_f32, asinh_f32 as _asinh_f32, acosh_f32 as _acosh_f32, atanh_f32 as _atanh_f32, atan2_f32 as _atan2_f32, hypot_f32 as _hypot_f32
 def kernel(x0, x2, ws0, out1, meta, a_eps):
     # stages 3 of op rms_norm_grad, col mode
@@ -58,8 +58,8 @@ def kernel(x0, x2, ws0, out1, meta, a_eps):
                 c_x2 += ix * meta[SB + 1 * W + nO + d]
                 c_ws0 += ix * meta[SB + 2 * W + nO + d]
             for ri in range(r_lo, r_hi):
-                v_x0 = x0_[c_x0 + ri * x0_sri:]
-                v_x2 = x2_[c_x2 + ri * x2_sri:]
+                v_x0 = _fg_row(x0_, c_x0 + ri * x0_sri)
+                v_x2 = _fg_row(x2_, c_x2 + ri * x2_sri)
                 s_ws0 = ws0_[c_ws0 + ri]
                 for i in range(n):
                     s3_0 = (s_ws0 + np.float32(a_eps))
@@ -67,7 +67,7 @@ def kernel(x0, x2, ws0, out1, meta, a_eps):
                     s3_2 = (v_x0[i] * s3_1)
                     s3_3 = (v_x2[i] * s3_2)
                     acc0[i] += s3_3
-        f_out1 = out1_[b_out1:]
+        f_out1 = _fg_row(out1_, b_out1)
         for i in range(n):
             r0 = acc0[i]
             f3_0 = r0

@@ -7,7 +7,7 @@ import math
 import numpy as np
 from numba import prange
 from fusegen.vmath_numba import exp_f32 as _exp_f32, tanh_f32 as _tanh_f32
-from fusegen.pyhelpers_numba import _fmax, _fmin, _fg_floor_divide, _fg_remainder, _fg_floor_divide_int, _fg_remainder_int, _fg_shl, _fg_shr, _fg_shr_u, _fg_logaddexp, _fg_trunc, _fg_rint
+from fusegen.pyhelpers_numba import _fmax, _fmin, _fg_floor_divide, _fg_remainder, _fg_floor_divide_int, _fg_remainder_int, _fg_shl, _fg_shr, _fg_shr_u, _fg_logaddexp, _fg_trunc, _fg_rint, _fg_row
 from fusegen.vmath_numba import log_f32 as _log_f32, log1p_f32 as _log1p_f32, log2_f32 as _log2_f32, log10_f32 as _log10_f32, expm1_f32 as _expm1_f32, erf_f32 as _erf_f32, sin_f32 as _sin_f32, cos_f32 as _cos_f32, tan_f32 as _tan_f32, atan_f32 as _atan_f32, asin_f32 as _asin_f32, acos_f32 as _acos_f32, sinh_f32 as _sinh_f32, cosh_f32 as _cosh_f32, asinh_f32 as _asinh_f32, acosh_f32 as _acosh_f32, atanh_f32 as _atanh_f32, atan2_f32 as _atan2_f32, hypot_f32 as _hypot_f32
 def kernel(x0, ws1, ws2, ws4, ws3, out0, meta, a_eps):
     # stages 4, 5 of op rms_norm_grad, col mode
@@ -62,7 +62,7 @@ def kernel(x0, ws1, ws2, ws4, ws3, out0, meta, a_eps):
                 c_ws1 += ix * meta[SB + 1 * W + nO + d]
                 c_ws2 += ix * meta[SB + 2 * W + nO + d]
             for ri in range(r_lo, r_hi):
-                v_x0 = x0_[c_x0 + 0:]
+                v_x0 = _fg_row(x0_, c_x0 + 0)
                 s_ws1 = ws1_[c_ws1 + 0]
                 s_ws2 = ws2_[c_ws2 + 0]
                 for i in range(n):
@@ -71,7 +71,7 @@ def kernel(x0, ws1, ws2, ws4, ws3, out0, meta, a_eps):
                     s4_2 = (s4_1 * v_x0[i])
                     s4_3 = (s4_2 + s4_2)
                     acc0[i] += s4_3
-        f_ws4 = ws4_[b_ws4:]
+        f_ws4 = _fg_row(ws4_, b_ws4)
         for i in range(n):
             r0 = acc0[i]
             f_ws4[i] = r0
@@ -81,9 +81,9 @@ def kernel(x0, ws1, ws2, ws4, ws3, out0, meta, a_eps):
             c_ws4 = b_ws4
             c_out0 = b_out0
             for ri in range(r_lo, r_hi):
-                v_ws3 = ws3_[c_ws3 + 0:]
-                v_ws4 = ws4_[c_ws4 + 0:]
-                v_out0 = out0_[c_out0 + 0:]
+                v_ws3 = _fg_row(ws3_, c_ws3 + 0)
+                v_ws4 = _fg_row(ws4_, c_ws4 + 0)
+                v_out0 = _fg_row(out0_, c_out0 + 0)
                 for i in range(n):
                     s5_0 = (v_ws3[i] + v_ws4[i])
                     s5_1 = s5_0

@@ -7,7 +7,7 @@ import math
 import numpy as np
 from numba import prange
 from fusegen.vmath_numba import exp_f32 as _exp_f32, tanh_f32 as _tanh_f32
-from fusegen.pyhelpers_numba import _fmax, _fmin, _fg_floor_divide, _fg_remainder, _fg_floor_divide_int, _fg_remainder_int, _fg_shl, _fg_shr, _fg_shr_u, _fg_logaddexp, _fg_trunc, _fg_rint
+from fusegen.pyhelpers_numba import _fmax, _fmin, _fg_floor_divide, _fg_remainder, _fg_floor_divide_int, _fg_remainder_int, _fg_shl, _fg_shr, _fg_shr_u, _fg_logaddexp, _fg_trunc, _fg_rint, _fg_row
 from fusegen.vmath_numba import log_f32 as _log_f32, log1p_f32 as _log1p_f32, log2_f32 as _log2_f32, log10_f32 as _log10_f32, expm1_f32 as _expm1_f32, erf_f32 as _erf_f32, sin_f32 as _sin_f32, cos_f32 as _cos_f32, tan_f32 as _tan_f32, atan_f32 as _atan_f32, asin_f32 as _asin_f32, acos_f32 as _acos_f32, sinh_f32 as _sinh_f32, cosh_f32 as _cosh_f32, asinh_f32 as _asinh_f32, acosh_f32 as _acosh_f32, atanh_f32 as _atanh_f32, atan2_f32 as _atan2_f32, hypot_f32 as _hypot_f32
 def kernel(x0, ws0, ws1, out0, meta):
     # stages 0, 1, 2 of op softmax, row mode
@@ -51,7 +51,7 @@ def kernel(x0, ws0, ws1, out0, meta):
                 ix = rem - q * e
                 rem = q
                 c_x0 += ix * meta[SB + 0 * W + nO + d]
-            v_x0 = x0_[c_x0 + r_lo:]
+            v_x0 = _fg_row(x0_, c_x0 + r_lo)
             for ri in range(r_hi - r_lo):
                 acc0 = _fmax(acc0, v_x0[ri])
         r0 = acc0
@@ -69,7 +69,7 @@ def kernel(x0, ws0, ws1, out0, meta):
                 rem = q
                 c_x0 += ix * meta[SB + 0 * W + nO + d]
                 c_ws0 += ix * meta[SB + 1 * W + nO + d]
-            v_x0 = x0_[c_x0 + r_lo:]
+            v_x0 = _fg_row(x0_, c_x0 + r_lo)
             s_ws0 = ws0_[c_ws0 + 0]
             for ri in range(r_hi - r_lo):
                 s1_0 = (v_x0[ri] - s_ws0)
@@ -93,10 +93,10 @@ def kernel(x0, ws0, ws1, out0, meta):
                 c_ws0 += ix * meta[SB + 1 * W + nO + d]
                 c_ws1 += ix * meta[SB + 2 * W + nO + d]
                 c_out0 += ix * meta[SB + 3 * W + nO + d]
-            v_x0 = x0_[c_x0 + r_lo:]
+            v_x0 = _fg_row(x0_, c_x0 + r_lo)
             s_ws0 = ws0_[c_ws0 + 0]
             s_ws1 = ws1_[c_ws1 + 0]
-            v_out0 = out0_[c_out0 + r_lo:]
+            v_out0 = _fg_row(out0_, c_out0 + r_lo)
             for ri in range(r_hi - r_lo):
                 s2_0 = (v_x0[ri] - s_ws0)
                 s2_1 = _exp_f32(s2_0)
