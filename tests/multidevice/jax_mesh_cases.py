@@ -154,6 +154,32 @@ def test_vmap_inside_shard_map():
     close(jax.jit(body)(xs), _np_layer_norm(x))
 
 
+@fg.op
+def center_rows(x, *, scale: float = 1.0):
+    """Traced per rank (``x.ndim``): the partition rules come from each specialization's graph."""
+    axes = tuple(range(1, x.ndim))
+    return (x - fg.mean(x, axis=axes, keepdims=True)) * scale
+
+
+@pytest.mark.extended
+def test_an_op_traced_per_rank_is_partitioned_by_its_specializations_graph():
+    """Rank 2 and rank 3 on a 2x4 mesh, split on both dims: the mean over the split trailing
+    dims is one all-reduce of partial sums per specialization, no input is gathered."""
+    f = function(center_rows)
+    mesh = jax.make_mesh((2, 4), ("a", "b"))
+    for shape, spec in (((8, 16), P("a", "b")), ((2, 8, 4), P(None, "a", "b"))):
+        x = np.random.default_rng(4).standard_normal(shape).astype(np.float32)
+        xs = put(mesh, x, spec)
+        axes = tuple(range(1, x.ndim))
+        with jax.set_mesh(mesh):
+            g = jax.jit(lambda v: f(v, scale=2.0))
+            out = g(xs)
+            hlo = g.lower(xs).compile().as_text()
+        close(out, (x - x.mean(axes, keepdims=True)) * 2.0, rtol=1e-5, atol=1e-5)
+        assert spec_of(out) == tuple(spec) and kinds(hlo) == ["all-reduce"], collectives(hlo)
+    assert len(f.specializations) == 2
+
+
 # --- the matrix (slow) ---------------------------------------------------------------------------
 
 CASES = [
