@@ -34,6 +34,12 @@ def wide_or_narrow(x):
     return x * 2.0
 
 
+@fg.op
+def three_d(x):
+    b, s, d = x.shape
+    return fg.reshape(x, (b, s * d))
+
+
 _FNS: dict = {}
 
 
@@ -94,6 +100,9 @@ def test_a_user_op_reading_ndim_and_shape_at_two_ranks_equals_numba():
         f(np.ones((2, 2), np.float32), scale="x")
     with pytest.raises(fg.DTypeError, match="center_rows.*float32"):
         f(np.ones((2, 2), np.float64).astype(np.int32))
+    # a rank the body cannot take: the op, the rank and Python's own cause (nothing is built)
+    with pytest.raises(fg.TraceError, match=r"op three_d cannot be traced for input ranks \[2\]: ValueError: not enough"):
+        function(three_d)(np.ones((2, 4), np.float32))
 
 
 @pytest.mark.extended

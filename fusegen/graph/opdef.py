@@ -13,7 +13,7 @@ import typing
 
 from .. import dtypes as dt
 from ..dtypes import AttrType
-from ..errors import ArgumentError, AttrError, TraceError
+from ..errors import ArgumentError, AttrError, FusegenError, TraceError
 from . import requests
 from .canon import materialize_pieces
 from .nodes import AttrSpec, Graph, Op, is_static
@@ -130,6 +130,12 @@ class OpDef:
                 raise
             self.specializes, self.why = "shape", str(e)   # a rank was not enough: trace per shape
             return self.specialize(dtypes, given, attrs)
+        except FusegenError:
+            raise
+        except Exception as e:   # the body's own Python (``b, s, d = x.shape`` at rank 2): name the op
+            raise TraceError(f"op {self.name} cannot be traced for input {mode}s "
+                             f"{[len(s) for s in given] if mode == 'rank' else list(given)}: "
+                             f"{type(e).__name__}: {e}") from e
         child._finish()
         return self._children.setdefault(key, child)
 
