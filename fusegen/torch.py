@@ -17,7 +17,9 @@
   ``tensor.numpy()`` views, outputs are allocated by torch and passed as ``out=`` (a
   non-contiguous input is copied by fusegen's runtime, as for NumPy arrays). **CUDA** tensors go
   to the numba-cuda kernel through ``__cuda_array_interface__``, on the current torch stream.
-* **dtypes** map both ways (bool, int8..int64, uint8..uint64, float16, float32, float64).
+* **dtypes** map both ways (bool, int8..int64, uint8..uint64, float16, float32, float64,
+  complex64, complex128; a complex view with torch's lazy conjugate or negative bit, as
+  ``x.conj()`` gives, is resolved into a tensor of its values first).
   fusegen has no bfloat16: bfloat16 inputs are widened to float32 at the bridge (exact), the op
   runs in float32, and the outputs that would be float16 for float16 inputs (NumPy's rules,
   which fusegen follows) are rounded to bfloat16. Mixing bfloat16 with float16 is refused.
@@ -46,6 +48,7 @@ TORCH_DTYPES: dict[str, torch.dtype] = {
     "bool": torch.bool, "int8": torch.int8, "int16": torch.int16, "int32": torch.int32, "int64": torch.int64,
     "uint8": torch.uint8, "uint16": torch.uint16, "uint32": torch.uint32, "uint64": torch.uint64,
     "float16": torch.float16, "float32": torch.float32, "float64": torch.float64,
+    "complex64": torch.complex64, "complex128": torch.complex128,
 }
 FROM_TORCH: dict[torch.dtype, str] = {v: k for k, v in TORCH_DTYPES.items()}
 
@@ -92,7 +95,7 @@ class _Signature:
     """What a call with given dtypes, shapes and attributes needs (cached per signature)."""
 
     __slots__ = ("names", "widen", "out_shapes", "kernel_dtypes", "dtypes", "spec", "attrs", "kernel_attrs",
-                 "converts")
+                 "converts", "lazy")
 
     def __init__(self, op: fg.OpDef, dtypes, shapes, attrs: dict):
         bf16 = [d == torch.bfloat16 for d in dtypes]
@@ -123,6 +126,7 @@ class _Signature:
         self.dtypes = out
         self.kernel_attrs = _attrs_for_kernel(attrs)
         self.converts = any(bf16) or out != self.kernel_dtypes
+        self.lazy = any(d.is_complex for d in dtypes)   # may carry torch's conjugate/negative bits
 
 
 def _hint(d) -> int:
@@ -240,6 +244,8 @@ class TorchFunction:
                 raise fg.ArgumentError(f"op {self.op.name}: inputs are on several devices ({device}, {t.device})")
         ins = [t.detach().float() if w else t.detach() for t, w in zip(tensors, sig.widen)] if sig.converts \
             else [t.detach() for t in tensors]
+        if sig.lazy:   # x.conj() is a view with a conjugate bit: .numpy() and CUDA kernels want values
+            ins = [t.resolve_conj().resolve_neg() for t in ins]
         out = [torch.empty(s, dtype=d, device=device) for s, d in zip(sig.out_shapes, sig.kernel_dtypes)]
         if device.type == "cpu":
             views = [o.numpy() for o in out]
@@ -273,6 +279,9 @@ class TorchFunction:
         if self.inplace_op is None:
             raise fg.ArgumentError(f"op {self.op.name}: inplace=True, but the op declares no output that may share an "
                                    "input's memory (@fg.op(inplace={output: 'input'}))")
+        if any(t.is_conj() or t.is_neg() for t in tensors):
+            raise fg.ArgumentError(f"op {self.op.name}: in place on a view with torch's lazy conjugate or negative "
+                                   "bit (x.conj()): its memory does not hold its values; resolve_conj() it first")
         rest = self.inplace_op(*tensors, **attrs)
         rest = list(rest) if isinstance(rest, (tuple, list)) else ([] if rest is None else [rest])
         outs = [tensors[self.op.inplace[k]] if k in self.op.inplace else rest.pop(0)
