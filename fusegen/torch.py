@@ -76,7 +76,7 @@ def schema(op: fg.OpDef, inplace: dict | None = None) -> str:
                                       "torch schema cannot carry (no nested lists); pass it flattened")
         default = "" if s.required else "=" + _default(s.type, s.default)
         args.append(f"{_SCHEMA_TYPES[s.type]} {s.name}{default}")
-    n = len(op.graph.outputs) - len(inplace)
+    n = op.arity("fusegen.torch")[0] - len(inplace)
     ret = "()" if n == 0 else "Tensor" if n == 1 else "(" + ", ".join(["Tensor"] * n) + ")"
     return f"({', '.join(args)}) -> {ret}"
 
@@ -112,6 +112,7 @@ class _Signature:
             raise fg.DTypeError(f"op {op.name}: bfloat16 and float16 inputs cannot be mixed (fusegen computes "
                                 "bfloat16 in float32 and has no rule for the pair)")
         self.attrs = op.bind_attrs(attrs)
+        op = op.specialize(names, shapes, self.attrs)   # an op traced per rank or shape: this call's trace
         self.spec = fg.infer(op, names, shapes, self.attrs)
         kernel = [d.name for d in self.spec.out_dtypes]
         if any(bf16):   # outputs float16 inputs would give as float16 are bfloat16
@@ -158,7 +159,8 @@ class TorchFunction:
         self.name = f"{op.name}_{backend}_{op.key[:12]}"
         if op.inplace:   # the same computation with other in-place declarations is another operator
             self.name += "_" + hashlib.sha256(repr(sorted(op.inplace.items())).encode()).hexdigest()[:6]
-        self.multi = len(op.graph.outputs) > 1
+        n_out, self.returns_tuple = op.arity("fusegen.torch")   # (an op traced per rank: probed)
+        self.multi = n_out > 1
         self._kernels: dict = {}
         self._sigs: dict = {}
         self._grad: TorchFunction | None = None
@@ -249,7 +251,7 @@ class TorchFunction:
         out = [torch.empty(s, dtype=d, device=device) for s, d in zip(sig.out_shapes, sig.kernel_dtypes)]
         if device.type == "cpu":
             views = [o.numpy() for o in out]
-            self.kernel("cpu")(*[t.numpy() for t in ins], out=tuple(views) if self.op.multi_output else views[0],
+            self.kernel("cpu")(*[t.numpy() for t in ins], out=tuple(views) if self.returns_tuple else views[0],
                                **sig.kernel_attrs)
         else:
             self._run_cuda(ins, out, sig.kernel_attrs)
@@ -263,7 +265,7 @@ class TorchFunction:
         kernel = self.kernel(ins[0].device.type)
         stream = current_stream(ins[0].device)
         ins = [t.contiguous() for t in ins]
-        kernel(*ins, out=tuple(out) if self.op.multi_output else out[0], stream=stream, **attrs)
+        kernel(*ins, out=tuple(out) if self.returns_tuple else out[0], stream=stream, **attrs)
 
     def _fake(self, *tensors, **attrs):
         shapes = [tuple(map(_hint, t.shape)) for t in tensors]
@@ -297,7 +299,7 @@ class TorchFunction:
                 if k not in self.op.inplace}
         out = [None if k in self.op.inplace else rest[k].numpy() for k in range(len(sig.out_shapes))]
         # the runtime checks the plan and the arrays, then writes the declared outputs over their inputs
-        self.kernel("cpu")(*arrays, inplace=True, out=tuple(out) if self.op.multi_output else out[0],
+        self.kernel("cpu")(*arrays, inplace=True, out=tuple(out) if self.returns_tuple else out[0],
                            **_attrs_for_kernel(attrs))
         rest = list(rest.values())
         return None if not rest else tuple(rest) if len(rest) > 1 else rest[0]

@@ -219,6 +219,26 @@ def test_complex64_and_complex128_tensors_against_numpy(backend):
         fgt.function(scale_shift)(x.conj(), x, inplace=True)
 
 
+def test_an_op_traced_per_rank_runs_at_two_ranks_and_under_torch_compile():
+    """dropout_add_layer_norm reads x.shape (traced per rank): the schema counts its outputs on a
+    small probe, each call's signature infers on its own specialization; the random mask equals
+    the Numba kernel's bit for bit."""
+    f = fgt.function(ex.dropout_add_layer_norm)
+    assert fgt.schema(ex.dropout_add_layer_norm).endswith("-> (Tensor, Tensor)")
+    numba = fg.compile(ex.dropout_add_layer_norm)
+    for shape in ((4, 8), (2, 3, 8)):
+        x, r = t32(*shape, seed=1), t32(*shape, seed=2)
+        g, b = t32(shape[-1], seed=3), t32(shape[-1], seed=4)
+        want = numba(x.numpy(), r.numpy(), g.numpy(), b.numpy(), p=0.25, seed=9)
+        for got in (f(x, r, g, b, p=0.25, seed=9),
+                    torch.compile(lambda *a: f(*a, p=0.25, seed=9), fullgraph=True, backend="eager")(x, r, g, b)):
+            assert all(np.array_equal(o.numpy(), w) for o, w in zip(got, want))
+    # autograd: fg.grad of it is traced per rank too; the mask is recomputed, not stored
+    x.requires_grad_(True)
+    f(x, r, g, b, p=0.25, seed=9)[1].sum().backward()
+    assert torch.equal(x.grad, torch.where(torch.from_numpy(want[1]) != r, 1 / 0.75, 0.0))
+
+
 def test_autograd_saves_only_what_the_gradient_reads():
     f = fgt.function(ex.add_reduce_sum)
     assert fg.grad(ex.add_reduce_sum).needs == {"x": "shape", "y": "shape"}
