@@ -219,6 +219,7 @@ def test_complex64_and_complex128_tensors_against_numpy(backend):
         fgt.function(scale_shift)(x.conj(), x, inplace=True)
 
 
+@pytest.mark.extended   # (~40 s cold: torch.compile, the forward and backward at two ranks)
 def test_an_op_traced_per_rank_runs_at_two_ranks_and_under_torch_compile():
     """dropout_add_layer_norm reads x.shape (traced per rank): the schema counts its outputs on a
     small probe, each call's signature infers on its own specialization; the random mask equals
