@@ -14,6 +14,11 @@ from fusegen's own shape inference. It works eagerly, under ``jax.jit`` and unde
   normalized to negative values for that reason). Otherwise, e.g. ``rms_norm``'s ``(N, D)``
   input with a ``(D,)`` weight, or a reduction over all axes: ``"sequential"`` (one call per
   batch element). ``vmap_method=...`` overrides the choice.
+* **Ops traced per input rank or shape** (``OpDef.specializes``: ``x.ndim``, a branch on a dim)
+  have no graph to emit once: each specialization a call brings (``OpDef.specialize``, cached
+  on the op) gets a JaxFunction of its own, emitted and built for the call's dtypes on first
+  use, keyed by the specialization's content, so every later use (the vmap rule, the gradient,
+  the partitioning rules of ``fusegen.jax_sharding``) reads the specialization's graph.
 * **Errors**: arguments are validated with the IR's rules before XLA sees them (the same
   ``ShapeError``/``DTypeError``/``AttrError`` as every other backend). A handler's own error
   (it re-checks every buffer: XLA does not check what a handler writes) is an ``ffi::Error``
@@ -43,7 +48,7 @@ import numpy as np
 import fusegen as fg
 from .native.build import build_library, cache_dir, default_cpp_flags
 from .dtypes import AttrType
-from .abi_emit import XlaEmitted, legacy_opaque, workspace_bytes
+from .abi_emit import XlaEmitted, legacy_opaque, parse_dtypes, workspace_bytes
 from .graph.scans import composed as composed_scans
 
 __all__ = ["function", "JaxFunction", "build_flags", "VMAP_METHODS"]
@@ -196,27 +201,27 @@ class JaxFunction:
         # Sharded arrays: partitioned by rules derived from the IR (fusegen.jax_sharding); the
         # legacy API's opaque string fixes the shapes, so it cannot run per shard.
         self.partition = partition and api == "ffi" and _can_partition()
-        self.emitted: XlaEmitted = fg.emit(op, abi="xla-ffi", device="cpu", dtypes=dtypes)
         self.flags = list(flags) if flags is not None else build_flags()
-        directory = Path(cache_dir()) / "xla-src" / f"{op.name}-{self.emitted.digest}"
-        self.emitted.write(directory)
-        self.lib_path = build_library(directory / self.emitted.main, flags=self.flags)
-        self.library = ctypes.CDLL(str(self.lib_path))
-        tag = hashlib.sha256(self.lib_path.read_bytes()).hexdigest()[:16]
+        self.dtypes = dtypes
+        # An op traced per input rank or shape has no graph of its own: each specialization the
+        # calls bring gets a JaxFunction of its own (``specialized``), built on first use.
+        self._children: dict[tuple, JaxFunction] = {}
+        self._children_lock = threading.Lock()
+        self._last: JaxFunction | None = None
         self.targets: dict[tuple[str, ...], str] = {}
-        for combo, symbol in self.emitted.handlers.items():
-            if api == "legacy":  # a distinct name: the same name under both APIs would clash
-                symbol = symbol + "_legacy"
-            self.targets[combo] = f"fusegen_{symbol}_{tag}"
-            _register(self.targets[combo], self.library, symbol, 1 if api == "ffi" else 0)
+        self.emitted: XlaEmitted | None = None
+        self.lib_path = self.library = None
+        if op.graph is not None:
+            self._build(dtypes)
         self.batch_rule = _BatchRule(op)
 
         def traced(*arrays, **attrs):
             values = {n: v.value for n, v in attrs.items()}
-            if self.partition:
+            jf = self.specialized(arrays, values)   # the op traced for these ranks/shapes, if it must be
+            if jf.partition:
                 from . import jax_sharding
-                return jax_sharding.call(self, arrays, values)
-            return self.ffi_call(arrays, values)
+                return jax_sharding.call(jf, arrays, values)   # rules from the specialization's graph
+            return jf.ffi_call(arrays, values)
         traced.__name__ = f"fusegen_{op.name}"  # how the call reads in a jaxpr
         # One jit: JAX's C++ dispatch caches the traced call per input shapes, dtypes and (static)
         # attribute values, so a repeated eager call costs what a jitted JAX function does; inside
@@ -226,11 +231,63 @@ class JaxFunction:
         self._by_attrs: dict = {}   # attribute values and types -> a jitted fn of the arrays only
         self._backward: JaxFunction | None = None
 
+    def _build(self, dtypes) -> None:
+        """Emit, build (through the content-addressed cache) and register the op's handlers."""
+        op = self.op
+        self.emitted = fg.emit(op, abi="xla-ffi", device="cpu", dtypes=dtypes)
+        directory = Path(cache_dir()) / "xla-src" / f"{op.name}-{self.emitted.digest}"
+        self.emitted.write(directory)
+        self.lib_path = build_library(directory / self.emitted.main, flags=self.flags)
+        self.library = ctypes.CDLL(str(self.lib_path))
+        tag = hashlib.sha256(self.lib_path.read_bytes()).hexdigest()[:16]
+        for combo, symbol in self.emitted.handlers.items():
+            if self.api == "legacy":  # a distinct name: the same name under both APIs would clash
+                symbol = symbol + "_legacy"
+            self.targets[combo] = f"fusegen_{symbol}_{tag}"
+            _register(self.targets[combo], self.library, symbol, 1 if self.api == "ffi" else 0)
+
+    def specialized(self, arrays, attrs: dict) -> JaxFunction:
+        """The JaxFunction of the op's specialization for these arrays (shapes and dtypes: JAX
+        values or arrays) and attributes; itself for an op traced once. A specialization is
+        traced by ``OpDef.specialize`` (cached on the op), then emitted and built for the call's
+        dtype combination only; two specializations with the same graph (attribute values that
+        do not change the trace) share one, and their handlers one target name."""
+        if self.op.graph is not None:
+            return self
+        combo = self._dtype_names(arrays)
+        child = self.op.specialize(combo, [tuple(a.shape) for a in arrays], self.op.bind_attrs(attrs))
+        key = (child.key, combo)
+        with self._children_lock:
+            jf = self._children.get(key)
+        if jf is None:
+            allowed = {tuple(d.name for d in c) for c in parse_dtypes(child, self.dtypes)}
+            if combo not in allowed:
+                raise fg.DTypeError(f"op {self.op.name}: the XLA handlers are generated for dtype combinations "
+                                    f"{sorted(allowed)}; got {combo}. Pass dtypes=... to fusegen.jax.function.")
+            jf = JaxFunction(child, dtypes=[combo], vmap_method=self.vmap_method, flags=self.flags,
+                             api=self.api, partition=self.partition)
+            with self._children_lock:
+                jf = self._children.setdefault(key, jf)
+        self._last = jf
+        return jf
+
+    @property
+    def specializations(self) -> list[JaxFunction]:
+        """The JaxFunctions built so far for an op traced per input rank or shape (else [])."""
+        with self._children_lock:
+            return list(self._children.values())
+
     @property
     def source(self) -> str:
+        """The emitted source (an op traced per rank or shape: its specializations' so far)."""
+        if self.emitted is None:
+            return "\n\n".join(c.source for c in self.specializations)
         return self.emitted.source
 
     def __repr__(self) -> str:
+        if self.op.graph is None:
+            return (f"<fusegen.jax.JaxFunction {self.op.name} traced per input {self.op.specializes}: "
+                    f"{len(self.specializations)} specialization(s)>")
         return f"<fusegen.jax.JaxFunction {self.op.name} combos={list(self.targets)}>"
 
     def __call__(self, *arrays, **attrs):
@@ -248,7 +305,8 @@ class JaxFunction:
                 raise
             if "FG_ERR_GATHER: " in text:   # a bad gathered index (issue #17): the Numba backends' text
                 raise fg.BoundsError(text[text.index("FG_ERR_GATHER: ") + len("FG_ERR_GATHER: "):]) from e
-            raise fg.KernelError(text[text.index("fusegen op "):], library=str(self.lib_path),
+            lib = self.lib_path if self._last is None else self._last.lib_path   # a specialization's
+            raise fg.KernelError(text[text.index("fusegen op "):], library=str(lib),
                                  function=self.op.name) from e
 
     def _for_attrs(self, attrs: dict):
@@ -297,8 +355,7 @@ class JaxFunction:
         """The op's FFI call on ``arrays`` (traced values), unpartitioned."""
         return self.ffi_call(arrays, attrs)
 
-    def validate(self, arrays, attrs: dict):
-        """Check a call with the IR's rules: ``(dtype combination, bound attributes, Spec)``."""
+    def _dtype_names(self, arrays) -> tuple[str, ...]:
         op = self.op
         if len(arrays) != len(op.inputs):
             raise fg.ArgumentError(f"op {op.name} takes {len(op.inputs)} inputs ({', '.join(op.inputs)}), "
@@ -310,12 +367,17 @@ class JaxFunction:
             except fg.DTypeError:
                 raise fg.DTypeError(f"op {op.name}: input {op.inputs[i]!r} has dtype {a.dtype}, which "
                                     "fusegen does not support") from None
-        combo = tuple(names)
+        return tuple(names)
+
+    def validate(self, arrays, attrs: dict):
+        """Check a call with the IR's rules: ``(dtype combination, bound attributes, Spec)``."""
+        op = self.op
+        combo = self._dtype_names(arrays)
         if combo not in self.targets:
             raise fg.DTypeError(f"op {op.name}: the XLA handlers were generated for dtype combinations "
                                 f"{sorted(self.targets)}; got {combo}. Pass dtypes=... to fusegen.jax.function.")
         bound = op.bind_attrs(attrs)
-        spec = fg.infer(op, names, [tuple(a.shape) for a in arrays], bound)  # names the op and node
+        spec = fg.infer(op, combo, [tuple(a.shape) for a in arrays], bound)  # names the op and node
         return combo, bound, spec
 
     def ffi_call(self, arrays, attrs: dict, out_shardings=None):

@@ -54,7 +54,9 @@ def call(jf, arrays, attrs: dict):
     _, _, spec = jf.validate(arrays, attrs)
     flow = dimflow.analyze(spec)
     cp = custom_partitioning(functools.partial(_body, jf, flow, attrs))
-    cp.def_partition(functools.partial(_partition, jf, flow, attrs),
+    # the caller's 64-bit setting, for the partition callback (another thread: see _partition)
+    x64 = bool(jax.config.jax_enable_x64)
+    cp.def_partition(functools.partial(_partition, jf, flow, attrs, x64),
                      infer_sharding_from_operands=functools.partial(_infer, flow, jf.op.multi_output),
                      sharding_rule=sharding_rule(flow))
     cv = custom_vmap(lambda *a: cp(*a))
@@ -121,7 +123,30 @@ def _infer(flow, multi, mesh, arg_shapes, result_shape):
     return _pack([NamedSharding(mesh, PartitionSpec(*d)) for d in sh.outputs], multi)
 
 
-def _partition(jf, flow, attrs, mesh, arg_shapes, result_shape):
+def _partition(jf, flow, attrs, x64, mesh, arg_shapes, result_shape):
+    """The partition callback. XLA runs it on a thread of its own, where a ``with
+    jax.enable_x64(True)`` of the caller is not in effect: the caller's setting (``x64``) is
+    entered for the callback (the dtypes rounds exchange) and for the trace of ``lower`` that
+    custom_partitioning makes right after it returns, and left when ``lower`` has been traced."""
+    if bool(jax.config.jax_enable_x64) == x64:
+        return _partition_program(jf, flow, attrs, mesh, arg_shapes)
+    scope = jax.enable_x64(x64)
+    scope.__enter__()
+    try:
+        mesh, lower, out_shardings, arg_shardings = _partition_program(jf, flow, attrs, mesh, arg_shapes)
+    except BaseException:
+        scope.__exit__(None, None, None)
+        raise
+
+    def lower_x64(*local):
+        try:
+            return lower(*local)
+        finally:
+            scope.__exit__(None, None, None)
+    return mesh, lower_x64, out_shardings, arg_shardings
+
+
+def _partition_program(jf, flow, attrs, mesh, arg_shapes):
     sh = _assign(flow, mesh, arg_shapes)
     if sh.dropped:   # a slice or gather along a split dim, sizes that do not divide: say so
         warnings.warn(f"fusegen.jax: op {jf.op.name}: " + "; ".join(sh.dropped) + " (XLA gathers that dim)",

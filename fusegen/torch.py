@@ -17,7 +17,9 @@
   ``tensor.numpy()`` views, outputs are allocated by torch and passed as ``out=`` (a
   non-contiguous input is copied by fusegen's runtime, as for NumPy arrays). **CUDA** tensors go
   to the numba-cuda kernel through ``__cuda_array_interface__``, on the current torch stream.
-* **dtypes** map both ways (bool, int8..int64, uint8..uint64, float16, float32, float64).
+* **dtypes** map both ways (bool, int8..int64, uint8..uint64, float16, float32, float64,
+  complex64, complex128; a complex view with torch's lazy conjugate or negative bit, as
+  ``x.conj()`` gives, is resolved into a tensor of its values first).
   fusegen has no bfloat16: bfloat16 inputs are widened to float32 at the bridge (exact), the op
   runs in float32, and the outputs that would be float16 for float16 inputs (NumPy's rules,
   which fusegen follows) are rounded to bfloat16. Mixing bfloat16 with float16 is refused.
@@ -46,6 +48,7 @@ TORCH_DTYPES: dict[str, torch.dtype] = {
     "bool": torch.bool, "int8": torch.int8, "int16": torch.int16, "int32": torch.int32, "int64": torch.int64,
     "uint8": torch.uint8, "uint16": torch.uint16, "uint32": torch.uint32, "uint64": torch.uint64,
     "float16": torch.float16, "float32": torch.float32, "float64": torch.float64,
+    "complex64": torch.complex64, "complex128": torch.complex128,
 }
 FROM_TORCH: dict[torch.dtype, str] = {v: k for k, v in TORCH_DTYPES.items()}
 
@@ -73,7 +76,7 @@ def schema(op: fg.OpDef, inplace: dict | None = None) -> str:
                                       "torch schema cannot carry (no nested lists); pass it flattened")
         default = "" if s.required else "=" + _default(s.type, s.default)
         args.append(f"{_SCHEMA_TYPES[s.type]} {s.name}{default}")
-    n = len(op.graph.outputs) - len(inplace)
+    n = op.arity("fusegen.torch")[0] - len(inplace)
     ret = "()" if n == 0 else "Tensor" if n == 1 else "(" + ", ".join(["Tensor"] * n) + ")"
     return f"({', '.join(args)}) -> {ret}"
 
@@ -92,7 +95,7 @@ class _Signature:
     """What a call with given dtypes, shapes and attributes needs (cached per signature)."""
 
     __slots__ = ("names", "widen", "out_shapes", "kernel_dtypes", "dtypes", "spec", "attrs", "kernel_attrs",
-                 "converts")
+                 "converts", "lazy")
 
     def __init__(self, op: fg.OpDef, dtypes, shapes, attrs: dict):
         bf16 = [d == torch.bfloat16 for d in dtypes]
@@ -109,6 +112,7 @@ class _Signature:
             raise fg.DTypeError(f"op {op.name}: bfloat16 and float16 inputs cannot be mixed (fusegen computes "
                                 "bfloat16 in float32 and has no rule for the pair)")
         self.attrs = op.bind_attrs(attrs)
+        op = op.specialize(names, shapes, self.attrs)   # an op traced per rank or shape: this call's trace
         self.spec = fg.infer(op, names, shapes, self.attrs)
         kernel = [d.name for d in self.spec.out_dtypes]
         if any(bf16):   # outputs float16 inputs would give as float16 are bfloat16
@@ -123,6 +127,7 @@ class _Signature:
         self.dtypes = out
         self.kernel_attrs = _attrs_for_kernel(attrs)
         self.converts = any(bf16) or out != self.kernel_dtypes
+        self.lazy = any(d.is_complex for d in dtypes)   # may carry torch's conjugate/negative bits
 
 
 def _hint(d) -> int:
@@ -154,7 +159,8 @@ class TorchFunction:
         self.name = f"{op.name}_{backend}_{op.key[:12]}"
         if op.inplace:   # the same computation with other in-place declarations is another operator
             self.name += "_" + hashlib.sha256(repr(sorted(op.inplace.items())).encode()).hexdigest()[:6]
-        self.multi = len(op.graph.outputs) > 1
+        n_out, self.returns_tuple = op.arity("fusegen.torch")   # (an op traced per rank: probed)
+        self.multi = n_out > 1
         self._kernels: dict = {}
         self._sigs: dict = {}
         self._grad: TorchFunction | None = None
@@ -240,10 +246,12 @@ class TorchFunction:
                 raise fg.ArgumentError(f"op {self.op.name}: inputs are on several devices ({device}, {t.device})")
         ins = [t.detach().float() if w else t.detach() for t, w in zip(tensors, sig.widen)] if sig.converts \
             else [t.detach() for t in tensors]
+        if sig.lazy:   # x.conj() is a view with a conjugate bit: .numpy() and CUDA kernels want values
+            ins = [t.resolve_conj().resolve_neg() for t in ins]
         out = [torch.empty(s, dtype=d, device=device) for s, d in zip(sig.out_shapes, sig.kernel_dtypes)]
         if device.type == "cpu":
             views = [o.numpy() for o in out]
-            self.kernel("cpu")(*[t.numpy() for t in ins], out=tuple(views) if self.op.multi_output else views[0],
+            self.kernel("cpu")(*[t.numpy() for t in ins], out=tuple(views) if self.returns_tuple else views[0],
                                **sig.kernel_attrs)
         else:
             self._run_cuda(ins, out, sig.kernel_attrs)
@@ -257,7 +265,7 @@ class TorchFunction:
         kernel = self.kernel(ins[0].device.type)
         stream = current_stream(ins[0].device)
         ins = [t.contiguous() for t in ins]
-        kernel(*ins, out=tuple(out) if self.op.multi_output else out[0], stream=stream, **attrs)
+        kernel(*ins, out=tuple(out) if self.returns_tuple else out[0], stream=stream, **attrs)
 
     def _fake(self, *tensors, **attrs):
         shapes = [tuple(map(_hint, t.shape)) for t in tensors]
@@ -273,6 +281,9 @@ class TorchFunction:
         if self.inplace_op is None:
             raise fg.ArgumentError(f"op {self.op.name}: inplace=True, but the op declares no output that may share an "
                                    "input's memory (@fg.op(inplace={output: 'input'}))")
+        if any(t.is_conj() or t.is_neg() for t in tensors):
+            raise fg.ArgumentError(f"op {self.op.name}: in place on a view with torch's lazy conjugate or negative "
+                                   "bit (x.conj()): its memory does not hold its values; resolve_conj() it first")
         rest = self.inplace_op(*tensors, **attrs)
         rest = list(rest) if isinstance(rest, (tuple, list)) else ([] if rest is None else [rest])
         outs = [tensors[self.op.inplace[k]] if k in self.op.inplace else rest.pop(0)
@@ -288,7 +299,7 @@ class TorchFunction:
                 if k not in self.op.inplace}
         out = [None if k in self.op.inplace else rest[k].numpy() for k in range(len(sig.out_shapes))]
         # the runtime checks the plan and the arrays, then writes the declared outputs over their inputs
-        self.kernel("cpu")(*arrays, inplace=True, out=tuple(out) if self.op.multi_output else out[0],
+        self.kernel("cpu")(*arrays, inplace=True, out=tuple(out) if self.returns_tuple else out[0],
                            **_attrs_for_kernel(attrs))
         rest = list(rest.values())
         return None if not rest else tuple(rest) if len(rest) > 1 else rest[0]

@@ -161,6 +161,36 @@ def test_zero_rank_size_zero_and_broadcasting(xs, ys):
         np.testing.assert_allclose(g, w, rtol=1e-5)
 
 
+@fg.op
+def _bridge(x, y):
+    """A few complex functions, a real result and a reduction: one small handler library."""
+    return fg.exp(x) * y + fg.conj(x), fg.abs(x), fg.sum(x * y, axis=-1)
+
+
+def _bridge_ref(x, y):
+    return np.exp(x) * y + np.conj(x), np.abs(x), np.sum(x * y, axis=-1)
+
+
+@needs_jax
+def test_jax_bridge_takes_complex64_and_complex128_under_jit_and_vmap():
+    """Both complex dtypes through ``fg.jax.function`` (XLA's C64/C128 buffers), against NumPy;
+    complex128 needs x64 (here the context manager: JAX otherwise makes it complex64)."""
+    import jax
+    import fusegen.jax as fgj
+    f = fgj.function(_bridge, dtypes=["complex64", "complex128"])
+    with jax.enable_x64(True):
+        for dt, tol in ((C64, 2e-6), (C128, 1e-14)):
+            x = (np.arange(12).reshape(3, 4) * (0.25 - 0.5j) + 0.5j).astype(dt)
+            y = (np.cos(np.arange(12.0)).reshape(3, 4) + 1j).astype(dt)
+            for how, got in (("eager", f(x, y)), ("jit", jax.jit(f)(x, y)), ("vmap", jax.vmap(f)(x, y))):
+                for g, w in zip(got, _bridge_ref(x, y)):
+                    assert np.asarray(g).dtype == w.dtype, (how, dt)
+                    np.testing.assert_allclose(np.asarray(g), w, rtol=tol, atol=tol, err_msg=f"{how} {dt}")
+    # without x64 a complex128 array is complex64 to JAX, as every 64-bit type
+    x = np.ones((2, 2), C128) * (1 + 1j)
+    assert np.asarray(f(x, x)[0]).dtype == C64
+
+
 @needs_jax
 @pytest.mark.slow   # (an XLA handler build: ~8 s)
 def test_xla_ffi_handler_matches_numpy():

@@ -187,8 +187,6 @@ def _run(backend: str, quick: bool, per_rank: bool) -> None:
 @pytest.mark.parametrize("backend", ["numba", "aot", "xla"])
 @pytest.mark.parametrize("per_rank", [False, True], ids=["generic", "per_rank"])
 def test_layout_cases_against_numpy(backend, per_rank, quick):
-    if backend == "xla" and per_rank:
-        pytest.skip("fusegen.jax does not yet specialize ops traced per input rank")
     _run(backend, quick, per_rank)
 
 

@@ -98,8 +98,8 @@ def test_dtypes_map_both_ways_and_unsupported_ones_are_named():
     for name, t in fgt.TORCH_DTYPES.items():
         assert fgt.FROM_TORCH[t] == name and np.dtype(name) == torch.empty(0, dtype=t).numpy().dtype
     f = fgt.function(ex.add_reduce_sum)
-    with pytest.raises(fg.DTypeError, match="input 'x' has dtype torch.complex64"):
-        f(torch.zeros(2, 2, dtype=torch.complex64), torch.zeros(2, 2, dtype=torch.complex64))
+    with pytest.raises(fg.DTypeError, match="input 'x' has dtype torch.float8_e5m2"):
+        f(torch.zeros(2, 2, dtype=torch.float8_e5m2), torch.zeros(2, 2, dtype=torch.float8_e5m2))
     with pytest.raises(fg.DTypeError, match="bfloat16 and float16 inputs cannot be mixed"):
         f(torch.zeros(2, 2, dtype=torch.bfloat16), torch.zeros(2, 2, dtype=torch.float16))
 
@@ -188,6 +188,56 @@ def test_float16_and_bfloat16_results():
     mixed = fgt.function(ex.add_mul_div)(xb, y)   # bfloat16 with float32 is float32, as for float16
     assert [m.dtype for m in mixed] == [torch.float32] * 3
     torch.testing.assert_close(mixed[1], xb.float() * y)
+
+
+@fg.op
+def complex_mix(x, y):
+    return fg.exp(x) * y + fg.conj(x), fg.abs(x), fg.sum(x * y, axis=-1)
+
+
+def _complex_mix_ref(x, y):
+    return np.exp(x) * y + np.conj(x), np.abs(x), np.sum(x * y, axis=-1)
+
+
+@pytest.mark.parametrize("backend", ["numba", pytest.param("aot", marks=[pytest.mark.extended, needs("g++")])])
+def test_complex64_and_complex128_tensors_against_numpy(backend):
+    """Both complex dtypes (a real result for abs); ``x.conj()`` is a view whose memory holds x,
+    with torch's conjugate bit: the bridge resolves it (and refuses it in place)."""
+    f = fgt.function(complex_mix, backend=backend)
+    g = torch.Generator().manual_seed(7)
+    for dt, tol in ((torch.complex64, 2e-6), (torch.complex128, 1e-14)):
+        x = torch.complex(torch.randn(3, 5, generator=g), torch.randn(3, 5, generator=g)).to(dt)
+        y = x.conj()
+        assert y.is_conj()
+        got = f(x, y)
+        want = _complex_mix_ref(x.numpy(), np.conj(x.numpy()))
+        assert [o.dtype for o in got] == [dt, dt.to_real(), dt]
+        for o, w in zip(got, want):
+            np.testing.assert_allclose(o.numpy(), w, rtol=tol, atol=tol)
+    with pytest.raises(fg.ArgumentError, match="scale_shift: in place on a view with torch's lazy conjugate"):
+        x = torch.ones(2, dtype=torch.complex64)
+        fgt.function(scale_shift)(x.conj(), x, inplace=True)
+
+
+@pytest.mark.extended   # (~40 s cold: torch.compile, the forward and backward at two ranks)
+def test_an_op_traced_per_rank_runs_at_two_ranks_and_under_torch_compile():
+    """dropout_add_layer_norm reads x.shape (traced per rank): the schema counts its outputs on a
+    small probe, each call's signature infers on its own specialization; the random mask equals
+    the Numba kernel's bit for bit."""
+    f = fgt.function(ex.dropout_add_layer_norm)
+    assert fgt.schema(ex.dropout_add_layer_norm).endswith("-> (Tensor, Tensor)")
+    numba = fg.compile(ex.dropout_add_layer_norm)
+    for shape in ((4, 8), (2, 3, 8)):
+        x, r = t32(*shape, seed=1), t32(*shape, seed=2)
+        g, b = t32(shape[-1], seed=3), t32(shape[-1], seed=4)
+        want = numba(x.numpy(), r.numpy(), g.numpy(), b.numpy(), p=0.25, seed=9)
+        for got in (f(x, r, g, b, p=0.25, seed=9),
+                    torch.compile(lambda *a: f(*a, p=0.25, seed=9), fullgraph=True, backend="eager")(x, r, g, b)):
+            assert all(np.array_equal(o.numpy(), w) for o, w in zip(got, want))
+    # autograd: fg.grad of it is traced per rank too; the mask is recomputed, not stored
+    x.requires_grad_(True)
+    f(x, r, g, b, p=0.25, seed=9)[1].sum().backward()
+    assert torch.equal(x.grad, torch.where(torch.from_numpy(want[1]) != r, 1 / 0.75, 0.0))
 
 
 def test_autograd_saves_only_what_the_gradient_reads():

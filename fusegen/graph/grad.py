@@ -54,7 +54,7 @@ def grad(op: OpDef, wrt=None, *, name: str | None = None) -> OpDef:
     if not isinstance(op, OpDef):
         raise TraceError(f"fg.grad takes an op made with @fg.op, got {type(op).__name__}")
     wrt_idx = _wrt_indices(op, wrt)
-    n_out, multi = _outputs(op)
+    n_out, multi = op.arity("fg.grad")
     cots = ["d_out"] if n_out == 1 and not multi else [f"d_out{k}" for k in range(n_out)]
     name = name or f"{op.name}_grad"
     everything = list(range(len(op.inputs)))
@@ -74,23 +74,6 @@ def grad(op: OpDef, wrt=None, *, name: str | None = None) -> OpDef:
                      for j, i in enumerate(used)}
     bwd.forward, bwd.wrt, bwd.cotangents = op, tuple(op.inputs[i] for i in wrt_idx), tuple(cots)
     return bwd
-
-
-def _outputs(op: OpDef) -> tuple[int, bool]:
-    """How many outputs ``op`` has, and whether it returns a tuple. An op traced per rank or shape
-    is traced once at a small rank to count them (a count that depends on shapes, as unstack's
-    does, is refused when a specialization disagrees)."""
-    if op.graph is not None:
-        return len(op.graph.outputs), bool(op.multi_output)
-    for rank in range(1, 5):
-        try:
-            child = op.specialize(("float32",) * len(op.inputs), ((4,) * rank,) * len(op.inputs),
-                                  {a.name: a.default for a in op.attrs.values() if a.default is not None})
-            return len(child.graph.outputs), bool(child.multi_output)
-        except Exception:   # noqa: BLE001 - only probing: another rank may trace
-            continue
-    raise TraceError(f"fg.grad: op {op.name} is traced per input {op.specializes} ({op.why}), and no small "
-                     f"probe shape traced it to count its outputs")
 
 
 def _wrt_indices(op: OpDef, wrt) -> list[int]:

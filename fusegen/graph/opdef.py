@@ -13,7 +13,7 @@ import typing
 
 from .. import dtypes as dt
 from ..dtypes import AttrType
-from ..errors import ArgumentError, AttrError, TraceError
+from ..errors import ArgumentError, AttrError, FusegenError, TraceError
 from . import requests
 from .canon import materialize_pieces
 from .nodes import AttrSpec, Graph, Op, is_static
@@ -130,8 +130,31 @@ class OpDef:
                 raise
             self.specializes, self.why = "shape", str(e)   # a rank was not enough: trace per shape
             return self.specialize(dtypes, given, attrs)
+        except FusegenError:
+            raise
+        except Exception as e:   # the body's own Python (``b, s, d = x.shape`` at rank 2): name the op
+            raise TraceError(f"op {self.name} cannot be traced for input {mode}s "
+                             f"{[len(s) for s in given] if mode == 'rank' else list(given)}: "
+                             f"{type(e).__name__}: {e}") from e
         child._finish()
         return self._children.setdefault(key, child)
+
+    def arity(self, who: str = "") -> tuple[int, bool]:
+        """How many outputs the op has, and whether it returns a tuple. An op traced per rank or
+        shape is traced once at a small rank to count them (a count that depends on shapes, as
+        unstack's does, is refused where a specialization disagrees). ``who``: the caller, for
+        the error (``fg.grad``, ``fusegen.torch``)."""
+        if self.graph is not None:
+            return len(self.graph.outputs), bool(self.multi_output)
+        for rank in range(1, 5):
+            try:
+                child = self.specialize(("float32",) * len(self.inputs), ((4,) * rank,) * len(self.inputs),
+                                        {a.name: a.default for a in self.attrs.values() if a.default is not None})
+                return len(child.graph.outputs), bool(child.multi_output)
+            except Exception:   # noqa: BLE001 - only probing: another rank may trace
+                continue
+        raise TraceError(f"{who + ': ' if who else ''}op {self.name} is traced per input {self.specializes} "
+                         f"({self.why}), and no small probe shape traced it to count its outputs")
 
     def _attr_spec(self, p, ann) -> AttrSpec:
         t = None if ann is inspect.Parameter.empty else dt.attr_type_from_annotation(ann)

@@ -32,11 +32,11 @@ AUTO = (AxisType.Auto, AxisType.Auto)
 _FNS: dict = {}
 
 
-def function(op):
-    """One JaxFunction per op for the whole module (float32 handlers only: builds cost seconds)."""
-    if op not in _FNS:
-        _FNS[op] = fg.jax.function(op, dtypes="float32")
-    return _FNS[op]
+def function(op, dtype="float32"):
+    """One JaxFunction per op for the whole module (one dtype's handlers: builds cost seconds)."""
+    if (op, dtype) not in _FNS:
+        _FNS[op, dtype] = fg.jax.function(op, dtypes=dtype)
+    return _FNS[op, dtype]
 
 
 def collectives(hlo: str) -> list[tuple[str, str]]:
@@ -152,6 +152,55 @@ def test_vmap_inside_shard_map():
     body = jax.shard_map(lambda u: jax.vmap(lambda v: f(v, eps=1e-5))(u), mesh=mesh,
                          in_specs=P(None, "a", None), out_specs=P(None, "a"))
     close(jax.jit(body)(xs), _np_layer_norm(x))
+
+
+@fg.op
+def center_rows(x, *, scale: float = 1.0):
+    """Traced per rank (``x.ndim``): the partition rules come from each specialization's graph."""
+    axes = tuple(range(1, x.ndim))
+    return (x - fg.mean(x, axis=axes, keepdims=True)) * scale
+
+
+@pytest.mark.extended
+def test_an_op_traced_per_rank_is_partitioned_by_its_specializations_graph():
+    """Rank 2 and rank 3 on a 2x4 mesh, split on both dims: the mean over the split trailing
+    dims is one all-reduce of partial sums per specialization, no input is gathered."""
+    f = function(center_rows)
+    mesh = jax.make_mesh((2, 4), ("a", "b"))
+    for shape, spec in (((8, 16), P("a", "b")), ((2, 8, 4), P(None, "a", "b"))):
+        x = np.random.default_rng(4).standard_normal(shape).astype(np.float32)
+        xs = put(mesh, x, spec)
+        axes = tuple(range(1, x.ndim))
+        with jax.set_mesh(mesh):
+            g = jax.jit(lambda v: f(v, scale=2.0))
+            out = g(xs)
+            hlo = g.lower(xs).compile().as_text()
+        close(out, (x - x.mean(axes, keepdims=True)) * 2.0, rtol=1e-5, atol=1e-5)
+        assert spec_of(out) == tuple(spec) and kinds(hlo) == ["all-reduce"], collectives(hlo)
+    assert len(f.specializations) == 2
+
+
+@fg.op
+def complex_rows(x, y):
+    return fg.sum(x * fg.conj(y), axis=-1), fg.exp(x) * y
+
+
+@pytest.mark.extended
+def test_complex128_under_the_x64_context_manager_is_partitioned_in_complex128():
+    """XLA runs the partition callback on a thread of its own, where ``with jax.enable_x64(True)``
+    is not in effect: the callback takes the caller's setting, so the split sum's partials are
+    exchanged in complex128 (not complex64) and the result is complex128 to the last bits."""
+    f = function(complex_rows, "complex128")
+    rng = np.random.default_rng(5)
+    x, y = (rng.standard_normal((4, 16)) + 1j * rng.standard_normal((4, 16)) for _ in range(2))
+    mesh = jax.make_mesh((2, 4), ("a", "b"))
+    with jax.enable_x64(True), jax.set_mesh(mesh):
+        g = jax.jit(f)
+        s, e = g(put(mesh, x, P("a", "b")), put(mesh, y, P("a", "b")))
+        hlo = g.lower(put(mesh, x, P("a", "b")), put(mesh, y, P("a", "b"))).compile().as_text()
+    assert s.dtype == np.complex128 and e.dtype == np.complex128
+    close((s, e), (np.sum(x * np.conj(y), -1), np.exp(x) * y), rtol=1e-13, atol=1e-13)
+    assert kinds(hlo) == ["all-reduce"] and "c128" in hlo, collectives(hlo)
 
 
 # --- the matrix (slow) ---------------------------------------------------------------------------
