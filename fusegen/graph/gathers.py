@@ -12,9 +12,9 @@ read in the gather's context. Indices of any integer dtype; negative ones count 
 from __future__ import annotations
 
 from ..errors import TraceError
-from .layout import as_tensor, dim, expand_dims, gather, iota, is_int, moveaxis, reshape
+from .layout import as_tensor, dim, expand_dims, gather, iota, is_int, moveaxis, ndim_of, reshape
 from .nodes import GatherArg, Op  # noqa: F401
-from .trace import Tensor, make, op_prefix, user_loc
+from .trace import Tensor, current_shape, make, op_prefix, user_loc
 
 MODES = ("raise", "wrap", "clip")
 
@@ -72,6 +72,16 @@ def _normalized(idx: Tensor, n, mode: str) -> Tensor:
     return where(idx < 0, idx + n, idx)
 
 
+def _one_per_row(idx: Tensor, axis: int) -> bool:
+    """Whether take_along_axis's indices have extent 1 on ``axis`` whatever the inputs' shapes (a
+    ``labels[:, None]``). The adjoint asks for the rank to see it (the backward op is then traced
+    per input rank)."""
+    shape = current_shape(idx.node)
+    if shape is None:
+        ndim_of(idx)       # raises NeedsRank
+    return -len(shape) <= axis < len(shape) and shape[axis] == 1
+
+
 def gather_adjoint(node, g: Tensor) -> Tensor:
     """The adjoint of a gather with respect to its source: a scatter-add, computed
     *owner-computes*: each element of ``dx`` sums the cotangents of the result elements whose
@@ -85,6 +95,13 @@ def gather_adjoint(node, g: Tensor) -> Tensor:
     axis, kind = node.arg.axis, node.arg.kind
     n = dim(x, axis)
     c = iota(n)
+    if kind == "along" and _one_per_row(idx, axis):
+        # one index per row (cross-entropy's label): the scatter-add is a one-hot compare, fused
+        # elementwise into whatever reads dx (softmax minus one-hot: one kernel), no reduction
+        cc = c
+        for _ in range(ndim_of(idx) - 1 - axis % ndim_of(idx)):
+            cc = cc[:, None]                                                              # (C, 1, ..., 1)
+        return sum_to(where(_normalized(idx, n, node.arg.mode) == cc, g, 0), x)
     if kind == "along":
         gi = expand_dims(moveaxis(g, axis, -1), axis=-2)                                 # (..., 1, K)
         ii = expand_dims(moveaxis(_normalized(idx, n, node.arg.mode), axis, -1), axis=-2)
