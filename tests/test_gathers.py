@@ -246,7 +246,7 @@ def test_take_grad_scatter_adds():
 @fg.op
 def picked_one(x, i):
     # one index per row along the middle axis: x (R, C, S), i (R, S)
-    return fg.take_along_axis(x, i[:, None, :] + 7, axis=1, mode="wrap") * 2
+    return fg.take_along_axis(x, i[..., None, :] + 7, axis=-2, mode="wrap") * 2
 
 
 def _compare_reductions(op, dtypes, shapes):

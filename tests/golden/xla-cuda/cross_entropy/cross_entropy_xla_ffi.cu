@@ -14,7 +14,7 @@
 //     %6 = max %0, axis=-1, keep_dims=False          # examples.py:174
 //     %7 = add %5, %6                                # examples.py:174
 //     %8 = input labels
-//     %9 = %8[:, None]                               # examples.py:175
+//     %9 = %8[..., None]                             # examples.py:175
 //     %10 = take_along_axis %0, %9, axis=-1          # examples.py:175
 //     %11 = sum %10, axis=-1, keep_dims=False        # examples.py:175
 //     %12 = sub %7, %11                              # examples.py:176
@@ -2554,9 +2554,9 @@ int infer_shapes(const fg::Shape *in, const CrossEntropyData &a, Shapes *s) {
   }
   // %8 = input labels
   s->node[8] = in[1];
-  // %9 = %8[:, None]
+  // %9 = %8[..., None]
   {
-    const fg::IndexItem items[] = {{0, false, false, false}, {2, false, false, false}};
+    const fg::IndexItem items[] = {{3, false, false, false}, {2, false, false, false}};
     const fg::Scalar *vals = nullptr;
     FG_TRY(fg::index_rule(s->node[8], items, 2, vals, &s->node[9], &s->prm[9]));
   }
@@ -2613,7 +2613,7 @@ int find_combo(const char **dtypes, int count) {
 const int64_t kWorkspaceItemsize[][kWorkspaces + 1] = {
     {4, 4, 4, 4, 0},
 };
-const int kWorkspaceNode[kWorkspaces] = {1, 11, 6, 4};
+const int kWorkspaceNode[kWorkspaces] = {1, 6, 11, 4};
 
 int read_inputs(int *ndims, int64_t **shapes, fg::Shape *in) {
   for (int i = 0; i < kInputs; ++i) FG_TRY(fg::read_shape(ndims[i], shapes[i], &in[i]));
@@ -2723,7 +2723,7 @@ int nest0(const Shapes &s, fg::views::Nest<kOps0> *nest, uint32_t *mask, int64_t
   // 1: ws0 (%1) through reduced
   FG_TRY(fg::views::contiguous(s.node[1], &v[1]));
   FG_TRY(fg::views::reduced(&v[1], dom, *mask));
-  // 2: ws2 (%6) through reduced
+  // 2: ws1 (%6) through reduced
   FG_TRY(fg::views::contiguous(s.node[6], &v[2]));
   FG_TRY(fg::views::reduced(&v[2], dom, *mask));
   const fg::views::View *ops[kOps0] = {&v[0], &v[1], &v[2]};
@@ -2755,7 +2755,7 @@ int nest1(const Shapes &s, fg::views::Nest<kOps1> *nest, uint32_t *mask, int64_t
   FG_TRY(fg::views::index_params(&v[1], s.prm[9]));
   FG_TRY(fg::views::gather(&v[1], 1, false, s.prm[10], s.node[9], s.node[10]));
   FG_TRY(fg::views::broadcast(&v[1], dom));
-  // 2: ws1 (%11) through reduced
+  // 2: ws2 (%11) through reduced
   FG_TRY(fg::views::contiguous(s.node[11], &v[2]));
   FG_TRY(fg::views::reduced(&v[2], dom, *mask));
   const fg::views::View *ops[kOps1] = {&v[0], &v[1], &v[2]};
@@ -2797,7 +2797,7 @@ constexpr int kOps3 = 4;
 
 int nest3(const Shapes &s, fg::views::Nest<kOps3> *nest, uint32_t *mask, int64_t *count) {
   fg::Shape dom;
-  const fg::Shape *leaves[] = {&s.node[11], &s.node[6], &s.node[4]};
+  const fg::Shape *leaves[] = {&s.node[6], &s.node[11], &s.node[4]};
   FG_TRY(fg::broadcast(leaves, 3, &dom));
   *mask = s.mask[13];
   *count = 1;
@@ -2805,11 +2805,11 @@ int nest3(const Shapes &s, fg::views::Nest<kOps3> *nest, uint32_t *mask, int64_t
     if ((*mask >> k) & 1u) *count *= dom.d[k];
   }
   fg::views::View v[kOps3];
-  // 0: ws1 (%11) through broadcast
-  FG_TRY(fg::views::contiguous(s.node[11], &v[0]));
+  // 0: ws1 (%6) through broadcast
+  FG_TRY(fg::views::contiguous(s.node[6], &v[0]));
   FG_TRY(fg::views::broadcast(&v[0], dom));
-  // 1: ws2 (%6) through broadcast
-  FG_TRY(fg::views::contiguous(s.node[6], &v[1]));
+  // 1: ws2 (%11) through broadcast
+  FG_TRY(fg::views::contiguous(s.node[11], &v[1]));
   FG_TRY(fg::views::broadcast(&v[1], dom));
   // 2: ws3 (%4) through broadcast
   FG_TRY(fg::views::contiguous(s.node[4], &v[2]));
@@ -2841,7 +2841,7 @@ __global__ void stage0_v0(const fg::BoxLoops<kOps0> B, Ptrs P, Attrs a, const Mo
   (void)count;
   const float *p0 = static_cast<const float *>(P.p[0]);
   float *q1 = static_cast<float *>(P.p[3]);
-  float *q2 = static_cast<float *>(P.p[5]);
+  float *q2 = static_cast<float *>(P.p[4]);
   for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < B.o_total; o += int64_t(gridDim.x) * blockDim.x) {
     int64_t base[kOps0];
     for (int j = 0; j < kOps0; ++j) base[j] = B.offset[j];
@@ -2919,7 +2919,7 @@ __global__ void stage1_v0(const fg::BoxLoops<kOps1> B, Ptrs P, Attrs a, const Mo
   (void)gn10;
   const float *p0 = static_cast<const float *>(P.p[0]);
   const int64_t *p1 = static_cast<const int64_t *>(P.p[1]);
-  float *q2 = static_cast<float *>(P.p[4]);
+  float *q2 = static_cast<float *>(P.p[5]);
   for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < B.o_total; o += int64_t(gridDim.x) * blockDim.x) {
     int64_t base[kOps1];
     for (int j = 0; j < kOps1; ++j) base[j] = B.offset[j];
@@ -3084,8 +3084,8 @@ __global__ void stage3_v0(const fg::BoxLoops<kOps3> B, Ptrs P, Attrs a, const Mo
       fg::unravel<kOps3>(m, B.n_m, B.m_ext, B.m_str, c);
       for (int64_t i = 0; i < B.inner; ++i) {
         const auto t0 = log(float(fg::at(p2, M.mod[2], M.inner[2], c[2] + i * B.istr[2])));
-        const auto t1 = (t0 + float(fg::at(p1, M.mod[1], M.inner[1], c[1] + i * B.istr[1])));
-        const auto t2 = (t1 - float(fg::at(p0, M.mod[0], M.inner[0], c[0] + i * B.istr[0])));
+        const auto t1 = (t0 + float(fg::at(p0, M.mod[0], M.inner[0], c[0] + i * B.istr[0])));
+        const auto t2 = (t1 - float(fg::at(p1, M.mod[1], M.inner[1], c[1] + i * B.istr[1])));
         acc0 += t2;
       }
     }
