@@ -172,7 +172,7 @@ def cross_entropy(logits, labels):
     """Mean softmax cross-entropy: ``logsumexp(z) - z[label]`` per row. (The picked logit is
     summed over its size-1 axis instead of indexed, so fg.grad needs no view adjoint.)"""
     lse = fg.log(fg.sum(fg.exp(logits - fg.max(logits, axis=-1, keepdims=True)), axis=-1)) + fg.max(logits, axis=-1)
-    picked = fg.sum(take_along_axis(logits, labels[:, None], axis=-1), axis=-1)
+    picked = fg.sum(take_along_axis(logits, labels[..., None], axis=-1), axis=-1)
     return fg.mean(lse - picked)
 
 

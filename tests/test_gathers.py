@@ -178,11 +178,11 @@ def test_trace_errors():
             fg.op(fn).graph
 
 
-def test_emit_refuses_cuda():
-    # (the CPU C++ and XLA CPU sources emit gathers: tests/test_gathers_emitted.py)
+def test_emit_cuda():
+    # (the emitted C++ and CUDA in detail: tests/test_gathers_emitted.py)
     for abi in ("mindspore-aot", "xla-ffi"):
-        with pytest.raises(fg.UnsupportedError, match=r"node %\d+ = take .*cannot be emitted as .*CUDA.* yet"):
-            fg.emit(takes, abi=abi, device="cuda", dtypes=[("float32", "int64")])
+        e = fg.emit(takes, abi=abi, device="cuda", dtypes=[("float32", "int64")])
+        assert "gather_fail(R, " in e.source and "FG_ERR_GATHER" in " ".join(e.error_table.values())
 
 
 def test_numba_cuda_ptx_assembles(tmp_path):
@@ -241,3 +241,45 @@ def test_take_grad_scatter_adds():
     for r in range(3):
         np.add.at(want[r], i.reshape(-1) % 5, 3 * g[r].reshape(-1))
     np.testing.assert_allclose(d, want, rtol=1e-12)
+
+
+@fg.op
+def picked_one(x, i):
+    # one index per row along the middle axis: x (R, C, S), i (R, S)
+    return fg.take_along_axis(x, i[..., None, :] + 7, axis=-2, mode="wrap") * 2
+
+
+def _compare_reductions(op, dtypes, shapes):
+    """The specialized backward graph's reductions that read the one-hot compare (iota == index),
+    as (axes, is a sum_to)."""
+    from fusegen.ir import Op, ShapeOf, nodes_of
+    g = op.specialize(dtypes, shapes, {}).graph
+    out = []
+    for r in (n for n in g.nodes if n.op is Op.REDUCE):
+        if any(n.op is Op.EQ and any(m.op is Op.IOTA for m in nodes_of(n.srcs)) for n in nodes_of(r.srcs[:1])):
+            out.append((r.arg.axes, isinstance(r.arg.axes, ShapeOf)))
+    return out
+
+
+def test_one_index_per_row_grad_is_a_fused_one_hot():
+    """take_along_axis with one index per row (cross-entropy's label): the adjoint is a one-hot
+    compare fused into the one stage that sums it to x's shape; no reduction over the indices."""
+    grad = fg.grad(picked_one, wrt="x")
+    dtypes, shapes = ("float64", "int64", "float64"), ((3, 5, 2), (3, 2), (3, 1, 2))
+    assert len(build_plan(grad.specialize(dtypes, shapes, {})).stages) == 1
+    assert [sum_to for _, sum_to in _compare_reductions(grad, dtypes, shapes)] == [True]
+    # several indices per row keep the scatter-add: a reduction over them, then the sum to x
+    many = _compare_reductions(picked_grad, dtypes, ((3, 5), (3, 7), (3, 7)))
+    assert [sum_to for _, sum_to in many] == [False, True]
+    rng = np.random.default_rng(6)
+    k = fg.compile(grad)
+    for xs in ((3, 5, 2), (1, 5, 2)):       # x broadcast against the indices: the rows sum
+        x = rng.standard_normal(xs)
+        i = rng.integers(-9, 9, (3, 2))
+        g = rng.standard_normal((3, 1, 2))
+        d, = k(x, i, g)
+        want = np.zeros((3, 5, 2))
+        for r in range(3):
+            for s in range(2):
+                want[r, (i[r, s] + 7) % 5, s] += 2 * g[r, 0, s]
+        np.testing.assert_allclose(d, want.sum(0, keepdims=True) if xs[0] == 1 else want, rtol=1e-12)

@@ -5,7 +5,8 @@ the Numba backend. Many results per op, so each backend compiles once: take / ta
 searchsorted, cumulative_sum; the #17 reference ops; out-of-range indices (the same
 ``BoundsError``, derived from ``IndexError``, as on Numba: never a crash or a silent read);
 wrap/clip modes; the generated ``InferShape`` with unknown dims and ranks; the generated text.
-The CUDA sources refuse gathers by name (``UnsupportedError``)."""
+The CUDA sources (MindSpore-AOT ``.cu``, XLA FFI CUDA): their text, and nvcc builds them (no GPU
+here: a GPU run is tests/cuda's)."""
 from __future__ import annotations
 
 import re
@@ -18,6 +19,8 @@ from fusegen.examples import GATHER_OPS
 from fusegen.ir import Op
 from test_aot_backend import dynamic_variants
 from test_layout_backends import _infer_shape
+
+from _optional import SIMULATOR, gpu_present, needs_nvcc
 
 _rng = np.random.default_rng(17)
 
@@ -159,10 +162,80 @@ def test_generated_text():
     assert any(v.startswith("FG_ERR_GATHER: ") for v in fg.emit(modes, dtypes="float32,int64").error_table.values())
 
 
+@fg.op
+def on_gpu(x, i, j):
+    # x (R, C), i (n,) indices on either axis, j (R, 1): a checked gather in an elementwise and in a
+    # reduction kernel, and both unchecked modes
+    return (x[:, i] * 2, fg.sum(fg.take_along_axis(x, j, axis=1), axis=-1), fg.take(x, i, axis=1, mode="wrap"),
+            fg.take(x, i, axis=0, mode="clip"))
+
+
+GPU_DT = "float32,int64,int32"
+
+
 @pytest.mark.parametrize("abi", ["mindspore-aot", "xla-ffi"])
-def test_cuda_sources_refuse_gathers(abi):
-    with pytest.raises(fg.UnsupportedError, match=r"take_along_axis \(a gather\) cannot be emitted as .*CUDA"):
-        fg.emit(GATHER_OPS[0], abi=abi, device="cuda", dtypes="float32,int64")
+def test_cuda_source_checks_indices_on_the_device(abi):
+    """The emitted .cu: the C++'s index arithmetic in the kernels; a bad index goes to a device
+    record (atomicMin on its position: no second pass), read back after the one stream sync that
+    a call of an op with mode="raise" gathers makes; the error text is the C++'s."""
+    e = fg.emit(on_gpu, abi=abi, device="cuda", dtypes=GPU_DT)
+    src = e.source
+    assert len(re.findall(r"__global__ void stage\d+_v0\(.*, const Gathers\d+ G, GatherRecord \*R, int64_t pos0\)",
+                          src)) >= 2
+    # the address is the clamped index times the axis stride; the flag and raw value feed the record
+    assert re.search(r"const auto (tg\d+_\d+) = std::min\(std::max\(tg\d+_\d+a, int64_t\(0\)\), gn\d+ - 1\);", src)
+    assert re.search(r"fg::at\(\(p\d+ \+ tg\d+_\d+ \* gs\[0\]\)", src)
+    assert re.search(r"if \((tg\d+_\d+)b\) gather_fail\(R, \d+, pos0 \+ t, \d, \1r\);", src)      # elementwise
+    assert re.search(r"gb0 \+= tg\d+_\d+b;\n\s+gv0 = .*\n(.*\n){2}\s+if \(gb0 != 0\) gather_fail\(R, \d+, pos0 \+ o, 1, gv0\);",
+                     src)                                                                             # reduction
+    assert "std::min(std::max(int64_t(" in src and re.search(r"% int64_t\(gn\d+\)", src)          # clip, wrap
+    assert "if (atomicMin(&r->key, key) <= key) return;" in src
+    assert src.count("cudaStreamSynchronize(stream)") == 1 and "return with_gather_record(s, stream, [&]" in src
+    assert "return fg::gather_error(kGatherWhere[check], static_cast<int64_t>(got.value), s.prm[node].v[0]" in src
+    assert "if (code == fg::FG_ERR_GATHER && !fg::gather_message().empty()) return fg::gather_message().c_str();" in src
+    assert any(v.startswith("FG_ERR_GATHER: ") for v in e.error_table.values())
+    # clip and wrap alone: no record, no sync (the CUDA stream stays asynchronous)
+    quiet = fg.emit(modes, abi=abi, device="cuda", dtypes="float32,int64").source
+    assert "with_gather_record" not in quiet and "cudaStreamSynchronize" not in quiet and "gather_fail(" not in quiet
+    assert "struct GatherRecord;" in quiet and ", nullptr));" in quiet
+
+
+#: The emitted .cu for the architectures at both ends of the supported range.
+GPU_FLAGS = ["--shared", "-Xcompiler", "-fPIC", "-O3", "--expt-relaxed-constexpr", "-D_GLIBCXX_USE_CXX11_ABI=0",
+             "-gencode", "arch=compute_75,code=sm_75", "-gencode", "arch=compute_90,code=sm_90"]
+
+
+@needs_nvcc
+def test_cuda_gathers_build_with_nvcc(monkeypatch):
+    """The MindSpore-AOT .cu builds for sm_75 and sm_90. Without a GPU, the call's host glue runs
+    up to its first CUDA call (the record's allocation), which fails for real: FG_ERR_CUDA naming
+    the CUDA error."""
+    k = fg.compile(on_gpu, backend="aot", device="cuda", dtypes=GPU_DT, flags=GPU_FLAGS)
+    assert k.lib_path.is_file()
+    if SIMULATOR or gpu_present():
+        return
+    import fusegen.native.aot_cuda as aot_cuda
+    from fusegen.abi_emit import ERROR_CODES
+    aot = fg.AotKernel(k.func, flags=GPU_FLAGS, n_outputs=4)
+    monkeypatch.setattr(aot_cuda, "require_device", lambda kernel: None)  # no GPU: drive the host code only
+    signature, arrays = aot.prepare(np.ones((3, 4), np.float32), np.array([0, 9]), np.zeros((3, 1), np.int32))
+    for n, a in enumerate([*arrays, *(np.empty(s, d) for s, d in signature.outputs)]):
+        signature.params[n] = a.ctypes.data
+    status = aot._call_main(signature.block_address)
+    error = aot._kernel_error(aot.function, status, signature.block.result, signature.block.error)
+    assert error.code == ERROR_CODES["FG_ERR_CUDA"], str(error)
+    assert re.search(r"FG_ERR_CUDA: .*: cudaError\w+ \(", str(error)), str(error)
+
+
+@needs_nvcc
+@pytest.mark.extended
+def test_cuda_gathers_xla_handler_builds_with_nvcc(tmp_path):
+    from fusegen.native import build
+    jax = pytest.importorskip("jax", reason="needs jax for the XLA FFI headers: pip install 'fusegen[jax]'")
+    e = fg.emit(on_gpu, abi="xla-ffi", device="cuda", dtypes=GPU_DT)
+    e.write(tmp_path)
+    flags = ["-std=c++17", *GPU_FLAGS[:5], "-gencode", "arch=compute_90,code=sm_90", "-isystem", jax.ffi.include_dir()]
+    assert "OnGpu_float32_int64_int32" in build.dynamic_symbols(build.build_library(tmp_path / e.main, flags=flags))
 
 
 def test_jax_bridge():

@@ -157,19 +157,6 @@ def _with_int_inputs(op: OpDef) -> list[tuple[DType, ...]]:
     return list(dict.fromkeys(out))
 
 
-def refuse_unemitted(op: OpDef, what: str) -> None:
-    """Issue #17's gathers are emitted as CPU C++ (the MindSpore-AOT ``.cc``, XLA FFI CPU
-    handlers); the CUDA sources (``what``) refuse them by name instead of emitting wrong code."""
-    from ..errors import UnsupportedError
-    from ..graph.text import where_text
-    from ..ir import Op
-    for n in op.graph.nodes if op.graph is not None else ():
-        if n.op is Op.GATHER:
-            fn = "take" if n.arg.kind == "take" else "take_along_axis"
-            raise UnsupportedError(f"{where_text(op, n)}: {fn} (a gather) cannot be emitted as {what} yet "
-                                   f"(issue #17): use the CPU C++ (device='cpu') or backend='numba' (CPU or CUDA)")
-
-
 def parse_dtypes(op: OpDef, dtypes) -> list[tuple[DType, ...]]:
     """Dtype combinations from: None (every float dtype); a dtype (all inputs alike; for an op
     with gathers, a float dtype is the data's, and its indices are int64 or int32);

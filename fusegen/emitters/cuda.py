@@ -15,7 +15,7 @@ from ..plan import Plan, build_plan
 from ..plan.exprs import CUDA_CPP, ExprWriter, reduce_identity, reg_dtype
 from . import layout
 from .common import (CUDA_DEFAULT_ARCHS, HEADER_NAME, TEMPLATES, TYPE_IDS, Emitted, c_name, env, error_table,
-                     operand_ids, parse_dtypes, refuse_unemitted, template_data)
+                     operand_ids, parse_dtypes, template_data)
 
 
 def combo_data(op: OpDef, plan: Plan, combo, ranks=None) -> dict:
@@ -84,7 +84,6 @@ def emit_cuda(op: OpDef, dtypes=None, ranks=None, shapes=None) -> Emitted:
     """``fg.emit(op, abi="mindspore-aot", device="cuda")``: the ``.cu`` and its header."""
     op = composed_scans(op)   # no scan stages here yet: scans as masked reductions, O(n^2)
     op, ranks, shapes = layout.specialization(op, ranks, shapes)
-    refuse_unemitted(op, "CUDA (the MindSpore-AOT .cu)")
     plan = build_plan(op)
     combos = parse_dtypes(op, dtypes)
     name = c_name(op.name)
@@ -92,5 +91,5 @@ def emit_cuda(op: OpDef, dtypes=None, ranks=None, shapes=None) -> Emitted:
                          spec_shapes=shapes, nvcc_command=nvcc_command(op.name))
     src = env().get_template("mindspore_aot_cuda.cu.j2").render(**data)
     main = f"{op.name}.cu"
-    return Emitted({main: src, HEADER_NAME: (TEMPLATES / HEADER_NAME).read_text()}, main, name, error_table(name, data["general"]),
-                   [tuple(d.name for d in c) for c in combos])
+    return Emitted({main: src, HEADER_NAME: (TEMPLATES / HEADER_NAME).read_text()}, main, name,
+                   error_table(name, data["general"], data["gathers"]), [tuple(d.name for d in c) for c in combos])

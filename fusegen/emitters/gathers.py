@@ -1,5 +1,5 @@
-"""Gathers in the emitted C++ (issue #17): plain data for the MindSpore-AOT ``.cc`` and the XLA
-FFI CPU handlers (the C++ twin of ``fusegen.lower.gathers``, which serves the Numba backends).
+"""Gathers in the emitted C++ and CUDA (issue #17): plain data for the MindSpore-AOT ``.cc``/``.cu``
+and the XLA FFI handlers (the C++ twin of ``fusegen.lower.gathers``, which serves the Numba backends).
 
 A gather reads its source at an address with one data-dependent term: the checked index times
 the stride of the gathered axis. An op with gathers takes the layout path (``emitters.layout``):
@@ -16,7 +16,10 @@ the stride of the gathered axis. An op with gathers takes the layout path (``emi
   select, no branch in the inner loop); after the loops the first bad one is recorded with its
   value and the kernel returns ``FG_ERR_GATHER``, whose ``ErrorString`` text is the message the
   Numba backends raise (``fusegen.BoundsError``: op, node, axis, index value). The Python runtime
-  (``fusegen.native``, ``fusegen.jax``) raises that exception with that text.
+  (``fusegen.native``, ``fusegen.jax``) raises that exception with that text;
+* the CUDA kernels (``_cuda_views.inc.j2``, ``_cuda_gathers.inc.j2``) compute the same index lines
+  and send a bad one to a device record (``atomicMin`` on (stage, position, check); the value kept
+  is the smallest key's); ``run`` waits for the stream once and turns it into that error.
 """
 from __future__ import annotations
 

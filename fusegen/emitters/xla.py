@@ -25,7 +25,7 @@ from ..dtypes import DTYPES, AttrType
 from ..ir import OpDef
 from ..plan import build_plan
 from . import cuda, layout, mindspore_cpu
-from .common import CUDA_DEFAULT_ARCHS, ERRORS, Emitted, c_name, env, parse_dtypes, refuse_unemitted, template_data
+from .common import CUDA_DEFAULT_ARCHS, ERRORS, Emitted, c_name, env, parse_dtypes, template_data
 
 #: fusegen dtype -> XLA FFI ``ffi::DataType`` (the element type a typed buffer binds to).
 FFI_DTYPES: dict[str, str] = {
@@ -122,8 +122,6 @@ def emit_xla(op: OpDef, device: str = "cpu", dtypes=None, ranks=None, shapes=Non
     op = composed_scans(op)   # no scan stages here yet: scans as masked reductions, O(n^2)
     op, ranks, shapes = layout.specialization(op, ranks, shapes)
     _check_attrs(op)
-    if device == "cuda":
-        refuse_unemitted(op, "an XLA FFI CUDA handler")
     plan = build_plan(op)
     combos = parse_dtypes(op, dtypes)
     name = c_name(op.name)

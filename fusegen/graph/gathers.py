@@ -14,7 +14,7 @@ from __future__ import annotations
 from ..errors import TraceError
 from .layout import as_tensor, dim, expand_dims, gather, iota, is_int, moveaxis, reshape
 from .nodes import GatherArg, Op  # noqa: F401
-from .trace import Tensor, make, op_prefix, user_loc
+from .trace import Tensor, current_shape, make, op_prefix, user_loc
 
 MODES = ("raise", "wrap", "clip")
 
@@ -72,6 +72,40 @@ def _normalized(idx: Tensor, n, mode: str) -> Tensor:
     return where(idx < 0, idx + n, idx)
 
 
+#: Elementwise arithmetic an index may go through (``labels + offset``, ``labels % n``).
+_OFFSETS = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.REMAINDER, Op.NEG})
+
+
+def _unit_extent(n, axis: int) -> bool:
+    """Whether ``n``'s extent on ``axis`` is 1 whatever the inputs' shapes: a new axis there
+    (``labels[..., None]`` for axis -1, ``labels[:, None]`` for axis 1), through casts and
+    arithmetic with scalars; in a rank- or shape-specialized trace, a known 1."""
+    shape = current_shape(n)
+    if shape is not None:
+        return -len(shape) <= axis < len(shape) and shape[axis] == 1
+    if n.op is Op.INDEX:
+        out = [it.kind for it in n.arg if it.kind in ("slice", "new", "ellipsis")]  # the dims it makes
+        if axis < 0:         # counted from the end: only past an ellipsis are they known
+            tail = out[out.index("ellipsis") + 1:] if "ellipsis" in out else []
+            return -axis <= len(tail) and tail[axis] == "new"
+        head = out[:out.index("ellipsis")] if "ellipsis" in out else out
+        return axis < len(head) and head[axis] == "new"
+    if n.op is Op.CAST:
+        return _unit_extent(n.srcs[0], axis)
+    if n.op in _OFFSETS:
+        arrays = [s for s in n.srcs if s.op is not Op.CONST]
+        return bool(arrays) and all(_unit_extent(s, axis) for s in arrays)
+    return False
+
+
+def _trailing_dims(idx: Tensor, axis: int) -> int | None:
+    """How many dims follow ``axis`` in ``idx``: known for a negative axis, or a known rank."""
+    shape = current_shape(idx.node)
+    if shape is not None:
+        return len(shape) - 1 - axis % len(shape)
+    return -axis - 1 if axis < 0 else None
+
+
 def gather_adjoint(node, g: Tensor) -> Tensor:
     """The adjoint of a gather with respect to its source: a scatter-add, computed
     *owner-computes*: each element of ``dx`` sums the cotangents of the result elements whose
@@ -85,6 +119,14 @@ def gather_adjoint(node, g: Tensor) -> Tensor:
     axis, kind = node.arg.axis, node.arg.kind
     n = dim(x, axis)
     c = iota(n)
+    trailing = _trailing_dims(idx, axis) if kind == "along" and _unit_extent(idx.node, axis) else None
+    if trailing is not None:
+        # one index per row (cross-entropy's label): the scatter-add is a one-hot compare, no
+        # reduction over the indices (it fuses into the stage that sums it to x's shape)
+        cc = c
+        for _ in range(trailing):
+            cc = cc[:, None]                                                              # (C, 1, ..., 1)
+        return sum_to(where(_normalized(idx, n, node.arg.mode) == cc, g, 0), x)
     if kind == "along":
         gi = expand_dims(moveaxis(g, axis, -1), axis=-2)                                 # (..., 1, K)
         ii = expand_dims(moveaxis(_normalized(idx, n, node.arg.mode), axis, -1), axis=-2)

@@ -12,7 +12,7 @@
 //     %6 = max %0, axis=-1, keep_dims=False          # examples.py:174
 //     %7 = add %5, %6                                # examples.py:174
 //     %8 = input labels
-//     %9 = %8[:, None]                               # examples.py:175
+//     %9 = %8[..., None]                             # examples.py:175
 //     %10 = take_along_axis %0, %9, axis=-1          # examples.py:175
 //     %11 = sum %10, axis=-1, keep_dims=False        # examples.py:175
 //     %12 = sub %7, %11                              # examples.py:176
@@ -2510,9 +2510,9 @@ int infer_shapes(const fg::Shape *in, const CrossEntropyData &a, Shapes *s) {
   }
   // %8 = input labels
   s->node[8] = in[1];
-  // %9 = %8[:, None]
+  // %9 = %8[..., None]
   {
-    const fg::IndexItem items[] = {{0, false, false, false}, {2, false, false, false}};
+    const fg::IndexItem items[] = {{3, false, false, false}, {2, false, false, false}};
     const fg::Scalar *vals = nullptr;
     FG_TRY(fg::index_rule(s->node[8], items, 2, vals, &s->node[9], &s->prm[9]));
   }
@@ -2569,7 +2569,7 @@ int find_combo(const char **dtypes, int count) {
 const int64_t kWorkspaceItemsize[][kWorkspaces + 1] = {
     {4, 4, 4, 4, 0},
 };
-const int kWorkspaceNode[kWorkspaces] = {1, 11, 6, 4};
+const int kWorkspaceNode[kWorkspaces] = {1, 6, 11, 4};
 
 int read_inputs(int *ndims, int64_t **shapes, fg::Shape *in) {
   for (int i = 0; i < kInputs; ++i) FG_TRY(fg::read_shape(ndims[i], shapes[i], &in[i]));
@@ -2618,7 +2618,7 @@ int nest0(const Shapes &s, fg::views::Nest<kOps0> *nest, uint32_t *mask, int64_t
   // 1: ws0 (%1) through reduced
   FG_TRY(fg::views::contiguous(s.node[1], &v[1]));
   FG_TRY(fg::views::reduced(&v[1], dom, *mask));
-  // 2: ws2 (%6) through reduced
+  // 2: ws1 (%6) through reduced
   FG_TRY(fg::views::contiguous(s.node[6], &v[2]));
   FG_TRY(fg::views::reduced(&v[2], dom, *mask));
   const fg::views::View *ops[kOps0] = {&v[0], &v[1], &v[2]};
@@ -2650,7 +2650,7 @@ int nest1(const Shapes &s, fg::views::Nest<kOps1> *nest, uint32_t *mask, int64_t
   FG_TRY(fg::views::index_params(&v[1], s.prm[9]));
   FG_TRY(fg::views::gather(&v[1], 1, false, s.prm[10], s.node[9], s.node[10]));
   FG_TRY(fg::views::broadcast(&v[1], dom));
-  // 2: ws1 (%11) through reduced
+  // 2: ws2 (%11) through reduced
   FG_TRY(fg::views::contiguous(s.node[11], &v[2]));
   FG_TRY(fg::views::reduced(&v[2], dom, *mask));
   const fg::views::View *ops[kOps1] = {&v[0], &v[1], &v[2]};
@@ -2692,7 +2692,7 @@ constexpr int kOps3 = 4;
 
 int nest3(const Shapes &s, fg::views::Nest<kOps3> *nest, uint32_t *mask, int64_t *count) {
   fg::Shape dom;
-  const fg::Shape *leaves[] = {&s.node[11], &s.node[6], &s.node[4]};
+  const fg::Shape *leaves[] = {&s.node[6], &s.node[11], &s.node[4]};
   FG_TRY(fg::broadcast(leaves, 3, &dom));
   *mask = s.mask[13];
   *count = 1;
@@ -2700,11 +2700,11 @@ int nest3(const Shapes &s, fg::views::Nest<kOps3> *nest, uint32_t *mask, int64_t
     if ((*mask >> k) & 1u) *count *= dom.d[k];
   }
   fg::views::View v[kOps3];
-  // 0: ws1 (%11) through broadcast
-  FG_TRY(fg::views::contiguous(s.node[11], &v[0]));
+  // 0: ws1 (%6) through broadcast
+  FG_TRY(fg::views::contiguous(s.node[6], &v[0]));
   FG_TRY(fg::views::broadcast(&v[0], dom));
-  // 1: ws2 (%6) through broadcast
-  FG_TRY(fg::views::contiguous(s.node[6], &v[1]));
+  // 1: ws2 (%11) through broadcast
+  FG_TRY(fg::views::contiguous(s.node[11], &v[1]));
   FG_TRY(fg::views::broadcast(&v[1], dom));
   // 2: ws3 (%4) through broadcast
   FG_TRY(fg::views::contiguous(s.node[4], &v[2]));
@@ -2736,7 +2736,7 @@ int stage0(const Shapes &s, void *const *ptr, const Data &d) {
   const bool mod0 = nest.op[0].modular;
   const fg::views::Inner &inner0 = nest.op[0].inner;
   float *q1 = static_cast<float *>(ptr[3]);
-  float *q2 = static_cast<float *>(ptr[5]);
+  float *q2 = static_cast<float *>(ptr[4]);
   return fg::views::for_each_box(nest, [&](const fg::views::Box<kOps0> &box, const fg::views::BoxLayout<kOps0> &L) {
     (void)box;
     int variant = 0;
@@ -2795,7 +2795,7 @@ int stage1(const Shapes &s, void *const *ptr, const Data &d) {
   const int64_t *p1 = static_cast<const int64_t *>(ptr[1]);
   const bool mod1 = nest.op[1].modular;
   const fg::views::Inner &inner1 = nest.op[1].inner;
-  float *q2 = static_cast<float *>(ptr[4]);
+  float *q2 = static_cast<float *>(ptr[5]);
   const int box_status = fg::views::for_each_box(nest, [&](const fg::views::Box<kOps1> &box, const fg::views::BoxLayout<kOps1> &L) {
     (void)box;
     int variant = 0;
@@ -2943,8 +2943,8 @@ int stage3(const Shapes &s, void *const *ptr, const Data &d) {
             fg::unravel<kOps3>(m, B.n_m, B.m_ext, B.m_str, c);
             for (int64_t i = 0; i < B.inner; ++i) {
               const auto t0 = fg::log_f32(float(fg::at(p2, mod2, inner2, c[2] + i * B.istr[2])));
-              const auto t1 = (t0 + float(fg::at(p1, mod1, inner1, c[1] + i * B.istr[1])));
-              const auto t2 = (t1 - float(fg::at(p0, mod0, inner0, c[0] + i * B.istr[0])));
+              const auto t1 = (t0 + float(fg::at(p0, mod0, inner0, c[0] + i * B.istr[0])));
+              const auto t2 = (t1 - float(fg::at(p1, mod1, inner1, c[1] + i * B.istr[1])));
               acc0 += t2;
             }
           }
