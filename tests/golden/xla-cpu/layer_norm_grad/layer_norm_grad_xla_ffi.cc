@@ -13,38 +13,38 @@
 //     %6 = attr @eps
 //     %7 = add %5, %6                                # examples.py:50
 //     %8 = rsqrt %7                                  # examples.py:50
-//     %9 = mul %0, %8                                # grad.py:267
-//     %10 = const -0.5                               # grad.py:254
+//     %9 = mul %0, %8                                # grad.py:250
+//     %10 = const -0.5                               # grad.py:237
 //     %11 = input d_out2
-//     %12 = mul %0, %3                               # grad.py:267
+//     %12 = mul %0, %3                               # grad.py:250
 //     %13 = mul %3, %8                               # examples.py:51
-//     %14 = sum_to %12, shape of %8                  # grad.py:222
-//     %15 = add %11, %14                             # grad.py:232
-//     %16 = mul %10, %15                             # grad.py:254
-//     %17 = mul %16, %8                              # grad.py:254
-//     %18 = div %17, %7                              # grad.py:254
-//     %19 = eq %4, %4                                # grad.py:312
-//     %20 = const 1.0                                # grad.py:312
-//     %21 = where %19, %20, %20                      # grad.py:312
-//     %22 = sum %21, axis=@axis, keep_dims=True      # grad.py:301
-//     %23 = div %18, %22                             # grad.py:313
-//     %24 = cast %23 to dtype of %18                 # grad.py:313
-//     %25 = mul %24, %3                              # grad.py:267
-//     %26 = add %9, %25                              # grad.py:232
-//     %27 = add %26, %25                             # grad.py:232
-//     %28 = sum_to %27, shape of %1                  # grad.py:222
+//     %14 = sum_to %12, shape of %8                  # grad.py:205
+//     %15 = add %11, %14                             # grad.py:215
+//     %16 = mul %10, %15                             # grad.py:237
+//     %17 = mul %16, %8                              # grad.py:237
+//     %18 = div %17, %7                              # grad.py:237
+//     %19 = eq %4, %4                                # grad.py:295
+//     %20 = const 1.0                                # grad.py:295
+//     %21 = where %19, %20, %20                      # grad.py:295
+//     %22 = sum %21, axis=@axis, keep_dims=True      # grad.py:284
+//     %23 = div %18, %22                             # grad.py:296
+//     %24 = cast %23 to dtype of %18                 # grad.py:296
+//     %25 = mul %24, %3                              # grad.py:250
+//     %26 = add %9, %25                              # grad.py:215
+//     %27 = add %26, %25                             # grad.py:215
+//     %28 = sum_to %27, shape of %1                  # grad.py:205
 //     %29 = input d_out1
-//     %30 = neg %27                                  # grad.py:266
-//     %31 = sum_to %30, shape of %2                  # grad.py:222
-//     %32 = add %29, %31                             # grad.py:232
-//     %33 = eq %1, %1                                # grad.py:312
-//     %34 = where %33, %20, %20                      # grad.py:312
-//     %35 = sum %34, axis=@axis, keep_dims=True      # grad.py:301
-//     %36 = div %32, %35                             # grad.py:313
-//     %37 = cast %36 to dtype of %32                 # grad.py:313
-//     %38 = sum_to %37, shape of %1                  # grad.py:222
-//     %39 = add %28, %38                             # grad.py:232
-//     %40 = cast %39 to dtype of %1                  # grad.py:169
+//     %30 = neg %27                                  # grad.py:249
+//     %31 = sum_to %30, shape of %2                  # grad.py:205
+//     %32 = add %29, %31                             # grad.py:215
+//     %33 = eq %1, %1                                # grad.py:295
+//     %34 = where %33, %20, %20                      # grad.py:295
+//     %35 = sum %34, axis=@axis, keep_dims=True      # grad.py:284
+//     %36 = div %32, %35                             # grad.py:296
+//     %37 = cast %36 to dtype of %32                 # grad.py:296
+//     %38 = sum_to %37, shape of %1                  # grad.py:205
+//     %39 = add %28, %38                             # grad.py:215
+//     %40 = cast %39 to dtype of %1                  # grad.py:152
 //     check shape %0 == %13  # cotangent 0 must have the shape of output 0 of layer_norm
 //     check shape %29 == %2  # cotangent 1 must have the shape of output 1 of layer_norm
 //     check shape %11 == %8  # cotangent 2 must have the shape of output 2 of layer_norm

@@ -6,34 +6,34 @@
 //   op rms_norm_grad(x, w, d_out; eps: float = 1e-06) {
 //     %0 = input d_out
 //     %1 = input w
-//     %2 = mul %0, %1                                # grad.py:267
+//     %2 = mul %0, %1                                # grad.py:250
 //     %3 = input x
 //     %4 = mul %3, %3                                # examples.py:57
 //     %5 = mean %4, axis=-1, keep_dims=True          # examples.py:57
 //     %6 = attr @eps
 //     %7 = add %5, %6                                # examples.py:58
 //     %8 = rsqrt %7                                  # examples.py:58
-//     %9 = mul %2, %8                                # grad.py:267
+//     %9 = mul %2, %8                                # grad.py:250
 //     %10 = mul %3, %8                               # examples.py:58
 //     %11 = mul %10, %1                              # examples.py:58
-//     %12 = sum_to %9, shape of %3                   # grad.py:222
-//     %13 = const -0.5                               # grad.py:254
-//     %14 = mul %2, %3                               # grad.py:267
-//     %15 = mul %13, %14                             # grad.py:254
-//     %16 = mul %15, %8                              # grad.py:254
-//     %17 = div %16, %7                              # grad.py:254
-//     %18 = sum_to %17, shape of %5                  # grad.py:222
-//     %19 = eq %4, %4                                # grad.py:312
-//     %20 = const 1.0                                # grad.py:312
-//     %21 = where %19, %20, %20                      # grad.py:312
-//     %22 = sum %21, axis=-1, keep_dims=True         # grad.py:301
-//     %23 = div %18, %22                             # grad.py:313
-//     %24 = cast %23 to dtype of %18                 # grad.py:313
-//     %25 = mul %24, %3                              # grad.py:267
-//     %26 = add %25, %25                             # grad.py:232
-//     %27 = sum_to %26, shape of %3                  # grad.py:222
-//     %28 = add %12, %27                             # grad.py:232
-//     %29 = cast %28 to dtype of %3                  # grad.py:169
+//     %12 = sum_to %9, shape of %3                   # grad.py:205
+//     %13 = const -0.5                               # grad.py:237
+//     %14 = mul %2, %3                               # grad.py:250
+//     %15 = mul %13, %14                             # grad.py:237
+//     %16 = mul %15, %8                              # grad.py:237
+//     %17 = div %16, %7                              # grad.py:237
+//     %18 = sum_to %17, shape of %5                  # grad.py:205
+//     %19 = eq %4, %4                                # grad.py:295
+//     %20 = const 1.0                                # grad.py:295
+//     %21 = where %19, %20, %20                      # grad.py:295
+//     %22 = sum %21, axis=-1, keep_dims=True         # grad.py:284
+//     %23 = div %18, %22                             # grad.py:296
+//     %24 = cast %23 to dtype of %18                 # grad.py:296
+//     %25 = mul %24, %3                              # grad.py:250
+//     %26 = add %25, %25                             # grad.py:215
+//     %27 = sum_to %26, shape of %3                  # grad.py:205
+//     %28 = add %12, %27                             # grad.py:215
+//     %29 = cast %28 to dtype of %3                  # grad.py:152
 //     check shape %0 == %11  # cotangent 0 must have the shape of output 0 of rms_norm
 //     return %29
 //   }

@@ -11,29 +11,29 @@
 //     %3 = sub %1, %2                                # examples.py:40
 //     %4 = exp %3                                    # examples.py:40
 //     %5 = sum %4, axis=@axis, keep_dims=True        # examples.py:41
-//     %6 = div %0, %5                                # grad.py:268
-//     %7 = neg %0                                    # grad.py:268
+//     %6 = div %0, %5                                # grad.py:251
+//     %7 = neg %0                                    # grad.py:251
 //     %8 = div %4, %5                                # examples.py:41
-//     %9 = mul %7, %8                                # grad.py:268
-//     %10 = div %9, %5                               # grad.py:268
-//     %11 = sum_to %10, shape of %5                  # grad.py:222
-//     %12 = add %6, %11                              # grad.py:232
-//     %13 = mul %12, %4                              # grad.py:251
-//     %14 = sum_to %13, shape of %1                  # grad.py:222
-//     %15 = eq %1, %2                                # grad.py:318
-//     %16 = neg %13                                  # grad.py:266
-//     %17 = sum_to %16, shape of %2                  # grad.py:222
-//     %18 = const 1.0                                # grad.py:319
-//     %19 = const 0.0                                # grad.py:319
-//     %20 = where %15, %18, %19                      # grad.py:319
-//     %21 = sum %20, axis=@axis, keep_dims=True      # grad.py:319
-//     %22 = div %17, %21                             # grad.py:320
-//     %23 = cast %22 to dtype of %17                 # grad.py:320
-//     %24 = const 0                                  # grad.py:320
-//     %25 = where %15, %23, %24                      # grad.py:320
-//     %26 = sum_to %25, shape of %1                  # grad.py:222
-//     %27 = add %14, %26                             # grad.py:232
-//     %28 = cast %27 to dtype of %1                  # grad.py:169
+//     %9 = mul %7, %8                                # grad.py:251
+//     %10 = div %9, %5                               # grad.py:251
+//     %11 = sum_to %10, shape of %5                  # grad.py:205
+//     %12 = add %6, %11                              # grad.py:215
+//     %13 = mul %12, %4                              # grad.py:234
+//     %14 = sum_to %13, shape of %1                  # grad.py:205
+//     %15 = eq %1, %2                                # grad.py:301
+//     %16 = neg %13                                  # grad.py:249
+//     %17 = sum_to %16, shape of %2                  # grad.py:205
+//     %18 = const 1.0                                # grad.py:302
+//     %19 = const 0.0                                # grad.py:302
+//     %20 = where %15, %18, %19                      # grad.py:302
+//     %21 = sum %20, axis=@axis, keep_dims=True      # grad.py:302
+//     %22 = div %17, %21                             # grad.py:303
+//     %23 = cast %22 to dtype of %17                 # grad.py:303
+//     %24 = const 0                                  # grad.py:303
+//     %25 = where %15, %23, %24                      # grad.py:303
+//     %26 = sum_to %25, shape of %1                  # grad.py:205
+//     %27 = add %14, %26                             # grad.py:215
+//     %28 = cast %27 to dtype of %1                  # grad.py:152
 //     check shape %0 == %8  # cotangent 0 must have the shape of output 0 of softmax
 //     return %28
 //   }
