@@ -89,7 +89,7 @@ class GroupSource:
                 for (n, _), p in self.run.variant.items()))
         for o in self.ops.values():
             if o.is_array:
-                w(f"    {o.name}_ = {o.name}.ravel()")
+                w(f"    {o.name}_ = _fg_flat({o.name})")
         w("    nO = meta[0]; nRO = meta[1]; RI = meta[2]; I = meta[3]")
         w("    ntiles = meta[4]; TILE = meta[5]; ROT = meta[7]; count = meta[8]")
         w(f"    nsplit = meta[9]; chunk = meta[10]; W = nO + nRO + 2; SB = {HEADER} + nO + nRO")

@@ -18,7 +18,8 @@ and writes through, without the slice's bound fixing: a slice lowers to a few hu
 instructions per view (negative starts, clamping, a step) that the optimizer then has to remove,
 and it was half the compile time of a small kernel. The loops' starts are offsets the planner
 computed inside the array, so the view is the same pointer, extent and stride LLVM saw before, and
-the loops vectorize as they did.
+the loops vectorize as they did. ``_fg_flat(a)`` is ``a.ravel()`` of a C-contiguous array (the
+kernels' operands always are: the runner makes them so), a view, for the same reason.
 """
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ DIGEST = hashlib.sha256((_TEXT + Path(__file__).read_text(encoding="utf-8")).enc
 #: the helpers compiled from the text below
 HELPERS = ("_fmax", "_fmin") + HELPER_NAMES
 #: every name a generated CPU kernel imports from here
-NAMES = HELPERS + ("_fg_row",)
+NAMES = HELPERS + ("_fg_row", "_fg_flat")
 
 exec(compile(_TEXT, __file__ + " (fusegen.lower.pyhelpers text)", "exec"), globals())
 for _name in HELPERS:
@@ -69,3 +70,23 @@ def _fg_row(typingctx, a, start):
         return impl_ret_borrowed(context, builder, sig.return_type, view._getvalue())
 
     return types.Array(a.dtype, 1, "C")(a, start), codegen
+
+
+@intrinsic
+def _fg_flat(typingctx, a):
+    """``a.ravel()`` of a C-contiguous array, always a view (see the module docstring)."""
+    if not (isinstance(a, types.Array) and a.layout == "C"):
+        return None
+
+    def codegen(context, builder, sig, args):
+        src = make_array(sig.args[0])(context, builder, args[0])
+        size = context.get_constant(types.intp, 1)
+        for extent in cgutils.unpack_tuple(builder, src.shape, sig.args[0].ndim):
+            size = builder.mul(size, extent)
+        view = make_array(sig.return_type)(context, builder)
+        context.populate_array(view, data=src.data, shape=cgutils.pack_array(builder, [size]),
+                               strides=cgutils.pack_array(builder, [src.itemsize]), itemsize=src.itemsize,
+                               meminfo=src.meminfo, parent=src.parent)
+        return impl_ret_borrowed(context, builder, sig.return_type, view._getvalue())
+
+    return types.Array(a.dtype, 1, "C")(a), codegen
