@@ -13,11 +13,13 @@ with ``logaddexp`` (stable: no overflow, ``-inf`` is the identity).
 
 **Backends.** Numba CPU runs scan stages natively (``fusegen.lower_cpu``: vectorized across the
 contiguous dim when the scanned axis is another; a blocked two-pass scan for one long line), and
-numba-cuda with one thread per scan line (``fusegen.lower.cuda_source``). The emitted C++/CUDA
-and the XLA handlers have no scan stage yet: they run ``composed(op)``, the op traced again
-with every scan written as the composition it used to be: output ``i`` is a reduction over the
-inputs ``j <= i`` masked with an iota comparison. That is exact and fusable but costs O(n) reads
-per output (O(n^2) along the axis).
+numba-cuda with one thread per scan line (``fusegen.lower.cuda_source``), and so do the emitted
+C++/CUDA and the XLA handlers (``emitters/templates/_cpu_stages.inc.j2``, ``_cuda_stages``,
+the layout path's ``_cpu_views``/``_cuda_views``). Only where a scan reads concat/pad pieces
+(the emitted layout nest cuts the domain into boxes there) do the emitters run ``composed(op)``
+(``fusegen.emitters.common.scan_form``): the op traced again with every scan written as a
+reduction over the inputs ``j <= i`` masked with an iota comparison: exact and fusable, but
+O(n) reads per output (O(n^2) along the axis).
 """
 from __future__ import annotations
 
@@ -52,8 +54,8 @@ def has_scans(op) -> bool:
 
 
 def composed(op):
-    """``op`` with its scans written as masked reductions (the O(n^2) composition), for backends
-    without scan stages; ``op`` itself when it has none. Cached on ``op``; same name."""
+    """``op`` with its scans written as masked reductions (the O(n^2) composition), for an emitted
+    kernel whose scan reads pieces; ``op`` itself when it has none. Cached on ``op``; same name."""
     if (op.graph is not None and not has_scans(op)) or op.__dict__.get("_scans_composed"):
         return op
     cached = op.__dict__.get("_composed_scans")
@@ -91,7 +93,7 @@ def scan(kind: str, x: Tensor, axis: int) -> Tensor:
     return Tensor(make(Op.REDUCE, (x.node,), ReduceArg(kind, (axis,), True, scan=True)))
 
 
-# --- the composition (backends without scan stages) ----------------------------------------------
+# --- the composition (emitted scans that read pieces) ----------------------------------------------
 def running_mask(x: Tensor, axis: int, include_initial: bool = False):
     """``y`` (x with ``axis`` last), ``y`` read as (..., 1, n), and the (n_out, n) mask of the
     inputs each output accumulates: the O(n^2) form of a scan (also its adjoints')."""
