@@ -37,9 +37,11 @@ def _lines_ref(x):
 
 @fg.op
 def initial(x):
-    """include_initial (a concat: the layout path), the middle axis of a rank-3 input, a dtype."""
+    """include_initial (a concat: the layout path), the middle axis of a rank-3 input, a dtype, a
+    scan of concat pieces."""
     return (fg.cumulative_sum(x, axis=1, include_initial=True), fg.cumulative_prod(x, axis=-1, include_initial=True),
-            fg.cummin(x, axis=1), fg.cumulative_sum(x, axis=0, dtype="float64"))
+            fg.cummin(x, axis=1), fg.cumulative_sum(x, axis=0, dtype="float64"),
+            fg.cummax(fg.concat([x, x * 2], axis=1), axis=1))
 
 
 def _init(r, axis, value):
@@ -50,7 +52,7 @@ def _init(r, axis, value):
 
 def _initial_ref(x):
     return (_init(np.cumsum(x, 1), 1, 0), _init(np.cumprod(x, -1), -1, 1), np.minimum.accumulate(x, 1),
-            np.cumsum(x, 0, dtype=np.float64))
+            np.cumsum(x, 0, dtype=np.float64), np.maximum.accumulate(np.concatenate([x, x * 2], 1), 1))
 
 
 def _close(got, want, what):
@@ -188,3 +190,11 @@ def test_o_n_adjoints_match_finite_differences():
     want += np.exp(x[0]) * np.cumsum((w[0] * np.exp(-out))[::-1])[::-1]
     want += w[0] ** 2                                                      # ... cummin's (a size-1 axis)
     np.testing.assert_allclose(got[0], want, rtol=1e-7, atol=1e-9)
+
+
+
+def test_scans_are_emitted_as_scan_stages():
+    """A scan of concat pieces reads them through a workspace the planner copies them into, so
+    ``scan_form`` keeps every op here as it is (no composition)."""
+    from fusegen.abi_emit import scan_form
+    assert scan_form(lines) is lines and scan_form(initial) is initial

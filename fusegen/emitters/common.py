@@ -163,7 +163,8 @@ def scan_form(op: OpDef) -> OpDef:
     ``op``: ``op`` itself, its scans run as scan stages (a carried loop: O(n) along the axis),
     unless a scan reads concat/pad pieces: the emitted layout nest cuts its domain into boxes
     where they change, and a carry does not cross boxes yet. Then the composition
-    (``fusegen.graph.scans.composed``: masked reductions, O(n^2) along the axis)."""
+    (``fusegen.graph.scans.composed``: masked reductions, O(n^2) along the axis). (A guard: the
+    planner copies pieces a scan reads into a workspace first, so no plan has such a stage today.)"""
     if op.graph is None or not has_scans(op):   # (a specializing op: its specializations decide)
         return op
     if any(st.is_scan and st.instances for st in build_plan(op).stages):
