@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .emitters.common import (  # noqa: F401
     CUDA_DEFAULT_ARCHS, ERROR_CODES, ERRORS, HEADER_NAME, HEADER_PATH, TEMPLATES, TYPE_IDS, Emitted, c_name,
-    default_dtypes, error_table, parse_dtypes, template_data,
+    default_dtypes, error_table, parse_dtypes, scan_form, template_data,
 )
 from .emitters.cuda import emit_cuda
 from .emitters.mindspore_cpu import emit_cpu

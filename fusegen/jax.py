@@ -48,8 +48,7 @@ import numpy as np
 import fusegen as fg
 from .native.build import build_library, cache_dir, default_cpp_flags
 from .dtypes import AttrType
-from .abi_emit import XlaEmitted, legacy_opaque, parse_dtypes, workspace_bytes
-from .graph.scans import composed as composed_scans
+from .abi_emit import XlaEmitted, legacy_opaque, parse_dtypes, scan_form, workspace_bytes
 
 __all__ = ["function", "JaxFunction", "build_flags", "VMAP_METHODS"]
 
@@ -194,9 +193,9 @@ class JaxFunction:
             raise ValueError(f"vmap_method={vmap_method!r}: use None (fusegen chooses) or one of {VMAP_METHODS}")
         if api not in ("ffi", "legacy"):
             raise ValueError(f"api={api!r}: use 'ffi' (typed XLA FFI) or 'legacy' (custom_call_api_version=3)")
-        # the XLA handlers run scans as their composition (no scan stage in C++ yet): the op
-        # whose rules, plan and gradient they follow is that one
-        op = composed_scans(op)
+        # the op the XLA handlers run (its scans as scan stages, composed where they read
+        # pieces): the one whose rules, plan and gradient they follow
+        op = scan_form(op)
         self.op, self.vmap_method, self.api = op, vmap_method, api
         # Sharded arrays: partitioned by rules derived from the IR (fusegen.jax_sharding); the
         # legacy API's opaque string fixes the shapes, so it cannot run per shard.

@@ -1,6 +1,6 @@
 """The O(n) scan (issue #17): a scan is one node (``scan sum %1, axis=1``), planned as a stage
 whose scanned axis is the carried loop; Numba CPU runs it natively (a blocked two-pass scan when
-one line is long), the other backends through ``composed(op)``, the masked O(n^2) form.
+one line is long), numba-cuda with a thread per line; the emitted C++/CUDA: test_scans_emitted.py.
 Text, generated source, then NumPy on every axis, ranks 1-3, dtypes, size-0 axes, fused before
 and after, one 200,000-long axis, and gradients against the composition's."""
 from __future__ import annotations
@@ -164,7 +164,7 @@ def graded(x):
 
 @pytest.mark.extended
 def test_grad_matches_the_composition():
-    # the others' adjoints are the masked composition's
+    # the O(n) adjoints (reverse scans; for cummax/cummin two gathers) against the composition's
     x = np.random.default_rng(5).standard_normal((4, 5))
     one = np.float64(1.0)
     (got,) = fg.compile(fg.grad(graded))(x, one)

@@ -20,8 +20,9 @@ from .. import dtypes as dt
 from .. import vmath
 from ..dtypes import AttrType, DType
 from ..errors import DTypeError, ShapeError
-from ..ir import AttrRef, Node, Op, OpDef, ShapeOf, infer, leaves_of, node_text
-from ..plan import Plan
+from ..graph.scans import composed, has_scans
+from ..ir import AttrRef, Node, Op, OpDef, ShapeOf, infer, is_scan, leaves_of, node_text
+from ..plan import Plan, build_plan
 from ..plan.exprs import CPP_HELPER_OPS, vmath_functions
 from ..plan.cexprs import uses_complex
 from ..version import __version__
@@ -157,6 +158,20 @@ def _with_int_inputs(op: OpDef) -> list[tuple[DType, ...]]:
     return list(dict.fromkeys(out))
 
 
+def scan_form(op: OpDef) -> OpDef:
+    """The op the C++/CUDA emitters (and the runtimes and bridges that host them) emit for
+    ``op``: ``op`` itself, its scans run as scan stages (a carried loop: O(n) along the axis),
+    unless a scan reads concat/pad pieces: the emitted layout nest cuts its domain into boxes
+    where they change, and a carry does not cross boxes yet. Then the composition
+    (``fusegen.graph.scans.composed``: masked reductions, O(n^2) along the axis). (A guard: the
+    planner copies pieces a scan reads into a workspace first, so no plan has such a stage today.)"""
+    if op.graph is None or not has_scans(op):   # (a specializing op: its specializations decide)
+        return op
+    if any(st.is_scan and st.instances for st in build_plan(op).stages):
+        return composed(op)
+    return op
+
+
 def parse_dtypes(op: OpDef, dtypes) -> list[tuple[DType, ...]]:
     """Dtype combinations from: None (every float dtype); a dtype (all inputs alike; for an op
     with gathers, a float dtype is the data's, and its indices are int64 or int32);
@@ -249,6 +264,8 @@ def _shape_rules(op: OpDef) -> list[dict]:
             rule = "sum_to" if n.arg.axes.rule == "broadcast" else "unreduce"
             rules.append(dict(kind=rule, srcs=srcs, src=srcs[0], like=srcs[1], like_src=g.idx(n.srcs[1].srcs[0])
                               if rule == "unreduce" else None, text=text))
+        elif n.op is Op.REDUCE and n.arg.scan:   # the running value: the source's shape, one axis
+            rules.append(dict(kind="scan", src=srcs[0], axis=n.arg.axes[0], text=text))
         elif n.op is Op.REDUCE:
             a = n.arg
             if a.axes is None:
@@ -293,7 +310,7 @@ def _stage_data(op: OpDef, plan: Plan) -> list[dict]:
         stages.append(dict(index=st.index, leaves=[g.idx(l) for l in st.leaves],
                            axes_node=g.idx(st.reductions[0]) if st.reductions else -1,
                            reads=reads, rwrites=rwrites, finals=finals, writes=writes,
-                           n_reductions=len(st.reductions),
+                           n_reductions=len(st.reductions), scan=st.is_scan,
                            text=_stage_text(op, st)))
     return stages
 
@@ -305,7 +322,7 @@ def _final_leaf(n: Node) -> Node:
 
 def _stage_text(op: OpDef, st) -> str:
     g = op.graph
-    parts = [f"{r.arg.kind} (%{g.idx(r)})" for r in st.reductions]
+    parts = [f"{'scan ' if r.arg.scan else ''}{r.arg.kind} (%{g.idx(r)})" for r in st.reductions]
     parts += [f"output {k} (%{g.idx(n)})" for k, n in st.writes]
     parts += [f"output {k} (%{g.idx(n)}) from the results" for k, n in st.finals]
     return ", ".join(parts)
@@ -343,6 +360,9 @@ def template_data(op: OpDef, plan: Plan, combos: list[dict], errors=None, spec_r
         combos=combos, errors=[(n, m.replace("<Name>", name)) for n, m in (errors or ERRORS)],
         # the ABI picks the infer signature by output count (a 1-tuple is one output)
         multi=len(op.graph.outputs) > 1, vmath=vmath.template_data(vmath_functions(op.graph.nodes)),
-        elementwise_helpers=any(n.op in CPP_HELPER_OPS for n in op.graph.nodes),
+        # (fg_logaddexp: also a logcumsumexp scan's fold)
+        elementwise_helpers=any(n.op in CPP_HELPER_OPS or (is_scan(n) and n.arg.kind == "logaddexp")
+                                for n in op.graph.nodes),
+        scans=any(is_scan(n) for n in op.graph.nodes),
         complex_types=uses_complex(op, [c["inputs"] + c["outputs"] for c in combos]), **G.template_data(op),
         **R.template_data(op), **extra)

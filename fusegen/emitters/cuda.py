@@ -7,7 +7,6 @@ lowering, which generates Python for ``numba.cuda.jit``, is ``fusegen.lower_cuda
 """
 from __future__ import annotations
 
-from ..graph.scans import composed as composed_scans
 from .. import dtypes as dt
 from ..dtypes import DType
 from ..ir import Node, Op, OpDef
@@ -15,7 +14,7 @@ from ..plan import Plan, build_plan
 from ..plan.exprs import CUDA_CPP, ExprWriter, reduce_identity, reg_dtype
 from . import layout
 from .common import (CUDA_DEFAULT_ARCHS, HEADER_NAME, TEMPLATES, TYPE_IDS, Emitted, c_name, env, error_table,
-                     operand_ids, parse_dtypes, template_data)
+                     operand_ids, parse_dtypes, template_data, scan_form)
 
 
 def combo_data(op: OpDef, plan: Plan, combo, ranks=None) -> dict:
@@ -82,8 +81,8 @@ def nvcc_command(op_name: str) -> str:
 
 def emit_cuda(op: OpDef, dtypes=None, ranks=None, shapes=None) -> Emitted:
     """``fg.emit(op, abi="mindspore-aot", device="cuda")``: the ``.cu`` and its header."""
-    op = composed_scans(op)   # no scan stages here yet: scans as masked reductions, O(n^2)
     op, ranks, shapes = layout.specialization(op, ranks, shapes)
+    op = scan_form(op)   # scans as scan stages (or, where they read pieces, composed)
     plan = build_plan(op)
     combos = parse_dtypes(op, dtypes)
     name = c_name(op.name)

@@ -257,7 +257,7 @@ def view_stages(op: OpDef, plan: Plan, operand_id) -> list[dict]:
             instances.append(dict(node=g.idx(node), first=first, count=len(probes), pad=node.op is Op.PAD))
         stages.append(dict(index=st.index, leaves=[g.idx(l) for l in st.leaves],
                            axes_node=g.idx(st.reductions[0]) if st.reductions else -1,
-                           reduction=bool(st.reductions), operands=operands, instances=instances,
+                           reduction=bool(st.reductions), scan=st.is_scan, operands=operands, instances=instances,
                            nops=len(operands), nterms=len(terms)))
     return stages
 

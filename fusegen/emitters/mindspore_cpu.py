@@ -5,15 +5,14 @@ The XLA FFI CPU handlers (``emitters.xla``) include the same stage code, byte fo
 """
 from __future__ import annotations
 
-from ..graph.scans import composed as composed_scans
 from .. import dtypes as dt
 from ..dtypes import DType
 from ..ir import Node, Op, OpDef
 from ..plan import Plan, build_plan
 from ..plan.exprs import CPP, ExprWriter, reduce_identity, reg_dtype
 from . import layout
-from .common import (HEADER_NAME, TEMPLATES, TYPE_IDS, Emitted, c_name, env, error_table, operand_ids,
-                     parse_dtypes, template_data)
+from .common import (HEADER_NAME, TEMPLATES, TYPE_IDS, Emitted, c_name, env, error_table, operand_ids, parse_dtypes,
+                     template_data, scan_form)
 
 
 def combo_data(op: OpDef, plan: Plan, combo: tuple[DType, ...], ranks=None) -> dict:
@@ -83,8 +82,8 @@ def expr_fn(spec, node: Node, want: DType, names: dict) -> list[str]:
 def emit_cpu(op: OpDef, dtypes=None, dynamic_workspace: str = "kernel", ranks=None, shapes=None) -> Emitted:
     """``fg.emit(op, abi="mindspore-aot", device="cpu")``: the ``.cc`` and its header (``ranks``/
     ``shapes``: a specializing op's specialization to emit, see ``fusegen.abi_emit.emit``)."""
-    op = composed_scans(op)   # no scan stages here yet: scans as masked reductions, O(n^2)
     op, ranks, shapes = layout.specialization(op, ranks, shapes)
+    op = scan_form(op)   # scans as scan stages (or, where they read pieces, composed)
     plan = build_plan(op)
     combos = parse_dtypes(op, dtypes)
     name = c_name(op.name)

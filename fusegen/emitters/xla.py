@@ -20,12 +20,11 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from ..graph.scans import composed as composed_scans
 from ..dtypes import DTYPES, AttrType
 from ..ir import OpDef
 from ..plan import build_plan
 from . import cuda, layout, mindspore_cpu
-from .common import CUDA_DEFAULT_ARCHS, ERRORS, Emitted, c_name, env, parse_dtypes, template_data
+from .common import CUDA_DEFAULT_ARCHS, ERRORS, Emitted, c_name, env, parse_dtypes, scan_form, template_data
 
 #: fusegen dtype -> XLA FFI ``ffi::DataType`` (the element type a typed buffer binds to).
 FFI_DTYPES: dict[str, str] = {
@@ -119,8 +118,8 @@ def emit_xla(op: OpDef, device: str = "cpu", dtypes=None, ranks=None, shapes=Non
     that take XLA:GPU's stream."""
     if device not in SUPPORTED_DEVICES:
         raise NotImplementedError(f"abi='xla-ffi' device={device!r} is not available: use 'cpu' or 'cuda'")
-    op = composed_scans(op)   # no scan stages here yet: scans as masked reductions, O(n^2)
     op, ranks, shapes = layout.specialization(op, ranks, shapes)
+    op = scan_form(op)   # scans as scan stages (or, where they read pieces, composed)
     _check_attrs(op)
     plan = build_plan(op)
     combos = parse_dtypes(op, dtypes)

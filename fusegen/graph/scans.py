@@ -13,11 +13,13 @@ with ``logaddexp`` (stable: no overflow, ``-inf`` is the identity).
 
 **Backends.** Numba CPU runs scan stages natively (``fusegen.lower_cpu``: vectorized across the
 contiguous dim when the scanned axis is another; a blocked two-pass scan for one long line), and
-numba-cuda with one thread per scan line (``fusegen.lower.cuda_source``). The emitted C++/CUDA
-and the XLA handlers have no scan stage yet: they run ``composed(op)``, the op traced again
-with every scan written as the composition it used to be: output ``i`` is a reduction over the
-inputs ``j <= i`` masked with an iota comparison. That is exact and fusable but costs O(n) reads
-per output (O(n^2) along the axis).
+numba-cuda with one thread per scan line (``fusegen.lower.cuda_source``), and so do the emitted
+C++/CUDA and the XLA handlers (``emitters/templates/_cpu_stages.inc.j2``, ``_cuda_stages``,
+the layout path's ``_cpu_views``/``_cuda_views``). Only where a scan reads concat/pad pieces
+(the emitted layout nest cuts the domain into boxes there) do the emitters run ``composed(op)``
+(``fusegen.emitters.common.scan_form``): the op traced again with every scan written as a
+reduction over the inputs ``j <= i`` masked with an iota comparison: exact and fusable, but
+O(n) reads per output (O(n^2) along the axis).
 """
 from __future__ import annotations
 
@@ -52,8 +54,8 @@ def has_scans(op) -> bool:
 
 
 def composed(op):
-    """``op`` with its scans written as masked reductions (the O(n^2) composition), for backends
-    without scan stages; ``op`` itself when it has none. Cached on ``op``; same name."""
+    """``op`` with its scans written as masked reductions (the O(n^2) composition), for an emitted
+    kernel whose scan reads pieces; ``op`` itself when it has none. Cached on ``op``; same name."""
     if (op.graph is not None and not has_scans(op)) or op.__dict__.get("_scans_composed"):
         return op
     cached = op.__dict__.get("_composed_scans")
@@ -91,7 +93,7 @@ def scan(kind: str, x: Tensor, axis: int) -> Tensor:
     return Tensor(make(Op.REDUCE, (x.node,), ReduceArg(kind, (axis,), True, scan=True)))
 
 
-# --- the composition (backends without scan stages) ----------------------------------------------
+# --- the composition (emitted scans that read pieces) ----------------------------------------------
 def running_mask(x: Tensor, axis: int, include_initial: bool = False):
     """``y`` (x with ``axis`` last), ``y`` read as (..., 1, n), and the (n_out, n) mask of the
     inputs each output accumulates: the O(n^2) form of a scan (also its adjoints')."""
@@ -133,34 +135,51 @@ def _running(kind: str, x: Tensor, axis: int, include_initial: bool = False) -> 
 
 
 # --- adjoints (fg.grad) ------------------------------------------------------------------------
-def scan_adjoint(n, g: Tensor) -> Tensor:
-    """The adjoint of scan node ``n``'s source, given the adjoint ``g`` of its result (same shape).
-
-    ``sum``: a reverse cumulative sum (O(n)); ``prod``: that of ``g * result``, over the source
-    (as the product reduction's rule: undefined at zeros); ``max``/``min``: each output's adjoint
-    split evenly among the tied extrema before it, and ``logaddexp``: ``g_i * exp(x_j - out_i)``
-    summed over ``i >= j``, both in the masked O(n^2) form."""
+def _reverse(kind: str, t: Tensor, axis: int) -> Tensor:
+    """The running ``kind`` of ``t`` from the end of ``axis`` (a reverse scan: O(n))."""
     from .layout import flip
+    return flip(scan(kind, flip(t, axis=axis), axis), axis=axis)
+
+
+def scan_adjoint(n, g: Tensor) -> Tensor:
+    """The adjoint of scan node ``n``'s source, given the adjoint ``g`` of its result (same shape);
+    every one O(n) along the axis (a few scans, elementwise ops and, for max/min, two gathers).
+
+    ``sum``: a reverse cumulative sum; ``prod``: that of ``g * result``, over the source (as the
+    product reduction's rule: undefined at zeros); ``max``/``min``: JAX's rule, each output's
+    adjoint flows to the position that attained its running extreme (``_extreme_adjoint``);
+    ``logaddexp``: ``sum_{i >= j} g_i exp(x_j - out_i)``, as two reverse logcumsumexps (of the
+    positive and the negative part of ``g``: no overflow, ``exp(x_j - out_i) <= 1``)."""
     kind, axis = n.arg.kind, n.arg.axes[0]
     a, v = Tensor(n.srcs[0]), Tensor(n)
-
-    def rsum(t: Tensor) -> Tensor:
-        return flip(scan("sum", flip(t, axis=axis), axis), axis=axis)
-
     if kind == "sum":
-        return rsum(g)
+        return _reverse("sum", g, axis)
     if kind == "prod":
-        return rsum(g * v) / a
-    _, yy, keep = running_mask(a, axis)
-    out_i = moveaxis(v, axis, -1)[..., :, None]    # (..., n_out, 1): output i's value
-    g_i = moveaxis(g, axis, -1)[..., :, None]
+        return _reverse("sum", g * v, axis) / a
     if kind == "logaddexp":
-        part = where(keep, g_i * exp(yy - out_i), 0)
-    else:
-        hit = keep & (yy == out_i)
-        ties = reduce("sum", where(hit, 1.0, 0.0), -1, True)
-        part = where(hit, cast_like(g_i / ties, g), 0)
-    return _back(reduce("sum", part, -2, False), axis)
+        gv = cast_like(g, v)
+        pos = _reverse("logaddexp", log(where(gv > 0, gv, 0)) - v, axis)
+        neg = _reverse("logaddexp", log(where(gv < 0, -gv, 0)) - v, axis)
+        return exp(a + pos) - exp(a + neg)
+    return _extreme_adjoint(a, v, g, axis)
+
+
+def _extreme_adjoint(a: Tensor, v: Tensor, g: Tensor, axis: int) -> Tensor:
+    """cummax/cummin: output ``i`` equals the input at ``p(i)``, the last position ``<= i`` where
+    the running extreme was attained (a *hit*: ``x == out``, or where a NaN appeared), so input
+    ``j`` receives ``g`` summed over its segment, from hit ``j`` to the next hit: ``R[j] - R[next]``
+    with ``R`` the reverse cumulative sum of ``g`` (O(n); ties go to the latest position)."""
+    from .gathers import take_along_axis
+    y, out, gg = moveaxis(a, axis, -1), moveaxis(v, axis, -1), moveaxis(g, axis, -1)
+    size = y.shape[-1]
+    pos = iota(size)
+    hit = (y == out) | (y != y)
+    first = _reverse("min", where(hit, pos, size), -1)        # the first hit at or after each index
+    after = first * 0 + pos + 1                               # (the indices' shape is the data's)
+    nxt = where(after < size, take_along_axis(first, where(after < size, after, 0), axis=-1, mode="clip"), size)
+    r = _reverse("sum", gg, -1)
+    r_next = where(nxt < size, take_along_axis(r, where(nxt < size, nxt, 0), axis=-1, mode="clip"), 0)
+    return _back(where(hit, r - r_next, 0), axis)
 
 
 # --- the public functions ------------------------------------------------------------------------

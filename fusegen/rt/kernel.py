@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import threading
 
-from ..graph.scans import composed as composed_scans
 from .. import dtypes as dt
+from ..abi_emit import scan_form
 from ..errors import DTypeError
 from ..ir import OpDef, infer, set_eager_executor
 from ..plan import Plan, build_plan
@@ -50,8 +50,8 @@ class Kernel:
             raise ValueError(f"unknown backend {backend!r}: use 'numba' or 'aot'")
         if device not in DEVICES:
             raise ValueError(f"unknown device {device!r}: use 'cpu' or 'cuda'")
-        if backend != "numba":   # the emitted C++/CUDA has no scan stages yet: their composition
-            op = composed_scans(op)
+        if backend != "numba":   # the op the emitted source runs (scans composed where they read pieces)
+            op = scan_form(op)
         self.op = op
         self.backend = backend
         self.device = device
