@@ -41,7 +41,7 @@ __all__ = ["philox4", "block", "word", "uniform_f32", "uniform_f64", "boxmuller_
            "uniform_f32_at", "uniform_f64_at", "normal_f32_at", "normal_f64_at", "bernoulli_at",
            "randint_offset_at", "cuda_functions"]
 
-_JIT = dict(fastmath=False, forceinline=True, error_model="numpy", nogil=True)
+_JIT = dict(fastmath=False, forceinline=True, error_model="numpy", nogil=True, cache=True)  # disk-cached, as vmath_numba's
 
 _M0, _M1, _W0, _W1 = np.uint64(M0), np.uint64(M1), np.uint64(W0), np.uint64(W1)
 _MASK = np.uint64(0xFFFFFFFF)

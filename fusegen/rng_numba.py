@@ -29,7 +29,7 @@ from . import philox
 from .philox_numba import (block, normal_f32_at, normal_f64_at, randint_offset_at, randint_threshold, uniform_f32_at,
                            uniform_f64_at, word)
 
-_JIT = dict(fastmath=False, forceinline=True, error_model="numpy", nogil=True)
+_JIT = dict(fastmath=False, forceinline=True, error_model="numpy", nogil=True, cache=True)  # disk-cached, as vmath_numba's
 _FILL_JIT = dict(fastmath=False, error_model="numpy", nogil=True)
 _MASK = np.uint64(0xFFFFFFFF)
 _2, _3, _32 = np.uint64(2), np.uint64(3), np.uint64(32)

@@ -16,6 +16,9 @@ vectorize and stay exact:
 The float <-> int64 bit casts are LLVM ``bitcast``s (free, and vectorizable), through two
 small intrinsics; integer ``+``, ``>>`` and ``<<`` on int64 compile to plain wrapping
 instructions; ``_fma`` is ``llvm.fma.f64`` (one vfmadd), ``np.rint`` is ``llvm.rint`` (vroundpd).
+
+``cache=True``: each (function, signature) compiles once into Numba's disk cache beside this file;
+a new process loads it (a kernel calling eight of them: 2.8 s of CPU cold, 0.75 s cached).
 """
 from __future__ import annotations
 
@@ -68,7 +71,7 @@ def _fma(typingctx, a, b, c):
     return sig, codegen
 
 
-_JIT = dict(fastmath=False, forceinline=True, error_model="numpy", nogil=True)
+_JIT = dict(fastmath=False, forceinline=True, error_model="numpy", nogil=True, cache=True)
 INF = np.inf
 NAN = np.nan
 
