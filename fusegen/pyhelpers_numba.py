@@ -8,7 +8,8 @@ kernels). From one module each (helper, signature) compiles once per process; th
 calls it links the machine code in and LLVM inlines it (``forceinline``: ``alwaysinline``), as
 before, so the kernels' loops are unchanged.
 
-The flags are explicit (no ``fastmath``): a dispatcher shared by callers compiled with different
+The helpers are compiled from a file of their own in the cache (``import_source``), with
+``cache=True``: a new process loads them from Numba's disk cache. The flags are explicit (no ``fastmath``): a dispatcher shared by callers compiled with different
 flags must not depend on which caller typed it first. The generated sources carry ``DIGEST`` (of
 this text) in their header, so Numba's disk cache never serves a kernel that inlined an older
 helper.
@@ -34,7 +35,7 @@ from numba.extending import intrinsic
 from numba.np.arrayobj import make_array
 
 from .lower.pyhelpers import HELPER_NAMES, python_helpers
-from .lower.pysource import NAN_HELPERS
+from .lower.pysource import NAN_HELPERS, import_source
 
 _TEXT = NAN_HELPERS + python_helpers("np")
 #: what a generated source names, so a change here is a change of its content (and cache key)
@@ -44,10 +45,17 @@ HELPERS = ("_fmax", "_fmin") + HELPER_NAMES
 #: every name a generated CPU kernel imports from here
 NAMES = HELPERS + ("_fg_row", "_fg_flat")
 
-exec(compile(_TEXT, __file__ + " (fusegen.lower.pyhelpers text)", "exec"), globals())
-for _name in HELPERS:
-    globals()[_name] = njit(forceinline=True, error_model="numpy", nogil=True)(globals()[_name])
-del _name
+
+
+def _jit_helpers(module) -> None:
+    for name in HELPERS:
+        setattr(module, name, njit(forceinline=True, error_model="numpy", nogil=True, cache=True)(getattr(module, name)))
+
+
+# The text goes to a file of its own (named by its content) so that Numba's disk cache keeps the
+# compiled helpers: a new process loads them instead of compiling them again.
+_helpers = import_source("import math\nimport numpy as np\n" + _TEXT, "numba", "fusegen_helpers", setup=_jit_helpers)
+globals().update({name: getattr(_helpers, name) for name in HELPERS})
 
 
 @intrinsic
