@@ -85,7 +85,7 @@ def test_generated_source_carries_the_running_value():
 @pytest.mark.parametrize("dtype", ["float64", pytest.param("int32", marks=pytest.mark.extended),
                                    pytest.param("float32", marks=pytest.mark.extended)])
 def test_aot_lines_match_numpy(dtype):
-    k = fg.compile(lines, backend="aot")
+    k = fg.compile(lines, backend="aot", dtypes=dtype)   # (one combination: one library to build)
     rng = np.random.default_rng(3)
     for shape in SHAPES:
         x = rng.integers(-3, 4, shape).astype(dtype)
@@ -97,7 +97,7 @@ def test_aot_lines_match_numpy(dtype):
 @needs("g++")
 def test_aot_a_long_line_is_o_n():
     # 100,000 along one line: the composition reads 5e9 elements for this (minutes); a carry 1e5
-    k = fg.compile(lines, backend="aot")
+    k = fg.compile(lines, backend="aot", dtypes="float64")   # test_aot_lines_match_numpy's library
     x = np.random.default_rng(4).standard_normal(100_000)
     got = k(x)
     np.testing.assert_allclose(got[1], np.cumsum(x), rtol=1e-9, atol=1e-9)
@@ -108,7 +108,7 @@ def test_aot_a_long_line_is_o_n():
 @needs("g++")
 @pytest.mark.parametrize("dtype", ["float32", pytest.param("int64", marks=pytest.mark.extended)])
 def test_aot_include_initial_and_middle_axis(dtype):
-    k = fg.compile(initial, backend="aot")
+    k = fg.compile(initial, backend="aot", dtypes=dtype)   # float32: test_infer_shape's library
     rng = np.random.default_rng(5)
     for shape in [(2, 3, 4), (2, 0, 3), (0, 2, 2), (1, 5, 1)]:
         x = rng.integers(-2, 3, shape).astype(dtype)
