@@ -252,7 +252,20 @@ class JaxFunction:
         dtype combination only; two specializations with the same graph (attribute values that
         do not change the trace) share one, and their handlers one target name."""
         if self.op.graph is not None:
-            return self
+            combo = self._dtype_names(arrays)
+            if combo in self.targets or self.dtypes is not None:
+                return self   # (validate names a combination outside the dtypes= asked for)
+            # no dtypes= given: a combination the calls bring (int labels, say) is built on
+            # first use, as the Numba and AOT backends do
+            key = ("dtypes", combo)
+            with self._children_lock:
+                jf = self._children.get(key)
+            if jf is None:
+                jf = JaxFunction(self.op, dtypes=[combo], vmap_method=self.vmap_method, flags=self.flags,
+                                 api=self.api, partition=self.partition)
+                with self._children_lock:
+                    jf = self._children.setdefault(key, jf)
+            return jf
         combo = self._dtype_names(arrays)
         child = self.op.specialize(combo, [tuple(a.shape) for a in arrays], self.op.bind_attrs(attrs))
         key = (child.key, combo)
@@ -417,7 +430,8 @@ def function(op: fg.OpDef, *, dtypes=None, vmap_method: str | None = None,
              flags: list[str] | None = None, api: str = "ffi", partition: bool = True) -> JaxFunction:
     """A JAX-callable ``f(*arrays, **attrs)`` running ``op`` through XLA FFI handlers.
 
-    ``dtypes``: the dtype combinations to build (as ``fusegen.emit``; default every float dtype).
+    ``dtypes``: the dtype combinations to build (as ``fusegen.emit``; default every float dtype,
+    and any other combination a call brings, built on its first call; given: exactly those).
     ``vmap_method``: None lets fusegen choose per call (see the module docstring).
     ``flags``: C++ flags replacing ``build_flags()``. Building happens here, once per content
     (the build cache); registration once per process.

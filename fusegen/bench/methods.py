@@ -122,7 +122,9 @@ def fg_jax_method(op: Any, dtype: str) -> tuple[list[Method], dict[str, str]]:
     from .. import jax as fg_jax
     t0 = time.perf_counter()
     try:
-        fn = fg_jax.function(op, dtypes=dtype)
+        # no dtypes=: the case's float dtype and whatever integer inputs it has (labels, ids)
+        # are built for the combination the arrays bring
+        fn = fg_jax.function(op)
     except Exception as e:  # noqa: BLE001 - reported as skipped, as discover() does
         return [], {"fg-jax-cpu": why(e)}
 
