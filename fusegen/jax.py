@@ -216,7 +216,7 @@ class JaxFunction:
 
         def traced(*arrays, **attrs):
             values = {n: v.value for n, v in attrs.items()}
-            jf = self.specialized(arrays, values)   # the op traced for these ranks/shapes, if it must be
+            jf = self.specialized(arrays, values)   # a child for a new combination or rank, if it must be
             if jf.partition:
                 from . import jax_sharding
                 return jax_sharding.call(jf, arrays, values)   # rules from the specialization's graph
@@ -246,37 +246,31 @@ class JaxFunction:
             _register(self.targets[combo], self.library, symbol, 1 if self.api == "ffi" else 0)
 
     def specialized(self, arrays, attrs: dict) -> JaxFunction:
-        """The JaxFunction of the op's specialization for these arrays (shapes and dtypes: JAX
-        values or arrays) and attributes; itself for an op traced once. A specialization is
-        traced by ``OpDef.specialize`` (cached on the op), then emitted and built for the call's
-        dtype combination only; two specializations with the same graph (attribute values that
-        do not change the trace) share one, and their handlers one target name."""
-        if self.op.graph is not None:
-            combo = self._dtype_names(arrays)
-            if combo in self.targets or self.dtypes is not None:
-                return self   # (validate names a combination outside the dtypes= asked for)
-            # no dtypes= given: a combination the calls bring (int labels, say) is built on
-            # first use, as the Numba and AOT backends do
-            key = ("dtypes", combo)
-            with self._children_lock:
-                jf = self._children.get(key)
-            if jf is None:
-                jf = JaxFunction(self.op, dtypes=[combo], vmap_method=self.vmap_method, flags=self.flags,
-                                 api=self.api, partition=self.partition)
-                with self._children_lock:
-                    jf = self._children.setdefault(key, jf)
-            return jf
+        """The JaxFunction that runs a call of these arrays (shapes and dtypes: JAX values or
+        arrays) and attributes, built on first use: itself for a combination it has handlers for;
+        a child for a combination the calls bring when no ``dtypes=`` was given (int labels,
+        say, as the Numba and AOT backends build on demand); and for an op traced per input
+        rank or shape, the child of that specialization (``OpDef.specialize``, cached on the op),
+        emitted for the call's combination only. Specializations with the same graph (attribute
+        values that do not change the trace) share one child, and their handlers one name."""
         combo = self._dtype_names(arrays)
-        child = self.op.specialize(combo, [tuple(a.shape) for a in arrays], self.op.bind_attrs(attrs))
-        key = (child.key, combo)
+        if self.op.graph is not None:
+            if combo in self.targets or self.dtypes is not None:
+                self._last = None
+                return self   # (validate names a combination outside the dtypes= asked for)
+            op, key = self.op, ("dtypes", combo)
+        else:
+            op = self.op.specialize(combo, [tuple(a.shape) for a in arrays], self.op.bind_attrs(attrs))
+            key = (op.key, combo)
         with self._children_lock:
             jf = self._children.get(key)
         if jf is None:
-            allowed = {tuple(d.name for d in c) for c in parse_dtypes(child, self.dtypes)}
-            if combo not in allowed:
-                raise fg.DTypeError(f"op {self.op.name}: the XLA handlers are generated for dtype combinations "
-                                    f"{sorted(allowed)}; got {combo}. Pass dtypes=... to fusegen.jax.function.")
-            jf = JaxFunction(child, dtypes=[combo], vmap_method=self.vmap_method, flags=self.flags,
+            if self.dtypes is not None:   # (a specialization: only the combinations asked for)
+                allowed = {tuple(d.name for d in c) for c in parse_dtypes(op, self.dtypes)}
+                if combo not in allowed:
+                    raise fg.DTypeError(f"op {self.op.name}: the XLA handlers are generated for dtype combinations "
+                                        f"{sorted(allowed)}; got {combo}. Pass dtypes=... to fusegen.jax.function.")
+            jf = JaxFunction(op, dtypes=[combo], vmap_method=self.vmap_method, flags=self.flags,
                              api=self.api, partition=self.partition)
             with self._children_lock:
                 jf = self._children.setdefault(key, jf)
@@ -285,7 +279,8 @@ class JaxFunction:
 
     @property
     def specializations(self) -> list[JaxFunction]:
-        """The JaxFunctions built so far for an op traced per input rank or shape (else [])."""
+        """The children built so far (specializations of an op traced per input rank or shape,
+        and combinations built on demand)."""
         with self._children_lock:
             return list(self._children.values())
 
@@ -317,8 +312,7 @@ class JaxFunction:
                 raise
             if "FG_ERR_GATHER: " in text:   # a bad gathered index (issue #17): the Numba backends' text
                 raise fg.BoundsError(text[text.index("FG_ERR_GATHER: ") + len("FG_ERR_GATHER: "):]) from e
-            lib = self.lib_path if self._last is None else self._last.lib_path   # a specialization's
-            raise fg.KernelError(text[text.index("fusegen op "):], library=str(lib),
+            raise fg.KernelError(text[text.index("fusegen op "):], library=str((self._last or self).lib_path),
                                  function=self.op.name) from e
 
     def _for_attrs(self, attrs: dict):

@@ -1,6 +1,6 @@
 """The CPU kernels' special-case helpers (``fusegen/lower/pyhelpers.py``'s text over NumPy, and
-NumPy's NaN-propagating ``_fmax``/``_fmin``), compiled once per process and shared by every
-generated kernel, which imports them from here.
+NumPy's NaN-propagating ``_fmax``/``_fmin``), compiled once and shared by every generated
+kernel, which imports them from here.
 
 Why shared: a helper defined inside each generated module is a new dispatcher there, typed and
 compiled again for every kernel that calls it (0.1-0.2 s each; a test run compiles a few hundred
@@ -8,9 +8,10 @@ kernels). From one module each (helper, signature) compiles once per process; th
 calls it links the machine code in and LLVM inlines it (``forceinline``: ``alwaysinline``), as
 before, so the kernels' loops are unchanged.
 
-The helpers are compiled from a file of their own in the cache (``import_source``), with
-``cache=True``: a new process loads them from Numba's disk cache. The flags are explicit (no ``fastmath``): a dispatcher shared by callers compiled with different
-flags must not depend on which caller typed it first. The generated sources carry ``DIGEST`` (of
+The helpers are compiled from a file of their own in the cache (``import_source``) with
+``cache=True``: a new process loads them from Numba's disk cache. The flags are explicit (no
+``fastmath``): a dispatcher shared by callers compiled with different flags must not depend on
+which caller typed it first. The generated sources carry ``DIGEST`` (of
 this text) in their header, so Numba's disk cache never serves a kernel that inlined an older
 helper.
 
@@ -27,7 +28,6 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-import numpy as np  # noqa: F401  (the helpers' text calls np.fmod, np.copysign, ...)
 from numba import njit, types
 from numba.core import cgutils
 from numba.core.imputils import impl_ret_borrowed
@@ -46,14 +46,12 @@ HELPERS = ("_fmax", "_fmin") + HELPER_NAMES
 NAMES = HELPERS + ("_fg_row", "_fg_flat")
 
 
-
 def _jit_helpers(module) -> None:
     for name in HELPERS:
         setattr(module, name, njit(forceinline=True, error_model="numpy", nogil=True, cache=True)(getattr(module, name)))
 
 
-# The text goes to a file of its own (named by its content) so that Numba's disk cache keeps the
-# compiled helpers: a new process loads them instead of compiling them again.
+# (the text calls math.isinf, np.fmod, np.copysign, ...)
 _helpers = import_source("import math\nimport numpy as np\n" + _TEXT, "numba", "fusegen_helpers", setup=_jit_helpers)
 globals().update({name: getattr(_helpers, name) for name in HELPERS})
 

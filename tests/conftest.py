@@ -259,12 +259,12 @@ DEFAULT_CASES = {
     "test_numeric_cpu.py::test_add_mul_div": {"int8-float32-sy3", "float16-float16-sy2"},
     "test_numeric_cpu.py::test_smooth_l1": {"None-float32", "3-float64"},
     "test_numeric_cpu.py::test_add_reduce_sum_dtypes": {"float16"},
-    # AOT: the requests' C++ path runs in accumulate_into_a_reduction, inplace_softmax and request_errors
+    # AOT: the requests' C++ path runs in accumulate_into_a_reduction and inplace_softmax
     "test_requests.py::test_accumulate_some_outputs_and_skip_others": {"numba"},
     "test_requests.py::test_inplace_refusals": {"numba"},
     "test_requests.py::test_request_errors_are_clear": {"numba"},
     "test_requests.py::test_float16_outputs_accumulate_through_the_conversion": {"numba"},
-    # AOT gradients: sum_to_and_cast_like[like_shape1-aot] and max_ties[aot]
+    # AOT gradients: sum_to_and_cast_like[like_shape1-aot]
     "test_grad.py::test_every_rule_matches_finite_differences": {"elementwise-numba"},
     "test_grad.py::test_wrong_cotangent_shape_is_a_clear_error": {"numba"},
     "test_grad.py::test_max_ties_split_the_adjoint_evenly": {"numba"},
@@ -272,7 +272,7 @@ DEFAULT_CASES = {
     "test_scans.py::test_scans_match_numpy": {"int8"},
     "test_scans.py::test_running_extremes_on_empty_axes": {"shape0-numba", "shape1-numba", "shape2-numba"},
     "test_scans.py::test_1d_dtype_and_logcumsumexp": {"6"},
-    # the AOT twins: test_perf_ops' and test_vmath's C++ rows, test_differential[aot]
+    # the AOT twins: test_perf_ops[adam_step-aot], test_vmath's C++ stage loops, the AOT complex row
     "test_activations.py::test_activation_ops_match_the_bench_references": {"numba"},
     "test_elementwise.py::test_integer_functions_match_numpy_without_a_trap": {"numba"},
     "test_vectorize.py::test_emitted_hot_loops_are_vectorized": {"softmax"},

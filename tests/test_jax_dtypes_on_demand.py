@@ -23,6 +23,7 @@ def test_int_labels_without_dtypes_are_built_on_first_call():
     want = fg.compile(ex.accuracy)(z, labels)
     np.testing.assert_allclose(np.asarray(f(z, labels)), want, rtol=1e-6)
     np.testing.assert_allclose(np.asarray(jax.jit(f)(z, labels)), want, rtol=1e-6)
+    assert [c.dtypes for c in f.specializations] == [[("float32", "int32")]]   # one library, built once
 
 
 def test_given_dtypes_are_kept_and_others_refused_by_name():

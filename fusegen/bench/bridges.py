@@ -32,7 +32,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .machine import read_bandwidth, time_interleaved
-from .cases import OPS, OpBench, as_outputs, check, reference, tolerance, torch_namespace
+from .cases import OPS, OpBench, as_outputs, check, jax_input_dtypes, reference, tolerance, torch_namespace
 
 __all__ = ["BridgeConfig", "run", "report", "sharded_child", "main"]
 
@@ -65,13 +65,6 @@ def _importable(name: str) -> bool:
     return importlib.util.find_spec(name) is not None
 
 
-def input_dtypes(spec: OpBench) -> list[tuple[str, ...]]:
-    """The one dtype combination the cases call fg.jax with (float32 data; int8 codes; int
-    labels as JAX holds them: int32 without ``jax_enable_x64``)."""
-    import jax
-    return [tuple(jax.dtypes.canonicalize_dtype(a.dtype).name for a in spec.make_inputs((4, 5), "float32"))]
-
-
 def methods(spec: OpBench, attrs: dict, cfg: BridgeConfig) -> tuple[dict[str, Callable], dict[str, str]]:
     """name -> bind(arrays) -> a call that waits for its result; and the skipped ones, with why."""
     out: dict[str, Callable] = {}
@@ -81,7 +74,7 @@ def methods(spec: OpBench, attrs: dict, cfg: BridgeConfig) -> tuple[dict[str, Ca
         import jax.numpy as jnp
 
         import fusegen as fg
-        f = fg.jax.function(spec.op, dtypes=input_dtypes(spec))
+        f = fg.jax.function(spec.op, dtypes=jax_input_dtypes(spec))
         fg_jit = jax.jit(lambda *a: f(*a, **attrs))
         ref_jit = jax.jit(lambda *a: spec.xp_ref(jnp, *a, **attrs))
 
@@ -164,7 +157,7 @@ def sharded_child(cfg: BridgeConfig) -> dict:
         spec = OPS[name]
         attrs = spec.variants[-1]
         arrays = spec.make_inputs(cfg.large, "float32")
-        f = fg.jax.function(spec.op, dtypes=input_dtypes(spec))
+        f = fg.jax.function(spec.op, dtypes=jax_input_dtypes(spec))
         ref = reference(spec, arrays, attrs)
         rtol = tolerance(arrays[0].dtype, spec.reduced(cfg.large, attrs))
         one = tuple(jax.device_put(a, jax.devices()[0]) for a in arrays)

@@ -312,6 +312,13 @@ def jax_available() -> bool:
     return importable("jax")
 
 
+def jax_input_dtypes(spec: OpBench, dtype: str = "float32") -> list[tuple[str, ...]]:
+    """The one dtype combination a case calls ``fg.jax.function`` with: ``dtype`` data, and the
+    integer inputs (int8 codes, labels, ids) as JAX holds them (int32 without ``jax_enable_x64``)."""
+    import jax
+    return [tuple(jax.dtypes.canonicalize_dtype(a.dtype).name for a in spec.make_inputs((4, 5), dtype))]
+
+
 _placed: dict[str, Any] = {}
 
 

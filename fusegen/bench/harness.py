@@ -255,7 +255,7 @@ def compile_child(request: dict, import_s: float = 0.0) -> dict:
     if name in ("numba-cpu", "aot-cpu"):
         methods, skipped = discover(spec.op, [name.split("-")[0]], ["cpu"], request.get("aot_flags"), dtype)
     elif name == "fg-jax-cpu":
-        methods, skipped = fg_jax_method(spec.op, dtype)
+        methods, skipped = fg_jax_method(spec, dtype)
     else:
         methods, skipped = competitor_methods(spec, dtype, [name.split("-")[0]])
     if not methods:
@@ -361,7 +361,7 @@ def _methods_for(spec: OpBench, cfg: BenchConfig) -> tuple[list[Method], dict[st
     fg, why = discover(spec.op, list(cfg.backends), list(cfg.devices), cfg.aot_flags, cfg.dtype)
     methods, skipped = methods + fg, {**skipped, **why}
     if cfg.jax and "cpu" in cfg.devices:
-        fg, why = fg_jax_method(spec.op, cfg.dtype)
+        fg, why = fg_jax_method(spec, cfg.dtype)
         methods, skipped = methods + fg, {**skipped, **why}
     return methods, skipped
 

@@ -11,7 +11,7 @@ import tempfile
 import time
 from typing import Any
 
-from .cases import Method, Thunk, jax_available, jax_on_device
+from .cases import Method, Thunk, jax_available, jax_input_dtypes, jax_on_device
 
 _probes: dict[str, bool] = {}
 
@@ -109,8 +109,9 @@ def discover(op: Any, backends: list[str], devices: list[str], aot_flags: list[s
     return methods, skipped
 
 
-def fg_jax_method(op: Any, dtype: str) -> tuple[list[Method], dict[str, str]]:
-    """``op`` through ``fusegen.jax.function`` (the XLA FFI handler, "fg-jax-cpu"); skipped, with
+def fg_jax_method(spec: Any, dtype: str) -> tuple[list[Method], dict[str, str]]:
+    """``spec.op`` through ``fusegen.jax.function`` (the XLA FFI handler, "fg-jax-cpu"), built for
+    the dtypes of the case's inputs (``dtype`` data; int labels, ids, codes); skipped, with
     the reason, without jax or a C++ compiler. Inputs go to the device once per case and every
     call waits for its result (JAX dispatches asynchronously)."""
     if not jax_available():
@@ -122,9 +123,7 @@ def fg_jax_method(op: Any, dtype: str) -> tuple[list[Method], dict[str, str]]:
     from .. import jax as fg_jax
     t0 = time.perf_counter()
     try:
-        # no dtypes=: the case's float dtype and whatever integer inputs it has (labels, ids)
-        # are built for the combination the arrays bring
-        fn = fg_jax.function(op)
+        fn = fg_jax.function(spec.op, dtypes=jax_input_dtypes(spec, dtype))
     except Exception as e:  # noqa: BLE001 - reported as skipped, as discover() does
         return [], {"fg-jax-cpu": why(e)}
 
