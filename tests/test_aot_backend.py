@@ -859,23 +859,30 @@ def test_wrong_input_count(kernels):
 
 
 def test_dtypes_a_call_brings_are_built_on_first_use(monkeypatch):
-    """Like the Numba backend: a dtype combination not built ahead (``dtypes=``, default the float
-    ones) is emitted and built on the first call that brings it, one library per combination
-    (content-keyed, so another process finds it in the build cache), and a combination already built
-    costs a call no more than before."""
+    """Like the Numba backend: without ``dtypes=`` nothing is built until a call, and each dtype
+    combination a call brings is emitted and built alone on its first call (content-keyed, so
+    another process finds it in the build cache); with ``dtypes=`` those are built ahead and a new
+    combination adds a library of its own. A combination already built costs a call no more than
+    before."""
     k = fg.compile(ex.add_reduce_sum, backend="aot")
-    first, source = k.lib_path, k.source
+    assert k.lib_path is None and not k.executor.by_attrs and not k.executor.combos  # nothing built
     x8 = (np.arange(20, dtype=np.int8).reshape(4, 5) * 13)  # x8 + x8 wraps in int8, as NumPy's does
     got = k(x8, x8)
     assert_close(got, np.sum(x8 + x8, axis=1))  # NumPy's dtypes too: the int8 sum is int64
+    assert k.executor.combos == {("int8", "int8")} and k.emitted.dtypes == [("int8", "int8")]
+    first, source = k.lib_path, k.source        # the first call's library is the primary one
+    assert source == k.emitted.source and "int8_t" in source and Path(first).is_file()
     x64 = np.arange(20, dtype=np.int64).reshape(4, 5) - 7
     assert_close(k(x64, x64, axis=0, keep_dims=True), np.sum(x64 + x64, axis=0, keepdims=True))
+    assert k.source != source and "int64_t" in k.source  # .source: the latest call's library
     a, b = np.array([[True, False, True, False]]), np.array([[True, True, False, False]])
     assert_close(k(a, b), np.sum(a + b, axis=1))  # bool + bool is logical or; its sum is int64
-    assert k.lib_path == first and k.source == source  # the library built ahead is unchanged
-    assert {("int8", "int8"), ("int64", "int64"), ("bool", "bool")} < k.executor.combos
+    f32 = np.arange(20, dtype=np.float32).reshape(4, 5)
+    assert_close(k(f32, f32), np.sum(f32 + f32, axis=1))
+    assert k.lib_path == first
+    assert k.executor.combos == {("int8", "int8"), ("int64", "int64"), ("bool", "bool"), ("float32", "float32")}
     libs = {kk.lib_path for kk in k.executor.by_attrs.values()}
-    assert len(libs) == 4 and first in libs  # one more library per new combination
+    assert len(libs) == 4 and first in libs  # one library per combination
     # a combination seen before: no emit, no build, not even the lookup of its library
     monkeypatch.setattr(type(k.executor), "func_for", lambda self, names: pytest.fail(f"rebuilt {names}"))
     assert_close(k(x8, x8), np.sum(x8 + x8, axis=1))
@@ -886,6 +893,20 @@ def test_dtypes_a_call_brings_are_built_on_first_use(monkeypatch):
     assert {kk.lib_path for kk in again.executor.by_attrs.values()} < libs
     with pytest.raises(DTypeError, match=r"input 'x' has dtype complex256"):
         k(np.ones(3, np.clongdouble), np.ones(3, np.clongdouble))
+    monkeypatch.undo()
+    # dtypes= builds ahead, at construction; a combination outside it still comes on demand
+    ahead = fg.compile(ex.add_reduce_sum, backend="aot", dtypes="float64")
+    built = ahead.lib_path
+    assert built is not None and ahead.executor.combos == {("float64", "float64")}
+    assert_close(ahead(x8, x8), np.sum(x8 + x8, axis=1))
+    assert ahead.lib_path == built and ahead.executor.combos == {("float64", "float64"), ("int8", "int8")}
+    # asking an unbuilt kernel for its files emits the default (every float) combinations, which
+    # its calls then share
+    files = fg.compile(ex.add_reduce_sum, backend="aot")
+    assert ("float32", "float32") in files.emitted.dtypes and files.func.endswith(":AddReduceSum")
+    assert files.lib_path is None
+    assert_close(files(f32, f32), np.sum(f32 + f32, axis=1))
+    assert files.executor.combos == set(map(tuple, files.emitted.dtypes)) and files.lib_path is not None
     # flags="mindspore" is MindSpore's command for every library, the first and those built on demand
     # (centered has required attributes: nothing is built until a call names them)
     assert fg.compile(centered, backend="aot", flags="mindspore").flags == list(build.MINDSPORE_CPU_FLAGS)

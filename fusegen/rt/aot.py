@@ -5,14 +5,17 @@ The emitted library reads attributes at Init time (as MindSpore's do), so one ``
 (one ``AotExtra``) exists per distinct attribute value set; all of them share the one compiled
 library. Per signature the runner calls the prepared argument block (``AotKernel.run_prepared``).
 
-Dtypes on demand: the library built at construction holds the ``dtypes=`` combinations (default:
-every float dtype). A call bringing another combination (int8, bool, ...) emits and builds a
-library for that combination alone, on first use, as the Numba backend compiles per signature.
-One library per new combination, rather than one library regenerated with the union, because a
-library's content then depends only on its combination: the build cache serves it in any later
-process whatever order the calls come in, nothing already loaded is rebuilt or reloaded, and a
-combination already built costs a call exactly what it cost before (the kernel's signature cache
-is looked up first).
+Dtypes on demand, as the Numba backend compiles per signature: without ``dtypes=`` nothing is
+built at construction; each input dtype combination a call brings is emitted and built, alone, on
+its first call. With ``dtypes=`` those combinations are built ahead, in one library, at
+construction, and a call bringing another combination (int8, bool, ...) still gets a library of
+its own on first use. One library per new combination, rather than one library regenerated with the
+union, because a library's content then depends only on its combination: the build cache serves it
+in any later process whatever order the calls come in, nothing already loaded is rebuilt or
+reloaded, and a combination already built costs a call exactly what it cost before (the kernel's
+signature cache is looked up first). Asking a kernel built without ``dtypes=`` for its ``func`` or
+``emitted`` files before any call emits the default combinations (every float dtype; see
+``fg.emit``), which the calls then share: what such a caller hands to MindSpore is what it gets.
 
 On a GPU (``device="cuda"``) the ``.cu`` is built with nvcc (``flags``: None builds without
 ``--use_fast_math``, so results agree with NumPy as the other backends' do; ``"mindspore"`` keeps
@@ -45,6 +48,7 @@ class AotCall(Call):
 
     kernel: object = None
     signature: object = None
+    func: str | None = None    # the "lib.cc:Name" of the library the call runs
 
 
 class AotExecutor(Executor):
@@ -66,21 +70,50 @@ class AotExecutor(Executor):
         self.emit_device = emit_device
         self.by_attrs: dict[tuple, AotKernel] = {}
         self._lock = threading.Lock()
+        self.directory = None
         if op.graph is None:
             # traced per input rank or shape: each specialization's kernel (rt.kernel's children)
             # emits and builds its own source; this one only dispatches to them
-            self.emitted = self.func = self.first = self.directory = None
-            self.funcs: dict[tuple[str, ...], str] = {}
-            self._one_tuple = False
+            self.funcs, self.libraries, self._primary, self.first = {}, {}, None, None
+            self._one_tuple = self._ahead = False
             return
-        self.emitted, self.directory, self.func = self._emit(dtypes)
-        # each input dtype combination -> the "lib.cc:Name" that holds it (the first library's,
-        # then one more library per combination a call brings: see the module docstring)
-        self.funcs = {tuple(c): self.func for c in self.emitted.dtypes}
+        # each input dtype combination -> the "lib.cc:Name" that holds it; each library's Emitted
+        self.funcs: dict[tuple[str, ...], str] = {}
+        self.libraries: dict[str, object] = {}
+        self._primary: str | None = None   # the library named by .func (see the module docstring)
         # An op that returns a 1-tuple gets a 1-tuple back (AotKernel returns a bare array).
         self._one_tuple = op.multi_output and len(op.graph.outputs) == 1
-        self.first = self.kernel_for(tuple(op.bind_attrs({}).items()) if not any(
-            s.required for s in op.attrs.values()) else None)
+        self._ahead = dtypes is not None
+        self.first = None
+        if self._ahead:
+            self._add_library(dtypes)
+            self.first = self.kernel_for(tuple(op.bind_attrs({}).items()) if not any(
+                s.required for s in op.attrs.values()) else None)
+
+    def _add_library(self, dtypes) -> str:
+        """Emit a library for ``dtypes`` (see ``_emit``) and register its combinations; the first
+        one becomes the primary library (``func``, ``emitted``)."""
+        emitted, directory, func = self._emit(dtypes)
+        self.libraries[func] = emitted
+        self.funcs.update((tuple(c), func) for c in emitted.dtypes)
+        if self._primary is None:
+            self._primary, self.directory = func, directory
+        return func
+
+    @property
+    def func(self) -> str | None:
+        """The primary library's ``"path.cc:Name"`` (emitted now if no call has built one)."""
+        if self._primary is None and self.op.graph is not None:
+            with self._lock:
+                if self._primary is None:
+                    self._add_library(None)
+        return self._primary
+
+    @property
+    def emitted(self):
+        """The primary library's ``Emitted`` (``fg.emit``'s result)."""
+        func = self.func
+        return self.libraries[func] if func is not None else None
 
     def _emit(self, dtypes):
         """Emit the op's source for ``dtypes`` into the cache (named by its content); returns the
@@ -104,20 +137,22 @@ class AotExecutor(Executor):
             with self._lock:
                 func = self.funcs.get(names)
                 if func is None:
-                    func = self._emit([names])[2]
-                    self.funcs[names] = func
+                    func = self._add_library([names])
         return func
 
     def describe(self) -> str:
-        return f" func={self.func}"
+        return f" func={self._primary}" if self._primary is not None else " (built per dtype combination on first call)"
 
     def source(self, last=None) -> str:
-        """The source of the library built at construction (for the ``dtypes=`` combinations)."""
-        return self.emitted.source if self.emitted is not None else ""
+        """The source of the latest call's library (of the primary library before any call)."""
+        if last is not None and getattr(last, "func", None) in self.libraries:
+            return self.libraries[last.func].source
+        return self.emitted.source if self.op.graph is not None else ""
 
     @property
     def lib_path(self):
-        k = next((k for (func, _), k in self.by_attrs.items() if func == self.func), None)
+        """The primary library's build, once a call (or ``dtypes=``) built it."""
+        k = next((k for (func, _), k in self.by_attrs.items() if func == self._primary), None)
         return k.lib_path if k is not None else None
 
     def kernel_for(self, attrs: tuple | None, func: str | None = None) -> AotKernel | None:
@@ -139,21 +174,25 @@ class AotExecutor(Executor):
         return k
 
     def variant_options(self, op) -> dict:
-        """A write-request variant's options: this op's dtype combinations, each with the
-        accumulated outputs' dtypes appended (their ``prev`` inputs)."""
-        combos = []
-        for combo in sorted(self.combos):
-            spec = infer(self.op, combo, [None] * len(combo), {n: s.default for n, s in self.op.attrs.items()})
-            combos.append(combo + tuple(spec.out_dtypes[j].name for j in sorted(op.accumulate)))
+        """A write-request variant's options: built on demand as this kernel is, or (``dtypes=``)
+        ahead for this op's combinations, each with the accumulated outputs' dtypes appended
+        (their ``prev`` inputs)."""
+        combos = None
+        if self._ahead:
+            combos = []
+            for combo in sorted(self.combos):
+                spec = infer(self.op, combo, [None] * len(combo), {n: s.default for n, s in self.op.attrs.items()})
+                combos.append(combo + tuple(spec.out_dtypes[j].name for j in sorted(op.accumulate)))
         options = dict(dtypes=combos, flags=self.flags, dynamic_workspace=self._dynamic_workspace)
         if self.kernel.device == "cuda":
             options["emit_device"] = self.emit_device
         return options
 
     def prepare(self, spec, bound: dict, arrs, key) -> AotCall:
-        kernel = self.kernel_for(tuple(bound.items()), self.func_for(tuple(np.dtype(a.dtype).name for a in arrs)))
+        func = self.func_for(tuple(np.dtype(a.dtype).name for a in arrs))
+        kernel = self.kernel_for(tuple(bound.items()), func)
         call = AotCall(spec.out_shapes, tuple(d.np for d in spec.out_dtypes), bound)
-        call.kernel = kernel
+        call.kernel, call.func = kernel, func
         if key is not None:
             call.signature, _ = kernel.prepare(*self._contiguous(arrs))
         call.run = self._runner(call)
