@@ -275,7 +275,10 @@ def test_dropout_add_layer_norm_aot_equals_numba():
     rng = np.random.default_rng(1)
     x, r = rng.standard_normal((5, 37), np.float32), rng.standard_normal((5, 37), np.float32)
     gamma, beta = rng.random(37, np.float32) + 0.5, rng.standard_normal(37, np.float32)
-    y, h = fg.compile(ex.dropout_add_layer_norm, backend="aot", dtypes="float32")(x, r, gamma, beta, p=0.3, seed=-11)
+    k = fg.compile(ex.dropout_add_layer_norm, backend="aot", dtypes="float32")
+    assert "no call yet" in k.source    # traced per rank: emitted per specialization, on its call
+    y, h = k(x, r, gamma, beta, p=0.3, seed=-11)
+    assert "philox4x32_10" in k.source and "int DropoutAddLayerNorm(" in k.source
     y_n, h_n = fg.compile(ex.dropout_add_layer_norm)(x, r, gamma, beta, p=0.3, seed=-11)
     assert np.array_equal(h, h_n)                     # the random mask: bit for bit
     np.testing.assert_allclose(y, y_n, rtol=2e-6, atol=2e-6)   # the layer norm: the summation order differs

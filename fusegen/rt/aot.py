@@ -48,7 +48,7 @@ class AotCall(Call):
 
     kernel: object = None
     signature: object = None
-    func: str | None = None    # the "lib.cc:Name" of the library the call runs
+    emitted: object = None     # the Emitted of the library the call runs (its source)
 
 
 class AotExecutor(Executor):
@@ -144,10 +144,13 @@ class AotExecutor(Executor):
         return f" func={self._primary}" if self._primary is not None else " (built per dtype combination on first call)"
 
     def source(self, last=None) -> str:
-        """The source of the latest call's library (of the primary library before any call)."""
-        if last is not None and getattr(last, "func", None) in self.libraries:
-            return self.libraries[last.func].source
-        return self.emitted.source if self.op.graph is not None else ""
+        """The source of the latest call's library (a specialization's, for an op traced per rank
+        or shape), or of the primary library before any call."""
+        if last is not None and getattr(last, "emitted", None) is not None:
+            return last.emitted.source
+        if self.op.graph is None:
+            return "// no call yet: an op traced per input rank or shape is emitted per specialization\n"
+        return self.emitted.source
 
     @property
     def lib_path(self):
@@ -192,7 +195,7 @@ class AotExecutor(Executor):
         func = self.func_for(tuple(np.dtype(a.dtype).name for a in arrs))
         kernel = self.kernel_for(tuple(bound.items()), func)
         call = AotCall(spec.out_shapes, tuple(d.np for d in spec.out_dtypes), bound)
-        call.kernel, call.func = kernel, func
+        call.kernel, call.emitted = kernel, self.libraries[func]
         if key is not None:
             call.signature, _ = kernel.prepare(*self._contiguous(arrs))
         call.run = self._runner(call)
