@@ -101,8 +101,11 @@ def main(argv=None) -> int:
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--max-examples={args.max_examples}",
                "--disable-deadline", "--json-report", f"--json-report-file={report}",
                "-n", args.n] + ids
-        subprocess.run(cmd, cwd=suite, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        tests = json.loads(report.read_text())["tests"] if report.exists() else []
+        run = subprocess.run(cmd, cwd=suite, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if not report.exists():  # pytest itself failed (a missing plugin, a collection error): say why
+            sys.exit(f"array_api_conformance: the suite wrote no report (pytest exit {run.returncode}; it needs "
+                     f"pytest-json-report and hypothesis):\n{run.stdout[-3000:]}")
+        tests = json.loads(report.read_text())["tests"]
     results: dict[str, dict] = {f: dict(group=functions[f], passed=0, failed=0, status="missing", first_failure="")
                                 for f in functions}
     for t in tests:
