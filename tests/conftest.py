@@ -204,6 +204,18 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_sep("-", "fusegen property tests")
         for name, count in sorted(PROPERTY_STATS.items()):
             terminalreporter.write_line(f"{name}: {count} examples tried")
+    # The skips by reason, always (not only under -rs): a newcomer's run skips what needs an extra
+    # they have not installed, and each reason names what to install.
+    reasons: dict[str, int] = {}
+    for report in terminalreporter.stats.get("skipped", ()):
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        reasons[reason] = reasons.get(reason, 0) + 1
+    if reasons:
+        terminalreporter.write_sep("-", f"{sum(reasons.values())} skipped, by reason")
+        for reason, count in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])):
+            terminalreporter.write_line(f"{count:5d}  {reason}")
 
 
 # --- the default run's representatives ----------------------------------------------------------
