@@ -963,3 +963,39 @@ def test_more_dims_than_the_kernel_supports(kernels):
     x = np.ones((1,) * 9, np.float32)
     with pytest.raises(FusegenError, match="FG_ERR_RANK"):
         kernels("add_mul_div")(x, x)
+
+
+WARM_SCRIPT = """
+import sys, time
+import numpy as np
+import fusegen as fg
+import fusegen.examples as ex
+x = np.arange(20, dtype=np.float32).reshape(4, 5)
+k = fg.compile(ex.add_reduce_sum, backend="aot")
+got = k(x, x)
+assert np.array_equal(got, np.sum(x + x, axis=1)), got
+print("jinja2" in sys.modules, "numba" in sys.modules, k.source.count("AddReduceSum") > 0)
+"""
+
+
+def test_a_warm_start_loads_the_built_kernel_without_emitting(tmp_path):
+    """A new process whose kernels were built before: the emission index names the files, so
+    it neither imports jinja2 (nor Numba) nor emits; an edited or missing source is emitted again."""
+    script = tmp_path / "warm.py"
+    script.write_text(WARM_SCRIPT)
+    env = dict(os.environ, FUSEGEN_CACHE_DIR=str(tmp_path / "cache"))
+
+    def run():
+        proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return proc.stdout.split()
+
+    assert run() == ["True", "False", "True"]    # cold: emitted (jinja2), built
+    assert run() == ["False", "False", "True"]   # warm: the index and the build cache
+    (entry,) = (tmp_path / "cache" / "aot-src").iterdir()
+    source = next(entry.glob("*.cc"))
+    source.write_text(source.read_text()[:100])  # damaged: a miss, emitted and written again
+    assert run() == ["True", "False", "True"]
+    assert run() == ["False", "False", "True"]
+    index = list((tmp_path / "cache" / "aot-index").glob("*.json"))
+    assert len(index) == 1 and json.loads(index[0].read_text())["dtypes"] == [["float32", "float32"]]

@@ -206,6 +206,17 @@ def test_modules_are_readable_in_one_sitting_and_say_what_they_own():
     assert set(LONG_MODULES) <= set(read_package(PACKAGE_DIR, "fusegen")), "allow-list names a missing module"
 
 
+def test_importing_fusegen_imports_no_code_generator():
+    """``import fusegen`` stays cheap (issue #19's warm start): Numba, jinja2 and the emitters are
+    imported by the first compile or emit that needs them, not by the import."""
+    import subprocess
+    code = ("import sys, fusegen; print(sorted(m for m in ('numba', 'jinja2', 'fusegen.abi_emit', "
+            "'fusegen.lower_cpu', 'fusegen.lower_cuda', 'llvmlite') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"
+
+
 def test_every_layer_is_in_the_readme_diagram():
     readme = (PACKAGE_DIR.parent / "README.md").read_text()
     section = readme.split("## Architecture", 1)[1].split("\n## ", 1)[0]

@@ -14,15 +14,13 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import jinja2
-
 from .. import dtypes as dt
 from .. import vmath
+from ..cache import cache_dir
 from ..dtypes import AttrType, DType
 from ..errors import DTypeError, ShapeError
-from ..graph.scans import composed, has_scans
 from ..ir import AttrRef, Node, Op, OpDef, ShapeOf, infer, is_scan, leaves_of, node_text
-from ..plan import Plan, build_plan
+from ..plan import Plan, scan_form  # noqa: F401  (scan_form: the emitters import it from here)
 from ..plan.exprs import CPP_HELPER_OPS, vmath_functions
 from ..plan.cexprs import uses_complex
 from ..version import __version__
@@ -158,20 +156,6 @@ def _with_int_inputs(op: OpDef) -> list[tuple[DType, ...]]:
     return list(dict.fromkeys(out))
 
 
-def scan_form(op: OpDef) -> OpDef:
-    """The op the C++/CUDA emitters (and the runtimes and bridges that host them) emit for
-    ``op``: ``op`` itself, its scans run as scan stages (a carried loop: O(n) along the axis),
-    unless a scan reads concat/pad pieces: the emitted layout nest cuts its domain into boxes
-    where they change, and a carry does not cross boxes yet. Then the composition
-    (``fusegen.graph.scans.composed``: masked reductions, O(n^2) along the axis). (A guard: the
-    planner copies pieces a scan reads into a workspace first, so no plan has such a stage today.)"""
-    if op.graph is None or not has_scans(op):   # (a specializing op: its specializations decide)
-        return op
-    if any(st.is_scan and st.instances for st in build_plan(op).stages):
-        return composed(op)
-    return op
-
-
 def parse_dtypes(op: OpDef, dtypes) -> list[tuple[DType, ...]]:
     """Dtype combinations from: None (every float dtype); a dtype (all inputs alike; for an op
     with gathers, a float dtype is the data's, and its indices are int64 or int32);
@@ -201,11 +185,28 @@ def parse_dtypes(op: OpDef, dtypes) -> list[tuple[DType, ...]]:
 
 
 @functools.cache
-def env() -> jinja2.Environment:
-    """The templates' environment (one per process: compiling the templates is most of the cost
-    of an emit). Undefined variables fail loudly."""
+def env():
+    """The templates' environment (one per process; jinja2 is imported here, on the first emit, so
+    a process that only loads built kernels never imports it). Undefined variables fail loudly.
+
+    Compiled templates are kept on disk, in fusegen's cache (``templates/``): compiling them is
+    most of a process's first emit (about 0.4 s, against 10 ms to load them). Jinja keys each
+    entry by the template's name and checks the source's checksum and the Python version on load,
+    so an edited template or another interpreter compiles afresh; an unwritable cache only costs
+    the speed."""
+    import jinja2
+
+    class TemplateCodeCache(jinja2.FileSystemBytecodeCache):
+        def dump_bytecode(self, bucket) -> None:
+            try:
+                os.makedirs(self.directory, exist_ok=True)
+                super().dump_bytecode(bucket)
+            except OSError:
+                pass
+
     return jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
-                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+                              bytecode_cache=TemplateCodeCache(str(cache_dir() / "templates")))
 
 
 def operand_ids(op: OpDef):

@@ -17,7 +17,7 @@ numba-cuda with one thread per scan line (``fusegen.lower.cuda_source``), and so
 C++/CUDA and the XLA handlers (``emitters/templates/_cpu_stages.inc.j2``, ``_cuda_stages``,
 the layout path's ``_cpu_views``/``_cuda_views``). Only where a scan reads concat/pad pieces
 (the emitted layout nest cuts the domain into boxes there) do the emitters run ``composed(op)``
-(``fusegen.emitters.common.scan_form``): the op traced again with every scan written as a
+(``fusegen.plan.scan_form``): the op traced again with every scan written as a
 reduction over the inputs ``j <= i`` masked with an iota comparison: exact and fusable, but
 O(n) reads per output (O(n^2) along the axis).
 """

@@ -22,7 +22,6 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..errors import KernelError
-from ..lower_cuda import simulator
 from .buffers import DeviceBuffer, out_of_bounds
 from .device import (CudaUnavailableError, as_device, deliver, device_outputs, device_pointer, is_device_array,
                      require_gpu, resolve_stream, stream_handle)
@@ -31,6 +30,7 @@ from .device import (CudaUnavailableError, as_device, deliver, device_outputs, d
 def require_device(kernel) -> None:
     """A usable GPU for this kernel's library, or a ``CudaUnavailableError`` saying why not."""
     require_gpu()
+    from ..lower_cuda import simulator  # (here: a host-only process never imports the CUDA lowering)
     if simulator() and kernel.cuda_code:
         raise CudaUnavailableError(f"{kernel.name}: {kernel.lib_path} holds native CUDA code, which needs a real "
                                    "GPU; numba-cuda's simulator (NUMBA_ENABLE_CUDASIM=1) runs only Numba kernels")

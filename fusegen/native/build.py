@@ -30,16 +30,15 @@ import json
 import os
 import re
 import shutil
-import struct
 import subprocess
 import tempfile
 import threading
 from pathlib import Path
-from typing import NamedTuple
 
 from ..cache import cache_dir, source_key_text
 from ..emitters.common import CUDA_DEFAULT_ARCHS, HEADER_PATH
 from ..errors import CompileError, LibraryError
+from .elf import check_shared_library, dynamic_symbols, has_cuda_code, needed_libraries  # noqa: F401  (build's face)
 
 __all__ = ["BUILD_FORMAT_VERSION", "HEADER_PATH", "MINDSPORE_CPU_FLAGS", "CUDA_DEFAULT_ARCHS", "cache_dir",
            "default_cpp_flags", "default_cuda_flags", "cuda_gencode_flags", "build_library", "aot_whitelist",
@@ -88,11 +87,50 @@ def _resolve_compiler(compiler: str | None, suffix: str) -> str:
     return found  # not realpath'd: ccache-style wrappers dispatch on the name they are run as
 
 
+def _on_disk(kind: str, compiler: str, compute, machine: bool = False) -> str:
+    """A fact about ``compiler`` (its ``--version``, what ``-march=native`` means) kept in the cache
+    across processes: asking the compiler costs a warm start 5-10 ms a question, a quarter of
+    loading a built kernel. The key is the compiler's path, the file it resolves to and that
+    file's size, modification time and inode (an upgrade replaces it), and with ``machine`` the
+    CPU's identity (a cache shared between machines). Unreadable or unwritable: computed."""
+    def fact() -> str:
+        try:
+            real = os.path.realpath(compiler)
+            st = os.stat(real)
+            stamp = f"{kind}|{compiler}|{real}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}"
+            if machine:
+                stamp += "|" + _cpu_identity()
+        except OSError:
+            return compute()
+        path = cache_dir() / "facts" / (hashlib.sha256(stamp.encode()).hexdigest()[:24] + ".txt")
+        try:
+            return path.read_text()
+        except OSError:
+            pass
+        value = compute()
+        try:
+            _atomic_write(path, value.encode())
+        except OSError:
+            pass
+        return value
+    return _memoized((kind, compiler), fact)
+
+
+def _cpu_identity() -> str:
+    """The CPU's model and feature flags (what -march=native resolves from), or the machine type."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            lines = [line for line in f if line.startswith(("model name", "flags"))][:2]
+        return "".join(lines) or os.uname().machine
+    except OSError:
+        return os.uname().machine
+
+
 def _compiler_version(compiler: str) -> str:
     def run() -> str:
         proc = subprocess.run([compiler, "--version"], capture_output=True, text=True)
         return proc.stdout + proc.stderr
-    return _memoized(("version", compiler), run)
+    return _on_disk("version", compiler, run)
 
 
 def _openmp_supported(compiler: str) -> bool:
@@ -187,104 +225,6 @@ def check_whitelist(path: str | os.PathLike) -> None:
                            f"{var}={os.pathsep.join(dirs)!r}; refusing to load it")
 
 
-# --------------------------------------------------------------------------- ELF
-
-class _Elf(NamedTuple):
-    data: bytes
-    is64: bool
-    endian: str
-    e_type: int
-    sections: list[tuple[int, int, int, int, int]]  # (type, offset, size, link, entsize)
-    names: list[str]                                  # each section's name ("" when unreadable)
-
-
-def _read_elf(path: str | os.PathLike) -> _Elf:
-    """Parse just enough ELF to validate a shared object and list its dynamic symbols."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as exc:
-        raise LibraryError(f"cannot read library {os.fspath(path)!r}: {exc}") from None
-    if len(data) < 64 or data[:4] != b"\x7fELF" or data[4] not in (1, 2) or data[5] not in (1, 2):
-        raise LibraryError(f"{os.fspath(path)!r} is not an ELF shared library")
-    is64, endian = data[4] == 2, "<" if data[5] == 1 else ">"
-    # e_type ... e_shstrndx; the address-sized fields are 8 bytes in ELF64, 4 in ELF32.
-    header = struct.unpack_from(endian + ("HHIQQQIHHHHHH" if is64 else "HHIIIIIHHHHHH"), data, 16)
-    e_type, shoff, shentsize, shnum, shstrndx = header[0], header[5], header[10], header[11], header[12]
-    sh_fmt = endian + ("IIQQQQIIQQ" if is64 else "IIIIIIIIII")
-    # Section headers sit at the end of a linker's output, so a truncated file
-    # loses them first; every section's bytes must lie inside the file too.
-    if shnum == 0 or shoff + shnum * shentsize > len(data) or shentsize < struct.calcsize(sh_fmt):
-        raise LibraryError(f"{os.fspath(path)!r} is a truncated or malformed ELF file")
-    sections, name_offsets = [], []
-    for i in range(shnum):
-        sh_name, sh_type, _, _, off, sz, link, _, _, entsize = struct.unpack_from(sh_fmt, data,
-                                                                                 shoff + i * shentsize)
-        if sh_type != 8 and off + sz > len(data):  # SHT_NOBITS occupies no file bytes
-            raise LibraryError(f"{os.fspath(path)!r} is a truncated or malformed ELF file")
-        sections.append((sh_type, off, sz, link, entsize))
-        name_offsets.append(sh_name)
-    names = [""] * shnum
-    if shstrndx < shnum:
-        _, str_off, str_size, _, _ = sections[shstrndx]
-        table = data[str_off:str_off + str_size]
-        names = [_c_string(table, n) or "" for n in name_offsets]
-    return _Elf(data, is64, endian, e_type, sections, names)
-
-
-def check_shared_library(path: str | os.PathLike) -> None:
-    """Raise ``LibraryError`` unless ``path`` is a complete ELF shared object (ET_DYN)."""
-    if _read_elf(path).e_type != 3:
-        raise LibraryError(f"{os.fspath(path)!r} is an ELF file but not a shared library")
-
-
-def _linked_sections(elf: _Elf, section_type: int):
-    """For each section of ``section_type``: its entry offsets and its linked string table."""
-    for sh_type, off, size, link, entsize in elf.sections:
-        if sh_type == section_type and entsize and link < len(elf.sections):
-            _, str_off, str_size, _, _ = elf.sections[link]
-            yield range(off, off + size - entsize + 1, entsize), elf.data[str_off:str_off + str_size]
-
-
-def _c_string(table: bytes, offset: int) -> str | None:
-    end = table.find(b"\0", offset)
-    return table[offset:end].decode("utf-8", "replace") if 0 < offset < end else None
-
-
-def dynamic_symbols(path: str | os.PathLike) -> list[str]:
-    """Names in the library's dynamic symbol table, defined and undefined."""
-    elf = _read_elf(path)
-    names = []
-    for entries, strtab in _linked_sections(elf, 11):  # SHT_DYNSYM; st_name leads in ELF32 and ELF64
-        for pos in entries:
-            name = _c_string(strtab, struct.unpack_from(elf.endian + "I", elf.data, pos)[0])
-            if name:
-                names.append(name)
-    return names
-
-
-def has_cuda_code(path: str | os.PathLike) -> bool:
-    """Whether the library carries CUDA device code (nvcc's ``.nv_fatbin`` section: cubins and/or PTX).
-
-    ``AotKernel`` decides from this whether a kernel's parameters are device or host pointers:
-    handing host pointers to a CUDA kernel, or device pointers to CPU code, would crash.
-    """
-    return any(n in (".nv_fatbin", ".nvFatBinSegment") for n in _read_elf(path).names)
-
-
-def needed_libraries(path: str | os.PathLike) -> list[str]:
-    """The sonames the library names as direct dependencies (its DT_NEEDED entries)."""
-    elf = _read_elf(path)
-    names = []
-    for entries, strtab in _linked_sections(elf, 6):  # SHT_DYNAMIC: (d_tag, d_val) pairs
-        for pos in entries:
-            tag, value = struct.unpack_from(elf.endian + ("qQ" if elf.is64 else "iI"), elf.data, pos)
-            name = _c_string(strtab, value) if tag == 1 else None  # DT_NEEDED
-            if name:
-                names.append(name)
-    return names
-
-
 # --------------------------------------------------------------------------- cache key
 
 def _include_dirs(flags: list[str]) -> tuple[list[Path], list[Path]]:
@@ -353,7 +293,7 @@ def _native_arch(compiler: str) -> str:
             return next(line for line in open("/proc/cpuinfo") if line.startswith("flags"))
         except (OSError, StopIteration):
             return os.uname().machine
-    return _memoized(("native", compiler), query)
+    return _on_disk("native", compiler, query, machine=True)
 
 
 def _cache_key(source: Path, compiler: str, flags: list[str]) -> str:

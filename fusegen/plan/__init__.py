@@ -1,6 +1,7 @@
 """The Plan layer: the schedule every backend shares. Its face re-exports the public names of
 
-* ``plan.stages``: ``build_plan``, ``Plan`` and ``Stage`` (stages, their reads and stores);
+* ``plan.stages``: ``build_plan``, ``Plan`` and ``Stage`` (stages, their reads and stores), and
+  ``scan_form`` (the op the C++ emitters and their hosts run for an op with scans);
 * ``plan.access``: ``Access`` and the index-map steps;
 * ``plan.layout``: run-time layouts (``evaluate``, ``collapse``, ``schedule``);
 * ``plan.exprs``: the op -> expression-text tables every renderer shares.
@@ -14,4 +15,4 @@ from .layout import (  # noqa: F401
     strides_of,
     stage_domain, write_strides,
 )
-from .stages import Plan, Stage, build_plan, read_leaves  # noqa: F401
+from .stages import Plan, Stage, build_plan, read_leaves, scan_form  # noqa: F401

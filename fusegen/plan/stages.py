@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..ir import PIECEWISE, VIEWS, AttrRef, Node, Op, OpDef, ShapeOf, computed_nodes, leaves_of, nodes_of, shape_atoms
+from ..graph.scans import composed, has_scans
 from .access import REDUCED, Access, slot_name
 from .paths import stage_reads
 
@@ -218,3 +219,17 @@ def _with_accesses(st: Stage, buffers: tuple[Node, ...], reduce_outputs: dict, g
 
 def _stage_for(stages: list[dict], r: Node) -> dict:
     return next(s for s in stages if any(x is r for x in s["reductions"]))
+
+
+def scan_form(op: OpDef) -> OpDef:
+    """The op the C++/CUDA emitters (and the runtimes and bridges that host them) emit for
+    ``op``: ``op`` itself, its scans run as scan stages (a carried loop: O(n) along the axis),
+    unless a scan reads concat/pad pieces: the emitted layout nest cuts its domain into boxes
+    where they change, and a carry does not cross boxes yet. Then the composition
+    (``fusegen.graph.scans.composed``: masked reductions, O(n^2) along the axis). (A guard: the
+    planner copies pieces a scan reads into a workspace first, so no plan has such a stage today.)"""
+    if op.graph is None or not has_scans(op):   # (a specializing op: its specializations decide)
+        return op
+    if any(st.is_scan and st.instances for st in build_plan(op).stages):
+        return composed(op)
+    return op

@@ -22,10 +22,9 @@ from __future__ import annotations
 import threading
 
 from .. import dtypes as dt
-from ..abi_emit import scan_form
 from ..errors import DTypeError
 from ..ir import OpDef, infer, set_eager_executor
-from ..plan import Plan, build_plan
+from ..plan import Plan, build_plan, scan_form
 from . import requests
 from .call import Call, signature_fn
 
