@@ -41,7 +41,15 @@ UNARY_A = [np.expm1, np.log1p, np.log2, np.log10, np.tan, np.arcsin, np.arccos, 
            np.arcsinh, np.arccosh, np.arctanh, np.trunc, np.rint, np.sign]
 UNARY_B = [np.signbit, np.isnan, np.isinf, np.isfinite, np.square, np.reciprocal, np.floor, np.ceil, np.negative,
            np.abs]
-BINARY_F = [np.arctan2, np.hypot, np.copysign, np.nextafter, np.logaddexp, np.floor_divide, np.remainder,
+def floor_divide(x, y):
+    """NumPy's floor_divide, but where an operand is infinite the array API's table: the quotient
+    itself (inf // 2 = inf and -1 // inf = -0, where NumPy's divmod gives nan and -1)."""
+    with np.errstate(all="ignore"):
+        return np.where(np.isinf(x) | np.isinf(y), x / y, np.floor_divide(x, y))
+
+
+floor_divide.nin = 2
+BINARY_F = [np.arctan2, np.hypot, np.copysign, np.nextafter, np.logaddexp, floor_divide, np.remainder,
             np.logical_xor, np.maximum, np.minimum]
 def _round(x):  # the array API's round: integers stay integers (np.rint would give floats)
     return np.round(x)

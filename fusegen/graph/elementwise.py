@@ -61,7 +61,9 @@ nextafter = _binary(Op.NEXTAFTER, "nextafter", "The next representable value aft
                     "(float32 and float64: float16 is computed in float32 registers, so it is refused).")
 logaddexp = _binary(Op.LOGADDEXP, "logaddexp", "log(exp(x1) + exp(x2)) without overflow.")
 floor_divide = _binary(Op.FLOOR_DIVIDE, "floor_divide",
-                       "x1 // x2 (rounded toward -inf), NumPy's: integer division by 0 gives 0, never a trap.")
+                       "x1 // x2 (rounded toward -inf), NumPy's: integer division by 0 gives 0, never a trap; "
+                       "an infinite operand follows the array API's table (inf // 2 is inf, -1 // inf is -0; "
+                       "NumPy gives nan and -1).")
 remainder = _binary(Op.REMAINDER, "remainder", "x1 % x2 with the sign of x2, NumPy's: integer x % 0 gives 0.")
 bitwise_and = _binary(Op.BIT_AND, "bitwise_and", "x1 & x2 (integers, bool).")
 bitwise_or = _binary(Op.BIT_OR, "bitwise_or", "x1 | x2 (integers, bool).")

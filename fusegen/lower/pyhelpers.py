@@ -27,9 +27,9 @@ COMPLEX_HELPER_NAMES = ("_fg_cmul", "_fg_cdiv", "_fg_cpow", "_fg_cexpm1", "_fg_c
 
 _TEXT = '''
 
-def _fg_floor_divide(a, b, one):  # NumPy's floor_divide on floats (npy_divmod)
-    if b == 0:
-        return a / b
+def _fg_floor_divide(a, b, one):  # NumPy's floor_divide on floats (npy_divmod), but where an
+    if b == 0 or M.isinf(a) or M.isinf(b):  # operand is infinite the standard's table: the quotient
+        return a / b                        # (inf // 2 = inf, -1 // inf = -0; NumPy: nan, -1)
     mod = M.fmod(a, b)
     div = (a - mod) / b
     if mod != 0 and ((b < 0) != (mod < 0)):
@@ -165,8 +165,8 @@ def _fg_cexpm1(z):  # NumPy's: expm1(x) cos(y) - 2 sin(y/2)^2 + i exp(x) sin(y);
                 return complex(x * math.cos(y), x * math.sin(y))
             return complex(x, y - y)
         return complex(y - y, y - y)
-    s = math.sin(z.imag / 2)
-    return complex(math.expm1(z.real) * math.cos(z.imag) - 2 * s * s, math.exp(z.real) * math.sin(z.imag))
+    s = math.sin(z.imag / 2)   # (+ 0.0: expm1(-0 + 0j) is +0 + 0j in the standard's table)
+    return complex(math.expm1(z.real) * math.cos(z.imag) - 2 * s * s + 0.0, math.exp(z.real) * math.sin(z.imag))
 
 
 def _fg_clog1p(z):  # NumPy's: log|1 + z| + i arg(1 + z)

@@ -15,9 +15,9 @@ def _fmin(a, b):
 
 
 
-def _fg_floor_divide(a, b, one):  # NumPy's floor_divide on floats (npy_divmod)
-    if b == 0:
-        return a / b
+def _fg_floor_divide(a, b, one):  # NumPy's floor_divide on floats (npy_divmod), but where an
+    if b == 0 or math.isinf(a) or math.isinf(b):  # operand is infinite the standard's table: the quotient
+        return a / b                        # (inf // 2 = inf, -1 // inf = -0; NumPy: nan, -1)
     mod = math.fmod(a, b)
     div = (a - mod) / b
     if mod != 0 and ((b < 0) != (mod < 0)):
