@@ -43,8 +43,13 @@ _ELEMENTWISE_2 = ["add", "atan2", "bitwise_and", "bitwise_left_shift", "bitwise_
                   "less", "less_equal", "logaddexp", "logical_and", "logical_or", "logical_xor", "maximum", "minimum",
                   "multiply", "nextafter", "not_equal", "pow", "remainder", "subtract"]
 _REDUCTIONS = ["max", "mean", "min", "prod", "std", "sum", "var", "all", "any", "count_nonzero"]
+#: layout, gather, search and scan functions (issues #16 and #17), each a fusegen op per call
+#: pattern: its arrays are the op's inputs, everything else (shapes, axes, shifts) is static
+_STRUCTURAL = ["cumulative_sum", "cumulative_prod", "argmax", "argmin", "searchsorted", "broadcast_arrays",
+               "broadcast_to", "concat", "expand_dims", "flip", "moveaxis", "permute_dims", "repeat", "reshape", "roll",
+               "squeeze", "stack", "tile", "unstack", "take", "take_along_axis", "matrix_transpose"]
 #: the standard's functions computed by fusegen here
-FUSEGEN_FUNCTIONS = tuple(_ELEMENTWISE_1 + _ELEMENTWISE_2 + _REDUCTIONS + ["clip", "where"])
+FUSEGEN_FUNCTIONS = tuple(_ELEMENTWISE_1 + _ELEMENTWISE_2 + _REDUCTIONS + ["clip", "where"] + _STRUCTURAL)
 
 _KERNELS: dict = {}
 
@@ -174,3 +179,136 @@ def clip(x, /, min=None, max=None):  # noqa: A002
 
 def where(condition, x1, x2, /):
     return _call("where", (condition, x1, x2), {})
+
+
+# --- layout, gathers, searches and scans ------------------------------------------------------------
+def _static_value(v):
+    """A static argument as a hashable key part: sequences as tuples, dtypes by name."""
+    if isinstance(v, (list, tuple)):
+        return tuple(_static_value(x) for x in v)
+    if isinstance(v, _np.ndarray):
+        return tuple(v.tolist()) if v.ndim else v.item()
+    if isinstance(v, _np.dtype) or (isinstance(v, type) and issubclass(v, _np.generic)):
+        return _np.dtype(v).name
+    return v
+
+
+def _structural(name: str, arrays, build, **static):
+    """``fg.<name>`` on ``arrays`` (the op's inputs) through one traced op per (name, array count,
+    static arguments): ``build(f, tensors, static)`` calls fusegen's function inside the op."""
+    arrays = [_np.asarray(a) for a in arrays]
+    static = {k: _static_value(v) for k, v in static.items()}
+    key = (name, len(arrays), tuple(sorted(static.items(), key=lambda kv: kv[0])))
+    if BACKEND == "aot":
+        key += (tuple(str(a.dtype) for a in arrays),)
+    k = _KERNELS.get(key)
+    if k is None:
+        params = ", ".join(f"a{i}" for i in range(len(arrays)))
+        src = f"def {name}_xp({params}):\n    return _build(_f, [{params}], _static)\n"
+        scope = {"_f": getattr(_fg, name), "_build": build, "_static": static}
+        exec(src, scope)  # noqa: S102 - our own text: one traced op per call pattern
+        opts = {"dtypes": [",".join(str(a.dtype) for a in arrays)]} if BACKEND == "aot" else {}
+        k = _KERNELS[key] = _fg.compile(_fg.op(scope[f"{name}_xp"]), backend=BACKEND, **opts)
+    return k(*arrays)
+
+
+def _one(f, t, s):   # f(x, **static)
+    return f(t[0], **s)
+
+
+def cumulative_sum(x, /, *, axis=None, dtype=None, include_initial=False):
+    return _structural("cumulative_sum", [x], _one, axis=axis, dtype=dtype, include_initial=include_initial)
+
+
+def cumulative_prod(x, /, *, axis=None, dtype=None, include_initial=False):
+    return _structural("cumulative_prod", [x], _one, axis=axis, dtype=dtype, include_initial=include_initial)
+
+
+def argmax(x, /, *, axis=None, keepdims=False):
+    return _structural("argmax", [x], _one, axis=axis, keepdims=keepdims)
+
+
+def argmin(x, /, *, axis=None, keepdims=False):
+    return _structural("argmin", [x], _one, axis=axis, keepdims=keepdims)
+
+
+def searchsorted(x1, x2, /, *, side="left", sorter=None):
+    if sorter is None:
+        return _structural("searchsorted", [x1, x2], lambda f, t, s: f(t[0], t[1], **s), side=side)
+    return _structural("searchsorted", [x1, x2, sorter], lambda f, t, s: f(t[0], t[1], sorter=t[2], **s), side=side)
+
+
+def broadcast_arrays(*arrays):
+    return list(_structural("broadcast_arrays", arrays, lambda f, t, s: tuple(f(*t))))
+
+
+def broadcast_to(x, /, shape):
+    return _structural("broadcast_to", [x], lambda f, t, s: f(t[0], s["shape"]), shape=shape)
+
+
+def concat(arrays, /, *, axis=0):
+    return _structural("concat", arrays, lambda f, t, s: f(t, **s), axis=axis)
+
+
+def stack(arrays, /, *, axis=0):
+    return _structural("stack", arrays, lambda f, t, s: f(t, **s), axis=axis)
+
+
+def expand_dims(x, /, axis=0):
+    return _structural("expand_dims", [x], lambda f, t, s: f(t[0], s["axis"]), axis=axis)
+
+
+def flip(x, /, *, axis=None):
+    return _structural("flip", [x], _one, axis=axis)
+
+
+def moveaxis(x, source, destination, /):
+    return _structural("moveaxis", [x], lambda f, t, s: f(t[0], s["source"], s["destination"]),
+                       source=source, destination=destination)
+
+
+def permute_dims(x, /, axes):
+    return _structural("permute_dims", [x], lambda f, t, s: f(t[0], s["axes"]), axes=axes)
+
+
+def repeat(x, repeats, /, *, axis=None):
+    # a one-element array of counts is one count (the standard broadcasts it); fusegen's repeat
+    # takes a static count, so per-element counts reach it as a tuple, which it refuses
+    if isinstance(repeats, _np.ndarray) and repeats.shape == (1,):
+        repeats = int(repeats[0])
+    return _structural("repeat", [x], lambda f, t, s: f(t[0], s["repeats"], axis=s["axis"]), repeats=repeats, axis=axis)
+
+
+def reshape(x, /, shape, *, copy=None):
+    return _structural("reshape", [x], lambda f, t, s: f(t[0], s["shape"], copy=s["copy"]), shape=shape, copy=copy)
+
+
+def roll(x, /, shift, *, axis=None):
+    return _structural("roll", [x], lambda f, t, s: f(t[0], s["shift"], axis=s["axis"]), shift=shift, axis=axis)
+
+
+def squeeze(x, /, axis):
+    return _structural("squeeze", [x], lambda f, t, s: f(t[0], s["axis"]), axis=axis)
+
+
+def tile(x, repetitions, /):
+    return _structural("tile", [x], lambda f, t, s: f(t[0], s["repetitions"]), repetitions=repetitions)
+
+
+def unstack(x, /, *, axis=0):
+    x = _np.asarray(x)
+    if x.ndim and x.shape[axis] == 0:   # no outputs: no kernel to run
+        return ()
+    return tuple(_structural("unstack", [x], lambda f, t, s: tuple(f(t[0], **s)), axis=axis))
+
+
+def take(x, indices, /, *, axis=None):
+    return _structural("take", [x, indices], lambda f, t, s: f(t[0], t[1], **s), axis=axis)
+
+
+def take_along_axis(x, indices, /, *, axis=-1):
+    return _structural("take_along_axis", [x, indices], lambda f, t, s: f(t[0], t[1], **s), axis=axis)
+
+
+def matrix_transpose(x, /):
+    return _structural("matrix_transpose", [x], lambda f, t, s: f(t[0]))
