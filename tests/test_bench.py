@@ -58,8 +58,8 @@ def tiny_run(tmp_path_factory):
 # --- the cases --------------------------------------------------------------------------------------
 def test_every_reference_op_has_a_case():
     from fusegen.examples import ACTIVATION_OPS, GATHER_OPS, LAYOUT_OPS, RANDOM_OPS, REFERENCE_OPS
-    rows = [op.name for op in GATHER_OPS if op.name not in ("cumsum_last", "cumsum_first")]  # scans: O(n^2) yet
-    assert list(bench_cases.OPS) == [op.name for op in REFERENCE_OPS + LAYOUT_OPS + ACTIVATION_OPS + RANDOM_OPS] + rows
+    assert list(bench_cases.OPS) == [op.name for op in REFERENCE_OPS + LAYOUT_OPS + ACTIVATION_OPS + RANDOM_OPS
+                                     + GATHER_OPS]
     for spec in bench_cases.OPS.values():
         assert spec.op.name == spec.name and spec.variants
 
@@ -413,7 +413,8 @@ def test_issue_verdict_needs_both_cuda_backends():
 
 # The rows the tiny run leaves out and no other test checks against the bench's own reference code
 # (the others: test_perf_ops, test_activations, test_layout_backends), at a small shape, on Numba.
-@pytest.mark.parametrize("name", ["cross_entropy", "accuracy", "embedding_layer_norm", "dropout_add_layer_norm"])
+@pytest.mark.parametrize("name", ["cross_entropy", "accuracy", "embedding_layer_norm", "dropout_add_layer_norm",
+                                  "cumsum_last", "cumsum_first"])
 def test_rows_match_their_reference(name):
     spec = bench_cases.OPS[name]
     shape = spec.small_shapes[0] if spec.small_shapes else (6, 40)

@@ -116,7 +116,8 @@ def torch_namespace(torch: Any) -> Any:
         log1p=torch.log1p, round=torch.round, clip=torch.clamp,
         int8=torch.int8, astype=lambda a, d: a.to(d),
         take_along_axis=lambda a, i, axis: torch.take_along_dim(a, i, dim=axis),
-        argmax=lambda a, axis: torch.argmax(a, dim=axis))
+        argmax=lambda a, axis: torch.argmax(a, dim=axis),
+        cumulative_sum=lambda a, axis: torch.cumsum(a, dim=axis))
 
 
 # the hand-written Numba versions (the njit peers)

@@ -1,9 +1,9 @@
-"""``fusegen bench`` rows of issue #17 (gathers and arg-reductions): cross_entropy, accuracy and
-embedding_layer_norm, each with its obvious NumPy/jax.numpy code and a hand-written Numba version
-(see ``fusegen.bench.cases``). The inputs come from the case's shape ``(rows, cols)``: logits of
-that shape with int64 labels per row; an embedding table of that shape read at ``rows`` random
-ids. cumsum_last/cumsum_first have no rows yet (fusegen's scans are O(n) on every backend now,
-``fusegen.graph.scans``; the rows are still to be written).
+"""``fusegen bench`` rows of issue #17 (gathers, arg-reductions and scans): cross_entropy, accuracy,
+embedding_layer_norm, cumsum_last and cumsum_first, each with its obvious NumPy/jax.numpy code and
+a hand-written Numba version (see ``fusegen.bench.cases``). The inputs come from the case's shape
+``(rows, cols)``: logits of that shape with int64 labels per row; an embedding table of that shape
+read at ``rows`` random ids; for the scans, a matrix of that shape summed along its last or first
+axis.
 """
 from __future__ import annotations
 
@@ -104,6 +104,41 @@ def _uniform(lo: float, hi: float):
     return lambda rng, shape, dtype: (lo + (hi - lo) * rng.random(shape, dtype=np.float32)).astype(dtype)
 
 
+def xp_cumsum_last(xp, x):
+    return xp.cumulative_sum(x, axis=-1)
+
+
+def xp_cumsum_first(xp, x):
+    return xp.cumulative_sum(x, axis=0)
+
+
+@njit(**_JIT)
+def nb_cumsum_last(x):  # pragma: no cover - compiled by Numba
+    n, m = x.shape
+    out = np.empty_like(x)
+    for i in prange(n):
+        acc = x[i, 0] - x[i, 0]
+        for j in range(m):
+            acc += x[i, j]
+            out[i, j] = acc
+    return out
+
+
+@njit(**_JIT)
+def nb_cumsum_first(x):  # pragma: no cover - compiled by Numba
+    n, m = x.shape
+    out = np.empty_like(x)
+    blocks = (m + 511) // 512   # column blocks across threads; each row of a block one vector add
+    for b in prange(blocks):
+        lo, hi = b * 512, min(m, b * 512 + 512)
+        for j in range(lo, hi):
+            out[0, j] = x[0, j]
+        for i in range(1, n):
+            for j in range(lo, hi):
+                out[i, j] = out[i - 1, j] + x[i, j]
+    return out
+
+
 #: ``fusegen.bench.cases.OpBench`` fields per row (cases.py makes the rows: no import back).
 I17_ROWS = (
     dict(name="cross_entropy", xp_ref=xp_cross_entropy, njit=lambda a, at: (_f32(nb_cross_entropy), a),
@@ -116,4 +151,8 @@ I17_ROWS = (
          njit=lambda a, at: (nb_embedding_layer_norm, (*a, at["eps"])),
          inputs=(("x", _uniform(0.0, 1.0)), (_whole, _ids), ("row", _uniform(0.5, 1.5)), ("row", _uniform(-0.5, 0.5))),
          variants=({"eps": 1e-5},), reduced=lambda shape, at: shape[-1]),
+    dict(name="cumsum_last", xp_ref=xp_cumsum_last, njit=lambda a, at: (nb_cumsum_last, a),
+         inputs=(("x", _uniform(-1.0, 1.0)),), variants=({},), reduced=lambda shape, at: shape[-1]),
+    dict(name="cumsum_first", xp_ref=xp_cumsum_first, njit=lambda a, at: (nb_cumsum_first, a),
+         inputs=(("x", _uniform(-1.0, 1.0)),), variants=({},), reduced=lambda shape, at: shape[0]),
 )
