@@ -27,7 +27,7 @@ from .lower import cpu_scans
 from .lower import rng as rnglower
 from .lower.cpu_layout import HEADER, OperandSlot, index_text, meta_array, stride_pattern, view_text  # noqa: F401  (HEADER, meta_array: part of the face)
 from .lower.gathers import GatherSlots
-from .lower.pyhelpers import COMPLEX_HELPER_NAMES, COMPLEX_HELPERS, VMATH_IMPORTS
+from .lower.pyhelpers import COMPLEX_HELPER_NAMES, COMPLEX_HELPERS, vmath_imports
 from .lower.pysource import INNER_HELPER, combine, general_maps, group_params, import_source, operand_name
 from .plan import GroupRun, Plan
 from .plan.paths import is_param, path_steps
@@ -434,9 +434,8 @@ PRELUDE = '''\
 import math
 import numpy as np
 from numba import prange
-from fusegen.vmath_numba import exp_f32 as _exp_f32, tanh_f32 as _tanh_f32
 from fusegen.pyhelpers_numba import {helper_names}
-''' + VMATH_IMPORTS
+{vmath_imports}'''
 
 
 # ---------------------------------------------------------------------------------------------
@@ -471,6 +470,7 @@ def compile_group(plan: Plan, spec: Spec, run: GroupRun, parallel: bool, split: 
     src = PRELUDE.format(op=plan.opdef.name, dtypes=", ".join(map(str, spec.dtypes)), version=__version__,
                          numba_version=numba.__version__, vmath=vmath.source_digest(),
                          helpers=pyhelpers_numba.DIGEST, helper_names=", ".join(pyhelpers_numba.NAMES),
+                         vmath_imports=vmath_imports(body),
                          jit=", ".join(f"{k}={v!r}" for k, v in sorted(shown.items()))) + body
     if gs.rng.used:   # the digest names the RNG's implementation: Numba's cache key
         src += f"# fusegen.rng_numba {rnglower.digest()}: {', '.join(sorted(gs.rng.used))}\n"

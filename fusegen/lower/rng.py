@@ -173,6 +173,8 @@ def fills():
 def cpu_bindings(names) -> dict:
     """``{_rng_<name>: function}`` for a generated Numba CPU module (per-element functions and
     fills). Call it before importing that module: the fills' own import takes the import lock."""
+    if not names:   # (a kernel without random numbers never imports the RNG's Numba functions)
+        return {}
     from .. import rng_numba
     return {PREFIX + n: getattr(fills(), n) if n.startswith("fill_") else getattr(rng_numba, n) for n in names}
 
