@@ -31,6 +31,7 @@ from .graph.vocab import (  # noqa: E402  (the array API's elementwise functions
     negative, nextafter, positive, real, reciprocal, remainder, right_shift, rint, round, sign, signbit, sinh,
     softmax, square, std, tan, trunc, var,
 )
+from .graph.linalg import diff, matmul, tensordot, vecdot  # noqa: E402  (linear algebra, utility: #18)
 from .graph.grad import grad  # noqa: E402
 from .runtime import Kernel, compile  # noqa: E402
 from .rt.engine import Engine, EngineError  # noqa: E402
@@ -55,6 +56,7 @@ __all__ = [
     "log10", "log_softmax", "logaddexp", "logical_xor", "logsumexp", "nan_to_num", "negative", "nextafter",
     "positive", "real", "reciprocal", "right_shift", "rint", "round", "sign", "signbit", "sinh",
     "softmax", "square", "std", "tan", "trunc", "var",
+    "matmul", "tensordot", "vecdot", "diff",
     "DType", "DTYPES", "as_dtype",
     # running and emitting (emit, AotKernel, jax, torch, examples and random load lazily, see __getattr__)
     "compile", "Kernel", "emit", "AotKernel", "Engine", "EngineError",

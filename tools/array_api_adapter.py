@@ -47,7 +47,8 @@ _REDUCTIONS = ["max", "mean", "min", "prod", "std", "sum", "var", "all", "any", 
 #: pattern: its arrays are the op's inputs, everything else (shapes, axes, shifts) is static
 _STRUCTURAL = ["cumulative_sum", "cumulative_prod", "argmax", "argmin", "searchsorted", "broadcast_arrays",
                "broadcast_to", "concat", "expand_dims", "flip", "moveaxis", "permute_dims", "repeat", "reshape", "roll",
-               "squeeze", "stack", "tile", "unstack", "take", "take_along_axis", "matrix_transpose"]
+               "squeeze", "stack", "tile", "unstack", "take", "take_along_axis", "matrix_transpose", "matmul",
+               "tensordot", "vecdot", "diff"]
 #: the standard's functions computed by fusegen here
 FUSEGEN_FUNCTIONS = tuple(_ELEMENTWISE_1 + _ELEMENTWISE_2 + _REDUCTIONS + ["clip", "where"] + _STRUCTURAL)
 
@@ -312,3 +313,25 @@ def take_along_axis(x, indices, /, *, axis=-1):
 
 def matrix_transpose(x, /):
     return _structural("matrix_transpose", [x], lambda f, t, s: f(t[0]))
+
+
+def matmul(x1, x2, /):
+    return _structural("matmul", [x1, x2], lambda f, t, s: f(t[0], t[1]))
+
+
+def tensordot(x1, x2, /, *, axes=2):
+    return _structural("tensordot", [x1, x2], lambda f, t, s: f(t[0], t[1], **s), axes=axes)
+
+
+def vecdot(x1, x2, /, *, axis=-1):
+    return _structural("vecdot", [x1, x2], lambda f, t, s: f(t[0], t[1], **s), axis=axis)
+
+
+def diff(x, /, *, axis=-1, n=1, prepend=None, append=None):
+    arrays = [a for a in (x, prepend, append) if a is not None]
+
+    def build(f, t, s):
+        rest = iter(t[1:])
+        return f(t[0], axis=s["axis"], n=s["n"], prepend=next(rest) if s["pre"] else None,
+                 append=next(rest) if s["app"] else None)
+    return _structural("diff", arrays, build, axis=axis, n=n, pre=prepend is not None, app=append is not None)

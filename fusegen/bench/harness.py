@@ -427,8 +427,7 @@ def run_bench(cfg: BenchConfig, progress: Progress | None = None) -> dict:
     warnings = noise_warnings(machine, spread)
     compile_times = None
     if cfg.compile_times:
-        # (an out= column compiles what its method does: timing it again would only repeat a row)
-        chosen = [n for n in names if n != "numpy" and not n.endswith("-out")]
+        chosen = [n for n in names if n != "numpy" and not n.endswith("-out")]  # (out=: the same compile)
         count = iter(range(1, 1 + len(ops) * len(chosen)))
         compile_times = measure_compile_times(
             cases, chosen, cfg.dtype, cfg.aot_flags,
