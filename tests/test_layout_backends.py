@@ -90,6 +90,8 @@ CASES = [
     ("tile", lambda x: fg.tile(x, (2, 3)), [_r(3, 4)], lambda x: np.tile(x, (2, 3)), True),
     ("repeat", lambda x: fg.repeat(x, 3, axis=0), [_r(3, 4)], lambda x: np.repeat(x, 3, 0), True),
     ("repeat flat", lambda x: fg.repeat(x, 2), [_r(3, 4)], lambda x: np.repeat(x, 2), False),
+    ("repeat each", lambda x: fg.repeat(x, (2, 0, 1, 3), axis=1), [_r(3, 4)],
+     lambda x: np.repeat(x, (2, 0, 1, 3), 1), False),
     ("flip", lambda x: fg.flip(x, axis=(0, 2)), [_r(2, 3, 4)], lambda x: np.flip(x, (0, 2)), False),
     ("eye", lambda x: x + fg.eye(4, 5, k=1, dtype="float32"), [_r(4, 5)],
      lambda x: x + np.eye(4, 5, k=1, dtype=np.float32), False),
@@ -136,7 +138,7 @@ def _batched(cases, name: str):
 
 
 #: The default run's share of the table (the whole table is slow: ``-m slow``).
-QUICK = {"x+y.T", "rope", "causal softmax", "pad 2d", "modular reshape", "int index", "x/x.shape", "stack",
+QUICK = {"x+y.T", "rope", "causal softmax", "pad 2d", "modular reshape", "int index", "x/x.shape", "stack", "repeat each",
          "heads", "group norm"}
 
 

@@ -55,6 +55,8 @@ def test_dynamic_dims_stay_unknown_where_they_must():
     (lambda x: x[5], BoundsError, "out of bounds for axis 0 with size 2"),
     (lambda x: fg.squeeze(x, axis=1), ShapeError, "cannot squeeze axis 1"),
     (lambda x: fg.pad(x, -1), ShapeError, "pad widths must be >= 0"),
+    (lambda x: fg.repeat(x, (1, -1, 2), axis=1), TraceError, "non-negative ints"),
+    (lambda x: fg.repeat(x, "2"), TraceError, "repeats must be an int or a sequence of ints"),
 ])
 def test_bad_layouts_name_the_op_node_and_line(body, exc, words):
     with pytest.raises(exc) as e:   # at trace time where the constants show it, else at the call
@@ -198,3 +200,8 @@ def _check_chain(chain, shape):
         want = _apply(s, want, np)
     got = fg.compile(fg.op(body, name="chain"))(x)
     np.testing.assert_array_equal(got, want * 1.5 + 1)
+
+
+def test_repeat_counts_must_match_the_axis():
+    with pytest.raises(ShapeError, match=r"op rep: repeat: 2 counts for the elements along axis 1: \(3,\) != \(2,\)"):
+        fg.compile(fg.op(lambda x: fg.repeat(x, (1, 2), axis=1), name="rep"))(np.ones((2, 3), F32))

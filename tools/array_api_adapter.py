@@ -273,10 +273,8 @@ def permute_dims(x, /, axes):
 
 
 def repeat(x, repeats, /, *, axis=None):
-    # a one-element array of counts is one count (the standard broadcasts it); fusegen's repeat
-    # takes a static count, so per-element counts reach it as a tuple, which it refuses
-    if isinstance(repeats, _np.ndarray) and repeats.shape == (1,):
-        repeats = int(repeats[0])
+    # counts in an array are static counts to fusegen (the output's size must be known when the
+    # op is traced): a one-op-per-pattern adapter passes their values
     return _structural("repeat", [x], lambda f, t, s: f(t[0], s["repeats"], axis=s["axis"]), repeats=repeats, axis=axis)
 
 

@@ -17,6 +17,7 @@ from ..errors import TraceError
 from .layout import (axes_arg, as_tensor, is_int, broadcast_like, broadcast_to, concat, dim, expand_dims, flip, index,
                      iota, matrix_transpose, ndim_of, pad, permute_dims, reshape, scalar, shape_of, size_of, squeeze,
                      swapaxes, transpose)
+from .gathers import take
 from .nodes import Op
 from .trace import Attr, NeedsShape, Tensor, cast, cast_like, expect_same_shape, make, op_prefix, operand, user_loc
 
@@ -100,22 +101,54 @@ def tile(x, /, repetitions) -> Tensor:
     return reshape(y, tuple(rep * d for rep, d in zip(reps, dims)))
 
 
+#: The most per-element counts ``repeat`` takes: each output element compares its position with
+#: every boundary (a few instructions per count), so long count lists belong in a gather with an
+#: index array the caller computes.
+MAX_REPEAT_COUNTS = 1024
+
+
 def repeat(x, repeats, /, *, axis=None) -> Tensor:
-    """The array API's ``repeat`` with a static count: each element ``repeats`` times along
-    ``axis`` (None: of the flattened array)."""
+    """The array API's ``repeat``: each element ``repeats`` times along ``axis`` (None: of the
+    flattened array). ``repeats`` is a static count (an int or an int attribute) or a sequence of
+    static counts, one per element along the axis (a one-element sequence counts for all): the
+    output's size must be known when the op is traced, so a traced array of counts is refused."""
     x = as_tensor(x, "repeat")
-    if not (is_int(repeats) or isinstance(repeats, Attr)):
-        raise TraceError(f"{op_prefix()}repeat: repeats must be an int (a static count), got "
-                         f"{type(repeats).__name__} [at {user_loc()}]")
+    if isinstance(repeats, np.ndarray):
+        repeats = repeats.tolist()
+    counts = list(repeats) if isinstance(repeats, (tuple, list)) else None
+    if counts is not None and len(counts) == 1:
+        repeats, counts = counts[0], None
+    if counts is None and not (is_int(repeats) or isinstance(repeats, Attr)):
+        raise TraceError(f"{op_prefix()}repeat: repeats must be an int or a sequence of ints (static counts), "
+                         f"got {type(repeats).__name__} [at {user_loc()}]")
+    if counts is not None and (not all(is_int(c) and int(c) >= 0 for c in counts)
+                               or len(counts) > MAX_REPEAT_COUNTS):
+        raise TraceError(f"{op_prefix()}repeat: per-element repeats must be at most {MAX_REPEAT_COUNTS} "
+                         f"non-negative ints, got {len(counts)} counts [at {user_loc()}]")
     if axis is None:
         x = reshape(x, (-1,))
         axis = 0
+    if counts is not None:
+        return _repeat_each(x, [int(c) for c in counts], int(axis))
     dims = _dims(x)
     r = len(dims)
     a = int(axis) % r if r else 0
     y = expand_dims(x, axis=a + 1)
     y = broadcast_to(y, tuple(dims[:a + 1]) + (repeats,) + tuple(dims[a + 1:]))
     return reshape(y, tuple(dims[:a]) + (dims[a] * repeats,) + tuple(dims[a + 1:]))
+
+
+def _repeat_each(x: Tensor, counts: list[int], axis: int) -> Tensor:
+    """``repeat`` with one count per element along ``axis``: a gather whose index at output
+    position j is the number of element boundaries (running totals of the counts) at or below j."""
+    expect_same_shape(iota(dim(x, axis)), iota(len(counts)),
+                      f"repeat: {len(counts)} counts for the elements along axis {axis}")
+    bounds = np.cumsum(counts)[:-1].tolist()
+    j = iota(int(sum(counts)))
+    idx = j * 0
+    for b in bounds:
+        idx = idx + cast(j >= b, "int64")
+    return take(x, idx, axis=axis)
 
 
 def broadcast_arrays(*arrays) -> list[Tensor]:
