@@ -181,8 +181,8 @@ class AotExecutor(Executor):
         """What decides the emitted files: fusegen's code, the op's text (with its source
         locations, which the files' comments carry), the dtypes as given and the options."""
         h = hashlib.sha256()
-        for part in (_INDEX_FORMAT, code_stamp(), self.op.text(), repr(dtypes), self.emit_device,
-                     repr(self._dynamic_workspace)):
+        for part in (_INDEX_FORMAT, code_stamp(), self.op.text(), repr(sorted(self.op.inplace.items())),
+                     repr(dtypes), self.emit_device, repr(self._dynamic_workspace)):
             h.update(f"{len(part)}:{part}".encode())
         return h.hexdigest()[:32]
 
