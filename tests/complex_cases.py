@@ -136,7 +136,8 @@ STANDARD = [
     ("acosh", complex(0.0, 0.0), complex(0.0, np.pi / 2)), ("atanh", complex(0.0, 0.0), complex(0.0, 0.0)),
     ("atanh", complex(1.0, 0.0), complex(INF, 0.0)), ("acosh", complex(-INF, 1.0), complex(INF, np.pi)),
     ("log1p", complex(-1.0, 0.0), complex(-INF, 0.0)), ("expm1", complex(0.0, 0.0), complex(0.0, 0.0)),
-    ("expm1", complex(-0.0, 0.0), complex(0.0, 0.0)),
+    ("expm1", complex(-0.0, 0.0), complex(0.0, 0.0)), ("tanh", complex(INF, 2.0), complex(1.0, 0.0)),
+    ("tanh", complex(-INF, -2.0), complex(-1.0, -0.0)),
     ("expm1", complex(INF, 0.0), complex(INF, 0.0)), ("expm1", complex(-INF, 1.0), complex(-1.0, 0.0)),
     ("expm1", complex(NAN, 0.0), complex(NAN, 0.0)), ("expm1", complex(-INF, NAN), complex(-1.0, 0.0)),
 ]

@@ -231,7 +231,7 @@ def _fg_ctanh(z):
         return complex(x, y)
     if x == 0 and not (y - y == 0):
         return complex(x, y - y)
-    if math.isinf(x) and math.isinf(y):
+    if math.isinf(x) and y == y:   # the standard's 1 + 0j for a positive y (C99 signs it by sin 2y)
         return complex(math.copysign(1.0, x), math.copysign(0.0, y))
     return cmath.tanh(z)
 
