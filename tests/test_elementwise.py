@@ -166,7 +166,7 @@ def test_integer_functions_match_numpy_without_a_trap(backend):
 @pytest.mark.slow  # (the handlers share the AOT kernel's stage code byte for byte; building one takes ~40 s)
 def test_xla_ffi_handlers_match_numpy():
     # XLA runs CPU handlers with subnormals flushed to zero (tests/test_vmath.py): normal inputs only
-    pytest.importorskip("jax")
+    pytest.importorskip("jax", reason='needs jax: pip install -e ".[jax]"')
     import fusegen.jax as fgj
     for case in ("unary_a", "binary_f"):
         op = cases.CASES[case][0]

@@ -231,7 +231,7 @@ def test_cuda_gathers_build_with_nvcc(monkeypatch):
 @pytest.mark.extended
 def test_cuda_gathers_xla_handler_builds_with_nvcc(tmp_path):
     from fusegen.native import build
-    jax = pytest.importorskip("jax", reason="needs jax for the XLA FFI headers: pip install 'fusegen[jax]'")
+    jax = pytest.importorskip("jax", reason='needs jax: pip install -e ".[jax]"')
     e = fg.emit(on_gpu, abi="xla-ffi", device="cuda", dtypes=GPU_DT)
     e.write(tmp_path)
     flags = ["-std=c++17", *GPU_FLAGS[:5], "-gencode", "arch=compute_90,code=sm_90", "-isystem", jax.ffi.include_dir()]
@@ -239,7 +239,7 @@ def test_cuda_gathers_xla_handler_builds_with_nvcc(tmp_path):
 
 
 def test_jax_bridge():
-    jax = pytest.importorskip("jax", reason="needs jax: pip install 'fusegen[jax]'")
+    jax = pytest.importorskip("jax", reason='needs jax: pip install -e ".[jax]"')
     import fusegen.jax as fj
     z = _rng.standard_normal((6, 9)).astype(np.float32)
     labels = _rng.integers(0, 9, 6).astype(np.int32)

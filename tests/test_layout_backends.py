@@ -170,7 +170,7 @@ def _inputs(cases):
 def _run(backend: str, quick: bool, per_rank: bool) -> None:
     cases, op = _table(quick, per_rank), _op(quick, per_rank)
     if backend == "xla":
-        pytest.importorskip("jax")
+        pytest.importorskip("jax", reason='needs jax: pip install -e ".[jax]"')
         import fusegen.jax as fgj
         # partition=False: fusegen.plan.dimflow has no rules for layout ops yet
         import jax
@@ -274,7 +274,7 @@ def test_emitted_layout_cu_compiles_with_nvcc(abi, tmp_path):
     cmd = ["nvcc", "-std=c++17", "--shared", "-Xcompiler", "-fPIC", "-O1", "--expt-relaxed-constexpr",
            "-gencode", "arch=compute_80,code=sm_80", f"-I{tmp_path}", "-o", str(tmp_path / "k.so"), str(tmp_path / e.main)]
     if abi == "xla-ffi":
-        jax = pytest.importorskip("jax")
+        jax = pytest.importorskip("jax", reason='needs jax: pip install -e ".[jax]"')
         cmd[1:1] = ["-isystem", jax.ffi.include_dir()]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]

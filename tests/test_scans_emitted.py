@@ -147,7 +147,7 @@ def test_cuda_sources_compile(abi, tmp_path):
         (tmp_path / HEADER_PATH.name).write_text(HEADER_PATH.read_text())
         inc = []
     else:
-        jax_ffi = pytest.importorskip("jax.ffi", reason='jax: pip install -e ".[jax]"')
+        jax_ffi = pytest.importorskip("jax.ffi", reason='needs jax: pip install -e ".[jax]"')
         inc = ["-I", jax_ffi.include_dir()]
     cmd = ["nvcc", "-std=c++17", "--shared", "-Xcompiler", "-fPIC", "-O1", "--expt-relaxed-constexpr",
            "-gencode", "arch=compute_90,code=sm_90", "-gencode", "arch=compute_75,code=sm_75",
