@@ -10,11 +10,17 @@ fusegen/vmath_numba.py (Numba, inlined into generated kernels), fusegen/emitters
 (C++ and CUDA ``__host__ __device__``, rendered from ``template_data``) and, for the constants
 and the derivations, this file and fusegen/vmath_fit.py.
 
-How, for every function: the float32 argument is widened to float64, where a plain polynomial
-is far more accurate than float32 needs: the float64 result is within a few 1e-16 (relative) of
-the exact value, so its one rounding to float32 gives the correctly rounded result unless the
-exact value lies that close to a float32 rounding midpoint (then it is 1 ulp off). float32
-subnormals are normal float64 numbers, so no function needs a subnormal path. Special values
+How: ``exp``, ``sigmoid`` and ``tanh``, the functions on the hot paths of softmax, silu and gelu,
+run in float32 lanes (fusegen/vmath_lanes.py; below, "float32 lanes"): float32 arithmetic with
+the few extra bits they need carried as unevaluated sums, within 1 ulp of the correctly rounded
+result over every float32 input. Every other function widens its float32 argument to float64,
+where a plain polynomial is far more accurate than float32 needs: the float64 result is within
+a few 1e-16 (relative) of the exact value, so its one rounding to float32 gives the correctly
+rounded result unless the exact value lies that close to a float32 rounding midpoint (then it
+is 1 ulp off). float32 subnormals are normal float64 numbers, so no function needs a subnormal
+path. Why two ways: the float64 way is simpler and correctly rounded, but it runs on half as many
+lanes per instruction, after two conversions per element; silu and sigmoid ran at 4.9x the
+memory bound with it and 2.2x in float32 lanes, exp alone 16 against 5.9 ms per 16 M elements. Special values
 (signed zeros, infinities, NaN, domain errors) are the Python array API standard's (2024.12),
 produced by selects at the end, never by branches.
 
@@ -27,24 +33,23 @@ nvcc's PTX for a multiply feeding an addition.
 
 The functions (``VMATH_F32`` lists them with their measured accuracy):
 
-``exp``: clamp |x| to EXP_LIMIT, keeping its sign (NaN fails the test and passes); n = round(x /
-ln 2) by adding and subtracting 1.5 * 2^52 (the sum's low mantissa bits then hold n, so no
-float-to-int conversion is needed, which AVX2 has no vector instruction for and which is
-undefined for NaN in C++); r = x - n ln2 (Cody-Waite: two constants, n * LN2_HI exact) with
-|r| <= ln2 / 2; exp(x) = 2^n * p(r), where 2^n is built in the exponent bits. Overflow to
-inf and underflow to 0 or a float32 subnormal then happen in the conversion to float32, with
-one rounding, exactly where NumPy's do.
+``exp`` in float32 lanes: clamp |x| to EXP32_LIMIT, keeping its sign (NaN fails the test and
+passes); n = round(x / ln 2) by adding and subtracting 1.5 * 2^23 (the sum's low mantissa bits
+then hold n, so no float-to-int conversion is needed, which AVX2 has no vector instruction for
+and which is undefined for NaN in C++); r = x - n ln2 (Cody-Waite: two constants, n * LN2_HI32
+exact) with |r| <= ln2 / 2; exp(x) = 2^n * p(r), where 2^n is built in the exponent bits, as
+two factors so that each is normal and a subnormal result is rounded once. The float64 ``exp``
+(exp_core, EXP_POLY) is the same with 1.5 * 2^52 and underlies expm1, erf, sinh and cosh.
 
 ``expm1``: exp's reduction, and q(r) = expm1(r) from its own polynomial (EXPM1_POLY, fitted for
 the relative error of expm1, which exp's is not for small r); expm1(x) = q for n = 0 (so tiny x
 keeps all its digits), else 2^n q + (2^n - 1).
 
-``tanh``: |x| below TANH_SMALL: an odd Taylor polynomial (exact for -0.0 and subnormals);
-above: 1 - 2 / (exp(2|x|) + 1) written as (e - 1) / (e + 1) with |x| clamped to TANH_CLAMP
-(where float32 tanh is already +-1), the sign restored by a select. Both are computed and
-one is selected, so the loop has no branch. ``sigmoid``: 1 / (1 + exp(-x)) in float64 (exp's
-clamp makes x < -104 give +0, the correctly rounded value); below 2^-5, 1/2 + tanh(x/2)/2 by
-its Taylor polynomial (SIGMOID_POLY says why the cubic term is added separately).
+``tanh`` and ``sigmoid`` in float32 lanes: e = exp(-2|x|) or exp(-|x|) as a pair hi + lo, then
+(1 - e) / (1 + e) and 1 / (1 + e) or e / (1 + e) by one division and one correction step from its
+residual (the pair keeps the digits 1 - e cancels); tanh below TANH32_SMALL is x + x^3 P(x^2),
+exact for -0.0 and subnormals. Both paths are computed and one is selected, so the loop has no
+branch; tanh's sign is restored by copysign.
 
 ``log`` family: h = 2^k (1 + f) with 1 + f in [sqrt(1/2), sqrt(2)) from the float64 bits (k by
 an integer shift, no conversion); log1p(f) = f - (f^2/2 - s (f^2/2 + R(s^2))) with s = f / (2 +
@@ -101,9 +106,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import struct
 from pathlib import Path
 
-# --- exp, tanh, sigmoid, expm1 ---------------------------------------------------------------
+# --- exp (float64), expm1 ---------------------------------------------------------------
 #: exp(r) ~= 1 + r + r^2 * (c2 + c3 r + ... + c10 r^8) on |r| <= 0.3466 (just over ln2 / 2):
 #: near-minimax for the relative error (vmath_fit.FITS["EXP_POLY"]), 2.9e-16 after rounding the
 #: coefficients to float64, below float64's own evaluation error.
@@ -127,20 +133,36 @@ SHIFTER_BITS = 0x4338000000000000      # its bits: bits(SHIFTER) + k encodes SHI
 # cannot merge the resulting three-way join again, so the loop would stay scalar.
 EXP_LIMIT = 104.0
 
-# tanh(x) for |x| < 2^-5: x (1 + x^2 (t3 + x^2 (t5 + x^2 (t7 + x^2 t9)))), Taylor; the next term
-# is below 1e-17 relative there. Above, (e - 1) / (e + 1) loses at most ~1e-14 to cancellation.
-TANH_POLY = (-1.0 / 3.0, 2.0 / 15.0, -17.0 / 315.0, 62.0 / 2835.0)
-TANH_SMALL = 0.03125
-# float32 tanh is 1 from |x| ~= 9.01 on (1 - 2e^-2|x| rounds up to 1); 10 keeps exp(2|x|) small.
-TANH_CLAMP = 10.0
 
-# sigmoid(x) - 1/2 = tanh(x/2) / 2 = x/4 + x^3 (s3 + x^2 (s5 + x^2 (s7 + x^2 s9))) for |x| < 2^-5
-# (Taylor; the next term is below 2^-60 relative). The sum 1/2 + x/4 is exact, and a float32
-# rounding midpoint whenever x is an odd multiple of 2^-23 (or 2^-24 below 0): there the x^3
-# term, far below float64's resolution at 1/2, decides the rounding, so the sum is kept as a
-# float64 and its remainder (Fast2Sum) and rounded to odd before the rounding to float32.
-SIGMOID_POLY = (-1.0 / 48.0, 1.0 / 480.0, -17.0 / 80640.0, 31.0 / 1451520.0)
-SIGMOID_SMALL = 0.03125
+# --- float32 lanes: exp, sigmoid, tanh (fusegen/vmath_lanes.py) -------------------------------
+# The same reduction as exp's above in float32: n = round(x / ln 2) by the shifter 1.5 * 2^23,
+# r = x - n ln 2 in two parts, r_hi exact (LN2_HI32 has 16 bits and |n| <= 150, so n * LN2_HI32
+# has 24; r_hi is a multiple of 2^-25 below 1/2), r_lo = -n LN2_LO32 rounded. exp(r) = 1 + r_hi +
+# (r_lo + r^2 P(r)): 1 + r_hi and its rounding error are kept apart (Fast2Sum) and the small terms
+# added to the error first, so the one rounding that matters is the last. The budget (relative
+# to exp(r) in [0.7, 1.42]): the fit 3.8e-9, r = fl(r_hi + r_lo) times exp's slope r, and the
+# float32 roundings of the small terms, about 2^-26.5 in all, plus the final half ulp. 2^n is two
+# normal factors, so a subnormal result is rounded once, by the second multiplication.
+# sigmoid and tanh divide by 1 + e with e = exp(-|x|) or exp(-2|x|) kept as hi + lo, one
+# division and one correction step from its residual: their only large error is the last
+# rounding. Measured maxima: VMATH_F32's max_ulp.
+#: exp(r) ~= 1 + r + r^2 (c2 + c3 r + ... + c6 r^4) on |r| <= 0.3466, the float32 coefficients of
+#: vmath_fit.FITS["EXP32_POLY"]: relative error 3.8e-9 (2^-28) after rounding them to float32.
+EXP32_POLY = (0.4999999403953552, 0.1666652113199234, 0.04166838899254799, 0.008368715643882751,
+              0.0013814592966809869)
+LOG2E32 = 1.4426950216293335           # float32(1 / ln 2)
+SHIFTER32 = 12582912.0                 # 1.5 * 2^23: x + SHIFTER32 rounds x to an integer (float32)
+SHIFTER32_BITS = 0x4B400000            # its bits: bits(SHIFTER32 + n) - this = n for |n| < 2^22
+LN2_HI32 = 0.693145751953125           # ln 2 to 16 bits (45426 / 2^16)
+LN2_LO32 = 1.4286067653302662e-06      # float32(ln 2 - LN2_HI32)
+# exp(-104) < 2^-150 rounds to 0 and exp(88.73) overflows; |x| <= 104 keeps |n| <= 150, so each
+# factor of 2^n = 2^(n >> 1) 2^(n - (n >> 1)) is a normal float32.
+EXP32_LIMIT = 104.0
+# tanh(x) = x + x^3 (t3 + t5 x^2) for |x| < 2^-7 (the next term is below 2^-43 relative); from
+# there on the quotient: 1 - e_hi cancels, but e's low part holds the digits it loses.
+TANH32_POLY = (-1.0 / 3.0, 2.0 / 15.0)
+TANH32_SMALL = 0.0078125
+TANH32_CLAMP = 10.0                    # tanh(|x|) rounds to 1 from 9.01 on; exp(-20) stays normal
 
 # --- log, log1p, log2, log10 -----------------------------------------------------------------
 #: R(z) = z (g1 + g2 z + ... + g7 z^6) ~= 2 atanh(s) / s - 2, z = s^2 <= 0.0295 (|s| <= 0.1716):
@@ -213,6 +235,11 @@ CBRT2 = 1.2599210498948732             # cbrt(2), cbrt(4)
 CBRT4 = 1.5874010519681996
 
 
+def _f32(v: float) -> float:
+    """v rounded to float32 (to nearest), as the Numba twins' np.float32(v) rounds it."""
+    return struct.unpack("f", struct.pack("f", v))[0]
+
+
 def _entry(numba: str, deps: tuple[str, ...], max_ulp: int, measured: str, arity: int = 1) -> dict:
     return dict(numba=numba, cpp="fg::" + numba, deps=deps, arity=arity, max_ulp=max_ulp, measured=measured)
 
@@ -224,10 +251,10 @@ def _entry(numba: str, deps: tuple[str, ...], max_ulp: int, measured: str, arity
 #: benchmarks/vmath_exhaustive.py) or over benchmarks/ulp_table.py's sweep (``"sweep"``). Keys are
 #: the Python array API's function names (``sigmoid`` is fusegen's).
 VMATH_F32: dict[str, dict] = {
-    "exp": _entry("exp_f32", ("exp_core",), 0, "exhaustive"),
+    "exp": _entry("exp_f32", ("lanes",), 1, "exhaustive"),
     "expm1": _entry("expm1_f32", ("exp_core", "expm1_core"), 0, "sweep"),
-    "tanh": _entry("tanh_f32", ("exp_core",), 0, "exhaustive"),
-    "sigmoid": _entry("sigmoid_f32", ("exp_core",), 0, "sweep"),
+    "tanh": _entry("tanh_f32", ("lanes",), 1, "exhaustive"),
+    "sigmoid": _entry("sigmoid_f32", ("lanes",), 1, "exhaustive"),
     "log": _entry("log_f32", ("log_core",), 0, "sweep"),
     "log1p": _entry("log1p_f32", ("log_core",), 0, "sweep"),
     "log2": _entry("log2_f32", ("log_core",), 0, "sweep"),
@@ -250,7 +277,7 @@ VMATH_F32: dict[str, dict] = {
 }
 
 #: The C++ partial's blocks in the order it defines them (a helper before its users).
-CPP_BLOCKS = ("exp_core", "exp", "tanh", "sigmoid", "expm1_core", "expm1", "log_core", "log", "log1p", "log2",
+CPP_BLOCKS = ("lanes", "exp", "sigmoid", "tanh", "exp_core", "expm1_core", "expm1", "log_core", "log", "log1p", "log2",
               "log10", "erf", "trig_core", "sin", "cos", "tan", "atan_core", "atan", "atan2", "asin", "acos",
               "sinh", "cosh", "one_plus", "asinh", "acosh", "atanh", "hypot", "cbrt")
 
@@ -266,7 +293,7 @@ def blocks_for(functions) -> list[str]:
     return [b for b in CPP_BLOCKS if b in need]
 
 
-def template_data(functions=("exp", "tanh")) -> dict:
+def template_data(functions=("exp", "tanh", "sigmoid")) -> dict:
     """The constants as C++ literals, and the blocks of _vmath.inc.j2 to emit for ``functions``
     (by default those the expression tables use today)."""
     lit = repr  # the shortest round-tripping text, a valid C++ double literal
@@ -275,11 +302,14 @@ def template_data(functions=("exp", "tanh")) -> dict:
         return [lit(float(v)) for v in values]
     return dict(
         blocks=blocks_for(functions),
-        exp_poly=lits(EXP_POLY), expm1_poly=lits(EXPM1_POLY), tanh_poly=lits(TANH_POLY), log_poly=lits(LOG_POLY),
-        sigmoid_poly=lits(SIGMOID_POLY), sigmoid_small=lit(SIGMOID_SMALL),
+        exp32_poly=[lit(_f32(c)) for c in EXP32_POLY], log2e32=lit(LOG2E32),
+        shifter32=lit(SHIFTER32), shifter32_bits=hex(SHIFTER32_BITS), ln2_hi32=lit(LN2_HI32), ln2_lo32=lit(LN2_LO32),
+        exp32_limit=lit(EXP32_LIMIT), tanh32_poly=[lit(_f32(c)) for c in TANH32_POLY],
+        tanh32_small=lit(TANH32_SMALL), tanh32_clamp=lit(TANH32_CLAMP),
+        exp_poly=lits(EXP_POLY), expm1_poly=lits(EXPM1_POLY), log_poly=lits(LOG_POLY),
         log2e=lit(LOG2E), ln2_hi=lit(LN2_HI), ln2_lo=lit(LN2_LO), shifter=lit(SHIFTER),
-        shifter_bits=hex(SHIFTER_BITS), exp_limit=lit(EXP_LIMIT), tanh_small=lit(TANH_SMALL),
-        tanh_clamp=lit(TANH_CLAMP), sqrt_half_bits=hex(SQRT_HALF_BITS), log10_2_hi=lit(LOG10_2_HI),
+        shifter_bits=hex(SHIFTER_BITS), exp_limit=lit(EXP_LIMIT),
+        sqrt_half_bits=hex(SQRT_HALF_BITS), log10_2_hi=lit(LOG10_2_HI),
         log10_2_lo=lit(LOG10_2_LO), log10e=lit(LOG10E), erf_small=lits(ERF_SMALL), erf_big=lits(ERF_BIG),
         erf_mid=lit(ERF_MID), erf_clamp=lit(ERF_CLAMP), trig_chunks=lits(TRIG_CHUNKS), trig_full=TRIG_FULL,
         pio2_hi=lit(PIO2_HI), pio2_lo=lit(PIO2_LO), sin_poly=lits(SIN_POLY), cos_poly=lits(COS_POLY),
@@ -309,6 +339,6 @@ def source_digest() -> str:
     with older versions of these functions inlined into it."""
     here = Path(__file__).resolve().parent
     h = hashlib.sha256()
-    for name in ("vmath.py", "vmath_numba.py"):
+    for name in ("vmath.py", "vmath_numba.py", "vmath_lanes.py"):
         h.update((here / name).read_bytes())
     return h.hexdigest()[:16]

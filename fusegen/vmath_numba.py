@@ -26,11 +26,11 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
+from .vmath_lanes import exp_f32, sigmoid_f32, tanh_f32  # noqa: F401 (float32 lanes)
 from .vmath import (ASINH_BIG, ATAN_POLY, CBRT2, CBRT4, CBRT_POLY, COS_POLY, ERF_BIG, ERF_CLAMP, ERF_MID,
                     ERF_SMALL, EXPM1_POLY, EXP_LIMIT, EXP_POLY, LN2_HI, LN2_LO, LOG10E, LOG10_2_HI,
                     LOG10_2_LO, LOG2E, LOG_POLY, PIO2_HI, PIO2_LO, PI_HI, PI_LO, SHIFTER, SHIFTER_BITS,
-                    SIGMOID_POLY, SIGMOID_SMALL, SIN_POLY, SQRT_HALF_BITS, TANH_CLAMP, TANH_POLY, TANH_SMALL,
-                    TAN_PI8, TRIG_CHUNKS, TRIG_FULL)
+                    SIN_POLY, SQRT_HALF_BITS, TAN_PI8, TRIG_CHUNKS, TRIG_FULL)
 
 __all__ = ["exp_f32", "expm1_f32", "tanh_f32", "sigmoid_f32", "log_f32", "log1p_f32", "log2_f32",
            "log10_f32", "erf_f32", "sin_f32", "cos_f32", "tan_f32", "atan_f32", "atan2_f32", "asin_f32",
@@ -99,8 +99,6 @@ def _horner(coeffs):
 
 _exp_poly = _horner(EXP_POLY)
 _expm1_poly = _horner(EXPM1_POLY)
-_tanh_poly = _horner((1.0,) + TANH_POLY)
-_sigmoid_poly = _horner(SIGMOID_POLY)
 _log_poly = _horner(LOG_POLY)
 _erf_small = _horner(ERF_SMALL)
 _erf_big = _horner(ERF_BIG)
@@ -112,7 +110,7 @@ _TRIG = np.array(TRIG_CHUNKS, np.float64)
 _TRIG_N = len(TRIG_CHUNKS)
 
 
-# --- exp, tanh, sigmoid, expm1 -----------------------------------------------------------------
+# --- exp in float64 (expm1, erf, sinh, cosh), expm1 -----------------------------------------------------------------
 @njit(**_JIT)
 def _exp_reduce(x):
     """(k, n, r): n = round(x / ln2) as a float64, k = n + SHIFTER (its low bits hold n), and
@@ -144,12 +142,6 @@ def _clamp_exp_arg(xd):
 
 
 @njit(**_JIT)
-def exp_f32(x):
-    """np.exp for a float32 x, vectorizable (see fusegen/vmath.py)."""
-    return np.float32(_exp_core(_clamp_exp_arg(np.float64(x))))  # overflow, underflow: this one rounding
-
-
-@njit(**_JIT)
 def _expm1_core(xd):
     """expm1(x) for a float64 |x| <= EXP_LIMIT (or NaN); exact for +-0 only up to the sign."""
     k, n, r = _exp_reduce(xd)
@@ -165,48 +157,6 @@ def expm1_f32(x):
     xd = np.float64(x)
     r = _expm1_core(_clamp_exp_arg(xd))
     return np.float32(xd if xd == 0.0 else r)  # -0.0 stays -0.0
-
-
-@njit(**_JIT)
-def tanh_f32(x):
-    """np.tanh for a float32 x, vectorizable (see fusegen/vmath.py)."""
-    xd = np.float64(x)
-    a = abs(xd)
-    x2 = xd * xd
-    small = xd * _tanh_poly(x2)          # keeps -0.0, subnormals
-    a = TANH_CLAMP if a > TANH_CLAMP else a  # inf -> 1; NaN passes
-    e = _exp_core(2.0 * a)
-    big = (e - 1.0) / (e + 1.0)
-    big = -big if xd < 0.0 else big
-    return np.float32(small if a < TANH_SMALL else big)
-
-
-@njit(**_JIT)
-def _round_odd(hi, lo):
-    """hi + lo (hi > 0, hi = fl(hi + lo)) rounded to odd: hi moved one float64 ulp towards lo if
-    lo != 0 and hi's last bit is 0. Rounding that to float32 gives hi + lo's correctly rounded
-    float32 value (Boldo and Melquiond, "Emulation of FMA and correctly rounded sums: proved
-    algorithms using rounding to odd", IEEE Trans. Computers 57(4), 2008), also where hi alone
-    is a float32 midpoint."""
-    b = _bits(hi)
-    step = np.int64(lo > 0.0) - np.int64(lo < 0.0)
-    return _from_bits(b + (step & ((b & 1) - 1)))
-
-
-@njit(**_JIT)
-def sigmoid_f32(x):
-    """1 / (1 + exp(-x)) for a float32 x, evaluated in float64, vectorizable. Correctly rounded
-    also where the float32 formula's exp overflows, and near 0, where 1/2 + x/4 is often a
-    float32 midpoint and only the x^3 term decides (see SIGMOID_POLY)."""
-    xd = np.float64(x)
-    big = 1.0 / (1.0 + _exp_core(_clamp_exp_arg(-xd)))
-    x2 = xd * xd
-    head = _fma(xd, 0.25, 0.5)                           # exact for |x| >= 2^-27
-    x3 = xd * x2
-    p = _sigmoid_poly(x2)
-    hi = _fma(x3, p, head)                               # 1/2 + x/4 + x^3 p, and what rounding it
-    small = _round_odd(hi, _fma(x3, p, head - hi))       # lost (head - hi is exact: |x^3 p| < |x/4|)
-    return np.float32(small if abs(xd) < SIGMOID_SMALL else big)
 
 
 # --- log, log1p, log2, log10 ---------------------------------------------------------------------

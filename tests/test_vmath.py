@@ -82,9 +82,9 @@ def sweep() -> np.ndarray:
     subnormals = np.arange(1, 1 << 23, 97, dtype=np.uint32).view(F32)
     thresholds = vmath_eval.neighbours([
         88.72283935546875, 88.72284, -87.33654, -103.97208, -103.2789, -104.0, 104.0,  # exp: overflow,
-        vmath.EXP_LIMIT, -vmath.EXP_LIMIT,                                           # normal/subnormal,
-        9.010913, -9.010913, vmath.TANH_CLAMP, -vmath.TANH_CLAMP,                    # underflow, clamp;
-        vmath.TANH_SMALL, -vmath.TANH_SMALL, 2.0 ** -12, 1e-4, -1e-4],               # tanh: saturation,
+        vmath.EXP32_LIMIT, -vmath.EXP32_LIMIT, -126 * math.log(2), -125 * math.log(2),  # normal/subnormal,
+        9.010913, -9.010913, vmath.TANH32_CLAMP, -vmath.TANH32_CLAMP,                # underflow, clamp;
+        vmath.TANH32_SMALL, -vmath.TANH32_SMALL, 2.0 ** -12, 1e-4, -1e-4, 0.1733, -0.1733],  # tanh: saturation,
         k=64)                                                                         # branch, near 0
     near_zero = np.geomspace(1e-45, 1.0, 200_000).astype(F32)
     subnormal_results = np.linspace(-104.5, -87.0, 200_000, dtype=F32)   # exp's subnormal range
@@ -115,9 +115,16 @@ def check(name: str, got: np.ndarray, x: np.ndarray, exact_bound: int = 1) -> di
     assert not bad.any(), f"{name}: {err.max()} ulp at x={x[bad][:5]}: {got[bad][:5]} vs {want[bad][:5]}"
     vs_np = ulps(got, npy)
     npy_err = ulps(npy, want)
-    bad = (vs_np > 1) & (npy_err <= 1)
+    bad = (vs_np > exact_bound) & (npy_err == 0)
     assert not bad.any(), f"{name}: {vs_np[bad].max()} ulp from NumPy at x={x[bad][:5]}"
     return dict(correct=int(err.max()), numpy=int(vs_np.max()), numpy_own=int(npy_err.max()))
+
+
+def correct_sigmoid(x: np.ndarray) -> np.ndarray:
+    """sigmoid correctly rounded to x's dtype (float64 evaluation: exp(-x) overflows only where
+    the result is 0 in float32 anyway)."""
+    with np.errstate(all="ignore"):
+        return (1.0 / (1.0 + np.exp(-x.astype(np.float64)))).astype(x.dtype)
 
 
 # --- (a) the tables -----------------------------------------------------------------------------
@@ -135,16 +142,16 @@ def test_float32_rows_use_vmath_and_float64_keeps_libm():
 
 def test_emitted_cpp_calls_them_for_float32_only():
     src = emit(v_sigmoid, dtypes=["float32", "float64", "float16"]).source
-    assert "FG_VM float exp_f32(float x)" in src
+    assert "FG_VM float sigmoid_f32(float x)" in src
 
     def block(name):  # one dtype combination's stage functions
         start = src.index(f"namespace {name} {{")
         return src[start:src.index("}  // namespace", start)]
     f32, f64 = block("k_float32"), block("k_float64")
-    assert "fg::exp_f32(" in f32 and "std::exp(" not in f32
-    assert "std::exp(" in f64 and "fg::exp_f32(" not in f64
-    for c in vmath.EXP_POLY:  # the coefficients come from fusegen/vmath.py, exactly
-        assert repr(c) in src
+    assert "fg::sigmoid_f32(" in f32 and "std::exp(" not in f32
+    assert "std::exp(" in f64 and "fg::sigmoid_f32(" not in f64
+    for c in vmath.EXP32_POLY:  # the coefficients come from fusegen/vmath.py, exactly
+        assert repr(c) + "f" in src
 
 
 def test_generated_numba_source_names_the_implementation_digest():
@@ -168,11 +175,12 @@ def test_numba_loop_is_vectorized_without_libm_calls(name):
     func = numba.njit(**dict(JIT_OPTIONS, cache=False))(cached.py_func)
     func.compile(cached.signatures[0])
     llvm = func.inspect_llvm(cached.signatures[0])
-    assert re.search(r"<\d+ x double>", llvm), "no vector float64 arithmetic"
+    assert re.search(r"<\d+ x float>", llvm), "no vector float32 arithmetic"
+    assert not re.search(r"fpext <\d+ x float>", llvm), "float32 lanes widened to float64"
     assert not re.search(r"call [^\n]*@(llvm\.)?(exp|tanh)f?(\.|\()", llvm), "a libm call remains"
-    # Numba would let the kernel's fastmath flags reach the helper: (t + 1.5 * 2^52) - 1.5 * 2^52
+    # Numba would let the kernel's fastmath flags reach the helper: (t + 1.5 * 2^23) - 1.5 * 2^23
     # must not be reassociated (folded back to t)
-    assert not re.search(r"reassoc[^\n]*0x4338000000000000", llvm)
+    assert "0x4168000000000000" in llvm and not re.search(r"reassoc[^\n]*0x4168000000000000", llvm)
 
 
 @pytest.mark.parametrize("name", ["sigmoid", "tanh"])
@@ -191,8 +199,10 @@ def test_cpp_stage_loops_are_vectorized_without_libm_calls(tmp_path, name):
     body = dis[dis.index("k_float32::stage0"):]
     body = body[:body.index("\n\n")]
     assert not re.search(r"call.*<(exp|expf|tanh|tanhf)[@>]", body)
-    # the float64 polynomial on packed registers (ymm or zmm, whichever -march=native picks)
-    assert re.search(r"\bv(fmadd\w*|mul)pd\s.*%[yz]mm", body)
+    # the float32 polynomial on packed registers (ymm or zmm, whichever -march=native picks), and
+    # no widening to double
+    assert re.search(r"\bv(fmadd\w*|mul)ps\s.*%[yz]mm", body)
+    assert not re.search(r"\bvcvtps2pd\b", body)
 
 
 # --- (c) accuracy -------------------------------------------------------------------------------
@@ -212,40 +222,39 @@ def test_float32_sweep_matches_numpy(request, backend, name):
     kernels = request.getfixturevalue(f"{backend}_kernels")
     got = kernels[name](SWEEP)
     measured = check(name, got, SWEEP, exact_bound=1)
-    assert measured["correct"] == 0  # correctly rounded on the whole sweep
+    assert measured["correct"] == 1  # float32 lanes: within 1 ulp, and not always correctly rounded
 
 
 @pytest.mark.parametrize("backend", backends("numba", "aot"))
-def test_sigmoid_is_its_float32_formula_with_a_correctly_rounded_exp(request, backend):
-    # 1 / (1 + exp(-x)) in float32, as fusegen (and NumPy users) write it: exp's result rounded,
-    # then the add and the divide. With exp correctly rounded the result is that formula's exactly
-    # (not the correct sigmoid: for x < -88.7 exp(-x) overflows and the formula gives 0).
-    kernels = request.getfixturevalue(f"{backend}_kernels")
-    got = kernels["sigmoid"](SWEEP)
-    # NumPy's own float32 formula differs from this only by its exp's errors (up to 3 ulp, carried
-    # through 1 / (1 + e) in relative terms), which test_float32_sweep_matches_numpy bounds.
-    with np.errstate(all="ignore"):
-        want = F32(1) / (F32(1) + reference("exp", -SWEEP))
+def test_sigmoid_is_within_one_ulp_where_the_float32_formula_is_not(request, backend):
+    # 1 / (1 + exp(-x)) in float32 arithmetic gives 0 below -88.7 (exp overflows) and loses the
+    # last bits of 1 + e; fusegen keeps e as a pair and corrects the quotient: within 1 ulp of the
+    # correctly rounded sigmoid everywhere, subnormal results included
+    got = request.getfixturevalue(f"{backend}_kernels")["sigmoid"](SWEEP)
+    want = correct_sigmoid(SWEEP)
     assert (np.isnan(got) == np.isnan(want)).all()
-    assert ulps(got, want).max() == 0
+    assert ulps(got, want).max() <= 1
+    tail = (SWEEP > -103) & (SWEEP < -89)
+    assert (got[tail] > 0).all()  # where the formula underflows to 0
 
 
 @pytest.mark.parametrize("name", ["exp", "tanh", "sigmoid"])
 @pytest.mark.parametrize("backend", backends("numba", "aot"))
 def test_every_float16_value(request, backend, name):
     # float16 is computed in float32 registers and rounded once at the store (fusegen's rule for
-    # every op): the float32 function's correctly rounded result, rounded to half
+    # every op): the float32 function's result, rounded to half
     x = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
-    with np.errstate(over="ignore"):  # exp(12) is inf in half
+    with np.errstate(over="ignore", invalid="ignore"):  # exp(12) is inf in half
         got = request.getfixturevalue(f"{backend}_kernels")[name](x)
         x32 = x.astype(F32)
-        if name == "sigmoid":
-            want = (F32(1) / (F32(1) + reference("exp", -x32))).astype(np.float16)
-        else:
-            want = reference(name, x32).astype(np.float16)
+        exact = correct_sigmoid(x) if name == "sigmoid" else OPS[name][1](x.astype(np.float64)).astype(np.float16)
     assert got.dtype == np.float16
-    assert (np.isnan(got) == np.isnan(want)).all()
-    assert ulps(got, want).max() == 0
+    assert (np.isnan(got) == np.isnan(exact)).all()
+    assert ulps(got, exact).max() <= 1  # the float32 result is within 1 ulp of float32, then rounded
+    # and rounded once: got is the float32 function's own result rounded to half
+    f32 = request.getfixturevalue(f"{backend}_kernels")[name](x32)
+    with np.errstate(over="ignore"):
+        assert ulps(got, f32.astype(np.float16)).max() == 0
     if name != "sigmoid":  # NumPy's float16 exp/tanh go through float32 too (its sigmoid formula
         with np.errstate(all="ignore"):  # would be float16 arithmetic)
             assert ulps(got, OPS[name][1](x)).max() <= 1
@@ -270,7 +279,7 @@ def test_xla_ffi_handlers_share_the_cpp_versions():
         nan = np.isnan(exact)
         assert (np.isnan(got) == nan).all() and (np.isnan(flushed) == nan).all()
         assert (np.signbit(got[~nan]) == np.signbit(exact[~nan])).all()
-        assert ((ulps(got, flushed) == 0) | (ulps(got, exact) == 0)).all()
+        assert ((ulps(got, flushed) <= 1) | (ulps(got, exact) <= 1)).all()
 
 
 # --- part 2: the library, function by function ----------------------------------------------------
@@ -356,7 +365,7 @@ def test_a_subset_renders_only_the_blocks_it_needs():
     with pytest.raises(KeyError, match="no vectorized float32 function"):
         vmath.blocks_for(["lgamma"])
     # what _fg_runtime.inc.j2 includes by default: the functions the expression tables use
-    assert vmath.template_data()["blocks"] == ["exp_core", "exp", "tanh"]
+    assert vmath.template_data()["blocks"] == ["lanes", "exp", "sigmoid", "tanh"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -392,7 +401,8 @@ def check_special_cases(name: str, backend: str) -> None:
 def check_numba_vector_code(name: str) -> None:
     loop = vmath_eval.numba_loop(name)
     llvm = loop.inspect_llvm(loop.signatures[0])
-    assert re.search(r"<\d+ x double>", llvm), f"{name}: no vector float64 arithmetic"
+    lanes = "float" if "lanes" in vmath.VMATH_F32[name]["deps"] else "double"  # float32 lanes, or float64
+    assert re.search(rf"<\d+ x {lanes}>", llvm), f"{name}: no vector {lanes} arithmetic"
     called = set(re.findall(r"call [^\n]*?@([\w.]+)\(", llvm))
     # (np.sqrt is libm's sqrt to Numba, which LLVM knows and turns into vsqrtpd: llvm.sqrt.v4f64)
     libm = {c for c in called if not c.startswith(("llvm.", "NRT_", "numba_", "_ZN", "Py"))}

@@ -17,7 +17,7 @@ def vmath_imports(body: str) -> str:
     """The import line of fusegen.vmath's float32 functions that a generated CPU ``body`` calls
     (``_<name>_f32(``), or "" when it calls none: a kernel without them never imports (and
     decorates) the vmath module, 15 ms of a warm start."""
-    used = [n for n in ("exp", "tanh", *VMATH_NUMBA_IMPORTS) if f"_{n}_f32(" in body]
+    used = [n for n in ("exp", "tanh", "sigmoid", *VMATH_NUMBA_IMPORTS) if f"_{n}_f32(" in body]
     if not used:
         return ""
     return "from fusegen.vmath_numba import " + ", ".join(f"{n}_f32 as _{n}_f32" for n in dict.fromkeys(used)) + "\n"

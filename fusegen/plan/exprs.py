@@ -50,18 +50,17 @@ PY_TABLE = {**C_TABLE,
             Op.AND: "({0} & {1})", Op.OR: "({0} | {1})", Op.WHERE: "({1} if {0} else {2})"}
 
 
-def _vmath_rows(exp: str, tanh: str) -> dict[Op, str]:
+def _vmath_rows(prefix: str) -> dict[Op, str]:
     """exp, tanh and sigmoid through a backend's vectorizable float32 functions."""
-    return {Op.EXP: f"{exp}({{0}})", Op.TANH: f"{tanh}({{0}})",
-            Op.SIGMOID: f"({{one}} / ({{one}} + {exp}(-{{0}})))"}
+    return {Op.EXP: prefix + "exp_f32({0})", Op.TANH: prefix + "tanh_f32({0})", Op.SIGMOID: prefix + "sigmoid_f32({0})"}
 
 
 # float32 (and float16, computed in float32) on the CPU: libm's expf/tanhf are opaque calls
-# that keep a loop scalar, so these use fusegen's branch-free versions, which vectorize and are
-# correctly rounded in practice (fusegen/vmath.py). float64 keeps libm: accuracy first. CUDA's
+# that keep a loop scalar, so these use fusegen's branch-free versions in float32 lanes, which
+# vectorize and are within 1 ulp (fusegen/vmath.py; sigmoid also where exp(-x) overflows). float64 keeps libm: accuracy first. CUDA's
 # dialects have no such rows: its expf/tanhf are fast already.
-PY_F32_ROWS = _vmath_rows("_exp_f32", "_tanh_f32")
-CPP_F32_ROWS = _vmath_rows("fg::exp_f32", "fg::tanh_f32")
+PY_F32_ROWS = _vmath_rows("_")
+CPP_F32_ROWS = _vmath_rows("fg::")
 
 # bool + bool is logical or and bool * bool logical and (NumPy's), and must stay a bool: in both
 # languages they would give an int (True + True == 2), wrong as soon as a reduction sums it.
@@ -419,9 +418,10 @@ VMATH_NUMBA_IMPORTS = tuple(VMATH_OPS.values())
 
 
 def vmath_functions(nodes) -> tuple[str, ...]:
-    """The vmath functions an op's C++ may call: exp and tanh (the base rows), and those of its
-    nodes in ``VMATH_OPS`` (whatever their dtype: the emitted file serves every dtype combination)."""
-    used = dict.fromkeys(["exp", "tanh"])
+    """The vmath functions an op's C++ may call: exp, tanh and sigmoid (the base rows), and those
+    of its nodes in ``VMATH_OPS`` (whatever their dtype: the emitted file serves every dtype
+    combination)."""
+    used = dict.fromkeys(["exp", "tanh", "sigmoid"])
     used.update(dict.fromkeys(VMATH_OPS[n.op] for n in nodes if n.op in VMATH_OPS))
     return tuple(used)
 

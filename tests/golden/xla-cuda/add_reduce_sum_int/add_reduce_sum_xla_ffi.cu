@@ -529,58 +529,121 @@ FG_VM double clamp_exp_arg(double x) {
   return vm_select(vm_fabs(x) > 104.0, vm_copysign(104.0, x), x);
 }
 
-// ---- exp_core: exp(x) for a double |x| <= 104.0 (or NaN, which propagates) ----
-// n = round(x / ln2) with k = n + 1.5 * 2^52 (its low bits hold n); r = x - n ln2, |r| <= ln2 / 2.
-struct ExpReduced {
-  double k, n, r;
-};
-
-FG_VM ExpReduced exp_reduce(double x) {
-  const double k = vm_fma(x, 1.4426950408889634, 6755399441055744.0);
-  const double n = k - 6755399441055744.0;
-  return {k, n, vm_fma(-n, 2.8235290563031577e-13, vm_fma(-n, 0.693147180559663, x))};  // n * ln2_hi is exact
+// ---- float32 lanes: exp, sigmoid, tanh in float arithmetic throughout (within 1 ulp), twice as
+// many lanes per instruction as the double versions and no conversions; fusegen/vmath_lanes.py is
+// the Numba twin and fusegen/vmath.py ("float32 lanes") the error budget ----
+FG_VM uint32_t f32_bits(float x) {
+#if defined(__CUDA_ARCH__)
+  return static_cast<uint32_t>(__float_as_int(x));
+#else
+  uint32_t b;
+  std::memcpy(&b, &x, sizeof b);
+  return b;
+#endif
 }
 
-// 2^n for k = n + 1.5 * 2^52: the low 12 bits of bits(k) + 1023 are n + 1023 (the shifter's are
-// 0); << 52 moves them into the exponent field and drops the rest.
-FG_VM double pow2_of(double k) { return f64_from_bits((f64_bits(k) + 1023u) << 52); }
+FG_VM float f32_from_bits(uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  return __int_as_float(static_cast<int>(b));
+#else
+  float x;
+  std::memcpy(&x, &b, sizeof x);
+  return x;
+#endif
+}
 
-FG_VM double exp_core(double x) {
-  const ExpReduced e = exp_reduce(x);
-  double s = 2.7476782228146016e-07;
-  s = vm_fma(s, e.r, 2.7635003237095916e-06);
-  s = vm_fma(s, e.r, 2.480193183306402e-05);
-  s = vm_fma(s, e.r, 0.00019841185208826579);
-  s = vm_fma(s, e.r, 0.0013888888516042496);
-  s = vm_fma(s, e.r, 0.008333333370888577);
-  s = vm_fma(s, e.r, 0.04166666666813746);
-  s = vm_fma(s, e.r, 0.16666666666611518);
-  s = vm_fma(s, e.r, 0.49999999999998324);
-  return vm_mul(1.0 + vm_fma(e.r * e.r, s, e.r), pow2_of(e.k));
+#if defined(__CUDA_ARCH__)
+FG_VM float vm_fmaf(float a, float b, float c) { return ::fmaf(a, b, c); }
+FG_VM float vm_fabsf(float x) { return ::fabsf(x); }
+FG_VM float vm_copysignf(float x, float s) { return ::copysignf(x, s); }
+#else
+FG_VM float vm_fmaf(float a, float b, float c) { return std::fma(a, b, c); }
+FG_VM float vm_fabsf(float x) { return std::fabs(x); }
+FG_VM float vm_copysignf(float x, float s) { return std::copysign(x, s); }
+#endif
+FG_VM float vm_mulf(float a, float b) { return vm_fmaf(a, b, 0.0f); }  // as vm_mul: never fused further
+FG_VM float vm_selectf(bool c, float a, float b) {
+  const uint32_t m = uint32_t(0) - static_cast<uint32_t>(c);
+  return f32_from_bits((f32_bits(a) & m) | (f32_bits(b) & ~m));
+}
+
+// exp(x) = (hi + lo) * s1 * s2 for |x| <= 104.0 (or NaN): n = round(x / ln2) by the shifter,
+// r = x - n ln2 with r_hi exact and r_lo rounded; 1 + r_hi and what it loses kept apart, the small
+// terms added to that first; 2^n as two normal factors.
+struct ExpParts32 {
+  float hi, lo, s1, s2;
+};
+
+FG_VM ExpParts32 exp_parts32(float x) {
+  const float k = vm_fmaf(x, 1.4426950216293335f, 12582912.0f);
+  const float n = k - 12582912.0f;
+  const float r_hi = vm_fmaf(-n, 0.693145751953125f, x);  // exact
+  const float r_lo = vm_mulf(-n, 1.4286067653302662e-06f);
+  const float r = r_hi + r_lo;
+  float p = 0.0013814592966809869f;
+  p = vm_fmaf(p, r, 0.008368715643882751f);
+  p = vm_fmaf(p, r, 0.04166838899254799f);
+  p = vm_fmaf(p, r, 0.1666652113199234f);
+  p = vm_fmaf(p, r, 0.4999999403953552f);
+  const float u = vm_fmaf(r * r, p, r_lo);  // exp(r) - 1 - r_hi
+  const float s = 1.0f + r_hi;
+  const float v = ((1.0f - s) + r_hi) + u;  // (1 - s) + r_hi: what s lost
+  const float hi = s + v;
+  const float lo = (s - hi) + v;            // what hi lost
+  const int32_t m = static_cast<int32_t>(f32_bits(k) - 0x4b400000u);  // n
+  const int32_t m1 = m >> 1;
+  return {hi, lo, f32_from_bits(static_cast<uint32_t>(m1 + 127) << 23),
+          f32_from_bits(static_cast<uint32_t>(m - m1 + 127) << 23)};
+}
+
+// exp(a) for a <= 0 as hi + lo
+struct Pair32 {
+  float hi, lo;
+};
+
+FG_VM Pair32 exp_pair32(float a) {
+  const ExpParts32 e = exp_parts32(vm_selectf(a < -104.0f, -104.0f, a));
+  return {vm_mulf(e.hi * e.s1, e.s2), vm_mulf(e.lo * e.s1, e.s2)};  // e.hi * e.s1 is exact
+}
+
+// (n_hi + n_lo) / (d_hi + d_lo), 1 <= d_hi <= 2: one division, one correction from its residual
+FG_VM float div_pair32(float n_hi, float n_lo, float d_hi, float d_lo) {
+  const float inv = 1.0f / d_hi;
+  const float q = vm_mulf(n_hi, inv);
+  const float res = vm_fmaf(-q, d_hi, n_hi);
+  const float corr = vm_fmaf(-q, d_lo, res + n_lo);
+  return vm_fmaf(corr, inv, q);
 }
 
 // ---- exp_f32 ----
 FG_VM float exp_f32(float x) {
-  return static_cast<float>(exp_core(clamp_exp_arg(x)));  // overflow, underflow, subnormals: this one rounding
+  const float a = vm_selectf(vm_fabsf(x) > 104.0f, vm_copysignf(104.0f, x), x);  // NaN passes
+  const ExpParts32 e = exp_parts32(a);
+  return vm_mulf(e.hi * e.s1, e.s2);  // exact, then one rounding (also to a subnormal, inf)
 }
 
-// ---- tanh_f32: odd Taylor polynomial below 0.03125, (e - 1) / (e + 1) above ----
+// ---- sigmoid_f32: e = exp(-|x|) as a pair; 1 / (1 + e) for x >= 0, e / (1 + e) below ----
+FG_VM float sigmoid_f32(float x) {
+  const Pair32 e = exp_pair32(-vm_fabsf(x));
+  const float d_hi = 1.0f + e.hi;
+  const float d_lo = ((1.0f - d_hi) + e.hi) + e.lo;
+  const bool neg = x < 0.0f;
+  return div_pair32(vm_selectf(neg, e.hi, 1.0f), vm_selectf(neg, e.lo, 0.0f), d_hi, d_lo);
+}
+
+// ---- tanh_f32: x + x^3 P(x^2) below 0.0078125; (1 - e) / (1 + e), e = exp(-2|x|) as a pair, above ----
 FG_VM float tanh_f32(float x) {
-  const double xd = x;
-  const double x2 = xd * xd;
-  double p = 0.021869488536155203;
-  p = vm_fma(p, x2, -0.05396825396825397);
-  p = vm_fma(p, x2, 0.13333333333333333);
-  p = vm_fma(p, x2, -0.3333333333333333);
-  p = vm_fma(p, x2, 1.0);
-  const double small = xd * p;  // keeps -0.0 and subnormals exact
-  double a = vm_fabs(xd);
-  // float32 tanh is +-1 from 10.0 on; inf too; NaN passes
-  a = vm_select(a > 10.0, 10.0, a);
-  const double e = exp_core(2.0 * a);
-  double big = (e - 1.0) / (e + 1.0);
-  big = vm_select(xd < 0.0, -big, big);
-  return static_cast<float>(vm_select(a < 0.03125, small, big));
+  const float a = vm_fabsf(x);
+  const float a2 = a * a;
+  const float small = vm_fmaf(a2 * a, vm_fmaf(a2, 0.13333334028720856f, -0.3333333432674408f), a);
+  const float c = vm_selectf(a > 10.0f, 10.0f, a);  // +-1 from 9.01 on; NaN passes
+  const Pair32 e = exp_pair32(-(c + c));
+  const float n_hi = 1.0f - e.hi;
+  const float n_lo = ((1.0f - n_hi) - e.hi) - e.lo;
+  const float d_hi = 1.0f + e.hi;
+  const float d_lo = ((1.0f - d_hi) + e.hi) + e.lo;
+  const float big = div_pair32(n_hi, n_lo, d_hi, d_lo);
+  return vm_copysignf(vm_selectf(a < 0.0078125f, small, big), x);  // the sign last: also for a flushed -0
 }
 
 // where(c, a, b) (the expression table's row): floats as a bit blend (vm_select). g++ sinks an
