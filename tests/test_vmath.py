@@ -16,11 +16,11 @@ fitted error. Dense sweeps (benchmarks/ulp_table.py's) run under the ``slow`` ma
 Accuracy is measured in ulps (steps between adjacent float32 values) against the correctly
 rounded result. Part 1 takes it as NumPy's float64 function rounded to float32 (float64's own
 error is 2^-29 of a float32 ulp, far below what is tested); part 2 from mpmath. Measured over all
-2^32 float32 inputs (benchmarks/vmath_exhaustive.py): see vmath.VMATH_F32's ``max_ulp``. NumPy's
-own float32 functions are not correctly rounded: exp is up to 3 ulp off (e.g. exp(25.994385)) on
-209,785,608 inputs, tanh up to 1 ulp on 63,317,654; so fusegen is up to 3 ulp (exp) and 1 ulp
-(tanh) from NumPy. Part 1's asserted bounds: within 1 ulp of the correct result (0 on the sweep),
-and within 1 ulp of NumPy wherever NumPy is within 1 ulp of the correct result.
+2^32 float32 inputs or every 7th (benchmarks/vmath_exhaustive.py): see vmath.VMATH_F32's
+``max_ulp``. exp, tanh and sigmoid run in float32 lanes, within 1 ulp (not correctly rounded);
+NumPy's own float32 functions are not correctly rounded either: exp is up to 3 ulp off (e.g.
+exp(25.994385)), tanh up to 1 ulp. Part 1's asserted bounds: within 1 ulp of the correct result,
+and within 1 ulp of NumPy wherever NumPy is correctly rounded.
 """
 from __future__ import annotations
 
