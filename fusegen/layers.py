@@ -28,8 +28,8 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("lowering", "Plan -> Numba CPU / numba-cuda Python sources, MindSpore-AOT and XLA FFI C++/CUDA sources "
      "(abi_emit.py is the emitters' face), the vectorizable float32 math they inline",
      ("fusegen.lower", "fusegen.lower_cpu", "fusegen.lower_cuda", "fusegen.emitters", "fusegen.abi_emit",
-      "fusegen.vmath", "fusegen.vmath_lanes", "fusegen.vmath_numba", "fusegen.vmath_fit", "fusegen.philox_numba", "fusegen.rng_numba",
-      "fusegen.pyhelpers_numba")),
+      "fusegen.vmath", "fusegen.vmath_lanes", "fusegen.vmath_numba", "fusegen.vmath_fit", "fusegen.philox_numba",
+      "fusegen.rng_numba", "fusegen.pyhelpers_numba")),
     ("native", "the compiler cache, libraries and the AOT-ABI host, device memory, AotKernel",
      ("fusegen.native",)),
     ("runtime", "the one Kernel (validate, infer, allocate, dispatch; devices and backends), write requests, "

@@ -61,6 +61,9 @@ def _fits() -> dict[str, Fit]:
     return {
         "EXP_POLY": Fit(lambda r: mp.exp(r) - 1 - r, _powers(2, 9), lambda r: 1 / mp.exp(r), -0.3466, 0.3466,
                         "exp(r) = 1 + r + r^2 s(r): relative error of exp"),
+        "EXP32_POLY": Fit(lambda r: mp.exp(r) - 1 - r, _powers(2, 5), lambda r: 1 / mp.exp(r), -0.3466, 0.3466,
+                          "exp(r) = 1 + r + r^2 s(r) in float32 lanes: relative error of exp (stored "
+                          "rounded to float32)"),
         "EXPM1_POLY": Fit(lambda r: mp.expm1(r) - r, _powers(2, 10), lambda r: 1 / mp.expm1(r) if r else 0,
                           -0.3466, 0.3466, "expm1(r) = r + r^2 s(r): relative error of expm1"),
         "LOG_POLY": Fit(lambda z: sqrt_or(z, lambda s: 2 * mp.atanh(s) / s - 2, 0), _powers(1, 7),

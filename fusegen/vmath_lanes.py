@@ -4,8 +4,9 @@ vmath.py, section "float32 lanes"; fusegen/emitters/templates/_vmath.inc.j2 hold
 operation for operation).
 
 Why a second set: the float64 versions in fusegen/vmath_numba.py are correctly rounded, but a
-float64 polynomial runs on half as many lanes per instruction, after two conversions per element,
-and those ops (softmax, silu, gelu, sigmoid) ran at 4-9x the memory bound. These run at 1.4-2x.
+float64 polynomial runs on half as many lanes per instruction, after two conversions per element:
+exp over 16 M elements took 16.0 ms against 5.9 ms here (a copy: 4.1 ms), and the silu and sigmoid
+rows of ``fusegen bench`` fell from 3.6-3.8x to 2.3-2.4x the memory bound.
 They stay within 1 ulp (measured over every float32 input) by carrying exp's result as an
 unevaluated sum hi + lo where a later step would lose its last bits.
 

@@ -110,7 +110,7 @@ _TRIG = np.array(TRIG_CHUNKS, np.float64)
 _TRIG_N = len(TRIG_CHUNKS)
 
 
-# --- exp in float64 (expm1, erf, sinh, cosh), expm1 -----------------------------------------------------------------
+# --- exp in float64 (under expm1, erf, sinh, cosh), expm1 ------------------------------------
 @njit(**_JIT)
 def _exp_reduce(x):
     """(k, n, r): n = round(x / ln2) as a float64, k = n + SHIFTER (its low bits hold n), and

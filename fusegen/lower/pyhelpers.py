@@ -17,10 +17,10 @@ def vmath_imports(body: str) -> str:
     """The import line of fusegen.vmath's float32 functions that a generated CPU ``body`` calls
     (``_<name>_f32(``), or "" when it calls none: a kernel without them never imports (and
     decorates) the vmath module, 15 ms of a warm start."""
-    used = [n for n in ("exp", "tanh", "sigmoid", *VMATH_NUMBA_IMPORTS) if f"_{n}_f32(" in body]
+    used = [n for n in VMATH_NUMBA_IMPORTS if f"_{n}_f32(" in body]
     if not used:
         return ""
-    return "from fusegen.vmath_numba import " + ", ".join(f"{n}_f32 as _{n}_f32" for n in dict.fromkeys(used)) + "\n"
+    return "from fusegen.vmath_numba import " + ", ".join(f"{n}_f32 as _{n}_f32" for n in used) + "\n"
 
 #: the functions ``python_helpers`` defines
 HELPER_NAMES = ("_fg_floor_divide", "_fg_remainder", "_fg_floor_divide_int", "_fg_remainder_int", "_fg_shl",

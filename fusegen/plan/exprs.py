@@ -50,15 +50,20 @@ PY_TABLE = {**C_TABLE,
             Op.AND: "({0} & {1})", Op.OR: "({0} | {1})", Op.WHERE: "({1} if {0} else {2})"}
 
 
+#: the base rows' vmath functions: every CPU float32 kernel may call them
+VMATH_BASE = {Op.EXP: "exp", Op.TANH: "tanh", Op.SIGMOID: "sigmoid"}
+
+
 def _vmath_rows(prefix: str) -> dict[Op, str]:
     """exp, tanh and sigmoid through a backend's vectorizable float32 functions."""
-    return {Op.EXP: prefix + "exp_f32({0})", Op.TANH: prefix + "tanh_f32({0})", Op.SIGMOID: prefix + "sigmoid_f32({0})"}
+    return {op: f"{prefix}{name}_f32({{0}})" for op, name in VMATH_BASE.items()}
 
 
 # float32 (and float16, computed in float32) on the CPU: libm's expf/tanhf are opaque calls
 # that keep a loop scalar, so these use fusegen's branch-free versions in float32 lanes, which
-# vectorize and are within 1 ulp (fusegen/vmath.py; sigmoid also where exp(-x) overflows). float64 keeps libm: accuracy first. CUDA's
-# dialects have no such rows: its expf/tanhf are fast already.
+# vectorize and are within 1 ulp (fusegen/vmath.py; sigmoid also where exp(-x) overflows).
+# float64 keeps libm: accuracy first. CUDA's dialects have no such rows: its expf/tanhf are
+# fast already.
 PY_F32_ROWS = _vmath_rows("_")
 CPP_F32_ROWS = _vmath_rows("fg::")
 
@@ -413,15 +418,15 @@ def _vmath_call(prefix: str, name: str) -> str:
 
 PY_F32_ROWS.update({op: _vmath_call("_", n) for op, n in VMATH_OPS.items()})
 CPP_F32_ROWS.update({op: _vmath_call("fg::", n) for op, n in VMATH_OPS.items()})
-#: the vmath functions generated Numba sources import (``_<name>_f32``)
-VMATH_NUMBA_IMPORTS = tuple(VMATH_OPS.values())
+#: the vmath functions generated Numba sources may import (``_<name>_f32``)
+VMATH_NUMBA_IMPORTS = (*VMATH_BASE.values(), *VMATH_OPS.values())
 
 
 def vmath_functions(nodes) -> tuple[str, ...]:
     """The vmath functions an op's C++ may call: exp, tanh and sigmoid (the base rows), and those
     of its nodes in ``VMATH_OPS`` (whatever their dtype: the emitted file serves every dtype
     combination)."""
-    used = dict.fromkeys(["exp", "tanh", "sigmoid"])
+    used = dict.fromkeys(VMATH_BASE.values())
     used.update(dict.fromkeys(VMATH_OPS[n.op] for n in nodes if n.op in VMATH_OPS))
     return tuple(used)
 

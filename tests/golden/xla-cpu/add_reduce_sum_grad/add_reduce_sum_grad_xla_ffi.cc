@@ -630,7 +630,8 @@ FG_VM float div_pair32(float n_hi, float n_lo, float d_hi, float d_lo) {
 
 // ---- exp_f32 ----
 FG_VM float exp_f32(float x) {
-  const float a = vm_selectf(vm_fabsf(x) > 104.0f, vm_copysignf(104.0f, x), x);  // NaN passes
+  // |x| clamped to 104.0, its sign kept; NaN passes
+  const float a = vm_selectf(vm_fabsf(x) > 104.0f, vm_copysignf(104.0f, x), x);
   const ExpParts32 e = exp_parts32(a);
   return vm_mulf(e.hi * e.s1, e.s2);  // exact, then one rounding (also to a subnormal, inf)
 }
@@ -649,14 +650,16 @@ FG_VM float tanh_f32(float x) {
   const float a = vm_fabsf(x);
   const float a2 = a * a;
   const float small = vm_fmaf(a2 * a, vm_fmaf(a2, 0.13333334028720856f, -0.3333333432674408f), a);
-  const float c = vm_selectf(a > 10.0f, 10.0f, a);  // +-1 from 9.01 on; NaN passes
+  // tanh is +-1 from 9.01 on; NaN passes
+  const float c = vm_selectf(a > 10.0f, 10.0f, a);
   const Pair32 e = exp_pair32(-(c + c));
   const float n_hi = 1.0f - e.hi;
   const float n_lo = ((1.0f - n_hi) - e.hi) - e.lo;
   const float d_hi = 1.0f + e.hi;
   const float d_lo = ((1.0f - d_hi) + e.hi) + e.lo;
   const float big = div_pair32(n_hi, n_lo, d_hi, d_lo);
-  return vm_copysignf(vm_selectf(a < 0.0078125f, small, big), x);  // the sign last: also for a flushed -0
+  // the sign last: right also for a subnormal x flushed to -0
+  return vm_copysignf(vm_selectf(a < 0.0078125f, small, big), x);
 }
 
 // where(c, a, b) (the expression table's row): floats as a bit blend (vm_select). g++ sinks an
