@@ -285,7 +285,8 @@ def test_engine_runs_aot_cuda_kernels_on_streams(rng):
 
 
 # --- layout ops (views, pieces, iotas) ------------------------------------------------------------
-@pytest.mark.skipif(not SIMULATOR, reason="the emitted .cu has no layout ops yet (fusegen.emitters.cuda refuses them)")
+@pytest.mark.skipif(not SIMULATOR, reason="runs the C++ twin on simulated device memory: needs NUMBA_ENABLE_CUDASIM=1 "
+                    "(the emitted .cu layout path is compiled by nvcc in tests/test_layout_backends.py)")
 def test_layout_ops_on_simulated_device_memory():
     """x + y.T, a concat of slices (RoPE's rotation) and a causal mask: the C++ twin on device arrays."""
     op = fg.op(lambda x, y: (x + y.T, fg.concat([-x[..., 2:], x[..., :2]], axis=-1),
