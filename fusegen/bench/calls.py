@@ -67,7 +67,7 @@ def breakdown(spec: OpBench, backend: str, shape: tuple[int, ...], dtype: str = 
     op = spec.op
 
     def validate() -> dict:
-        arrs, _ = call_signature(op, arrays, attrs)
+        arrs, _ = call_signature(kernel, arrays, attrs)
         kernel.executor.check(arrs)
         return op.bind_attrs(attrs)
 
