@@ -37,7 +37,6 @@ def _build():
     spec = importlib.util.spec_from_file_location("fusegen_fastcall", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    mod.setup(np.ndarray)
     return mod
 
 
@@ -64,10 +63,11 @@ SMALL_CALL_BYTES = 64 * 1024
 
 
 def small_call(kernel, signature, nbytes: int, call_main, kernel_error):
-    """``(call, prefix, error)`` for a reentrant CPU ``AotKernel``'s ``signature`` moving
-    ``nbytes``: ``call(*prefix, *inputs, *outputs)`` runs it (None: done; False: not a call this
-    path runs, take the ctypes path; else the status, which ``error(status)`` turns into the
-    exception the ctypes path raises). None where the path is not available or not worth it.
+    """``(call, prepared, error)`` for a reentrant CPU ``AotKernel``'s ``signature`` moving
+    ``nbytes``: ``call(prepared, *inputs)`` runs it with fresh outputs and returns them (one
+    array or a tuple); False: not a call this path runs, nothing was done, take the ctypes path;
+    else the shim's status, which ``error(status)`` turns into the exception the ctypes path
+    raises. None where the path is not available or not worth it.
 
     The call gets an argument block of its own (its own workspaces): a ctypes-path call of the
     same signature may be using the others with the GIL released."""
@@ -75,11 +75,14 @@ def small_call(kernel, signature, nbytes: int, call_main, kernel_error):
     if mod is None or not kernel.reentrant or nbytes > SMALL_CALL_BYTES:
         return None
     entry = signature.new_block()   # (block, address, params, workspaces): held by ``error``
+    n_inputs = len(signature.key) // 2
+    prepared = mod.prepare(kernel, signature, ctypes_address(call_main), entry[1], n_inputs,
+                           [(tuple(s), np.dtype(d)) for s, d in signature.outputs])
 
     def error(status: int):
         block = entry[0]
         return kernel_error(kernel.function, status, block.result, block.error)
-    return mod.call, (kernel, signature, ctypes_address(call_main), entry[1], len(signature.outputs)), error
+    return mod.call, prepared, error
 
 
 def ctypes_address(function) -> int:

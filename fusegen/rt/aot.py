@@ -94,6 +94,7 @@ class AotCall(Call):
     kernel: object = None
     signature: object = None
     emitted: object = None     # the Emitted of the library the call runs (its source)
+    small: object = None       # the small-call path (``AotKernel.small_call``), where the runner uses it
 
 
 class AotExecutor(Executor):
@@ -286,27 +287,21 @@ class AotExecutor(Executor):
         # The hot path, generated for this signature's input count (see numba_cpu.make_runner): a
         # non-contiguous input is copied by AotKernel itself. A small call with fresh outputs
         # goes through the small-call extension where it is built (``native.fastcall``): one C
-        # call instead of a ctypes call and the Python that fills its argument block.
+        # call instead of np.empty calls, a ctypes call and the Python that fills its block.
         n = len(self.op.inputs)
         contiguous = " and ".join(f"arrays[{i}].flags.c_contiguous" for i in range(n)) or "True"
         wrap = ("(", ",)") if one_tuple else ("", "")
         g = {"_run_prepared": run_prepared, "_signature": signature, "_kernel": kernel}
         lines = ["def run(arrays, out):"]
-        small = kernel.small_call(signature)
+        small = call.small = kernel.small_call(signature)
         if small is not None:
-            g["_small"], g["_prefix"], g["_error"], g["_empty"] = small[0], small[1], small[2], np.empty
-            ins = "".join(f"a{i}, " for i in range(n))
-            outs = "".join(f"o{k}, " for k in range(len(signature.outputs)))
-            lines += ["    if out is None:", f"        {ins or '_ '}= arrays" if n else "        pass"]
-            for k, (shape, dtype) in enumerate(signature.outputs):
-                g[f"_S{k}"], g[f"_D{k}"] = tuple(shape), np.dtype(dtype)
-                lines.append(f"        o{k} = _empty(_S{k}, _D{k})")
-            single = len(signature.outputs) == 1 and not one_tuple
-            lines += [f"        status = _small(*_prefix, {ins}{outs})",
-                      "        if status is None:",
-                      f"            return {'o0' if single else '(' + outs + ')'}",
-                      "        if status is not False:",
-                      "            raise _error(status)"]
+            g["_small"], g["_prepared"], g["_error"] = small
+            lines += ["    if out is None:",
+                      "        res = _small(_prepared, *arrays)",
+                      "        if res is not False:",
+                      "            if type(res) is int:",
+                      "                raise _error(res)",
+                      f"            return {wrap[0]}res{wrap[1]}"]
         lines += [f"    if {contiguous}:",
                   f"        return {wrap[0]}_run_prepared(_signature, arrays, out){wrap[1]}",
                   f"    return {wrap[0]}_kernel(*arrays, out=out){wrap[1]}"]
