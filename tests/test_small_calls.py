@@ -102,3 +102,19 @@ def test_small_calls_from_threads_beside_ctypes_path_calls():
     for t in threads:
         t.join()
     assert not bad
+
+
+def test_no_small_call_extension_without_a_compiler(monkeypatch):
+    """A failed build (no compiler, no headers) leaves the ctypes path, once per process."""
+    from fusegen.errors import CompileError
+    from fusegen.native import build
+
+    def no_compiler(*args, **kwargs):
+        raise CompileError("compiler 'g++' not found", ["g++"])
+    monkeypatch.setattr(build, "compile_cached", no_compiler)
+    monkeypatch.setattr(fastcall, "_state", [])
+    assert fastcall.module() is None and fastcall._state == [None]
+    monkeypatch.undo()   # the real compiler back: FUSEGEN_FASTCALL=0 alone must refuse
+    monkeypatch.setattr(fastcall, "_state", [])
+    monkeypatch.setenv("FUSEGEN_FASTCALL", "0")
+    assert fastcall.module() is None
