@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import functools
 import operator
-import weakref
 
 import ctypes
 import hashlib
@@ -232,8 +231,8 @@ class JaxFunction:
         self._traced = traced
         self._by_attrs: dict = {}   # attribute values and types -> a jitted fn of the arrays only
         # (jax 0.10: INVALID_ARGUMENT is a ValueError)
-        self._call = attrs_call_fn(op, self._by_attrs, _weak_method(self, "_for_attrs"), "jax call",
-                                   (jax.errors.JaxRuntimeError, ValueError), _weak_method(self, "_translate"))
+        self._call = attrs_call_fn(op, self._by_attrs, self._for_attrs, "jax call",
+                                   (jax.errors.JaxRuntimeError, ValueError), self._translate)
         self._backward: JaxFunction | None = None
 
     def _build(self, dtypes) -> None:
@@ -422,15 +421,6 @@ class JaxFunction:
         outs = call(*arrays, **ffi_attrs)
         outs = outs[:len(spec.out_shapes)] if isinstance(outs, (list, tuple)) else [outs]  # scratch dropped
         return tuple(outs) if op.multi_output or len(outs) > 1 else outs[0]
-
-
-def _weak_method(obj, name: str):
-    """``obj.name`` called through a weak reference (``obj`` holds the function this goes into)."""
-    ref = weakref.ref(obj)
-
-    def method(*args):
-        return getattr(ref(), name)(*args)
-    return method
 
 
 def function(op: fg.OpDef, *, dtypes=None, vmap_method: str | None = None,

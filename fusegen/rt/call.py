@@ -154,8 +154,7 @@ def call_fn(op, calls: dict, generic):
 
     Generated because a generic ``__call__(self, *arrays, **attrs)`` spends more than the native
     call itself at small sizes: the keyword dict, the key's nested tuples and unpacking, a helper
-    call per step (~1 us of a 2.5 us call). ``generic`` should not hold the kernel strongly
-    (the kernel holds this function)."""
+    call per step (~1 us of a 2.5 us call)."""
     attrs = _attr_params(op)
     n = len(op.inputs)
     ins = "(" + "".join(f"_fg_a{i}, " for i in range(n)) + ")"

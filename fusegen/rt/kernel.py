@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import operator
 import threading
-import weakref
 
 from .. import dtypes as dt
 from ..errors import DTypeError
@@ -66,7 +65,8 @@ class Kernel:
         self._lock = threading.Lock()
         self._last: Call | None = None
         self.key = key_fn(op)                  # the signature key of a call (``rt.call.key_fn``)
-        self._call = call_fn(op, self._calls, _generic_call(weakref.ref(self)))
+        # (a reference cycle, as the executor's back reference is: the kernel holds its call)
+        self._call = call_fn(op, self._calls, self._generic)
         self.place = _device(device)          # what the device contributes: rt.cpu.HOST or rt.cuda.CUDA
         self.executor = _executor(backend, device)(self, **options)
 
@@ -192,13 +192,6 @@ class Kernel:
                 self._calls[key] = call
         self._last = call
         return call
-
-
-def _generic_call(ref):
-    """The kernel's ``_generic`` through a weak reference (the kernel holds its call function)."""
-    def generic(arrays, out, accumulate, skip, inplace, attrs):
-        return ref()._generic(arrays, out, accumulate, skip, inplace, attrs)
-    return generic
 
 
 def _device(device: str):
