@@ -35,6 +35,7 @@ Needs ``pip install "fusegen[jax]"`` (jax and jaxlib) and a C++ compiler.
 from __future__ import annotations
 
 import functools
+import operator
 
 import ctypes
 import hashlib
@@ -48,6 +49,7 @@ import numpy as np
 import fusegen as fg
 from .native.build import build_library, cache_dir, default_cpp_flags
 from .dtypes import AttrType
+from .rt.call import attrs_call_fn, attrs_key
 from .abi_emit import XlaEmitted, legacy_opaque, parse_dtypes, scan_form, workspace_bytes
 
 __all__ = ["function", "JaxFunction", "build_flags", "VMAP_METHODS"]
@@ -228,6 +230,9 @@ class JaxFunction:
         self._jit = jax.jit(traced, static_argnames=tuple(op.attrs))
         self._traced = traced
         self._by_attrs: dict = {}   # attribute values and types -> a jitted fn of the arrays only
+        # (jax 0.10: INVALID_ARGUMENT is a ValueError)
+        self._call = attrs_call_fn(op, self._by_attrs, self._for_attrs, "jax call",
+                                   (jax.errors.JaxRuntimeError, ValueError), self._translate)
         self._backward: JaxFunction | None = None
 
     def _build(self, dtypes) -> None:
@@ -297,23 +302,21 @@ class JaxFunction:
                     f"{len(self.specializations)} specialization(s)>")
         return f"<fusegen.jax.JaxFunction {self.op.name} combos={list(self.targets)}>"
 
-    def __call__(self, *arrays, **attrs):
-        # One jitted function of the arrays per attribute set (values *and* types, see _Static),
-        # so a repeated call goes straight to JAX's C++ dispatch.
-        try:
-            fn = self._by_attrs[(*attrs.items(), *map(type, attrs.values()))]
-        except (KeyError, TypeError):  # first call with these attributes, or a list value
-            fn = self._for_attrs(attrs)
-        try:
-            return fn(*arrays)
-        except (jax.errors.JaxRuntimeError, ValueError) as e:   # (jax 0.10: INVALID_ARGUMENT is a ValueError)
-            text = str(e)
-            if "fusegen op " not in text:
-                raise
-            if "FG_ERR_GATHER: " in text:   # a bad gathered index (issue #17): the Numba backends' text
-                raise fg.BoundsError(text[text.index("FG_ERR_GATHER: ") + len("FG_ERR_GATHER: "):]) from e
-            raise fg.KernelError(text[text.index("fusegen op "):], library=str((self._last or self).lib_path),
-                                 function=self.op.name) from e
+    # ``f(*arrays, **attrs)``: one jitted function of the arrays per attribute set (values *and*
+    # types, see _Static), looked up by a function generated for the op (``rt.call``), so a
+    # repeated call goes straight to JAX's C++ dispatch; a property, as Python looks ``__call__``
+    # up on the type (see ``rt.kernel.Kernel``).
+    __call__ = property(operator.attrgetter("_call"), doc="Call the op (see fusegen.jax.function).")
+
+    def _translate(self, e: Exception) -> None:
+        """A handler's error surfacing in an eager call, as fusegen's exception (else returns)."""
+        text = str(e)
+        if "fusegen op " not in text:
+            return
+        if "FG_ERR_GATHER: " in text:   # a bad gathered index (issue #17): the Numba backends' text
+            raise fg.BoundsError(text[text.index("FG_ERR_GATHER: ") + len("FG_ERR_GATHER: "):]) from e
+        raise fg.KernelError(text[text.index("fusegen op "):], library=str((self._last or self).lib_path),
+                             function=self.op.name) from e
 
     def _for_attrs(self, attrs: dict):
         if not attrs.keys() <= self.op.attrs.keys():
@@ -321,7 +324,7 @@ class JaxFunction:
         static = {n: _Static(tuple(v) if isinstance(v, list) else v) for n, v in attrs.items()}
         fn = jax.jit(self._with_vjp(functools.partial(self._jit, **static), attrs))
         try:
-            self._by_attrs[(*attrs.items(), *map(type, attrs.values()))] = fn
+            self._by_attrs[attrs_key(self.op, attrs)] = fn
         except TypeError:  # a list value: not cacheable by value, rebuilt per call
             pass
         return fn

@@ -40,7 +40,7 @@ import numpy as np
 
 from ..emitters.common import TYPE_IDS
 from ..errors import ArgumentError, BoundsError, DTypeError, KernelError, LibraryError, ShapeError
-from . import aot_cuda, build
+from . import aot_cuda, build, fastcall
 from .buffers import DeviceBuffer, GuardedBuffer, GuardedCalls, aligned_workspace, guard_default
 from .host import (NAMES_BY_ID, FgCall, as_np_dtype, canonical_attrs, canonical_dtypes, canonical_shapes,
                    detect_string_abi, dtype_name, host_shim, is_function, positional_arity, set_attrs,
@@ -458,6 +458,13 @@ class AotKernel(aot_cuda.DeviceCalls, GuardedCalls):
                 self._running -= 1
                 if signature.evicted or not self._open:
                     self._leave_idle(signature)
+
+    def small_call(self, signature: Signature) -> tuple | None:
+        """The small-call path for ``signature`` (``fastcall.small_call``), or None."""
+        key = signature.key   # (dtype, shape) per input
+        arrays = [*zip(key[1::2], key[0::2]), *signature.outputs]
+        nbytes = sum(int(np.prod(s)) * np.dtype(d).itemsize for s, d in arrays)
+        return fastcall.small_call(self, signature, nbytes, self._call_main, self._kernel_error)
 
     def call_block(self, signature: Signature, keep: Any = None) -> int:
         """Call the main function on ``signature``'s first argument block as the last call left

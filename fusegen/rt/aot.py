@@ -94,6 +94,7 @@ class AotCall(Call):
     kernel: object = None
     signature: object = None
     emitted: object = None     # the Emitted of the library the call runs (its source)
+    small: object = None       # the small-call path (``AotKernel.small_call``), where the runner uses it
 
 
 class AotExecutor(Executor):
@@ -284,14 +285,27 @@ class AotExecutor(Executor):
                 return (res,) if one_tuple else res
             return run
         # The hot path, generated for this signature's input count (see numba_cpu.make_runner): a
-        # non-contiguous input is copied by AotKernel itself.
-        contiguous = " and ".join(f"arrays[{i}].flags.c_contiguous" for i in range(len(self.op.inputs)))
+        # non-contiguous input is copied by AotKernel itself. A small call with fresh outputs
+        # goes through the small-call extension where it is built (``native.fastcall``): one C
+        # call instead of np.empty calls, a ctypes call and the Python that fills its block.
+        n = len(self.op.inputs)
+        contiguous = " and ".join(f"arrays[{i}].flags.c_contiguous" for i in range(n)) or "True"
         wrap = ("(", ",)") if one_tuple else ("", "")
-        src = (f"def run(arrays, out):\n"
-               f"    if {contiguous}:\n"
-               f"        return {wrap[0]}_run_prepared(_signature, arrays, out){wrap[1]}\n"
-               f"    return {wrap[0]}_kernel(*arrays, out=out){wrap[1]}\n")
         g = {"_run_prepared": run_prepared, "_signature": signature, "_kernel": kernel}
+        lines = ["def run(arrays, out):"]
+        small = call.small = kernel.small_call(signature)
+        if small is not None:
+            g["_small"], g["_prepared"], g["_error"] = small
+            lines += ["    if out is None:",
+                      "        res = _small(_prepared, *arrays)",
+                      "        if res is not False:",
+                      "            if type(res) is int:",
+                      "                raise _error(res)",
+                      f"            return {wrap[0]}res{wrap[1]}"]
+        lines += [f"    if {contiguous}:",
+                  f"        return {wrap[0]}_run_prepared(_signature, arrays, out){wrap[1]}",
+                  f"    return {wrap[0]}_kernel(*arrays, out=out){wrap[1]}"]
+        src = "\n".join(lines) + "\n"
         exec(builtins.compile(src, f"<fusegen aot runner {self.op.name}>", "exec"), g)
         g["run"].source = src
         return g["run"]

@@ -55,26 +55,129 @@ def check_count(op, arrays) -> None:
                             f"got {len(arrays)}")
 
 
-def signature_fn(n: int):
-    """``f(a0, ..., a{n-1})`` -> ``((a0.dtype, a0.shape), ...)``: the arrays' part of the signature
-    key, as ``signature_key`` builds it, generated for ``n`` inputs (a comprehension costs a frame
-    and a list per call: 1-2 us of a 3 us call). A wrong count raises TypeError."""
-    names = [f"a{i}" for i in range(n)]
-    src = f"def shapes({', '.join(names)}):\n    return ({''.join(f'({a}.dtype, {a}.shape), ' for a in names)})\n"
-    g: dict = {}
-    exec(compile(src, f"<fusegen signature of {n} inputs>", "exec"), g)
-    return g["shapes"]
+#: the keywords every kernel call takes besides the op's attributes
+CALL_KEYWORDS = ("out", "accumulate", "skip", "inplace")
+_MISSING = object()   # an input or attribute the call did not give
 
 
-def signature_key(arrays, attrs: dict):
-    """The key a call's signature is cached under: dtypes and shapes, then attribute values *and
-    types* (1, 1.0 and True are equal as dict keys but must not share an entry). The kernel's fast
-    path builds the same key inline. None when an attribute value is unhashable (a list): such
-    calls are prepared every time, not cached."""
-    key = tuple([(a.dtype, tuple(a.shape)) for a in arrays])
-    if attrs:
-        key = (key, *attrs.items(), *map(type, attrs.values()))
+def _attr_params(op) -> list:
+    """The attributes the generated functions name as keyword parameters: every one but those a
+    call keyword would shadow or that could clash with the generated code's own ``_fg_`` names
+    (such an attribute still works; its calls take the slow path)."""
+    return [n for n in op.attrs if n not in CALL_KEYWORDS and not n.startswith("_fg_")]
+
+
+def _params(n: int, defaults: bool) -> str:
+    ins = [f"_fg_a{i}" + ("=_fg_M" if defaults else "") for i in range(n)]
+    return ", ".join(ins) + (", /" if ins else "")
+
+
+def _keywords(attrs: list) -> str:
+    return "".join(f", {a}=_fg_M" for a in attrs)
+
+
+def _given(attrs: list) -> str:
+    """The attributes a generated call was given, as the dict the slow path takes."""
+    pairs = "(" + "".join(f"({a!r}, {a}), " for a in attrs) + ")"
+    return f"{{**{{k: v for k, v in {pairs} if v is not _fg_M}}, **_fg_kw}}"
+
+
+def _generate(src: str, what: str, **names):
+    """The function ``src`` defines (its text kept as ``.source``), run with ``names``."""
+    g: dict = {"_fg_M": _MISSING, "_fg_type": type, **names}
+    exec(compile(src, f"<fusegen {what}>", "exec"), g)
+    fn = g[src[4:src.index("(")]]
+    fn.source = src
+    return fn
+
+
+def _key_expr(n: int, attrs: list) -> str:
+    parts = [f"_fg_a{i}.dtype, _fg_a{i}.shape" for i in range(n)] + [f"{a}, _fg_type({a})" for a in attrs]
+    return "(" + "".join(p + ", " for p in parts) + ")"
+
+
+def key_fn(op):
+    """``key(*arrays, **attrs)``: the signature key a call is cached under, generated for the op:
+    each input's dtype and shape, then each attribute's value *and type* (1, 1.0 and True are
+    equal as dict keys but must not share an entry), in the op's order whatever order the call
+    gives them in (an attribute not given is a sentinel). A flat tuple: it hashes faster than a
+    nested one. TypeError for a wrong input count or an attribute the op does not name."""
+    attrs = _attr_params(op)
+    n = len(op.inputs)
+    src = f"def key({_params(n, False)}{', *' if attrs else ''}{_keywords(attrs)}):\n    return {_key_expr(n, attrs)}\n"
+    return _generate(src, f"signature key of {op.name}")
+
+
+def attrs_call_fn(op, by_attrs: dict, slow, name: str, errors=(), translate=None):
+    """``call(*arrays, **attrs)`` -> ``by_attrs[key](*arrays)``, the key built inline from the
+    attributes as ``key_fn`` does (without the inputs); ``slow(attrs)`` gives the function for a
+    key not there (or unhashable, or with an attribute the op does not name). An exception of
+    the types ``errors`` goes to ``translate(e)``, which raises what the caller should see or
+    returns (``e`` is raised). For callers that cache one function per attribute set
+    (``fusegen.jax``)."""
+    attrs = _attr_params(op)
+    src = (f"def call(*_fg_arrays{_keywords(attrs)}, **_fg_kw):\n"
+           f"    try:\n"
+           f"        if _fg_kw:\n"
+           f"            raise KeyError\n"
+           f"        _fg_fn = _fg_by_attrs[{_key_expr(0, attrs)}]\n"
+           f"    except (KeyError, TypeError):\n"
+           f"        _fg_fn = _fg_slow({_given(attrs)})\n"
+           f"    try:\n"
+           f"        return _fg_fn(*_fg_arrays)\n"
+           f"    except _fg_errors as _fg_e:\n"
+           f"        _fg_translate(_fg_e)\n"
+           f"        raise\n")
+    return _generate(src, f"{name} of {op.name}", _fg_by_attrs=by_attrs, _fg_slow=slow, _fg_errors=tuple(errors),
+                     _fg_translate=translate)
+
+
+def attrs_key(op, attrs: dict):
+    """The key ``attrs_call_fn``'s call looks ``attrs`` up under (TypeError: unhashable, or an
+    attribute its call does not name, which it never looks up)."""
+    params = _attr_params(op)
+    if not attrs.keys() <= set(params):
+        raise TypeError("not a key")
+    key = []
+    for a in params:
+        v = attrs.get(a, _MISSING)
+        key += (v, type(v))
+    hash(key := tuple(key))
+    return key
+
+
+def call_fn(op, calls: dict, generic):
+    """The kernel's call, generated for its op: builds the signature key inline (``key_fn``'s),
+    looks the runner up in ``calls`` and runs it; anything else (a first call with a signature,
+    a write request, a wrong input count, an unknown attribute, a non-array input, an unhashable
+    attribute, a ``stream=``) goes to ``generic(arrays, out, accumulate, skip, inplace, attrs)``.
+
+    Generated because a generic ``__call__(self, *arrays, **attrs)`` spends more than the native
+    call itself at small sizes: the keyword dict, the key's nested tuples and unpacking, a helper
+    call per step (~1 us of a 2.5 us call)."""
+    attrs = _attr_params(op)
+    n = len(op.inputs)
+    ins = "(" + "".join(f"_fg_a{i}, " for i in range(n)) + ")"
+    src = (f"def call({_params(n, True)}{', ' if n else ''}*_fg_more, out=None, accumulate=False, skip=None, "
+           f"inplace=False{_keywords(attrs)}, **_fg_kw):\n"
+           f"    try:\n"
+           f"        if _fg_more or _fg_kw or accumulate is not False or skip is not None or inplace:\n"
+           f"            raise KeyError\n"
+           f"        _fg_run = _fg_calls[{_key_expr(n, attrs)}].run\n"
+           f"    except (KeyError, AttributeError, TypeError):\n"
+           f"        return _fg_generic(tuple(a for a in {ins} if a is not _fg_M) + _fg_more, out, "
+           f"accumulate, skip, inplace,\n"
+           f"                           {_given(attrs)})\n"
+           f"    return _fg_run({ins}, out)\n")
+    return _generate(src, f"call of {op.name}", _fg_calls=calls, _fg_generic=generic)
+
+
+def signature_key(kernel, arrays, attrs: dict):
+    """The key a call's signature is cached under (``key_fn``; the kernel's generated call
+    builds the same key inline). None when an attribute value is unhashable (a list) or the op
+    does not name an attribute given: such calls are prepared every time, not cached."""
     try:
+        key = kernel.key(*arrays, **attrs)
         hash(key)
     except TypeError:
         return None

@@ -21,19 +21,19 @@ class HostArguments:
         """Inputs as arrays (count checked), the signature key the fast path looks up (None
         when an attribute value is unhashable: such calls are prepared every time, not cached),
         and the stream (None)."""
-        arrs, key = call_signature(kernel.op, arrays, attrs)
+        arrs, key = call_signature(kernel, arrays, attrs)
         return arrs, key, None
 
 
 HOST = HostArguments()
 
 
-def call_signature(op, arrays, attrs: dict):
+def call_signature(kernel, arrays, attrs: dict):
     """The slow path's view of a call: inputs as arrays (count checked) and the signature key
     the fast path looks up; the key is None when an attribute value is unhashable (a list)."""
-    check_count(op, arrays)
+    check_count(kernel.op, arrays)
     arrs = [a if type(a) is np.ndarray else np.asarray(a) for a in arrays]
-    return arrs, signature_key(arrs, attrs)
+    return arrs, signature_key(kernel, arrs, attrs)
 
 
 def host_outputs(name: str, out, shapes, dtypes, reg_dtypes) -> list:

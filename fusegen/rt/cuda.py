@@ -26,7 +26,7 @@ class CudaArguments:
         check_count(op, arrays)
         st = resolve_stream(attrs.pop("stream", None))
         ins = classify(op, arrays)
-        return ins, signature_key(ins, attrs), st
+        return ins, signature_key(kernel, ins, attrs), st
 
 
 CUDA = CudaArguments()

@@ -19,6 +19,7 @@ What differs is contributed, not copied:
 """
 from __future__ import annotations
 
+import operator
 import threading
 
 from .. import dtypes as dt
@@ -26,7 +27,7 @@ from ..errors import DTypeError
 from ..ir import OpDef, infer, set_eager_executor
 from ..plan import Plan, build_plan, scan_form
 from . import requests
-from .call import Call, signature_fn
+from .call import Call, call_fn, key_fn
 
 BACKENDS = ("numba", "aot")
 DEVICES = ("cpu", "cuda")
@@ -63,7 +64,9 @@ class Kernel:
         self._variants: dict = {}   # write-request variants of the op -> their kernels
         self._lock = threading.Lock()
         self._last: Call | None = None
-        self._shapes = signature_fn(len(op.inputs))   # the fast path's (dtype, shape) per input
+        self.key = key_fn(op)                  # the signature key of a call (``rt.call.key_fn``)
+        # (a reference cycle, as the executor's back reference is: the kernel holds its call)
+        self._call = call_fn(op, self._calls, self._generic)
         self.place = _device(device)          # what the device contributes: rt.cpu.HOST or rt.cuda.CUDA
         self.executor = _executor(backend, device)(self, **options)
 
@@ -108,21 +111,16 @@ class Kernel:
         self._calls.clear()
 
     # --- the call path ------------------------------------------------------------------------
-    def __call__(self, *arrays, out=None, accumulate=False, skip=None, inplace=False, **attrs):
+    # ``kernel(*arrays, out=None, accumulate=False, skip=None, inplace=False, **attrs)`` runs the
+    # function generated for this kernel's op (``rt.call.call_fn``): a property, as Python looks
+    # ``__call__`` up on the type (the property hands back the instance's own function, with no
+    # wrapper call in between); whatever that function does not serve goes to ``_generic``.
+    __call__ = property(operator.attrgetter("_call"), doc="Run the kernel (see the class docstring).")
+
+    def _generic(self, arrays, out, accumulate, skip, inplace, attrs):
         if accumulate is not False or skip is not None or inplace:
             return requests.call(self, self._derived, arrays, out, accumulate, skip, inplace, attrs)
-        try:
-            # The signature key: dtypes and shapes, then attribute values *and types*
-            # (1, 1.0 and True are equal as dict keys but must not share an entry).
-            key = self._shapes(*arrays)
-            if attrs:
-                key = (key, *attrs.items(), *map(type, attrs.values()))
-            run = self._calls[key].run
-        except (KeyError, AttributeError, TypeError):
-            # first call with this signature, a non-array input, a wrong input count, an unhashable
-            # attribute, a stream
-            return self._slow_call(arrays, out, attrs)
-        return run(arrays, out)
+        return self._slow_call(arrays, out, attrs)
 
     def prepared(self, *arrays, **attrs) -> Call:
         """The ``Call`` of this input signature (its runner, output shapes, the executor's parts),

@@ -109,7 +109,7 @@ def _behaved(a: np.ndarray) -> np.ndarray:
 def make_runner(op, call: NumbaCpuCall):
     """A small function specialized to one signature: no loops or lookups on the hot path."""
     nin, nout = len(op.inputs), len(call.out_shapes)
-    g = {"np": np, "_behaved": _behaved, "_nd": np.ndarray, "_pool": call.pool, "_call": call,
+    g = {"np": np, "_empty": np.empty, "_behaved": _behaved, "_nd": np.ndarray, "_pool": call.pool, "_call": call,
          "_outputs": functools.partial(host_outputs, op.name, shapes=call.out_shapes, dtypes=call.out_dtypes,
                                        reg_dtypes=call.reg_out_dtypes),
          "_finish": functools.partial(finish, dtypes=call.out_dtypes, multi=op.multi_output)}
@@ -129,7 +129,7 @@ def make_runner(op, call: NumbaCpuCall):
     lines.append("    if out is None:")
     for k, (shp, d) in enumerate(zip(call.out_shapes, call.reg_out_dtypes)):
         g[f"_S{k}"], g[f"_D{k}"] = tuple(shp), d
-        lines.append(f"        o{k} = np.empty(_S{k}, _D{k})")
+        lines.append(f"        o{k} = _empty(_S{k}, _D{k})")
     lines.append("    else:")
     lines.append(f"        {outs} = _outputs(out)")
     if call.ws:

@@ -1,0 +1,91 @@
+"""The AOT backend's small-call path: ``host/fastcall.cc``, a CPython extension built once into
+fusegen's build cache (content-keyed like every build: its source, the compiler, and the Python
+and NumPy it is built against) and loaded from there.
+
+``module()`` is the loaded extension, or None where it cannot be had (no compiler, no Python
+headers, a build or load error, or ``FUSEGEN_FASTCALL=0``): the callers then keep the ctypes
+path, which gives the same results and the same errors, only slower.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import sysconfig
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from . import build
+
+_SOURCE = Path(__file__).resolve().parent / "host" / "fastcall.cc"
+_lock = threading.Lock()
+_state: list = []   # [module or None] once tried
+
+
+def _build():
+    include = sysconfig.get_paths()["include"]
+    if not (Path(include) / "Python.h").is_file():
+        return None
+    # -isystem: the headers are the interpreter's and NumPy's, not hashed into the key file by
+    # file; the defines put their versions into the key instead.
+    flags = ["-std=c++17", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", f"-isystem{include}",
+             f"-isystem{np.get_include()}", f"-DFG_PYTHON_ABI={sys.implementation.cache_tag}",
+             f"-DFG_NUMPY_VERSION={np.__version__}"]
+    path = build.compile_cached(_SOURCE, flags, None)
+    spec = importlib.util.spec_from_file_location("fusegen_fastcall", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def module():
+    """The extension (``call``), or None where it is not available (see the module docstring)."""
+    if _state:
+        return _state[0]
+    with _lock:
+        if not _state:
+            mod = None
+            if os.environ.get("FUSEGEN_FASTCALL", "1") != "0":
+                try:
+                    mod = _build()
+                except Exception:  # noqa: BLE001 - any failure leaves the ctypes path, which works
+                    mod = None
+            _state.append(mod)
+    return _state[0]
+
+
+#: The most bytes (inputs and outputs) a call may move to take the small-call path, which holds
+#: the GIL through the kernel: at memory speed a few microseconds, less than handing the GIL to
+#: another thread and back costs; bigger calls keep the ctypes path, which releases it.
+SMALL_CALL_BYTES = 64 * 1024
+
+
+def small_call(kernel, signature, nbytes: int, call_main, kernel_error):
+    """``(call, prepared, error)`` for a reentrant CPU ``AotKernel``'s ``signature`` moving
+    ``nbytes``: ``call(prepared, *inputs)`` runs it with fresh outputs and returns them (one
+    array or a tuple); False: not a call this path runs, nothing was done, take the ctypes path;
+    else the shim's status, which ``error(status)`` turns into the exception the ctypes path
+    raises. None where the path is not available or not worth it.
+
+    The call gets an argument block of its own (its own workspaces): a ctypes-path call of the
+    same signature may be using the others with the GIL released."""
+    mod = module()
+    if mod is None or not kernel.reentrant or nbytes > SMALL_CALL_BYTES:
+        return None
+    entry = signature.new_block()   # (block, address, params, workspaces): held by ``error``
+    n_inputs = len(signature.key) // 2
+    prepared = mod.prepare(kernel, signature, ctypes_address(call_main), entry[1], n_inputs,
+                           [(tuple(s), np.dtype(d)) for s, d in signature.outputs])
+
+    def error(status: int):
+        block = entry[0]
+        return kernel_error(kernel.function, status, block.result, block.error)
+    return mod.call, prepared, error
+
+
+def ctypes_address(function) -> int:
+    """The address of a ctypes foreign function."""
+    import ctypes
+    return ctypes.cast(function, ctypes.c_void_p).value

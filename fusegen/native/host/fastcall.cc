@@ -1,0 +1,168 @@
+// The AOT backend's small-call path (fusegen.native.fastcall): one CPython call that checks the
+// inputs, allocates the outputs, writes the data pointers into a prepared argument block and calls
+// the kernel through the host shim's fg_call_main, in place of np.empty calls, a Python loop over
+// ctypes objects and a ctypes call (most of a small call's cost: ~4 us of a 6 us call at (4, 5)).
+//
+// It runs only what it can run exactly as the Python path would; anything else returns False
+// with nothing done, and the caller takes that path (which copies, checks and reports): an input
+// that is not a C-contiguous ndarray, a closed kernel, an evicted signature. It holds the GIL
+// from those checks to the kernel's return, so no other thread can close the kernel, evict the
+// signature or use the block in between; hence it serves only calls small enough that holding
+// the GIL costs others less than a thread switch would.
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <numpy/arrayobject.h>
+
+#include <vector>
+
+namespace {
+
+// Mirror of FgCall in aot_host.cc (and fusegen.native.host.FgCall).
+struct FgCall {
+  void *fn;
+  int nparam;
+  void **params;
+  void *ndims, *shapes, *dtypes, *stream, *extra;
+  int result;
+  char error[512];
+};
+using CallMain = int (*)(FgCall *);
+
+struct Output {
+  std::vector<npy_intp> dims;
+  PyArray_Descr *descr;
+};
+
+// What one signature's calls share (the capsule ``prepare`` returns).
+struct Prepared {
+  PyObject *kernel, *signature;   // for the closed / evicted checks
+  CallMain main;
+  FgCall *block;
+  Py_ssize_t n_inputs;
+  std::vector<Output> outputs;
+};
+
+const char *const kCapsule = "fusegen.fastcall.Prepared";
+PyObject *open_name = nullptr, *evicted_name = nullptr;
+
+void destroy(PyObject *capsule) {
+  auto *p = static_cast<Prepared *>(PyCapsule_GetPointer(capsule, kCapsule));
+  if (p == nullptr) return;
+  Py_XDECREF(p->kernel);
+  Py_XDECREF(p->signature);
+  for (Output &o : p->outputs) Py_XDECREF(o.descr);
+  delete p;
+}
+
+// prepare(kernel, signature, call_main, block, n_inputs, [(shape, dtype), ...]) -> capsule
+PyObject *prepare(PyObject *, PyObject *args) {
+  PyObject *kernel, *signature, *main, *block, *outputs;
+  Py_ssize_t n_inputs;
+  if (!PyArg_ParseTuple(args, "OOOOnO!", &kernel, &signature, &main, &block, &n_inputs, &PyList_Type, &outputs))
+    return nullptr;
+  auto *p = new Prepared{kernel, signature, reinterpret_cast<CallMain>(PyLong_AsVoidPtr(main)),
+                         static_cast<FgCall *>(PyLong_AsVoidPtr(block)), n_inputs, {}};
+  Py_INCREF(kernel);
+  Py_INCREF(signature);
+  PyObject *capsule = PyCapsule_New(p, kCapsule, destroy);
+  if (capsule == nullptr) {
+    Py_DECREF(kernel);
+    Py_DECREF(signature);
+    delete p;
+    return nullptr;
+  }
+  if (PyErr_Occurred()) return Py_DECREF(capsule), nullptr;
+  if (p->main == nullptr || p->block == nullptr) {
+    PyErr_SetString(PyExc_ValueError, "prepare needs the call_main and block addresses");
+    return Py_DECREF(capsule), nullptr;
+  }
+  for (Py_ssize_t k = 0; k < PyList_GET_SIZE(outputs); ++k) {
+    PyObject *shape, *dtype;
+    if (!PyArg_ParseTuple(PyList_GET_ITEM(outputs, k), "OO", &shape, &dtype)) return Py_DECREF(capsule), nullptr;
+    Output o{{}, nullptr};
+    if (!PyArray_DescrConverter(dtype, &o.descr)) return Py_DECREF(capsule), nullptr;
+    p->outputs.push_back(o);
+    PyObject *seq = PySequence_Fast(shape, "an output shape must be a sequence");
+    if (seq == nullptr) return Py_DECREF(capsule), nullptr;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); ++i)
+      p->outputs.back().dims.push_back(PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(seq, i)));
+    Py_DECREF(seq);
+    if (PyErr_Occurred()) return Py_DECREF(capsule), nullptr;
+  }
+  if (p->n_inputs < 0 || p->n_inputs + static_cast<Py_ssize_t>(p->outputs.size()) > p->block->nparam) {
+    PyErr_SetString(PyExc_ValueError, "the argument block has fewer parameters than inputs and outputs");
+    return Py_DECREF(capsule), nullptr;
+  }
+  return capsule;
+}
+
+bool attribute_true(PyObject *owner, PyObject *name, bool *value) {
+  PyObject *v = PyObject_GetAttr(owner, name);
+  if (v == nullptr) return false;
+  int truth = PyObject_IsTrue(v);
+  Py_DECREF(v);
+  if (truth < 0) return false;
+  *value = truth != 0;
+  return true;
+}
+
+// call(prepared, *inputs): the outputs (one array, or a tuple of them) when the kernel ran and
+// returned 0; False when the call is not one this path runs (nothing was done); otherwise the
+// shim's status as an int (the block's result and error say the rest).
+PyObject *call(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+  auto *p = nargs > 0 ? static_cast<Prepared *>(PyCapsule_GetPointer(args[0], kCapsule)) : nullptr;
+  if (p == nullptr) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "call(prepared, *inputs)");
+    return nullptr;
+  }
+  if (nargs - 1 != p->n_inputs) Py_RETURN_FALSE;
+  for (Py_ssize_t i = 0; i < p->n_inputs; ++i) {
+    PyObject *a = args[1 + i];
+    if (!PyArray_CheckExact(a) || !PyArray_IS_C_CONTIGUOUS(reinterpret_cast<PyArrayObject *>(a))) Py_RETURN_FALSE;
+  }
+  bool open = false, evicted = true;
+  if (!attribute_true(p->kernel, open_name, &open) || !attribute_true(p->signature, evicted_name, &evicted))
+    return nullptr;
+  if (!open || evicted) Py_RETURN_FALSE;
+  Py_ssize_t n_out = static_cast<Py_ssize_t>(p->outputs.size());
+  PyObject *result = n_out == 1 ? nullptr : PyTuple_New(n_out);
+  if (n_out != 1 && result == nullptr) return nullptr;
+  for (Py_ssize_t k = 0; k < n_out; ++k) {
+    Output &o = p->outputs[k];
+    Py_INCREF(o.descr);   // PyArray_Empty steals it
+    PyObject *array = PyArray_Empty(static_cast<int>(o.dims.size()), o.dims.data(), o.descr, 0);
+    if (array == nullptr) return Py_XDECREF(result), nullptr;
+    p->block->params[p->n_inputs + k] = PyArray_DATA(reinterpret_cast<PyArrayObject *>(array));
+    if (n_out == 1)
+      result = array;
+    else
+      PyTuple_SET_ITEM(result, k, array);
+  }
+  for (Py_ssize_t i = 0; i < p->n_inputs; ++i)
+    p->block->params[i] = PyArray_DATA(reinterpret_cast<PyArrayObject *>(args[1 + i]));
+  int status = p->main(p->block);
+  if (status == 0 && p->block->result == 0) return result;
+  Py_DECREF(result);
+  return PyLong_FromLong(status);
+}
+
+PyMethodDef methods[] = {
+    {"prepare", prepare, METH_VARARGS,
+     "prepare(kernel, signature, call_main, block, n_inputs, [(shape, dtype), ...]) -> prepared"},
+    {"call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(call)), METH_FASTCALL,
+     "call(prepared, *inputs) -> outputs | False | status"},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyModuleDef module = {PyModuleDef_HEAD_INIT, "fusegen_fastcall", nullptr, -1, methods,
+                      nullptr, nullptr, nullptr, nullptr};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit_fusegen_fastcall(void) {
+  import_array();
+  open_name = PyUnicode_InternFromString("_open");
+  evicted_name = PyUnicode_InternFromString("evicted");
+  if (open_name == nullptr || evicted_name == nullptr) return nullptr;
+  return PyModule_Create(&module);
+}

@@ -1,0 +1,120 @@
+"""The per-call fast paths (issue #19): the kernel call generated per op (``rt.call.call_fn``),
+and the AOT backend's small-call extension (``fusegen.native.fastcall``) against its ctypes
+fallback: same results, same errors, the cache keyed as before. Cheap: two small AOT builds
+(cached) and one Numba kernel."""
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+import fusegen as fg
+import fusegen.examples as ex
+from fusegen.native import fastcall
+
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+X = np.arange(20, dtype=np.float32).reshape(4, 5) / 7
+Y = np.linspace(1, 2, 20, dtype=np.float32).reshape(4, 5)
+
+
+def test_generated_call_keys_attributes_by_name_value_and_type():
+    k = fg.compile(ex.add_reduce_sum)
+    a = k(X, Y, axis=1, keep_dims=False)
+    b = k(X, Y, keep_dims=False, axis=1)          # another keyword order: the same entry
+    assert len(k._calls) == 1 and np.array_equal(a, b)
+    np.testing.assert_allclose(a, (X + Y).sum(1), rtol=1e-6)
+    for _ in range(2):   # 0 == False, but another type: not the cached entry, refused every time
+        with pytest.raises(fg.AttrError, match="expected bool, got int"):
+            k(X, Y, axis=1, keep_dims=0)
+    with pytest.raises(fg.ArgumentError, match="takes 2 inputs"):
+        k(X)
+    with pytest.raises(fg.ArgumentError, match="takes 2 inputs"):
+        k(x=X, y=Y)                               # inputs are positional, as before
+    with pytest.raises(fg.AttrError, match="unknown attribute 'bogus'"):
+        k(X, Y, bogus=1)
+    assert np.array_equal(k(list(X), Y, axis=1, keep_dims=False), a)   # a list of rows: converted
+    assert len(k._calls) == 1
+
+
+@needs_gxx
+def test_small_call_path_matches_the_ctypes_path(monkeypatch):
+    assert fastcall.module() is not None        # built here, so the path below is the one tested
+    fast = fg.compile(ex.add_mul_div, backend="aot", dtypes="float32")
+    want = fast(X, Y)
+    call = fast._calls[fast.key(X, Y)]
+    assert "_small(" in call.run.source
+    monkeypatch.setattr(fastcall, "_state", [None])    # no extension: the ctypes path
+    slow = fg.compile(ex.add_mul_div, backend="aot", dtypes="float32")
+    got = slow(X, Y)
+    assert "_small(" not in slow._calls[slow.key(X, Y)].run.source
+    for w, g in zip(want, got):
+        assert np.array_equal(w, g)
+    # what the extension does not run goes the ctypes way, with the same results and errors
+    fx = np.asfortranarray(X)
+    for w, g in zip(want, fast(fx, Y)):
+        assert np.array_equal(w, g)
+    ro = X.copy()
+    ro.flags.writeable = False
+    for w, g in zip(want, fast(ro, Y)):
+        assert np.array_equal(w, g)
+    outs = tuple(np.empty_like(X) for _ in range(3))
+    assert fast(X, Y, out=outs) is not None and all(np.array_equal(w, o) for w, o in zip(want, outs))
+    outs[0].flags.writeable = False
+    with pytest.raises(fg.ArgumentError, match="writeable"):   # (the message AotKernel gives)
+        fast(X, Y, out=outs)
+
+
+@needs_gxx
+def test_small_call_path_reports_kernel_errors():
+    k = fg.compile(ex.cross_entropy, backend="aot", dtypes="float32,int64")
+    logits = np.zeros((3, 9), np.float32)
+    good = np.array([0, 8, 3])
+    assert "_small(" in (k(logits, good), k._calls[k.key(logits, good)].run.source)[1]
+    np.testing.assert_allclose(k(logits, good), np.log(9), rtol=1e-6)
+    with pytest.raises(fg.BoundsError, match="index 9 is out of bounds for axis 1 with size 9"):
+        k(logits, np.array([0, 9, 3]))
+
+
+@needs_gxx
+def test_small_calls_from_threads_beside_ctypes_path_calls():
+    """Threads on one signature: the small-call path (its own block, the GIL held) beside calls
+    that take the ctypes path (``out=``, a Fortran-order input) with the GIL released."""
+    import threading
+    k = fg.compile(ex.add_mul_div, backend="aot", dtypes="float32")
+    want = k(X, Y)
+    bad = []
+
+    def work(i):
+        for _ in range(150):
+            if i % 3 == 0:
+                outs = tuple(np.empty_like(X) for _ in range(3))
+                got = k(X, Y, out=outs)
+            elif i % 3 == 1:
+                got = k(np.asfortranarray(X), Y)
+            else:
+                got = k(X, Y)
+            if not all(np.array_equal(w, g) for w, g in zip(want, got)):
+                bad.append(i)
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not bad
+
+
+def test_no_small_call_extension_without_a_compiler(monkeypatch):
+    """A failed build (no compiler, no headers) leaves the ctypes path, once per process."""
+    from fusegen.errors import CompileError
+    from fusegen.native import build
+
+    def no_compiler(*args, **kwargs):
+        raise CompileError("compiler 'g++' not found", ["g++"])
+    monkeypatch.setattr(build, "compile_cached", no_compiler)
+    monkeypatch.setattr(fastcall, "_state", [])
+    assert fastcall.module() is None and fastcall._state == [None]
+    monkeypatch.undo()   # the real compiler back: FUSEGEN_FASTCALL=0 alone must refuse
+    monkeypatch.setattr(fastcall, "_state", [])
+    monkeypatch.setenv("FUSEGEN_FASTCALL", "0")
+    assert fastcall.module() is None
