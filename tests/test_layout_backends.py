@@ -76,6 +76,11 @@ def _swiglu(x):
 #: (name, traced function, inputs, NumPy reference, traced per rank)
 CASES = [
     ("x+y.T", lambda x, y: x + y.T, [_r(5, 7), _r(7, 5)], lambda x, y: x + y.T, False),
+    # read transposed: run in square blocks (fusegen.rt.policy.choose_block, fg::blocks), sizes
+    # not a multiple of the block, through a negative step and a strided slice
+    ("x+y.T blocked", lambda x, y: x + y.T, [_r(70, 131), _r(131, 70)], lambda x, y: x + y.T, False),
+    ("x+y.mT blocked", lambda x, y: x[:, ::-1] + fg.matrix_transpose(y[..., ::2, :]), [_r(2, 67, 65), _r(2, 130, 67)],
+     lambda x, y: x[:, ::-1] + np.swapaxes(y[..., ::2, :], -1, -2), False),
     ("swiglu", _swiglu, [_r(4, 10)], lambda x: (lambda a, b: a / (1 + np.exp(-a)) * b)(*np.split(x, 2, -1)), False),
     ("heads", _heads, [_r(2, 3, 8)], lambda x: x.reshape(2, 3, 4, 2).transpose(0, 2, 1, 3) * 0.5, True),
     ("merge", _merge, [_r(2, 3, 4, 5)], lambda x: x.transpose(0, 2, 1, 3).reshape(2, 4, 15) + 1, True),
@@ -138,7 +143,7 @@ def _batched(cases, name: str):
 
 
 #: The default run's share of the table (the whole table is slow: ``-m slow``).
-QUICK = {"x+y.T", "rope", "causal softmax", "pad 2d", "modular reshape", "int index", "x/x.shape", "stack", "repeat each",
+QUICK = {"x+y.T", "x+y.T blocked", "x+y.mT blocked", "rope", "causal softmax", "pad 2d", "modular reshape", "int index", "x/x.shape", "stack", "repeat each",
          "heads", "group norm"}
 
 
