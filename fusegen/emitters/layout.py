@@ -311,7 +311,9 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
                 return f"int64_t({at})"
             # a modular map (a reshape whose radices do not nest) unravels the linear index: the
             # slow path; the test is loop-invariant
-            mod, inner = (f"M.mod[{k}]", f"M.inner[{k}]") if device else (f"mod{k}", f"inner{k}")
+            # (`modular`: a std::true_type or std::false_type, so the CPU loop without any modular
+            # operand has no test at all)
+            mod, inner = (f"M.mod[{k}]", f"M.inner[{k}]") if device else (f"modular && mod{k}", f"inner{k}")
             term = terms.address_terms(n, ctx, cur['w']) if len(terms) else ""
             ptr = f"(p{k}{term})" if term else f"p{k}"
             return f"{r['reg']}(fg::at({ptr}, {mod}, {inner}, {at}))"
