@@ -203,10 +203,15 @@ def test_emitted_layout_source_reads_through_views():
     assert "fg::permute_rule(" in src                      # the shape rule of .T
     assert re.search(r"fg::views::permute\(&v\[1\], s\.prm\[\d+\]\.v", src)  # y read through it
     assert "FG_ERR_VIEW_PARAM" in src and "case 64:" in src  # the view errors are in the table
+    assert "const fg::Blocks K = fg::blocks<kOps0>(B);" in src   # its tasks: blocks where y is read transposed
+    assert "run_box(std::false_type{})" in src and "fg::at(p1, modular && mod1," in src  # no test per element
     # a concat's pieces: one body per piece, chosen per box
     src = fg.emit(_op(True, False), dtypes="float32").source
     assert "// %" in src and "piece 1" in src
     assert "fg::views::place(" in src and "fg::views::pad_piece(" in src
+    # the causal softmax's mask splits its loops (three stages: max, sum, the output), each into
+    # three intervals, the masked one without a read of x
+    assert src.count("fg::true_range(") == 3 and "for (int64_t i = sp.lo; i < sp.hi; ++i) {" in src
 
 
 def test_emit_of_a_rank_specializing_op():
