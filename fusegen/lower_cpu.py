@@ -205,24 +205,7 @@ class GroupSource:
                 if o.key in self.g.operands:
                     w(f"{p2}ga_{o.name} = {at}")
             p3 = p2 + "    "
-            bounds, loops = cpu_splits.segments(self, st, "row", "r_hi - r_lo", p2)
-            self.lines += bounds
-            for rng, choice in loops:   # one loop, or one per interval of an index-set split
-                self.fills.begin(lambda n, ctx: self._load(n, ctx, "row"), f"r{st.index}_", "row", "ri", "r_hi - r_lo")
-                ew = ExprWriter(self.spec, PYTHON, lambda n, ctx: self._load(n, ctx, "row"),
-                                prefix=f"s{st.index}{_tag(choice)}_", variant={**(self.run.variant or {}), **choice},
-                                gather=self.g.cpu_index, random=self.rng)
-                self._ew = ew
-                vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
-                outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.writes]
-                self.lines += self.fills.end(p2)
-                w(f"{p2}for ri in range({rng}):")
-                for name, expr in ew.lines:
-                    w(f"{p3}{name} = {expr}")
-                for j, ((r, acc), v) in enumerate(zip(accs, vals)):
-                    w(f"{p3}{combine(r.arg.kind, f'acc{j}', v)}")
-                for o, n, v in outs:
-                    w(f"{p3}v_{o.name}[ri] = {v}")
+            self._hot_loops(st, accs, "row", p2)
             if st.is_scan:   # every running value is a result: stored at each step, no epilogue
                 self.lines += cpu_scans.store_lines(self, accs, p3, pad, "ri", "acc{j}")
             elif self.split:
@@ -244,28 +227,36 @@ class GroupSource:
                 if o.key in self.g.operands:
                     w(f"{p3}ga_{o.name} = {at}")
             p4 = p3 + "    "
-            bounds, loops = cpu_splits.segments(self, st, "col", "n", p3)
-            self.lines += bounds
-            for rng, choice in loops:   # one loop, or one per interval of an index-set split
-                self.fills.begin(lambda n, ctx: self._load(n, ctx, "col"), f"r{st.index}_", "col", "i", "n")
-                ew = ExprWriter(self.spec, PYTHON, lambda n, ctx: self._load(n, ctx, "col"),
-                                prefix=f"s{st.index}{_tag(choice)}_", variant={**(self.run.variant or {}), **choice},
-                                gather=self.g.cpu_index, random=self.rng)
-                self._ew = ew
-                vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
-                outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.writes]
-                self.lines += self.fills.end(p3)
-                w(f"{p3}for i in range({rng}):")
-                for name, expr in ew.lines:
-                    w(f"{p4}{name} = {expr}")
-                for j, ((r, acc), v) in enumerate(zip(accs, vals)):
-                    w(f"{p4}{combine(r.arg.kind, f'acc{j}[i]', v)}")
-                for o, n, v in outs:
-                    w(f"{p4}v_{o.name}[i] = {v}")
+            self._hot_loops(st, accs, "col", p3)
             if st.is_scan:   # (the totals pass: acc is the partial row already)
                 self.lines += cpu_scans.store_lines(self, accs, p4, None, "i", "acc{j}[i]")
             elif not self.split:
                 self._finalize_col(st, accs, pad)
+
+    def _hot_loops(self, st, accs, mode: str, pad: str) -> None:
+        """The stage's innermost loop (``ri`` in row mode, ``i`` in col mode) at ``pad``: one,
+        or one per interval of an index-set split (``lower/cpu_splits``), each with its body."""
+        w = self.lines.append
+        var, count, acc_at = ("ri", "r_hi - r_lo", "acc{j}") if mode == "row" else ("i", "n", "acc{j}[i]")
+        body = pad + "    "
+        bounds, loops = cpu_splits.segments(self, st, mode, count, pad)
+        self.lines += bounds
+        for rng, choice in loops:
+            self.fills.begin(lambda n, ctx: self._load(n, ctx, mode), f"r{st.index}_", mode, var, count)
+            ew = ExprWriter(self.spec, PYTHON, lambda n, ctx: self._load(n, ctx, mode),
+                            prefix=f"s{st.index}{_tag(choice)}_", variant={**(self.run.variant or {}), **choice},
+                            gather=self.g.cpu_index, random=self.rng)
+            self._ew = ew
+            vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
+            outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.writes]
+            self.lines += self.fills.end(pad)
+            w(f"{pad}for {var} in range({rng}):")
+            for name, expr in ew.lines:
+                w(f"{body}{name} = {expr}")
+            for j, ((r, acc), v) in enumerate(zip(accs, vals)):
+                w(f"{body}{combine(r.arg.kind, acc_at.format(j=j), v)}")
+            for o, n, v in outs:
+                w(f"{body}v_{o.name}[{var}] = {v}")
 
     def _unravel(self, pad: str, index: str, ndims: str, offset: str, target: str, ops) -> None:
         """Add the offsets of flat ``index`` over ``ndims`` dims (extents and strides at
