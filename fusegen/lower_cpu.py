@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from . import vmath
 from .ir import Node, Op, Spec, nodes_of
-from .lower import cpu_scans
+from .lower import cpu_fold, cpu_scans, cpu_splits
 from .lower import rng as rnglower
 from .lower.cpu_layout import HEADER, OperandSlot, index_text, meta_array, stride_pattern, view_text  # noqa: F401  (HEADER, meta_array: part of the face)
 from .lower.gathers import GatherSlots
@@ -39,8 +39,11 @@ class GroupSource:
     """Builds the source of one group function."""
 
     def __init__(self, plan: Plan, spec: Spec, run: GroupRun, pattern: tuple, mode: str, parallel: bool,
-                 split: bool = False):
+                 split: bool = False, block: int = 1):
         self.plan, self.spec, self.run, self.mode, self.parallel = plan, spec, run, mode, parallel
+        # block: rows of the last outer dim a task runs on its tile (rt.policy.choose_block), > 1
+        # where an operand is read transposed: a square block instead of one long row.
+        self.block = block
         # split: one reduction stage whose reduced dim is cut into chunks, one per task, each
         # into its own partial accumulator row, combined at the end. Used when there are too
         # few outputs to give every thread a contiguous share (e.g. a column sum).
@@ -82,7 +85,8 @@ class GroupSource:
         w = self.lines.append
         w(f"def {fname}({', '.join(args)}):")
         w(f"    # stages {', '.join(str(s) for s in self.run.stages)} of op {self.plan.opdef.name}, "
-          f"{self.mode} mode{', reduced dim split across tasks' if self.split else ''}")
+          f"{self.mode} mode{', reduced dim split across tasks' if self.split else ''}"
+          f"{f', blocked: {self.block} rows by TILE' if self.block > 1 else ''}")
         if self.run.variant:
             w("    # pieces in this box: " + ", ".join(
                 f"%{self.plan.opdef.graph.idx(n)} {'constant' if p is None else f'source {p}'}"
@@ -93,7 +97,11 @@ class GroupSource:
         w("    nO = meta[0]; nRO = meta[1]; RI = meta[2]; I = meta[3]")
         w("    ntiles = meta[4]; TILE = meta[5]; ROT = meta[7]; count = meta[8]")
         w(f"    nsplit = meta[9]; chunk = meta[10]; W = nO + nRO + 2; SB = {HEADER} + nO + nRO")
-        w("    ntasks = meta[6] * ntiles * nsplit")
+        if self.block > 1:   # tasks are blocks: BLOCK rows of the last outer dim by one tile
+            w(f"    BLOCK = {self.block}; rows = meta[{HEADER} + nO - 1]; nrb = (rows + BLOCK - 1) // BLOCK")
+            w("    ntasks = (meta[6] // rows) * nrb * ntiles")
+        else:
+            w("    ntasks = meta[6] * ntiles * nsplit")
         self.lines += self.g.cpu_lines("alloc")
         for o in self.ops.values():
             if o.ri == "n":
@@ -121,13 +129,24 @@ class GroupSource:
         w = self.lines.append
         loop = "prange" if self.parallel else "range"
         w(f"    for t in {loop}(ntasks):")
-        w("        o = t // (ntiles * nsplit)")
-        w("        u = t - o * (ntiles * nsplit)")
-        w("        i0 = (u // nsplit) * TILE")
-        w("        r_lo = (u - (u // nsplit) * nsplit) * chunk")
-        w("        r_hi = min(RI, r_lo + chunk)")
+        if self.block > 1:
+            w("        ob = t // (nrb * ntiles)")
+            w("        u = t - ob * (nrb * ntiles)")
+            w("        r0 = (u // ntiles) * BLOCK")
+            w("        i0 = (u - (u // ntiles) * ntiles) * TILE")
+            w("        r_lo = 0")
+            w("        r_hi = RI")
+        else:
+            w("        o = t // (ntiles * nsplit)")
+            w("        u = t - o * (ntiles * nsplit)")
+            w("        i0 = (u // nsplit) * TILE")
+            w("        r_lo = (u - (u // nsplit) * nsplit) * chunk")
+            w("        r_hi = min(RI, r_lo + chunk)")
         w("        n = min(TILE, I - i0)")
         alloc_at = len(self.lines)
+        if self.block > 1:   # the block's rows, each run as a task of one row would be
+            w("        for o in range(ob * rows + r0, ob * rows + min(rows, r0 + BLOCK)):")
+        body_at = len(self.lines)
         for o in self.ops.values():
             if self.general:  # an offset (a slice's start, a piece's place, an iota's first value)
                 w(f"        b_{o.name} = meta[SB + {len(self.ops)} * W + {o.k}] + i0 * meta[SB + {o.k} * W + nO + nRO + 1]")
@@ -137,6 +156,8 @@ class GroupSource:
         self.lines += self.g.cpu_lines("task start")
         for st in self._stages():
             self._stage(st)
+        if self.block > 1:
+            self.lines[body_at:] = ["    " + line for line in self.lines[body_at:]]
         self.lines += self.g.cpu_lines("task end")
         self.lines[alloc_at:alloc_at] = self.fills.allocations("        ")
 
@@ -184,20 +205,7 @@ class GroupSource:
                 if o.key in self.g.operands:
                     w(f"{p2}ga_{o.name} = {at}")
             p3 = p2 + "    "
-            self.fills.begin(lambda n, ctx: self._load(n, ctx, "row"), f"r{st.index}_", "row", "ri", "r_hi - r_lo")
-            ew = ExprWriter(self.spec, PYTHON, lambda n, ctx: self._load(n, ctx, "row"), prefix=f"s{st.index}_",
-                            variant=self.run.variant, gather=self.g.cpu_index, random=self.rng)
-            self._ew = ew
-            vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
-            outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.writes]
-            self.lines += self.fills.end(p2)
-            w(f"{p2}for ri in range(r_hi - r_lo):")
-            for name, expr in ew.lines:
-                w(f"{p3}{name} = {expr}")
-            for j, ((r, acc), v) in enumerate(zip(accs, vals)):
-                w(f"{p3}{combine(r.arg.kind, f'acc{j}', v)}")
-            for o, n, v in outs:
-                w(f"{p3}v_{o.name}[ri] = {v}")
+            self._hot_loops(st, accs, "row", p2)
             if st.is_scan:   # every running value is a result: stored at each step, no epilogue
                 self.lines += cpu_scans.store_lines(self, accs, p3, pad, "ri", "acc{j}")
             elif self.split:
@@ -208,7 +216,7 @@ class GroupSource:
         else:
             r_start = "r_lo"
             if accs and not st.writes and not st.is_scan and all(o.i == 1 and o.kind == "array" for o in moving) and not self.g.nodes:
-                self._fold4(st, accs, moving, p2)
+                self.lines += cpu_fold.fold4(self, st, accs, moving, p2)
                 r_start = "ri"
             w(f"{p2}for ri in range({r_start}, r_hi):")
             p3 = p2 + "    "
@@ -219,65 +227,36 @@ class GroupSource:
                 if o.key in self.g.operands:
                     w(f"{p3}ga_{o.name} = {at}")
             p4 = p3 + "    "
-            self.fills.begin(lambda n, ctx: self._load(n, ctx, "col"), f"r{st.index}_", "col", "i", "n")
-            ew = ExprWriter(self.spec, PYTHON, lambda n, ctx: self._load(n, ctx, "col"), prefix=f"s{st.index}_",
-                            variant=self.run.variant, gather=self.g.cpu_index, random=self.rng)
-            self._ew = ew
-            vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
-            outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.writes]
-            self.lines += self.fills.end(p3)
-            w(f"{p3}for i in range(n):")
-            for name, expr in ew.lines:
-                w(f"{p4}{name} = {expr}")
-            for j, ((r, acc), v) in enumerate(zip(accs, vals)):
-                w(f"{p4}{combine(r.arg.kind, f'acc{j}[i]', v)}")
-            for o, n, v in outs:
-                w(f"{p4}v_{o.name}[i] = {v}")
+            self._hot_loops(st, accs, "col", p3)
             if st.is_scan:   # (the totals pass: acc is the partial row already)
                 self.lines += cpu_scans.store_lines(self, accs, p4, None, "i", "acc{j}[i]")
             elif not self.split:
                 self._finalize_col(st, accs, pad)
 
-    def _fold4(self, st, accs, moving, pad):
-        """Col mode, four rows per pass over the accumulators: a quarter of the accumulator
-        loads and stores, which matter once a split task's accumulator row outgrows L1."""
+    def _hot_loops(self, st, accs, mode: str, pad: str) -> None:
+        """The stage's innermost loop (``ri`` in row mode, ``i`` in col mode) at ``pad``: one,
+        or one per interval of an index-set split (``lower/cpu_splits``), each with its body."""
         w = self.lines.append
-        w(f"{pad}ri = r_lo")
-        w(f"{pad}while ri + 4 <= r_hi:")
-        p3 = pad + "    "
-        rows = []
-        for k in range(4):
-            for o in moving:
-                row = f"ri + {k}" if k else "ri"
-                at = f"c_{o.name} + {index_text(o.ri, f'({row})', o.name + '_sri')}"
-                w(f"{p3}{o.name}_r{k} = _fg_row({o.name}_, {at})")
-            rows.append({o.key: f"{o.name}_r{k}" for o in moving})
-        w(f"{p3}for i in range(n):")
-        p4 = p3 + "    "
-        per_row = []
-        for k, views in enumerate(rows):
-            def leaf(n, ctx, views=views):
-                if n.op is Op.ATTR:
-                    return self._attr(n)
-                if is_param(n):
-                    return self.param_name(n)
-                return f"{views[self._operand(n, ctx)]}[i]"
-            ew = ExprWriter(self.spec, PYTHON, leaf, prefix=f"s{st.index}_k{k}_", variant=self.run.variant)
+        var, count, acc_at = ("ri", "r_hi - r_lo", "acc{j}") if mode == "row" else ("i", "n", "acc{j}[i]")
+        body = pad + "    "
+        bounds, loops = cpu_splits.segments(self, st, mode, count, pad)
+        self.lines += bounds
+        for rng, choice in loops:
+            self.fills.begin(lambda n, ctx: self._load(n, ctx, mode), f"r{st.index}_", mode, var, count)
+            ew = ExprWriter(self.spec, PYTHON, lambda n, ctx: self._load(n, ctx, mode),
+                            prefix=f"s{st.index}{_tag(choice)}_", variant={**(self.run.variant or {}), **choice},
+                            gather=self.g.cpu_index, random=self.rng)
+            self._ew = ew
             vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
+            outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.writes]
+            self.lines += self.fills.end(pad)
+            w(f"{pad}for {var} in range({rng}):")
             for name, expr in ew.lines:
-                w(f"{p4}{name} = {expr}")
-            per_row.append(vals)
-        for j, (r, acc) in enumerate(accs):
-            v = [per_row[k][j] for k in range(4)]
-            kind = r.arg.kind
-            if kind in ("sum", "mean"):
-                w(f"{p4}acc{j}[i] += ({v[0]} + {v[1]}) + ({v[2]} + {v[3]})")
-            elif kind == "prod":
-                w(f"{p4}acc{j}[i] *= ({v[0]} * {v[1]}) * ({v[2]} * {v[3]})")
-            else:
-                f = "_fmax" if kind in ("max", "copy") else "_fmin"
-                w(f"{p4}acc{j}[i] = {f}(acc{j}[i], {f}({f}({v[0]}, {v[1]}), {f}({v[2]}, {v[3]})))")
-        w(f"{p3}ri += 4")
+                w(f"{body}{name} = {expr}")
+            for j, ((r, acc), v) in enumerate(zip(accs, vals)):
+                w(f"{body}{combine(r.arg.kind, acc_at.format(j=j), v)}")
+            for o, n, v in outs:
+                w(f"{body}v_{o.name}[{var}] = {v}")
 
     def _unravel(self, pad: str, index: str, ndims: str, offset: str, target: str, ops) -> None:
         """Add the offsets of flat ``index`` over ``ndims`` dims (extents and strides at
@@ -370,10 +349,10 @@ class GroupSource:
 
     def _counter_operand(self, n: Node, ctx: tuple, mode: str):
         """(name, key) of an iota operand with unit stride along the ``mode`` loop, else None."""
-        o = self.ops[self._operand(n, ctx)]
+        o = self.ops[self.operand(n, ctx)]
         return (o.name, o.key) if o.kind == "iota" and (o.i if mode == "col" else o.ri) == 1 else None
 
-    def _operand(self, n: Node, ctx: tuple) -> tuple:
+    def operand(self, n: Node, ctx: tuple) -> tuple:
         return self.run.operand_of[(self.slot_of[id(n)], path_steps(ctx, n))]
 
     def _elem_targets(self, st) -> list[OperandSlot]:
@@ -392,7 +371,7 @@ class GroupSource:
             return self._attr(n)
         if is_param(n):
             return self.param_name(n)
-        o = self.ops[self._operand(n, ctx)]
+        o = self.ops[self.operand(n, ctx)]
         cls = o.ri if mode == "row" else o.i
         var = "ri" if mode == "row" else "i"
         terms = self.g.address_terms(n, ctx, self._ew)
@@ -419,6 +398,11 @@ class GroupSource:
         out = reg_dtype(self.spec.of(r).dtype)
         acc = reg_dtype(self.spec.of(r).acc)
         return v if out is acc else PYTHON.cast(v, out)
+
+
+def _tag(choice: dict) -> str:
+    """A split loop's name prefix: its branch (t, f), so two loops' temporaries never share a name."""
+    return "".join("t" if v else "f" for v in choice.values())
 
 
 def _nodes_of(st) -> list[Node]:
@@ -456,14 +440,16 @@ class GroupKernel:
     gathers: object = None  # fusegen.lower.gathers.GatherSlots: what the function's gathers take
 
 
-def compile_group(plan: Plan, spec: Spec, run: GroupRun, parallel: bool, split: bool = False) -> GroupKernel:
-    """Generate, write, import and JIT the function for one fused group."""
+def compile_group(plan: Plan, spec: Spec, run: GroupRun, parallel: bool, split: bool = False,
+                  block: int = 1) -> GroupKernel:
+    """Generate, write, import and JIT the function for one fused group (``block``: rows per task
+    where it runs in blocks, ``rt.policy.choose_block``)."""
     import numba
 
     from . import pyhelpers_numba   # (imports numba: on first compile, not at import fusegen)
     mode = "row" if run.layout.inner == 1 else "col"
     pattern = stride_pattern(run)
-    gs = GroupSource(plan, spec, run, pattern, mode, parallel, split)
+    gs = GroupSource(plan, spec, run, pattern, mode, parallel, split, block)
     body = gs.emit("kernel")
     jit = dict(JIT_OPTIONS, parallel=parallel)
     shown = {k: sorted(v) if isinstance(v, (set, frozenset)) else v for k, v in jit.items()}  # stable text

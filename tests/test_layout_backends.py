@@ -76,6 +76,11 @@ def _swiglu(x):
 #: (name, traced function, inputs, NumPy reference, traced per rank)
 CASES = [
     ("x+y.T", lambda x, y: x + y.T, [_r(5, 7), _r(7, 5)], lambda x, y: x + y.T, False),
+    # read transposed: run in square blocks (fusegen.rt.policy.choose_block, fg::blocks), sizes
+    # not a multiple of the block, through a negative step and a strided slice
+    ("x+y.T blocked", lambda x, y: x + y.T, [_r(70, 131), _r(131, 70)], lambda x, y: x + y.T, False),
+    ("x+y.mT blocked", lambda x, y: x[:, ::-1] + fg.matrix_transpose(y[..., ::2, :]), [_r(2, 67, 65), _r(2, 130, 67)],
+     lambda x, y: x[:, ::-1] + np.swapaxes(y[..., ::2, :], -1, -2), False),
     ("swiglu", _swiglu, [_r(4, 10)], lambda x: (lambda a, b: a / (1 + np.exp(-a)) * b)(*np.split(x, 2, -1)), False),
     ("heads", _heads, [_r(2, 3, 8)], lambda x: x.reshape(2, 3, 4, 2).transpose(0, 2, 1, 3) * 0.5, True),
     ("merge", _merge, [_r(2, 3, 4, 5)], lambda x: x.transpose(0, 2, 1, 3).reshape(2, 4, 15) + 1, True),
@@ -138,7 +143,7 @@ def _batched(cases, name: str):
 
 
 #: The default run's share of the table (the whole table is slow: ``-m slow``).
-QUICK = {"x+y.T", "rope", "causal softmax", "pad 2d", "modular reshape", "int index", "x/x.shape", "stack", "repeat each",
+QUICK = {"x+y.T", "x+y.T blocked", "x+y.mT blocked", "rope", "causal softmax", "pad 2d", "modular reshape", "int index", "x/x.shape", "stack", "repeat each",
          "heads", "group norm"}
 
 
@@ -198,10 +203,15 @@ def test_emitted_layout_source_reads_through_views():
     assert "fg::permute_rule(" in src                      # the shape rule of .T
     assert re.search(r"fg::views::permute\(&v\[1\], s\.prm\[\d+\]\.v", src)  # y read through it
     assert "FG_ERR_VIEW_PARAM" in src and "case 64:" in src  # the view errors are in the table
+    assert "const fg::Blocks K = fg::blocks<kOps0>(B);" in src   # its tasks: blocks where y is read transposed
+    assert "run_box(std::false_type{})" in src and "fg::at(p1, modular && mod1," in src  # no test per element
     # a concat's pieces: one body per piece, chosen per box
     src = fg.emit(_op(True, False), dtypes="float32").source
     assert "// %" in src and "piece 1" in src
     assert "fg::views::place(" in src and "fg::views::pad_piece(" in src
+    # the causal softmax's mask splits its loops (three stages: max, sum, the output), each into
+    # three intervals, the masked one without a read of x
+    assert src.count("fg::true_range(") == 3 and "for (int64_t i = sp.lo; i < sp.hi; ++i) {" in src
 
 
 def test_emit_of_a_rank_specializing_op():

@@ -20,12 +20,13 @@ import itertools
 from .. import dtypes as dt
 from ..dtypes import AttrType, DType
 from ..errors import TraceError
-from ..ir import PIECEWISE, VIEWS, Node, Op, OpDef, Spec, infer, is_static
+from ..ir import PIECEWISE, VIEWS, Node, Op, OpDef, Spec, infer, is_static, nodes_of
 from ..plan import Plan
 from ..plan import views as V
 from ..plan.access import Broadcast, Gather, Piece, Reduced, View
 from ..plan.exprs import CPP, ExprWriter, reduce_identity, reg_dtype
 from ..plan.paths import is_param, path_steps
+from ..plan.splits import COMPARISONS, stage_splits
 from . import gathers as G
 from .rng import random_text
 
@@ -310,7 +311,9 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
                 return f"int64_t({at})"
             # a modular map (a reshape whose radices do not nest) unravels the linear index: the
             # slow path; the test is loop-invariant
-            mod, inner = (f"M.mod[{k}]", f"M.inner[{k}]") if device else (f"mod{k}", f"inner{k}")
+            # (`modular`: a std::true_type or std::false_type, so the CPU loop without any modular
+            # operand has no test at all)
+            mod, inner = (f"M.mod[{k}]", f"M.inner[{k}]") if device else (f"modular && mod{k}", f"inner{k}")
             term = terms.address_terms(n, ctx, cur['w']) if len(terms) else ""
             ptr = f"(p{k}{term})" if term else f"p{k}"
             return f"{r['reg']}(fg::at({ptr}, {mod}, {inner}, {at}))"
@@ -320,29 +323,16 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
         for j, a in enumerate(st.stores):
             stores.append(dict(k=nreads + j, type=types[operand_id(a.slot)], id=operand_id(a.slot),
                                node=g.idx(a.node), kind=a.slot[0]))
+        split = None if device or len(terms) else _split(st, index_of, slot_of, reads, g)
         bodies = []
         for variant in variants(st):
-            gw = G.IndexWriter(op, g.idx)
-            w = cur["w"] = ExprWriter(spec, dialect, leaf, prefix="t", variant=variant, gather=gw,
-                                      random=random_text)
-            reds = []
-            for j, r in enumerate(st.reductions):
-                info = spec.of(r)
-                acc = reg_dtype(info.acc)
-                v = w.value(r.srcs[0], acc)
-                targets = [s["k"] for s, a in zip(stores, st.stores) if a.node is r]
-                reds.append(dict(j=j, kind=r.arg.kind, acc=dialect.type_name(acc),
-                                 init=dialect.literal(reduce_identity(r.arg.kind, acc), acc), value=v,
-                                 targets=targets))
-            writes = []
-            for k, n in st.writes:
-                want = reg_dtype(dt.materialize(spec.of(n).dtype))
-                target = next(s["k"] for s, a in zip(stores, st.stores) if a.slot == ("out", k))
-                writes.append(dict(k=target, value=w.value(n, want)))
-            lines = [f"const auto {name} = {expr};" for name, expr in w.lines]
-            bodies.append(dict(lines=lines, reds=reds, writes=writes, flags=gw.flags,
-                               text=", ".join(f"%{g.idx(n)} {'constant' if p is None else f'piece {p}'}"
-                                              for (n, _), p in variant.items())))
+            body = _body(st, spec, stores, dialect, leaf, cur, variant, op)
+            body["text"] = ", ".join(f"%{g.idx(n)} {'constant' if p is None else f'piece {p}'}"
+                                     for (n, _), p in variant.items())
+            if split is not None:   # an index-set split's loop bodies: the mask false, true
+                body["seg"] = [_body(st, spec, stores, dialect, leaf, cur, {**variant, split["key"]: v}, op)
+                               for v in (False, True)]
+            bodies.append(body)
         finals = []
         if st.finals:
             results = {id(r): f"r{j}" for j, r in enumerate(st.reductions)}
@@ -357,8 +347,47 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
             final_lines = []
         params = [dict(node=g.idx(n), cpp="double" if _kind(spec.of(n).dtype) == "f" else "int64_t",
                        field=_kind(spec.of(n).dtype)) for n in st.params]
-        out.append(dict(index=st.index, reads=reads, stores=stores, bodies=bodies, finals=finals,
+        out.append(dict(index=st.index, reads=reads, stores=stores, bodies=bodies, finals=finals, split=split,
                         nterms=len(terms), gathers=G.stage_extents(op, st),
                         final_lines=final_lines, params=params, nops=len(st.reads) + len(st.stores) + sum(
                             len(p) for _, p in st.instances)))
     return out
+
+
+def _body(st, spec: Spec, stores: list[dict], dialect, leaf, cur: dict, variant: dict, op: OpDef) -> dict:
+    """One loop body of stage ``st`` for a variant (which piece each concat/pad takes, and which
+    branch a split ``where`` takes): its lines, its reductions' values, its writes, its gathers'
+    checks."""
+    gw = G.IndexWriter(op, op.graph.idx)
+    w = cur["w"] = ExprWriter(spec, dialect, leaf, prefix="t", variant=variant, gather=gw, random=random_text)
+    reds = []
+    for j, r in enumerate(st.reductions):
+        acc = reg_dtype(spec.of(r).acc)
+        v = w.value(r.srcs[0], acc)
+        targets = [s["k"] for s, a in zip(stores, st.stores) if a.node is r]
+        reds.append(dict(j=j, kind=r.arg.kind, acc=dialect.type_name(acc),
+                         init=dialect.literal(reduce_identity(r.arg.kind, acc), acc), value=v, targets=targets))
+    writes = []
+    for k, n in st.writes:
+        want = reg_dtype(dt.materialize(spec.of(n).dtype))
+        target = next(s["k"] for s, a in zip(stores, st.stores) if a.slot == ("out", k))
+        writes.append(dict(k=target, value=w.value(n, want)))
+    lines = [f"const auto {name} = {expr};" for name, expr in w.lines]
+    return dict(lines=lines, reds=reds, writes=writes, flags=gw.flags)
+
+
+def _split(st, index_of: dict, slot_of: dict, reads: list[dict], g) -> dict | None:
+    """A stage's first index-set split (``fusegen.plan.splits``) as the C++ loop needs it: the
+    two iotas' operand numbers, ordered so that the mask holds where ``a - b - bias >= 0``;
+    None where the stage has none (or is a scan, or has random numbers: kept whole)."""
+    sps = stage_splits(st)
+    roots = [r.srcs[0] for r in st.reductions] + [n for _, n in st.writes]
+    if not sps or st.is_scan or any(n.op is Op.RANDOM for n in nodes_of(roots)):
+        return None
+    sp = sps[0]
+    k = [index_of[(slot_of[id(ref[0])], path_steps(ref[1], ref[0]))] for ref in (sp.a, sp.b)]
+    if any(reads[j]["kind"] != "iota" for j in k):
+        return None
+    flip, bias = COMPARISONS[sp.cmp]
+    a, b = (k[1], k[0]) if flip else (k[0], k[1])
+    return dict(key=(sp.where, sp.ctx), a=a, b=b, bias=bias, node=g.idx(sp.where))

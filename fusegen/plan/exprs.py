@@ -231,7 +231,11 @@ class ExprWriter:
         if key in self.names:
             return self.names[key], self.types[key]
         out = reg_dtype(dt.materialize(info.dtype))
-        if node.op in PIECEWISE:
+        if node.op is Op.WHERE and (node, ctx) in self.variant:
+            # an index-set split (plan/splits.py): the predicate is known on this loop interval,
+            # so only the branch that holds there is computed (and its operands read)
+            expr = self.value(node.srcs[1 if self.variant[(node, ctx)] else 2], out, ctx)
+        elif node.op in PIECEWISE:
             p = self.variant.get((node, ctx))
             expr = self.value(node.srcs[1], out, ctx) if p is None else self.value(node.srcs[p], out, ctx + ((node, p),))
         elif node.op is Op.CAST:

@@ -26,6 +26,7 @@ from ..ir import PIECEWISE, VIEWS, AttrRef, Node, Op, OpDef, ShapeOf, computed_n
 from ..graph.scans import composed, has_scans
 from .access import REDUCED, Access, slot_name
 from .paths import stage_reads
+from .splits import stage_splits
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,9 @@ class Plan:
                 lines.append(f"    read  {a.name:<6} {node(a.node):<5} through {a.map_text(node)}")
             for a in st.stores:
                 lines.append(f"    store {a.name:<6} {node(a.node):<5} through {a.map_text(node)}")
+            for sp in stage_splits(st):
+                lines.append(f"    split {node(sp.where)} (where on {node(sp.a[0])} {sp.cmp.value} {node(sp.b[0])}): "
+                             f"the loop runs per interval where the mask is constant, the masked branch unread")
             for (n, _), _ in st.instances:
                 lines.append(f"    pieces of {node(n)} ({n.op.value}): the domain is cut where they change, "
                              f"one loop per box")

@@ -20,7 +20,7 @@ from ..lower_cpu import compile_group, meta_array
 from ..plan import schedule
 from ..plan.exprs import reg_dtype
 from .cpu import finish, host_outputs
-from .policy import PARALLEL_THRESHOLD, choose_tile, num_threads, split_count
+from .policy import PARALLEL_THRESHOLD, choose_block, num_threads, split_count
 from .call import Call, Executor
 
 @dataclass
@@ -58,11 +58,14 @@ class NumbaCpuExecutor(Executor):
             numel = int(np.prod(run.dom)) if run.dom else 1
             big = numel >= PARALLEL_THRESHOLD and nthreads > 1
             nsplit = split_count(plan, run, nthreads) if big else 1
-            tile = run.layout.inner if nsplit > 1 else choose_tile(run.layout, nthreads)
+            block, tile = (1, run.layout.inner) if nsplit > 1 else choose_block(run.layout, nthreads)
             meta = meta_array(run, tile, nsplit)
             ntasks = int(meta[6] * meta[4] * nsplit)
+            if block > 1:
+                rows = run.layout.o_ext[-1]
+                ntasks = ntasks // rows * -(-rows // block)
             parallel = big and ntasks > 1
-            gk = compile_group(plan, spec, run, parallel, nsplit > 1)
+            gk = compile_group(plan, spec, run, parallel, nsplit > 1, block)
             groups.append(Group(gk.func, meta, tuple(k[:2] for k in run.operands if k[0] != "iota"), gk.attrs,
                                 gk.source, tuple(spec.of(n).value for n in gk.params) + gather_args(gk, spec),
                                 gather_error(plan.opdef, spec, tuple(gk.gathers.checks))))

@@ -34,6 +34,30 @@ def choose_tile(layout, nthreads: int) -> int:
     return max(min(256, inner), min(per, cap, inner))
 
 
+#: The side of a square block of a transposed elementwise group (``choose_block``): 64 float32
+#: rows of 64 elements are 16 KiB per operand, so a block of every operand stays in L1/L2 while
+#: the transposed operand's cache lines, each shared by 16 rows of the block, are reused.
+BLOCK = 64
+
+
+def transposed(layout) -> bool:
+    """Whether an elementwise group reads some operand across its own rows: a large stride along
+    the inner dim and a smaller one along the last outer dim (``x + y.T``). A loop down the inner
+    dim then touches one cache line per element of that operand and uses 4 bytes of it."""
+    if layout.ri * layout.ro_total > 1 or layout.inner <= 1 or not layout.o_ext:
+        return False
+    return any(abs(si) > 16 and 0 < abs(so[-1]) < abs(si) for si, so in zip(layout.i_str, layout.o_str))
+
+
+def choose_block(layout, nthreads: int) -> tuple[int, int]:
+    """(rows, tile) of a task's block: ``BLOCK`` rows of the last outer dim by a ``BLOCK``-wide
+    tile of the inner dim where the group reads an operand transposed (``transposed``), so neither
+    side of the transpose is read with a large stride; (1, ``choose_tile``) otherwise."""
+    if not transposed(layout):
+        return 1, choose_tile(layout, nthreads)
+    return min(BLOCK, layout.o_ext[-1]), min(BLOCK, layout.inner)
+
+
 def split_count(plan: Plan, run, nthreads: int) -> int:
     """How many chunks to cut a group's reduced dim into (1: don't).
 

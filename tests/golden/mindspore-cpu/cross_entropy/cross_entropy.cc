@@ -2310,6 +2310,54 @@ inline void box_loops(const views::Nest<NOPS> &nest, const views::BoxLayout<NOPS
   }
 }
 
+// How an elementwise stage's box is cut into tasks (fusegen.rt.policy.choose_block): where some
+// operand is read transposed (a large stride along the inner dim, a smaller one along the last
+// outer dim, as y in `x + y.T`), a task is a square block, kBlock rows of the last outer dim by
+// kBlock elements of the inner dim, so neither side reads with a large stride for long; else a
+// task is one whole row (rows = rb = 1, cb = inner).
+constexpr int64_t kBlock = 64;
+
+struct Blocks {
+  int64_t rows = 1, rb = 1, cb = 1, nrb = 1, ncb = 1, tasks = 0;
+};
+
+template <int NOPS>
+inline Blocks blocks(const BoxLoops<NOPS> &B) {
+  Blocks b;
+  b.cb = std::max<int64_t>(B.inner, 1);
+  bool transposed = false;
+  if (B.n_o > 0 && B.inner > 1) {
+    for (int i = 0; i < NOPS; ++i) {
+      const int64_t si = B.istr[i] < 0 ? -B.istr[i] : B.istr[i];
+      const int64_t so = B.o_str[i][B.n_o - 1] < 0 ? -B.o_str[i][B.n_o - 1] : B.o_str[i][B.n_o - 1];
+      transposed = transposed || (si > 16 && so > 0 && so < si);
+    }
+  }
+  if (transposed) {
+    b.rows = B.o_ext[B.n_o - 1];
+    b.rb = std::min(kBlock, b.rows);
+    b.cb = std::min(kBlock, B.inner);
+  }
+  b.nrb = b.rows > 0 ? (b.rows + b.rb - 1) / b.rb : 0;
+  b.ncb = (std::max<int64_t>(B.inner, 1) + b.cb - 1) / b.cb;
+  b.tasks = b.rows > 0 ? B.o_total / b.rows * b.nrb * b.ncb : 0;
+  return b;
+}
+
+// An index-set split (fusegen.plan.splits): the interval [lo, hi) of i in [0, n) where
+// d0 + i * ds >= 0, i.e. where a mask comparing two iotas (affine in i) holds. The loop runs
+// once per interval with the branch that holds there, so a masked operand is never read.
+struct Range {
+  int64_t lo, hi;
+};
+
+inline Range true_range(int64_t d0, int64_t ds, int64_t n) {
+  const auto fdiv = [](int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); };
+  if (ds > 0) return Range{std::min(n, std::max<int64_t>(0, -fdiv(d0, ds))), n};
+  if (ds < 0) return Range{0, std::max<int64_t>(0, std::min(n, fdiv(d0, -ds) + 1))};
+  return d0 >= 0 ? Range{0, n} : Range{n, n};
+}
+
 // A modular operand's address (views::Inner::address), kept out of line: it is the per-element
 // slow path, and inlined into every read of every body it would only grow the code.
 #if defined(__CUDACC__)
@@ -2803,6 +2851,10 @@ int stage0(const Shapes &s, void *const *ptr, const Data &d) {
   const fg::views::Inner &inner0 = nest.op[0].inner;
   float *q1 = static_cast<float *>(ptr[3]);
   float *q2 = static_cast<float *>(ptr[4]);
+  // Whether some operand is read through a modular map: the loops below are compiled twice, and
+  // where none is, without the per-element test, so they have no branch and vectorize.
+  const bool any_modular = false || mod0;
+  (void)any_modular;
   return fg::views::for_each_box(nest, [&](const fg::views::Box<kOps0> &box, const fg::views::BoxLayout<kOps0> &L) {
     (void)box;
     int variant = 0;
@@ -2810,6 +2862,8 @@ int stage0(const Shapes &s, void *const *ptr, const Data &d) {
     fg::box_loops<kOps0>(nest, L, true, mask, &B);
     const bool parallel = B.o_total > 1 && B.o_total * B.m_total * B.inner >= fg::kParallelThreshold;
     (void)parallel;
+    const auto run_box = [&](auto modular) -> int {
+    (void)modular;
     switch (variant) {
       case 0: 
 #ifdef _OPENMP
@@ -2826,8 +2880,8 @@ int stage0(const Shapes &s, void *const *ptr, const Data &d) {
             for (int j = 0; j < kOps0; ++j) c[j] = base[j];
             fg::unravel<kOps0>(m, B.n_m, B.m_ext, B.m_str, c);
             for (int64_t i = 0; i < B.inner; ++i) {
-              acc0 = fg::fg_max(acc0, float(fg::at(p0, mod0, inner0, c[0] + i * B.istr[0])));
-              acc1 = fg::fg_max(acc1, float(fg::at(p0, mod0, inner0, c[0] + i * B.istr[0])));
+              acc0 = fg::fg_max(acc0, float(fg::at(p0, modular && mod0, inner0, c[0] + i * B.istr[0])));
+              acc1 = fg::fg_max(acc1, float(fg::at(p0, modular && mod0, inner0, c[0] + i * B.istr[0])));
             }
           }
           const float r0 = acc0;
@@ -2840,6 +2894,8 @@ int stage0(const Shapes &s, void *const *ptr, const Data &d) {
         return int(fg::FG_ERR_VARIANT);
     }
     return int(fg::FG_OK);
+    };
+    return any_modular ? run_box(std::true_type{}) : run_box(std::false_type{});
   });
 }
 
@@ -2862,6 +2918,10 @@ int stage1(const Shapes &s, void *const *ptr, const Data &d) {
   const bool mod1 = nest.op[1].modular;
   const fg::views::Inner &inner1 = nest.op[1].inner;
   float *q2 = static_cast<float *>(ptr[5]);
+  // Whether some operand is read through a modular map: the loops below are compiled twice, and
+  // where none is, without the per-element test, so they have no branch and vectorize.
+  const bool any_modular = false || mod0 || mod1;
+  (void)any_modular;
   const int box_status = fg::views::for_each_box(nest, [&](const fg::views::Box<kOps1> &box, const fg::views::BoxLayout<kOps1> &L) {
     (void)box;
     int variant = 0;
@@ -2869,6 +2929,8 @@ int stage1(const Shapes &s, void *const *ptr, const Data &d) {
     fg::box_loops<kOps1>(nest, L, true, mask, &B);
     const bool parallel = B.o_total > 1 && B.o_total * B.m_total * B.inner >= fg::kParallelThreshold;
     (void)parallel;
+    const auto run_box = [&](auto modular) -> int {
+    (void)modular;
     switch (variant) {
       case 0: 
 #ifdef _OPENMP
@@ -2885,11 +2947,11 @@ int stage1(const Shapes &s, void *const *ptr, const Data &d) {
             for (int j = 0; j < kOps1; ++j) c[j] = base[j];
             fg::unravel<kOps1>(m, B.n_m, B.m_ext, B.m_str, c);
             for (int64_t i = 0; i < B.inner; ++i) {
-              const auto tg10_0r = int64_t(int64_t(fg::at(p1, mod1, inner1, c[1] + i * B.istr[1])));
+              const auto tg10_0r = int64_t(int64_t(fg::at(p1, modular && mod1, inner1, c[1] + i * B.istr[1])));
               const auto tg10_0a = tg10_0r < 0 ? tg10_0r + gn10 : tg10_0r;
               const auto tg10_0b = int64_t(tg10_0a < 0) | int64_t(tg10_0a >= gn10);
               const auto tg10_0 = std::min(std::max(tg10_0a, int64_t(0)), gn10 - 1);
-              acc0 += float(fg::at((p0 + tg10_0 * gs[0]), mod0, inner0, c[0] + i * B.istr[0]));
+              acc0 += float(fg::at((p0 + tg10_0 * gs[0]), modular && mod0, inner0, c[0] + i * B.istr[0]));
               gb0 += tg10_0b;
               gv0 = tg10_0b ? tg10_0r : gv0;
             }
@@ -2903,6 +2965,8 @@ int stage1(const Shapes &s, void *const *ptr, const Data &d) {
         return int(fg::FG_ERR_VARIANT);
     }
     return int(fg::FG_OK);
+    };
+    return any_modular ? run_box(std::true_type{}) : run_box(std::false_type{});
   });
   FG_TRY(box_status);
   if (gfail.which != 0) {  // a bad gathered index: the message names the op, node, axis and value
@@ -2928,6 +2992,10 @@ int stage2(const Shapes &s, void *const *ptr, const Data &d) {
   const bool mod1 = nest.op[1].modular;
   const fg::views::Inner &inner1 = nest.op[1].inner;
   float *q2 = static_cast<float *>(ptr[6]);
+  // Whether some operand is read through a modular map: the loops below are compiled twice, and
+  // where none is, without the per-element test, so they have no branch and vectorize.
+  const bool any_modular = false || mod0 || mod1;
+  (void)any_modular;
   return fg::views::for_each_box(nest, [&](const fg::views::Box<kOps2> &box, const fg::views::BoxLayout<kOps2> &L) {
     (void)box;
     int variant = 0;
@@ -2935,6 +3003,8 @@ int stage2(const Shapes &s, void *const *ptr, const Data &d) {
     fg::box_loops<kOps2>(nest, L, true, mask, &B);
     const bool parallel = B.o_total > 1 && B.o_total * B.m_total * B.inner >= fg::kParallelThreshold;
     (void)parallel;
+    const auto run_box = [&](auto modular) -> int {
+    (void)modular;
     switch (variant) {
       case 0: 
 #ifdef _OPENMP
@@ -2950,7 +3020,7 @@ int stage2(const Shapes &s, void *const *ptr, const Data &d) {
             for (int j = 0; j < kOps2; ++j) c[j] = base[j];
             fg::unravel<kOps2>(m, B.n_m, B.m_ext, B.m_str, c);
             for (int64_t i = 0; i < B.inner; ++i) {
-              const auto t0 = (float(fg::at(p0, mod0, inner0, c[0] + i * B.istr[0])) - float(fg::at(p1, mod1, inner1, c[1] + i * B.istr[1])));
+              const auto t0 = (float(fg::at(p0, modular && mod0, inner0, c[0] + i * B.istr[0])) - float(fg::at(p1, modular && mod1, inner1, c[1] + i * B.istr[1])));
               const auto t1 = fg::exp_f32(t0);
               acc0 += t1;
             }
@@ -2963,6 +3033,8 @@ int stage2(const Shapes &s, void *const *ptr, const Data &d) {
         return int(fg::FG_ERR_VARIANT);
     }
     return int(fg::FG_OK);
+    };
+    return any_modular ? run_box(std::true_type{}) : run_box(std::false_type{});
   });
 }
 
@@ -2986,6 +3058,10 @@ int stage3(const Shapes &s, void *const *ptr, const Data &d) {
   const bool mod2 = nest.op[2].modular;
   const fg::views::Inner &inner2 = nest.op[2].inner;
   float *q3 = static_cast<float *>(ptr[2]);
+  // Whether some operand is read through a modular map: the loops below are compiled twice, and
+  // where none is, without the per-element test, so they have no branch and vectorize.
+  const bool any_modular = false || mod0 || mod1 || mod2;
+  (void)any_modular;
   return fg::views::for_each_box(nest, [&](const fg::views::Box<kOps3> &box, const fg::views::BoxLayout<kOps3> &L) {
     (void)box;
     int variant = 0;
@@ -2993,6 +3069,8 @@ int stage3(const Shapes &s, void *const *ptr, const Data &d) {
     fg::box_loops<kOps3>(nest, L, true, mask, &B);
     const bool parallel = B.o_total > 1 && B.o_total * B.m_total * B.inner >= fg::kParallelThreshold;
     (void)parallel;
+    const auto run_box = [&](auto modular) -> int {
+    (void)modular;
     switch (variant) {
       case 0: 
 #ifdef _OPENMP
@@ -3008,9 +3086,9 @@ int stage3(const Shapes &s, void *const *ptr, const Data &d) {
             for (int j = 0; j < kOps3; ++j) c[j] = base[j];
             fg::unravel<kOps3>(m, B.n_m, B.m_ext, B.m_str, c);
             for (int64_t i = 0; i < B.inner; ++i) {
-              const auto t0 = fg::log_f32(float(fg::at(p2, mod2, inner2, c[2] + i * B.istr[2])));
-              const auto t1 = (t0 + float(fg::at(p0, mod0, inner0, c[0] + i * B.istr[0])));
-              const auto t2 = (t1 - float(fg::at(p1, mod1, inner1, c[1] + i * B.istr[1])));
+              const auto t0 = fg::log_f32(float(fg::at(p2, modular && mod2, inner2, c[2] + i * B.istr[2])));
+              const auto t1 = (t0 + float(fg::at(p0, modular && mod0, inner0, c[0] + i * B.istr[0])));
+              const auto t2 = (t1 - float(fg::at(p1, modular && mod1, inner1, c[1] + i * B.istr[1])));
               acc0 += t2;
             }
           }
@@ -3022,6 +3100,8 @@ int stage3(const Shapes &s, void *const *ptr, const Data &d) {
         return int(fg::FG_ERR_VARIANT);
     }
     return int(fg::FG_OK);
+    };
+    return any_modular ? run_box(std::true_type{}) : run_box(std::false_type{});
   });
 }
 

@@ -2321,6 +2321,54 @@ inline void box_loops(const views::Nest<NOPS> &nest, const views::BoxLayout<NOPS
   }
 }
 
+// How an elementwise stage's box is cut into tasks (fusegen.rt.policy.choose_block): where some
+// operand is read transposed (a large stride along the inner dim, a smaller one along the last
+// outer dim, as y in `x + y.T`), a task is a square block, kBlock rows of the last outer dim by
+// kBlock elements of the inner dim, so neither side reads with a large stride for long; else a
+// task is one whole row (rows = rb = 1, cb = inner).
+constexpr int64_t kBlock = 64;
+
+struct Blocks {
+  int64_t rows = 1, rb = 1, cb = 1, nrb = 1, ncb = 1, tasks = 0;
+};
+
+template <int NOPS>
+inline Blocks blocks(const BoxLoops<NOPS> &B) {
+  Blocks b;
+  b.cb = std::max<int64_t>(B.inner, 1);
+  bool transposed = false;
+  if (B.n_o > 0 && B.inner > 1) {
+    for (int i = 0; i < NOPS; ++i) {
+      const int64_t si = B.istr[i] < 0 ? -B.istr[i] : B.istr[i];
+      const int64_t so = B.o_str[i][B.n_o - 1] < 0 ? -B.o_str[i][B.n_o - 1] : B.o_str[i][B.n_o - 1];
+      transposed = transposed || (si > 16 && so > 0 && so < si);
+    }
+  }
+  if (transposed) {
+    b.rows = B.o_ext[B.n_o - 1];
+    b.rb = std::min(kBlock, b.rows);
+    b.cb = std::min(kBlock, B.inner);
+  }
+  b.nrb = b.rows > 0 ? (b.rows + b.rb - 1) / b.rb : 0;
+  b.ncb = (std::max<int64_t>(B.inner, 1) + b.cb - 1) / b.cb;
+  b.tasks = b.rows > 0 ? B.o_total / b.rows * b.nrb * b.ncb : 0;
+  return b;
+}
+
+// An index-set split (fusegen.plan.splits): the interval [lo, hi) of i in [0, n) where
+// d0 + i * ds >= 0, i.e. where a mask comparing two iotas (affine in i) holds. The loop runs
+// once per interval with the branch that holds there, so a masked operand is never read.
+struct Range {
+  int64_t lo, hi;
+};
+
+inline Range true_range(int64_t d0, int64_t ds, int64_t n) {
+  const auto fdiv = [](int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); };
+  if (ds > 0) return Range{std::min(n, std::max<int64_t>(0, -fdiv(d0, ds))), n};
+  if (ds < 0) return Range{0, std::max<int64_t>(0, std::min(n, fdiv(d0, -ds) + 1))};
+  return d0 >= 0 ? Range{0, n} : Range{n, n};
+}
+
 // A modular operand's address (views::Inner::address), kept out of line: it is the per-element
 // slow path, and inlined into every read of every body it would only grow the code.
 #if defined(__CUDACC__)

@@ -1,0 +1,58 @@
+"""Index-set splitting in the Numba CPU group functions (``fusegen.plan.splits``): a stage's hot
+loop whose body has a ``where`` on a comparison of two iotas runs as three loops, the predicate
+false, true, false, each with the body of its branch, so the masked operand is never read.
+
+Per outer index the bounds come from the iotas' values at the loop's start and their strides
+along it (both iotas are affine in the counter: ``d0 + i * ds >= 0`` holds on one interval,
+``fusegen.plan.splits.true_range``, whose text ``BOUNDS`` is)."""
+from __future__ import annotations
+
+from ..ir import Op, nodes_of
+from ..plan.splits import COMPARISONS, stage_splits
+
+BOUNDS = """\
+sp_n = {count}
+sp_d = {d0}
+sp_s = {ds}
+if sp_s > 0:
+    sp_lo = min(sp_n, max(0, -(sp_d // sp_s)))
+    sp_hi = sp_n
+elif sp_s < 0:
+    sp_lo = 0
+    sp_hi = max(0, min(sp_n, sp_d // -sp_s + 1))
+else:
+    sp_lo = 0 if sp_d >= 0 else sp_n
+    sp_hi = sp_n"""
+
+
+def _iota_terms(gs, ref, mode: str):
+    """(value at the loop's start, stride along it) of an iota read in the loop, or None."""
+    o = gs.ops[gs.operand(ref[0], ref[1])]
+    if o.kind != "iota":
+        return None
+    cls = o.ri if mode == "row" else o.i
+    return f"q_{o.name}", {0: "0", 1: "1"}.get(cls, f"{o.name}_s{'ri' if mode == 'row' else 'i'}")
+
+
+def segments(gs, st, mode: str, count: str, pad: str) -> tuple[list[str], list[tuple[str, dict]]]:
+    """The lines computing the split bounds before stage ``st``'s hot loop (``count``
+    iterations), and the loops to run: (range arguments, the ``where`` choices of its body).
+    One loop with no choices where the stage has no split (or one this lowering keeps whole:
+    scans, split reductions, gathers, random numbers in the body)."""
+    whole = ([], [(count, {})])
+    sps = stage_splits(st)
+    if not sps or st.is_scan or gs.split or gs.g.nodes:
+        return whole
+    if any(n.op is Op.RANDOM for n in nodes_of([r.srcs[0] for r in st.reductions] + [n for _, n in st.writes])):
+        return whole
+    sp = sps[0]
+    a, b = _iota_terms(gs, sp.a, mode), _iota_terms(gs, sp.b, mode)
+    if a is None or b is None:
+        return whole
+    flip, bias = COMPARISONS[sp.cmp]
+    (qa, sa), (qb, sb) = (b, a) if flip else (a, b)
+    d0 = f"{qa} - {qb}" + (f" - {bias}" if bias else "")
+    lines = [f"{pad}# split %{gs.plan.opdef.graph.idx(sp.where)}: its mask holds on [sp_lo, sp_hi)"]
+    lines += [pad + line for line in BOUNDS.format(count=count, d0=d0, ds=f"{sa} - {sb}").split("\n")]
+    key = (sp.where, sp.ctx)
+    return lines, [("sp_lo", {key: False}), ("sp_lo, sp_hi", {key: True}), ("sp_hi, sp_n", {key: False})]

@@ -1,0 +1,98 @@
+"""The layout ops' schedules (issue #16), on the Numba CPU backend: blocked loops for transposed
+reads (``x + y.T`` runs in square blocks, ``fusegen.rt.policy.choose_block``; the emitted C++'s
+twin, ``fg::blocks``, is checked against NumPy in test_layout_backends.py) and index-set splits
+of ``where`` on a comparison of iotas (``fusegen.plan.splits``). Each kernel is compiled once."""
+from __future__ import annotations
+
+import numpy as np
+
+import fusegen as fg
+from fusegen.lower import cpu_splits
+from fusegen.plan.splits import true_range
+from fusegen.rt import policy
+
+
+@fg.op
+def _tadd(x, y):
+    return x + y.T
+
+
+_K = fg.compile(_tadd)
+_rng = np.random.default_rng(16)
+
+
+def _r(*shape):
+    return _rng.standard_normal(shape).astype(np.float32)
+
+
+def test_transposed_read_runs_blocked_and_matches_numpy():
+    for shape in [(130, 70), (64, 64), (65, 129), (1, 5), (5, 1), (0, 3), (3, 0), (1, 1)]:
+        x, y = _r(*shape), _r(*shape[::-1])
+        np.testing.assert_array_equal(_K(x, y), x + y.T, err_msg=str(shape))
+    # non-contiguous and negative-step inputs (the runner copies them: the kernel sees the values)
+    X, Y = _r(150, 90), _r(180, 150)
+    x, y = X[::-1, ::2], Y[::4, ::-1]
+    np.testing.assert_array_equal(_K(x, y), x + y.T)
+    blocked = [s for s in _K.sources().values() if f"blocked: {policy.BLOCK} rows" in s]
+    assert blocked, "x + y.T did not run in blocks"
+    assert "for o in range(ob * rows + r0, ob * rows + min(rows, r0 + BLOCK)):" in blocked[0]
+
+
+def test_block_policy():
+    from fusegen.plan.layout import Layout
+    # y.T over a (4096, 4096) domain: unit stride on the outer dim, 4096 on the inner one
+    lay = Layout([4096], [], 1, 4096, [[4096], [1], [4096]], [[], [], []], [0, 0, 0], [1, 4096, 1])
+    assert policy.transposed(lay) and policy.choose_block(lay, 2) == (policy.BLOCK, policy.BLOCK)
+    plain = Layout([4096], [], 1, 4096, [[4096], [4096]], [[], []], [0, 0], [1, 1])   # x + y
+    assert not policy.transposed(plain) and policy.choose_block(plain, 2)[0] == 1
+    reduced = Layout([4096], [], 4096, 1, [[1], [4096]], [[], []], [4096, 0], [0, 0])  # a reduction: never
+    assert not policy.transposed(reduced)
+
+
+# --- index-set splits ----------------------------------------------------------------------------
+@fg.op
+def _masked(x, y, z):
+    """Three stages, each with one split: a row-mode sum (>), another (<=), a col-mode write (<)."""
+    i, j = fg.arange(x.shape[-2])[:, None], fg.arange(x.shape[-1])[None, :]
+    return (fg.sum(fg.where(i > j, x, 0.0), axis=-1), fg.sum(fg.where(i <= j, y, 0.5), axis=-1),
+            fg.where(i < j, z, 5.0))
+
+
+_M = fg.compile(_masked)
+
+
+def _masked_ref(x, y, z):
+    i, j = np.arange(x.shape[-2])[:, None], np.arange(x.shape[-1])[None, :]
+    return (np.where(i > j, x, 0).sum(-1), np.where(i <= j, y, 0.5).sum(-1), np.where(i < j, z, 5.0))
+
+
+def test_where_on_iotas_splits_the_loop_and_matches_numpy():
+    text = str(_M.plan)
+    assert text.count("split %") == 3 and "(where on %2 gt %5)" in text and "(where on %2 lt %5)" in text, text
+    for shape in [(7, 9), (9, 7), (2, 65, 64), (1, 1), (1, 5), (5, 1), (0, 4), (4, 0)]:
+        args = [_r(*shape), _r(*shape), _r(*shape)]
+        # NaN in the masked places: no result may depend on them
+        masked = [np.where(m, np.nan, a).astype(np.float32) for a, m in zip(args, _masks(shape))]
+        for got, want in zip(_M(*masked), _masked_ref(*args)):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=str(shape))
+    src = "\n".join(_M.sources().values())
+    assert src.count("# split %") >= 3 and "for ri in range(sp_lo, sp_hi):" in src and \
+        "for i in range(sp_lo, sp_hi):" in src
+
+
+def _masks(shape):
+    """Where each output's mask is false (the operand is never read there)."""
+    i, j = np.arange(shape[-2])[:, None], np.arange(shape[-1])[None, :]
+    return [np.broadcast_to(~(i > j), shape), np.broadcast_to(~(i <= j), shape), np.broadcast_to(~(i < j), shape)]
+
+
+def test_split_bounds_text_matches_its_oracle():
+    """The lowering's bounds (``cpu_splits.BOUNDS``) against brute force and ``true_range``."""
+    for n in (0, 1, 5):
+        for d0 in range(-7, 8):
+            for ds in range(-3, 4):
+                env: dict = {}
+                exec(cpu_splits.BOUNDS.format(count=n, d0=d0, ds=ds), env)
+                want = [i for i in range(n) if d0 + i * ds >= 0]
+                got = list(range(env["sp_lo"], env["sp_hi"]))
+                assert got == want and true_range(d0, ds, n) == (env["sp_lo"], env["sp_hi"]), (n, d0, ds)
