@@ -74,6 +74,7 @@ def combo_data(op: OpDef, plan: Plan, combo: tuple[DType, ...], ranks=None) -> d
                                params=fparams, body=expr_fn(spec, n, out, rnames)))
         stages.append(dict(index=st.index, params=params, values=values, finals=finals, rng_lines=rng_lines,
                            randoms=any("fill" in p for p in params)))
+    caches = {p["cache"]: p["type"] for st in stages for p in st["params"] if "cache" in p}
     view_stages = layout.combo_stages(op, plan, spec, [CPP.type_name(d) for d in op_types], of) if views else []
     suffix = "_".join(d.name for d in combo)
     return dict(suffix=suffix, inputs=[d.name for d in combo], outputs=[d.name for d in out_dtypes],
@@ -83,7 +84,7 @@ def combo_data(op: OpDef, plan: Plan, combo: tuple[DType, ...], ranks=None) -> d
                 in_type_ids=[TYPE_IDS[d.name] for d in combo],
                 ws_itemsize=[reg_dtype(spec.of(b).acc).itemsize for b in plan.buffers],
                 ws_nodes=[g.idx(b) for b in plan.buffers],
-                stages=stages, view_stages=view_stages)
+                stages=stages, view_stages=view_stages, caches=sorted(caches.items()))
 
 
 #: An attribute is stored as the ABI gives it (float, int64_t, bool); the expression table

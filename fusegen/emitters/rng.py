@@ -6,9 +6,11 @@
   fast loop nests of ``_cpu_stages.inc.j2`` (fusion, tiles, row chunks): each counter is a
   *virtual operand* after the ABI's, a C-contiguous array of shape ``S`` whose "address" is the
   element's counter, so the runtime gives it strides like any input (``fg::read_strides``). Before
-  each chunk of a loop the stage fills a buffer with the chunk's values, four elements per Philox
-  call where the counter has unit stride along the loop (``fg::fill_<kind>``, vectorized), and
-  the loop body reads the buffer (``fill_data``, ``buffered_text``);
+  each chunk of a loop the stage gets the chunk's values from ``fg::shared_fill``: where the
+  counter has unit stride along the loop it fills the rest of the row four elements per Philox
+  call (``fg::fill_<kind>``, vectorized) into a per-thread cache the group's later stages read
+  (one cache per random node: ``fill_data``'s ``cache``), else each element's own block; the loop
+  body reads the values (``buffered_text``);
 * **per element** (``random_text``; the layout path of ``emitters.layout``, which evaluates any
   view chain of the counter, and the CUDA sources): every element computes its own Philox block
   and takes the word (or pair of words) its counter selects, the ``fg::*_at`` functions.
@@ -102,7 +104,8 @@ def fill_data(ew, node: Node, ctx: tuple, counter_op: int, key: str) -> dict:
     extra = [_uint64(ew, s, ctx) for s in node.srcs[3:5]] if node.arg.kind == "randint" else []
     args = [_uint64(ew, node.srcs[1], ctx), _uint64(ew, node.srcs[2], ctx)]
     return dict(key=key, op=counter_op, name=f"v{key}", type=ctype, reg=ctype, fill=f"fg::{fn}",
-                args=", ".join(args), extra="".join(f", {e}" for e in extra), invariant=False)
+                args=", ".join(args), extra="".join(f", {e}" for e in extra), invariant=False,
+                cache=f"rc{ew.spec.opdef.graph.idx(node)}")
 
 
 def buffered_text(ew, node: Node, ctx: tuple, raw: str) -> str:
