@@ -118,6 +118,32 @@ def test_cpu_sources_fill_four_per_philox_call_and_the_cu_stays_per_element():
     assert "fg::fill_uniform_f32, " in src and "uniform_f32_at(uint64_t(" not in src[src.index("namespace k_"):]
 
 
+@fg.op
+def filled_few(x, pt, st, *, seed: int = 0, offset: int = 0, p: float = 0.5):
+    """``filled``'s outputs 0, 5, 8 and 9 (a library a quarter the size, for the default run)."""
+    a, b = x.shape[0], x.shape[1]
+    u = fg.random.uniform(seed, (a, b), offset=offset)
+    return u + x, fg.random.bernoulli(seed, pt, (a, b), offset=offset), x * fg.random.uniform(st, (a, b)), \
+        fg.sum(u, axis=1)
+
+
+@pytest.mark.extended   # (one g++ build, ~10 CPU-s: over the default run's budget)
+@needs_gxx
+def test_aot_cpu_fills_equal_the_reference_in_brief():
+    k = fg.compile(filled_few, backend="aot", dtypes=DTYPES)
+    few = [0, 5, 8, 9]
+    for shape, seed, offset, p in CASES:
+        x = np.ones(shape, np.float32)
+        pt = np.linspace(0, 1, shape[1], dtype=np.float32)
+        st = np.array(seed ^ 0x5555, np.uint64)
+        got = k(x, pt, st, seed=seed - U64 if seed >= 1 << 63 else seed, offset=offset - U64 if offset >= 1 << 63 else offset)
+        want = expected(shape, seed, offset, p, pt, st)
+        for g, j in zip(got[:3], few):
+            assert np.array_equal(g, want[j]), (shape, j)
+        np.testing.assert_allclose(got[3], want[9].astype(np.float32), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.extended
 @needs_gxx
 def test_aot_cpu_fills_equal_the_reference():
     run_cases(fg.compile(filled, backend="aot", dtypes=DTYPES), "aot-cpu")
