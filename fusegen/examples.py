@@ -274,5 +274,5 @@ def dropout_add_layer_norm(x, residual, gamma, beta, *, p: float = 0.1, seed: in
 
 
 __all__ += ["dropout_add_layer_norm", "RANDOM_OPS"]
-#: Reference ops with random numbers (every backend; the emitted C++ per element: fusegen/emitters/rng.py).
+#: Reference ops with random numbers (every backend; the emitted C++: fusegen/emitters/rng.py).
 RANDOM_OPS = [dropout_add_layer_norm]

@@ -156,7 +156,7 @@ class OpBench:
     shapes: tuple = ()
     small_shapes: tuple = ()
     op_def: Any = None                # the op, when it is not the reference op of this name (bench.variants)
-    emitted: bool = True              # the emitted C++/XLA backends run it (not yet: random numbers)
+    emitted: bool = True              # the emitted C++/XLA backends run it (the fg.jax bridge rows)
 
     @property
     def op(self) -> Any:
@@ -234,7 +234,7 @@ OPS: dict[str, OpBench] = {b.name: b for b in (
             lambda a, at: (nb_dropout_add_layer_norm, _nb_dropout_args(a, at)),
             (("x", uniform(-1.0, 1.0)), ("x", uniform(-1.0, 1.0)), ("row", uniform(0.5, 1.5)),
              ("row", uniform(-0.5, 0.5))), ({"p": 0.1, "seed": 0, "eps": 1e-5},), reduced=_axis_len,
-            emitted=False),
+            shapes=((8192, 4096),), small_shapes=((256, 256), (4, 5))),   # issue #18's shape
 )}
 
 

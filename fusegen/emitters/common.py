@@ -293,14 +293,22 @@ def _node_text(op: OpDef, n: Node) -> str:
 MAX_STAGE_OPERANDS = 16
 
 
-def _stage_data(op: OpDef, plan: Plan) -> list[dict]:
+def _stage_data(op: OpDef, plan: Plan, counters: dict[int, int]) -> list[dict]:
     """The plan's stages as the templates' stage table: each access's operand id and node (the
-    emitted runtime evaluates their maps: reads broadcast, reduction results ``reduced``)."""
+    emitted runtime evaluates their maps: reads broadcast, reduction results ``reduced``; a
+    random counter, ``counters``, is read as a C-contiguous array of its node's shape)."""
     g = op.graph
     of = operand_ids(op)
+    nops = len(op.inputs) + len(g.outputs) + len(plan.buffers)
     stages = []
     for st in plan.stages:
-        reads = [dict(op=of(a.slot), node=g.idx(a.node)) for a in st.reads]
+        reads = []
+        for a in st.reads:
+            if a.slot[0] == "iota":
+                node = R.counter_of(g, a, counters)
+                reads.append(dict(op=nops + counters[node], node=node))
+            else:
+                reads.append(dict(op=of(a.slot), node=g.idx(a.node)))
         rwrites = [dict(op=of(a.slot), node=g.idx(a.node)) for a in st.stores if a.node.op is Op.REDUCE]
         finals = [dict(op=of(("out", k)), node=g.idx(_final_leaf(n)), out=k) for k, n in st.finals]
         writes = [dict(op=of(("out", k)), out=k) for k, _ in st.writes]
@@ -330,16 +338,22 @@ def _stage_text(op: OpDef, st) -> str:
 
 
 def template_data(op: OpDef, plan: Plan, combos: list[dict], errors=None, spec_ranks=None, spec_shapes=None,
-                  **extra) -> dict:
+                  fills: bool = False, **extra) -> dict:
     """What every C++/CUDA template and the shared partials read: the op's tables, its
     plan's stages and one entry per dtype combination (``combos``: already rendered by the
     caller, as their stage code differs between CPU and CUDA). An op with layout ops adds its
     layout rules, error codes and view stages (``emitters.layout``); ``spec_ranks``/``spec_shapes``:
-    the input ranks/shapes a specialization's kernel checks. ``extra``: template-specific."""
+    the input ranks/shapes a specialization's kernel checks; ``fills``: CPU stage code, which
+    fills random numbers four per Philox call where it can (``rng.loop_counters``; ``views``
+    then says whether the stages still take the layout path). ``extra``: template-specific."""
     name = c_name(op.name)
     rules = _shape_rules(op)
     errors = list(errors or ERRORS)
     general = layout.is_layout_op(op)
+    # the CPU loop nests' random fills: an op whose only layout nodes are its random counters
+    # (and their dims) keeps the fast stages; its layout rules still give the shapes
+    counters = R.loop_counters(op, plan) if fills else {}
+    views = general and not counters
     view_errors, view_stages = [], []
     if general:
         # (the first combination's dtypes: a gather's indices must be integers)
@@ -348,16 +362,17 @@ def template_data(op: OpDef, plan: Plan, combos: list[dict], errors=None, spec_r
             rules[i] = dict(rule, text=rules[i]["text"])
         errors += layout.LAYOUT_ERRORS + (G.GATHER_ERRORS if G.has_gathers(op) else [])
         view_errors = [(c, n, m.replace("<Name>", name)) for c, n, m in layout.VIEW_ERRORS]
-        view_stages = layout.view_stages(op, plan, operand_ids(op))
+        view_stages = layout.view_stages(op, plan, operand_ids(op)) if views else []
     return dict(
-        general=general, layout_kinds=layout.RULE_KINDS, view_errors=view_errors, view_stages=view_stages,
+        general=general, views=views, n_ctr=len(counters), layout_kinds=layout.RULE_KINDS, view_errors=view_errors,
+        view_stages=view_stages,
         spec_ranks=spec_ranks, spec_shapes=spec_shapes,
         version=__version__, op=op.name, name=name, text=op.text(), inputs=op.inputs,
         n_in=len(op.inputs), n_out=len(op.graph.outputs), n_ws=len(plan.buffers),
         n_nodes=len(op.graph.nodes), attrs=_attr_data(op), rules=rules,
         checks=[dict(a=op.graph.idx(a), b=op.graph.idx(b), text=what) for a, b, what in op.graph.checks],
         outputs=[op.graph.idx(o) for o in op.graph.outputs],
-        stages=_stage_data(op, plan) if not general else [dict(text=_stage_text(op, st)) for st in plan.stages],
+        stages=_stage_data(op, plan, counters) if not views else [dict(text=_stage_text(op, st)) for st in plan.stages],
         combos=combos, errors=[(n, m.replace("<Name>", name)) for n, m in (errors or ERRORS)],
         # the ABI picks the infer signature by output count (a 1-tuple is one output)
         multi=len(op.graph.outputs) > 1, vmath=vmath.template_data(vmath_functions(op.graph.nodes)),

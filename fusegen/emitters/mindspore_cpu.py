@@ -11,6 +11,7 @@ from ..ir import Node, Op, OpDef
 from ..plan import Plan, build_plan
 from ..plan.exprs import CPP, ExprWriter, reduce_identity, reg_dtype
 from . import layout
+from . import rng as R
 from .common import (HEADER_NAME, TEMPLATES, TYPE_IDS, Emitted, c_name, env, error_table, operand_ids, parse_dtypes,
                      template_data, scan_form)
 
@@ -23,16 +24,33 @@ def combo_data(op: OpDef, plan: Plan, combo: tuple[DType, ...], ranks=None) -> d
     of = operand_ids(op)
     out_dtypes = list(spec.out_dtypes)
     op_types = [d for d in combo] + out_dtypes + [reg_dtype(spec.of(b).acc) for b in plan.buffers]
-    general = layout.is_layout_op(op)
+    counters = R.loop_counters(op, plan)
+    views = layout.is_layout_op(op) and not counters
+    nops = len(op_types)
     stages = []
-    for st in [] if general else plan.stages:   # an op with layout ops: its view_stages instead
+    for st in [] if views else plan.stages:   # an op with layout ops: its view_stages instead
         params = []
+        names = {}
         for a in st.reads:
+            if a.slot[0] == "iota":   # a random counter: the fills read it (below)
+                continue
             # invariant: a reduction result, so often constant along the row a fused stage
             # walks (the template then hoists it: see _cpu_stages.inc.j2, row mode)
-            params.append(dict(op=of(a.slot), name=f"v{of(a.slot)}", reg=CPP.type_name(
-                reg_dtype(op_types[of(a.slot)])), invariant=a.slot[0] == "buf"))
-        names = {id(a.node): p["name"] for a, p in zip(st.reads, params)}
+            params.append(dict(op=of(a.slot), key=str(of(a.slot)), name=f"v{of(a.slot)}",
+                               type=CPP.type_name(op_types[of(a.slot)]),
+                               reg=CPP.type_name(reg_dtype(op_types[of(a.slot)])), invariant=a.slot[0] == "buf"))
+            names[id(a.node)] = params[-1]["name"]
+        # Random nodes: each a param of the loop bodies, filled per chunk from its counter. The
+        # fills' scalars (seed, offset, bounds) are written once per row, before the chunks:
+        # attributes, constants and scalar tensors (stride 0: read at the row's offset).
+        pre = ExprWriter(spec, CPP, lambda n, ctx=(): attr_text[spec.of(n).dtype].format(f"a.{n.arg}")
+                         if n.op is Op.ATTR else f"{CPP.type_name(reg_dtype(op_types[of(_slot(st, n))]))}"
+                         f"(p{of(_slot(st, n))}[c[{of(_slot(st, n))}]])", prefix=f"rs{st.index}_")
+        for r in _randoms(g, st):
+            p = R.fill_data(pre, r, (), nops + counters[g.idx(r.srcs[0])], f"r{len(names)}")
+            params.append(p)
+            names[id(r)] = p["name"]
+        rng_lines = [f"const auto {name} = {expr};" for name, expr in pre.lines]
         values = []
         for j, r in enumerate(st.reductions):
             info = spec.of(r)
@@ -54,8 +72,10 @@ def combo_data(op: OpDef, plan: Plan, combo: tuple[DType, ...], ranks=None) -> d
             out = reg_dtype(dt.materialize(spec.of(n).dtype))
             finals.append(dict(fn=f"s{st.index}_f{k}", op=of(("out", k)), reg=CPP.type_name(out),
                                params=fparams, body=expr_fn(spec, n, out, rnames)))
-        stages.append(dict(index=st.index, params=params, values=values, finals=finals))
-    view_stages = layout.combo_stages(op, plan, spec, [CPP.type_name(d) for d in op_types], of) if general else []
+        stages.append(dict(index=st.index, params=params, values=values, finals=finals, rng_lines=rng_lines,
+                           randoms=any("fill" in p for p in params)))
+    caches = {p["cache"]: p["type"] for st in stages for p in st["params"] if "cache" in p}
+    view_stages = layout.combo_stages(op, plan, spec, [CPP.type_name(d) for d in op_types], of) if views else []
     suffix = "_".join(d.name for d in combo)
     return dict(suffix=suffix, inputs=[d.name for d in combo], outputs=[d.name for d in out_dtypes],
                 types=[CPP.type_name(d) for d in op_types],
@@ -64,16 +84,39 @@ def combo_data(op: OpDef, plan: Plan, combo: tuple[DType, ...], ranks=None) -> d
                 in_type_ids=[TYPE_IDS[d.name] for d in combo],
                 ws_itemsize=[reg_dtype(spec.of(b).acc).itemsize for b in plan.buffers],
                 ws_nodes=[g.idx(b) for b in plan.buffers],
-                stages=stages, view_stages=view_stages)
+                stages=stages, view_stages=view_stages, caches=sorted(caches.items()))
+
+
+#: An attribute is stored as the ABI gives it (float, int64_t, bool); the expression table
+#: expects the weak scalar's materialized dtype (double, int64_t, bool), so convert once.
+attr_text = {"float": "double({})", "int": "int64_t({})", "bool": "{}"}
+
+
+def _slot(st, node: Node) -> tuple:
+    return next(a.slot for a in st.reads if a.node is node)
+
+
+def _randoms(g, st) -> list[Node]:
+    """The random nodes a stage's expressions compute, in a fixed order."""
+    out, seen = [], set()
+    stack = [r.srcs[0] for r in st.reductions] + [n for _, n in st.writes]
+    while stack:
+        n = stack.pop()
+        if id(n) in seen or n.op in (Op.INPUT, Op.REDUCE, Op.ATTR, Op.CONST):
+            continue
+        seen.add(id(n))
+        if n.op is Op.RANDOM:
+            out.append(n)
+        stack.extend(n.srcs)
+    return sorted(out, key=g.idx)
 
 
 def expr_fn(spec, node: Node, want: DType, names: dict) -> list[str]:
-    """Body lines of an inline function computing ``node`` from its leaves."""
-    # An attribute is stored as the ABI gives it (float, int64_t, bool); the expression table
-    # expects the weak scalar's materialized dtype (double, int64_t, bool), so convert once.
-    attr_text = {"float": "double({})", "int": "int64_t({})", "bool": "{}"}
+    """Body lines of an inline function computing ``node`` from its leaves (and random nodes,
+    whose values the stage's fills give: ``names``)."""
     w = ExprWriter(spec, CPP, lambda n, ctx=(): names[id(n)] if n.op is not Op.ATTR else
-                   attr_text[spec.of(n).dtype].format(f"a.{n.arg}"), prefix="t")
+                   attr_text[spec.of(n).dtype].format(f"a.{n.arg}"), prefix="t",
+                   random=lambda ew, n, ctx: R.buffered_text(ew, n, ctx, names[id(n)]))
     v = w.value(node, want)
     lines = [f"const auto {name} = {expr};" for name, expr in w.lines]
     return lines + [f"return {v};"]
@@ -88,7 +131,7 @@ def emit_cpu(op: OpDef, dtypes=None, dynamic_workspace: str = "kernel", ranks=No
     combos = parse_dtypes(op, dtypes)
     name = c_name(op.name)
     data = template_data(op, plan, [combo_data(op, plan, c, ranks) for c in combos], dynamic_workspace=dynamic_workspace,
-                         spec_ranks=ranks, spec_shapes=shapes)
+                         spec_ranks=ranks, spec_shapes=shapes, fills=True)
     src = env().get_template("mindspore_aot_cpu.cc.j2").render(**data)
     header = (TEMPLATES / HEADER_NAME).read_text()
     main = f"{op.name}.cc"

@@ -134,7 +134,7 @@ def emit_xla(op: OpDef, device: str = "cpu", dtypes=None, ranks=None, shapes=Non
     # The keys the shared partials read are exactly abi_emit.emit's; the rest is XLA's.
     data = template_data(op, plan, combo_data, errors=ERRORS_XLA, spec_ranks=ranks, spec_shapes=shapes,
                          ffi_attrs=_ffi_attr_data(op),
-                         handlers=[_handler_data(name, c, n_ws) for c in combo_data], **extra)
+                         handlers=[_handler_data(name, c, n_ws) for c in combo_data], fills=device == "cpu", **extra)
     template, suffix = _TEMPLATES[device]
     src = env().get_template(template).render(**data)
     keys = [tuple(d.name for d in c) for c in combos]
