@@ -494,8 +494,10 @@ def test_numba_loops_are_vector_code():
     for llvm, asm in _numba_block_loop_asm():
         assert re.search(r"mul (nuw )?(nsw )?<\d+ x i64>", llvm), "Philox's products are not vector multiplies"
         assert not re.search(r"call[^\n]*philox_numba", llvm), "a helper was not inlined"
-        if " avx2" in flags:
-            assert len(re.findall(r"vpmuludq\s+[^\n]*%ymm", asm)) >= 20  # 2 per round, 10 rounds
+        if " avx2" in flags:  # 256- or 512-bit lanes: LLVM picks zmm on some AVX-512 hosts (Intel Xeon)
+            # 2 per round, 10 rounds; the first round's product of the offset words is the same for
+            # every block, and LLVM hoists it out of the loop on some hosts (19 on an AVX-512 Xeon)
+            assert len(re.findall(r"vpmuludq\s+[^\n]*%[yz]mm", asm)) >= 19
 
 
 # --- (b, c) the C++ harness ----------------------------------------------------------------------
@@ -580,7 +582,9 @@ def test_cpp_and_numba_agree_on_a_large_array(harness):
     want = reference_fill(77, 5, 2, n, 0.7, (1 << 31) + 1)
     errs = assert_same(cpp_fill(harness, 77, 5, 2, n, 0.7, (1 << 31) + 1, False), want, "C++")
     errs_nb = assert_same(numba_fill(77, 5, 2, n, 0.7, (1 << 31) + 1, False), want, "numba")
-    assert max(errs.values()) <= 1 and max(errs_nb.values()) <= 1
+    # normal is specified within 2 ulp (README "Random numbers"): its log/sin/cos are libm's, whose
+    # float64 results differ by an ulp between hosts (glibc picks FMA variants by CPU)
+    assert max(errs.values()) <= 2 and max(errs_nb.values()) <= 2
 
 
 def test_cpp_block_loops_vectorize(harness):
