@@ -23,13 +23,13 @@ from dataclasses import dataclass
 
 from . import vmath
 from .ir import Node, Op, Spec, nodes_of
-from .lower import cpu_scans
+from .lower import cpu_fold, cpu_moments, cpu_scans
 from .lower import rng as rnglower
 from .lower.cpu_layout import HEADER, OperandSlot, index_text, meta_array, stride_pattern, view_text  # noqa: F401  (HEADER, meta_array: part of the face)
 from .lower.gathers import GatherSlots
 from .lower.pyhelpers import COMPLEX_HELPER_NAMES, COMPLEX_HELPERS, vmath_imports
 from .lower.pysource import INNER_HELPER, combine, general_maps, group_params, import_source, operand_name
-from .plan import GroupRun, Plan
+from .plan import CenteredPair, GroupRun, Plan
 from .plan.paths import is_param, path_steps
 from .plan.cexprs import spec_uses_complex
 from .plan.exprs import PYTHON, ExprWriter, reduce_identity, reg_dtype
@@ -68,6 +68,7 @@ class GroupSource:
         # random numbers, four per Philox call where a counter is contiguous (fusegen/lower/rng.py)
         self.fills = rnglower.LoopFills(spec, run.variant, self._counter_operand)
         self.rng = self.fills.text
+        self.pairs = cpu_moments.group_pairs(self) if mode == "row" and not split else {}
 
     def _stages(self):
         return [self.plan.stages[i] for i in self.run.stages]
@@ -135,21 +136,28 @@ class GroupSource:
                 w(f"        b_{o.name} = i0 * meta[SB + {o.k} * W + nO + nRO + 1]")
         self._unravel("        ", "o", "nO", "", "b", self.ops.values())
         self.lines += self.g.cpu_lines("task start")
+        done = {p.var_stage for p in self.pairs.values()}   # computed with their mean's stage
         for st in self._stages():
-            self._stage(st)
+            if st.index not in done:
+                self._stage(st, self.pairs.get(st.index))
         self.lines += self.g.cpu_lines("task end")
         self.lines[alloc_at:alloc_at] = self.fills.allocations("        ")
 
     # --- one stage ----------------------------------------------------------------------------
-    def _stage(self, st):
+    def _stage(self, st, pair: CenteredPair | None = None):
+        """One stage's loops; with ``pair``, the stage of its mean also computes its centered
+        variance (row mode), in one pass of sums shifted by a pivot."""
         w = self.lines.append
         pad = "        "
         w(f"{pad}# stage {st.index}: " + ", ".join(
             [f"{'scan ' if r.arg.scan else ''}{r.arg.kind}{'' if r.arg.scan else ' reduction'}" for r in st.reductions]
             + ([f"({self.scan_pass} pass)"] if self.scan_pass else []) + [f"output {k}" for k, _ in st.writes]))
-        reads = [self.ops[key] for key in self._read_keys(st)]
+        if pair is not None:
+            w(f"{pad}# and stage {pair.var_stage}, its centered {pair.var.arg.kind} of squares, in the same pass: "
+              "sums shifted by a pivot from the row (fusegen.plan.moments)")
+        reads = [self.ops[key] for key in self.read_keys(st)]
         accs = []
-        for j, r in enumerate(st.reductions):
+        for j, r in enumerate(st.reductions + ((pair.var,) if pair else ())):
             info = self.spec.of(r)
             acc = reg_dtype(info.acc)
             init = PYTHON.literal(reduce_identity(r.arg.kind, acc), acc)
@@ -163,6 +171,8 @@ class GroupSource:
             else:
                 w(f"{pad}acc{j} = np.full(n, {init}, dtype=np.{acc.name})")
             accs.append((r, acc))
+        if pair is not None:
+            self.lines += cpu_moments.pivot_lines(self, st, pair, accs[0][1], pad)
         needs_r = bool(st.reductions) or self.run.layout.ri > 1 or self.run.layout.ro_total > 1
         w(f"{pad}for ro in range(ROT):")
         p2 = pad + "    "
@@ -188,14 +198,20 @@ class GroupSource:
             ew = ExprWriter(self.spec, PYTHON, lambda n, ctx: self._load(n, ctx, "row"), prefix=f"s{st.index}_",
                             variant=self.run.variant, gather=self.g.cpu_index, random=self.rng)
             self._ew = ew
-            vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
+            if pair is not None:
+                e = ew.value(pair.e, accs[0][1])
+                vals = cpu_moments.loop_values(st)
+            else:
+                vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
             outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.writes]
             self.lines += self.fills.end(p2)
             w(f"{p2}for ri in range(r_hi - r_lo):")
             for name, expr in ew.lines:
                 w(f"{p3}{name} = {expr}")
+            if pair is not None:
+                w(f"{p3}dv{st.index} = {e} - piv{st.index}")
             for j, ((r, acc), v) in enumerate(zip(accs, vals)):
-                w(f"{p3}{combine(r.arg.kind, f'acc{j}', v)}")
+                w(f"{p3}{combine('sum' if pair else r.arg.kind, f'acc{j}', v)}")
             for o, n, v in outs:
                 w(f"{p3}v_{o.name}[ri] = {v}")
             if st.is_scan:   # every running value is a result: stored at each step, no epilogue
@@ -203,12 +219,14 @@ class GroupSource:
             elif self.split:
                 for j in range(len(accs)):
                     w(f"{pad}part{j}[t, 0] = acc{j}")
+            elif pair is not None:
+                self._finalize_moments(st, pair, accs, pad)
             else:
                 self._finalize_row(st, accs, pad)
         else:
             r_start = "r_lo"
             if accs and not st.writes and not st.is_scan and all(o.i == 1 and o.kind == "array" for o in moving) and not self.g.nodes:
-                self._fold4(st, accs, moving, p2)
+                self.lines += cpu_fold.fold4_lines(self, st, accs, moving, p2)
                 r_start = "ri"
             w(f"{p2}for ri in range({r_start}, r_hi):")
             p3 = p2 + "    "
@@ -238,46 +256,6 @@ class GroupSource:
             elif not self.split:
                 self._finalize_col(st, accs, pad)
 
-    def _fold4(self, st, accs, moving, pad):
-        """Col mode, four rows per pass over the accumulators: a quarter of the accumulator
-        loads and stores, which matter once a split task's accumulator row outgrows L1."""
-        w = self.lines.append
-        w(f"{pad}ri = r_lo")
-        w(f"{pad}while ri + 4 <= r_hi:")
-        p3 = pad + "    "
-        rows = []
-        for k in range(4):
-            for o in moving:
-                row = f"ri + {k}" if k else "ri"
-                at = f"c_{o.name} + {index_text(o.ri, f'({row})', o.name + '_sri')}"
-                w(f"{p3}{o.name}_r{k} = _fg_row({o.name}_, {at})")
-            rows.append({o.key: f"{o.name}_r{k}" for o in moving})
-        w(f"{p3}for i in range(n):")
-        p4 = p3 + "    "
-        per_row = []
-        for k, views in enumerate(rows):
-            def leaf(n, ctx, views=views):
-                if n.op is Op.ATTR:
-                    return self._attr(n)
-                if is_param(n):
-                    return self.param_name(n)
-                return f"{views[self._operand(n, ctx)]}[i]"
-            ew = ExprWriter(self.spec, PYTHON, leaf, prefix=f"s{st.index}_k{k}_", variant=self.run.variant)
-            vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
-            for name, expr in ew.lines:
-                w(f"{p4}{name} = {expr}")
-            per_row.append(vals)
-        for j, (r, acc) in enumerate(accs):
-            v = [per_row[k][j] for k in range(4)]
-            kind = r.arg.kind
-            if kind in ("sum", "mean"):
-                w(f"{p4}acc{j}[i] += ({v[0]} + {v[1]}) + ({v[2]} + {v[3]})")
-            elif kind == "prod":
-                w(f"{p4}acc{j}[i] *= ({v[0]} * {v[1]}) * ({v[2]} * {v[3]})")
-            else:
-                f = "_fmax" if kind in ("max", "copy") else "_fmin"
-                w(f"{p4}acc{j}[i] = {f}(acc{j}[i], {f}({f}({v[0]}, {v[1]}), {f}({v[2]}, {v[3]})))")
-        w(f"{p3}ri += 4")
 
     def _unravel(self, pad: str, index: str, ndims: str, offset: str, target: str, ops) -> None:
         """Add the offsets of flat ``index`` over ``ndims`` dims (extents and strides at
@@ -312,20 +290,28 @@ class GroupSource:
             w(f"                {combine(r.arg.kind, f'acc{j}[i]', f'q{j}[i]')}")
         self._finalize_col(st, accs, "        ")
 
-    def _finalize_row(self, st, accs, pad):
+    def _finalize_moments(self, st, pair: CenteredPair, accs, pad):
+        """The mean and the variance from the shifted sums, then both stages' stores and finals."""
+        lines, values = cpu_moments.results(st, pair, accs[0][1], pad)
+        self.lines += lines
+        self._finalize_row(st, accs, pad, values, st.finals + self.plan.stages[pair.var_stage].finals, pair.var_stage)
+
+    def _finalize_row(self, st, accs, pad, values=None, finals=None, tag=None):
         w = self.lines.append
         results = {}
         for j, (r, acc) in enumerate(accs):
             val = f"acc{j}"
-            if r.arg.kind == "mean":
+            if values is not None:
+                val = values[j]
+            elif r.arg.kind == "mean":
                 val = f"acc{j} / {PYTHON.cast('count', acc)}"
             w(f"{pad}r{j} = {val}")
             results[id(r)] = f"r{j}"
             for dst in self.result_targets(r):
                 w(f"{pad}{dst.name}_[b_{dst.name}] = {self.store_result(r, dst, f'r{j}')}")
         ew = ExprWriter(self.spec, PYTHON, lambda n, ctx=(): results[id(n)] if n.op is Op.REDUCE else self._attr(n),
-                        prefix=f"f{st.index}_")
-        outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.finals]
+                        prefix=f"f{st.index if tag is None else tag}_")
+        outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in (st.finals if finals is None else finals)]
         for name, expr in ew.lines:
             w(f"{pad}{name} = {expr}")
         for o, n, v in outs:
@@ -359,7 +345,7 @@ class GroupSource:
             w(f"{p}f_{o.name}[i] = {v}")
 
     # --- helpers -----------------------------------------------------------------------------
-    def _read_keys(self, st) -> list[tuple]:
+    def read_keys(self, st) -> list[tuple]:
         """The operands a stage reads in this box (a piece's only where it is active)."""
         keys = []
         for a in st.reads:
@@ -370,10 +356,10 @@ class GroupSource:
 
     def _counter_operand(self, n: Node, ctx: tuple, mode: str):
         """(name, key) of an iota operand with unit stride along the ``mode`` loop, else None."""
-        o = self.ops[self._operand(n, ctx)]
+        o = self.ops[self.operand(n, ctx)]
         return (o.name, o.key) if o.kind == "iota" and (o.i if mode == "col" else o.ri) == 1 else None
 
-    def _operand(self, n: Node, ctx: tuple) -> tuple:
+    def operand(self, n: Node, ctx: tuple) -> tuple:
         return self.run.operand_of[(self.slot_of[id(n)], path_steps(ctx, n))]
 
     def _elem_targets(self, st) -> list[OperandSlot]:
@@ -392,7 +378,7 @@ class GroupSource:
             return self._attr(n)
         if is_param(n):
             return self.param_name(n)
-        o = self.ops[self._operand(n, ctx)]
+        o = self.ops[self.operand(n, ctx)]
         cls = o.ri if mode == "row" else o.i
         var = "ri" if mode == "row" else "i"
         terms = self.g.address_terms(n, ctx, self._ew)
