@@ -8,7 +8,7 @@ from __future__ import annotations
 from .. import dtypes as dt
 from ..dtypes import DType
 from ..ir import Node, Op, OpDef
-from ..plan import Plan, build_plan
+from ..plan import Plan, build_plan, centered_pairs
 from ..plan.exprs import CPP, ExprWriter, reduce_identity, reg_dtype
 from . import layout
 from .common import (HEADER_NAME, TEMPLATES, TYPE_IDS, Emitted, c_name, env, error_table, operand_ids, parse_dtypes,
@@ -54,7 +54,11 @@ def combo_data(op: OpDef, plan: Plan, combo: tuple[DType, ...], ranks=None) -> d
             out = reg_dtype(dt.materialize(spec.of(n).dtype))
             finals.append(dict(fn=f"s{st.index}_f{k}", op=of(("out", k)), reg=CPP.type_name(out),
                                params=fparams, body=expr_fn(spec, n, out, rnames)))
-        stages.append(dict(index=st.index, params=params, values=values, finals=finals))
+        stages.append(dict(index=st.index, params=params, values=values, finals=finals, pair=None))
+    for pair in [] if general else centered_pairs(plan).values():
+        # the mean's stage also gets pair<i>: both sums in one row pass (_cpu_stages.inc.j2)
+        if pair.var_stage == pair.mean_stage + 1:   # (fg::run_group runs the two as one there)
+            stages[pair.mean_stage]["pair"] = dict(var_stage=pair.var_stage, kind=pair.var.arg.kind)
     view_stages = layout.combo_stages(op, plan, spec, [CPP.type_name(d) for d in op_types], of) if general else []
     suffix = "_".join(d.name for d in combo)
     return dict(suffix=suffix, inputs=[d.name for d in combo], outputs=[d.name for d in out_dtypes],
