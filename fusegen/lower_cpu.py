@@ -23,13 +23,13 @@ from dataclasses import dataclass
 
 from . import vmath
 from .ir import Node, Op, Spec, nodes_of
-from .lower import cpu_fold, cpu_scans, cpu_splits
+from .lower import cpu_fold, cpu_moments, cpu_scans, cpu_splits
 from .lower import rng as rnglower
 from .lower.cpu_layout import HEADER, OperandSlot, index_text, meta_array, stride_pattern, view_text  # noqa: F401  (HEADER, meta_array: part of the face)
 from .lower.gathers import GatherSlots
 from .lower.pyhelpers import COMPLEX_HELPER_NAMES, COMPLEX_HELPERS, vmath_imports
 from .lower.pysource import INNER_HELPER, combine, general_maps, group_params, import_source, operand_name
-from .plan import GroupRun, Plan
+from .plan import CenteredPair, GroupRun, Plan
 from .plan.paths import is_param, path_steps
 from .plan.cexprs import spec_uses_complex
 from .plan.exprs import PYTHON, ExprWriter, reduce_identity, reg_dtype
@@ -71,6 +71,7 @@ class GroupSource:
         # random numbers, four per Philox call where a counter is contiguous (fusegen/lower/rng.py)
         self.fills = rnglower.LoopFills(spec, run.variant, self._counter_operand)
         self.rng = self.fills.text
+        self.pairs = cpu_moments.group_pairs(self) if mode == "row" and not split else {}
 
     def _stages(self):
         return [self.plan.stages[i] for i in self.run.stages]
@@ -154,23 +155,30 @@ class GroupSource:
                 w(f"        b_{o.name} = i0 * meta[SB + {o.k} * W + nO + nRO + 1]")
         self._unravel("        ", "o", "nO", "", "b", self.ops.values())
         self.lines += self.g.cpu_lines("task start")
+        done = {p.var_stage for p in self.pairs.values()}   # computed with their mean's stage
         for st in self._stages():
-            self._stage(st)
+            if st.index not in done:
+                self._stage(st, self.pairs.get(st.index))
         if self.block > 1:
             self.lines[body_at:] = ["    " + line for line in self.lines[body_at:]]
         self.lines += self.g.cpu_lines("task end")
         self.lines[alloc_at:alloc_at] = self.fills.allocations("        ")
 
     # --- one stage ----------------------------------------------------------------------------
-    def _stage(self, st):
+    def _stage(self, st, pair: CenteredPair | None = None):
+        """One stage's loops; with ``pair``, the stage of its mean also computes its centered
+        variance (row mode), in one pass of sums shifted by a pivot."""
         w = self.lines.append
         pad = "        "
         w(f"{pad}# stage {st.index}: " + ", ".join(
             [f"{'scan ' if r.arg.scan else ''}{r.arg.kind}{'' if r.arg.scan else ' reduction'}" for r in st.reductions]
             + ([f"({self.scan_pass} pass)"] if self.scan_pass else []) + [f"output {k}" for k, _ in st.writes]))
-        reads = [self.ops[key] for key in self._read_keys(st)]
+        if pair is not None:
+            w(f"{pad}# and stage {pair.var_stage}, its centered {pair.var.arg.kind} of squares, in the same pass: "
+              "sums shifted by a pivot from the row (fusegen.plan.moments)")
+        reads = [self.ops[key] for key in self.read_keys(st)]
         accs = []
-        for j, r in enumerate(st.reductions):
+        for j, r in enumerate(st.reductions + ((pair.var,) if pair else ())):
             info = self.spec.of(r)
             acc = reg_dtype(info.acc)
             init = PYTHON.literal(reduce_identity(r.arg.kind, acc), acc)
@@ -184,6 +192,8 @@ class GroupSource:
             else:
                 w(f"{pad}acc{j} = np.full(n, {init}, dtype=np.{acc.name})")
             accs.append((r, acc))
+        if pair is not None:
+            self.lines += cpu_moments.pivot_lines(self, st, pair, accs[0][1], pad)
         needs_r = bool(st.reductions) or self.run.layout.ri > 1 or self.run.layout.ro_total > 1
         w(f"{pad}for ro in range(ROT):")
         p2 = pad + "    "
@@ -205,12 +215,14 @@ class GroupSource:
                 if o.key in self.g.operands:
                     w(f"{p2}ga_{o.name} = {at}")
             p3 = p2 + "    "
-            self._hot_loops(st, accs, "row", p2)
+            self._hot_loops(st, accs, "row", p2, pair)
             if st.is_scan:   # every running value is a result: stored at each step, no epilogue
                 self.lines += cpu_scans.store_lines(self, accs, p3, pad, "ri", "acc{j}")
             elif self.split:
                 for j in range(len(accs)):
                     w(f"{pad}part{j}[t, 0] = acc{j}")
+            elif pair is not None:
+                self._finalize_moments(st, pair, accs, pad)
             else:
                 self._finalize_row(st, accs, pad)
         else:
@@ -233,9 +245,10 @@ class GroupSource:
             elif not self.split:
                 self._finalize_col(st, accs, pad)
 
-    def _hot_loops(self, st, accs, mode: str, pad: str) -> None:
+    def _hot_loops(self, st, accs, mode: str, pad: str, pair: CenteredPair | None = None) -> None:
         """The stage's innermost loop (``ri`` in row mode, ``i`` in col mode) at ``pad``: one,
-        or one per interval of an index-set split (``lower/cpu_splits``), each with its body."""
+        or one per interval of an index-set split (``lower/cpu_splits``), each with its body.
+        With ``pair`` (row mode), the loop sums the pivot-shifted values and their squares."""
         w = self.lines.append
         var, count, acc_at = ("ri", "r_hi - r_lo", "acc{j}") if mode == "row" else ("i", "n", "acc{j}[i]")
         body = pad + "    "
@@ -247,14 +260,20 @@ class GroupSource:
                             prefix=f"s{st.index}{_tag(choice)}_", variant={**(self.run.variant or {}), **choice},
                             gather=self.g.cpu_index, random=self.rng)
             self._ew = ew
-            vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
+            if pair is not None:
+                e = ew.value(pair.e, accs[0][1])
+                vals = cpu_moments.loop_values(st)
+            else:
+                vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
             outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.writes]
             self.lines += self.fills.end(pad)
             w(f"{pad}for {var} in range({rng}):")
             for name, expr in ew.lines:
                 w(f"{body}{name} = {expr}")
+            if pair is not None:
+                w(f"{body}dv{st.index} = {e} - piv{st.index}")
             for j, ((r, acc), v) in enumerate(zip(accs, vals)):
-                w(f"{body}{combine(r.arg.kind, acc_at.format(j=j), v)}")
+                w(f"{body}{combine('sum' if pair else r.arg.kind, acc_at.format(j=j), v)}")
             for o, n, v in outs:
                 w(f"{body}v_{o.name}[{var}] = {v}")
 
@@ -291,20 +310,28 @@ class GroupSource:
             w(f"                {combine(r.arg.kind, f'acc{j}[i]', f'q{j}[i]')}")
         self._finalize_col(st, accs, "        ")
 
-    def _finalize_row(self, st, accs, pad):
+    def _finalize_moments(self, st, pair: CenteredPair, accs, pad):
+        """The mean and the variance from the shifted sums, then both stages' stores and finals."""
+        lines, values = cpu_moments.results(st, pair, accs[0][1], pad)
+        self.lines += lines
+        self._finalize_row(st, accs, pad, values, st.finals + self.plan.stages[pair.var_stage].finals, pair.var_stage)
+
+    def _finalize_row(self, st, accs, pad, values=None, finals=None, tag=None):
         w = self.lines.append
         results = {}
         for j, (r, acc) in enumerate(accs):
             val = f"acc{j}"
-            if r.arg.kind == "mean":
+            if values is not None:
+                val = values[j]
+            elif r.arg.kind == "mean":
                 val = f"acc{j} / {PYTHON.cast('count', acc)}"
             w(f"{pad}r{j} = {val}")
             results[id(r)] = f"r{j}"
             for dst in self.result_targets(r):
                 w(f"{pad}{dst.name}_[b_{dst.name}] = {self.store_result(r, dst, f'r{j}')}")
         ew = ExprWriter(self.spec, PYTHON, lambda n, ctx=(): results[id(n)] if n.op is Op.REDUCE else self._attr(n),
-                        prefix=f"f{st.index}_")
-        outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.finals]
+                        prefix=f"f{st.index if tag is None else tag}_")
+        outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in (st.finals if finals is None else finals)]
         for name, expr in ew.lines:
             w(f"{pad}{name} = {expr}")
         for o, n, v in outs:
@@ -338,7 +365,7 @@ class GroupSource:
             w(f"{p}f_{o.name}[i] = {v}")
 
     # --- helpers -----------------------------------------------------------------------------
-    def _read_keys(self, st) -> list[tuple]:
+    def read_keys(self, st) -> list[tuple]:
         """The operands a stage reads in this box (a piece's only where it is active)."""
         keys = []
         for a in st.reads:

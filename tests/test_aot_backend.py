@@ -403,6 +403,31 @@ def test_float_attributes_travel_as_float32(kernels):
     assert abs(rstd[0, 0] - 1.0 / math.sqrt(1e-5)) > 1e-6
 
 
+def test_layer_norm_one_pass_statistics_do_not_cancel(kernels, rng):
+    """The emitted row loop sums the mean and the centered variance in one pass, shifted by a
+    pivot from the row (pair<i>, fusegen.plan.moments): rows at 1e4 and 1e5 + N(0, 1) keep
+    float32 accuracy; an inf first value and a NaN give NumPy's results; float64 and a column
+    norm (axis 0: col mode, two passes) agree as well."""
+    x = rng.standard_normal((6, 1000))
+    x[:3] += 1e4
+    x[3:] += 1e5
+    x = x.astype(np.float32)
+    x[4, 0], x[5, 500] = np.inf, np.nan
+    k = kernels("layer_norm")
+    assert "void pair0(" in k.emitted.source
+    y, mean, rstd = k(x)
+    with np.errstate(invalid="ignore"):
+        ry, rmean, rrstd = ref_layer_norm(x.astype(np.float64), -1, 1e-5)
+    np.testing.assert_allclose(mean[:4], rmean[:4], rtol=2e-7)
+    np.testing.assert_allclose(rstd[:4], rrstd[:4], rtol=4e-6)
+    assert np.isposinf(mean[4, 0]) and np.isnan(rstd[4, 0]) and np.isnan(y[4]).all()
+    assert np.isnan(mean[5, 0]) and np.isnan(rstd[5, 0]) and np.isnan(y[5]).all()
+    # (col mode still runs two passes, with sum(x) / n's rounding at 1e5: 1.1e-5 off)
+    for arr, axis, rtol in ((x[:4].astype(np.float64), -1, 1e-12), (x[:4].T.copy(), 0, 2e-5)):
+        got, want = k(arr, axis=axis), ref_layer_norm(arr.astype(np.float64), axis, 1e-5)
+        np.testing.assert_allclose(got[2], want[2], rtol=rtol)
+
+
 def test_repeated_compile_is_a_cache_hit_and_attrs_share_one_library(kernels, monkeypatch):
     k = kernels("add_reduce_sum")
     x = np.ones((3, 4), np.float32)

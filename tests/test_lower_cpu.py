@@ -119,6 +119,29 @@ def test_layer_norm_finishes_rstd_in_the_reduction_epilogue():
     assert "a_eps" in kernel_args(src)
 
 
+def test_norm_statistics_are_one_pass_however_the_square_is_spelled():
+    """A variance centered on a mean of the same row (d * d, d ** 2; layer_norm, the user-written
+    layer norm, group_norm through its reshape) is summed in the mean's pass, shifted by a pivot
+    (fusegen.plan.moments): two loops over the row (statistics, output), not three."""
+    from fusegen.bench.variants import user_layer_norm
+    for op, args, shapes in ((ex.layer_norm, ["float32"], [(4, 8)]),
+                             (user_layer_norm, ["float32"] * 3, [(4, 8), (8,), (8,)]),
+                             (ex.group_norm, ["float32"] * 3, [(2, 4, 2, 2), (4,), (4,)])):
+        src = "\n".join(gk.source for gk in group_kernels(op, args, shapes, **({"groups": 2} if op is ex.group_norm
+                                                                                else {})))
+        assert "and stage 1, its centered mean of squares, in the same pass" in src, op.name
+        assert src.count("for ri in range(") == 2, src
+        assert re.search(r"^ +dv0 = .* - piv0\n +acc0 \+= dv0\n +acc1 \+= dv0 \* dv0$", src, re.M), src
+        assert "_fmax(acc1 / np.float32(count) - mq0 * mq0, np.float32(0.0))" in src
+    # a variance of another mean (not of the same values) keeps its own pass
+    @fg.op
+    def other(x, y):
+        return fg.mean((x - fg.mean(y, axis=-1, keep_dims=True)) ** 2, axis=-1)
+
+    src = "\n".join(gk.source for gk in group_kernels(other, ["float32"] * 2, [(4, 8)] * 2))
+    assert "piv" not in src and src.count("for ri in range(") == 2
+
+
 def test_center_without_keep_dims_on_square_input_is_two_functions():
     @fg.op
     def center(x):

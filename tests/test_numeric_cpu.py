@@ -535,6 +535,26 @@ def test_layer_norm_every_axis(shape, axis, dtype, rng):
     assert_all_close(got, np_ref(_layer_norm, x, axis, 0.5), what=f"axis={axis} eps=0.5")
 
 
+def test_layer_norm_one_pass_statistics_do_not_cancel(rng):
+    """Row mode computes the mean and variance in one pass of sums shifted by a pivot from the
+    row (fusegen.plan.moments). Rows whose mean is large next to their spread (1e4 + N(0, 1),
+    1e5 + N(0, 1)) keep float32 accuracy, where E[x^2] - E[x]^2 would lose every digit (and the
+    two-pass form lost 7e-5 of rstd at 1e5); an inf pivot and a NaN give NumPy's results."""
+    x = rng.standard_normal((6, 1000))
+    x[:3] += 1e4
+    x[3:] += 1e5
+    x = x.astype(np.float32)
+    x[4, 0] = np.inf
+    x[5, 500] = np.nan
+    y, mean, rstd = ex.layer_norm(x, axis=-1)
+    ry, rmean, rrstd = np_ref(_layer_norm, x, -1, 1e-5)
+    np.testing.assert_allclose(rmean[:4], mean[:4], rtol=2e-7)
+    np.testing.assert_allclose(rrstd[:4], rstd[:4], rtol=2e-6)
+    np.testing.assert_allclose(ry[:4], y[:4], atol=2e-2)   # (x - mean) itself rounds to x's ulp
+    assert np.isposinf(mean[4, 0]) and np.isnan(rstd[4, 0]) and np.isnan(y[4]).all()
+    assert np.isnan(mean[5, 0]) and np.isnan(rstd[5, 0]) and np.isnan(y[5]).all()
+
+
 def _rms_norm(x, w, eps):
     ms = np.mean(x * x, axis=-1, keepdims=True)
     return x * (1.0 / np.sqrt(ms + eps)) * w

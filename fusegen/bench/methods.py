@@ -69,6 +69,17 @@ def _kernel_out_method(name: str, kernel: Any) -> Method:
     return Method(name + "-out", bind, 0.0, fusegen=True)
 
 
+def _kernel_inplace_method(name: str, kernel: Any) -> Method:
+    """The kernel writing its declared in-place outputs over their inputs (``inplace=True``: an
+    optimizer step updating its state), on copies of the inputs made once when it is bound. The
+    first call's results are checked; later calls keep updating the same arrays, which changes
+    their values, not the work. No allocation, and no write to a line the call did not read."""
+    def bind(arrays: tuple, attrs: dict) -> Thunk:
+        own = tuple(a.copy() for a in arrays)
+        return lambda: kernel(*own, inplace=True, **attrs)
+    return Method(name + "-inplace", bind, 0.0, fusegen=True)
+
+
 def discover(op: Any, backends: list[str], devices: list[str], aot_flags: list[str] | None = None,
              dtype: str | None = None) -> tuple[list[Method], dict[str, str]]:
     """Compile ``op`` for every (backend, device) that works here.
@@ -106,6 +117,8 @@ def discover(op: Any, backends: list[str], devices: list[str], aot_flags: list[s
             methods.append(_kernel_method(name, kernel, time.perf_counter() - t0))
             if device == "cpu":
                 methods.append(_kernel_out_method(name, kernel))
+                if getattr(op, "inplace", None):
+                    methods.append(_kernel_inplace_method(name, kernel))
     return methods, skipped
 
 

@@ -17,6 +17,7 @@ from typing import Any, Sequence, TextIO
 #: Display names, fusegen's backends first; methods not listed keep their own names.
 LABELS = {"numba-cpu": "fusegen numba", "aot-cpu": "fusegen aot", "fg-jax-cpu": "fusegen xla",
           "numba-cpu-out": "fusegen numba out=", "aot-cpu-out": "fusegen aot out=",
+          "numba-cpu-inplace": "fusegen numba inplace", "aot-cpu-inplace": "fusegen aot inplace",
           "numpy": "numpy", "njit-cpu": "numba @njit", "jax-cpu": "jax.jit", "torch-cpu": "torch.compile",
           "numba-cuda": "fusegen numba-cuda", "aot-cuda": "fusegen aot-cuda", "torch-cuda": "torch",
           "torch-compile-cuda": "torch.compile", "cupy-cuda": "cupy", "jax-cuda": "jax.jit"}

@@ -8,7 +8,7 @@ from __future__ import annotations
 from .. import dtypes as dt
 from ..dtypes import DType
 from ..ir import Node, Op, OpDef
-from ..plan import Plan, build_plan
+from ..plan import Plan, build_plan, centered_pairs
 from ..plan.exprs import CPP, ExprWriter, reduce_identity, reg_dtype
 from . import layout
 from . import rng as R
@@ -73,7 +73,11 @@ def combo_data(op: OpDef, plan: Plan, combo: tuple[DType, ...], ranks=None) -> d
             finals.append(dict(fn=f"s{st.index}_f{k}", op=of(("out", k)), reg=CPP.type_name(out),
                                params=fparams, body=expr_fn(spec, n, out, rnames)))
         stages.append(dict(index=st.index, params=params, values=values, finals=finals, rng_lines=rng_lines,
-                           randoms=any("fill" in p for p in params)))
+                           randoms=any("fill" in p for p in params), pair=None))
+    for pair in [] if views else centered_pairs(plan).values():
+        # the mean's stage also gets pair<i>: both sums in one row pass (_cpu_stages.inc.j2)
+        if pair.var_stage == pair.mean_stage + 1:   # (fg::run_group runs the two as one there)
+            stages[pair.mean_stage]["pair"] = dict(var_stage=pair.var_stage, kind=pair.var.arg.kind)
     caches = {p["cache"]: p["type"] for st in stages for p in st["params"] if "cache" in p}
     view_stages = layout.combo_stages(op, plan, spec, [CPP.type_name(d) for d in op_types], of) if views else []
     suffix = "_".join(d.name for d in combo)

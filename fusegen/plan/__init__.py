@@ -4,7 +4,8 @@
   ``scan_form`` (the op the C++ emitters and their hosts run for an op with scans);
 * ``plan.access``: ``Access`` and the index-map steps;
 * ``plan.layout``: run-time layouts (``evaluate``, ``collapse``, ``schedule``);
-* ``plan.exprs``: the op -> expression-text tables every renderer shares.
+* ``plan.exprs``: the op -> expression-text tables every renderer shares;
+* ``plan.moments``: ``centered_pairs``, a mean and a variance centered on it, for one pass.
 """
 from __future__ import annotations
 
@@ -15,4 +16,5 @@ from .layout import (  # noqa: F401
     strides_of,
     stage_domain, write_strides,
 )
+from .moments import CenteredPair, centered_pairs  # noqa: F401
 from .stages import Plan, Stage, build_plan, read_leaves, scan_form  # noqa: F401

@@ -716,8 +716,8 @@ inline int64_t split_count(const Layout<NOPS> &L, int64_t ntiles, int threads) {
 // Runs stages [first, last) fused: one parallel loop over tasks, every stage per task.
 template <int NOPS>
 inline void run_group(const StageInfo *stages, const StageFn<NOPS> *fns, const CombineFn<NOPS> *combines,
-                      int first, int last, const Shape &dom, uint32_t mask, const Shape *node,
-                      void *const *ptr, const void *attrs) {
+                      const StageFn<NOPS> *pairs, int first, int last, const Shape &dom, uint32_t mask,
+                      const Shape *node, void *const *ptr, const void *attrs) {
   int64_t st[NOPS][kMaxRank] = {};
   for (int s = first; s < last; ++s) {
     const StageInfo &S = stages[s];
@@ -789,7 +789,15 @@ inline void run_group(const StageInfo *stages, const StageFn<NOPS> *fns, const C
     const int64_t n = L.inner > 1 ? std::min(tile, L.inner - i0) : 1;
     int64_t base[NOPS];
     task_base(L, o, i0, base);
-    for (int s = first; s < last; ++s) fns[s](L, base, n, ptr, attrs, 0, L.ri, nullptr, 0);
+    for (int s = first; s < last; ++s) {
+      if (L.inner == 1 && s + 1 < last && pairs[s] != nullptr) {
+        // a mean and the variance centered on it, both in this group: one row pass for both
+        pairs[s](L, base, n, ptr, attrs, 0, L.ri, nullptr, 0);
+        ++s;
+        continue;
+      }
+      fns[s](L, base, n, ptr, attrs, 0, L.ri, nullptr, 0);
+    }
   }
 }
 
@@ -797,7 +805,7 @@ inline void run_group(const StageInfo *stages, const StageFn<NOPS> *fns, const C
 // results where they were written (fusegen.plan.schedule), then runs each group.
 template <int NOPS>
 inline void execute(const StageInfo *stages, const StageFn<NOPS> *fns, const CombineFn<NOPS> *combines,
-                    int nstages, const Shape *node,
+                    const StageFn<NOPS> *pairs, int nstages, const Shape *node,
                     const uint32_t *masks, void *const *ptr, const void *attrs) {
   int first = 0;
   Shape gdom;
@@ -820,7 +828,7 @@ inline void execute(const StageInfo *stages, const StageFn<NOPS> *fns, const Com
       for (int k = 0; k < dom.rank; ++k) join = join && r[k] == w[k];
     }
     if (!join) {
-      if (s > first) run_group<NOPS>(stages, fns, combines, first, s, gdom, gmask, node, ptr, attrs);
+      if (s > first) run_group<NOPS>(stages, fns, combines, pairs, first, s, gdom, gmask, node, ptr, attrs);
       first = s;
       gdom = dom;
       gmask = mask;
@@ -828,7 +836,7 @@ inline void execute(const StageInfo *stages, const StageFn<NOPS> *fns, const Com
     }
     for (int j = 0; j < S.n_rwrites; ++j) written |= uint64_t(1) << S.rwrite_op[j];
   }
-  if (nstages > first) run_group<NOPS>(stages, fns, combines, first, nstages, gdom, gmask, node, ptr, attrs);
+  if (nstages > first) run_group<NOPS>(stages, fns, combines, pairs, first, nstages, gdom, gmask, node, ptr, attrs);
 }
 
 // The ABI's dtype strings, with the aliases the MindSpore guides list.
@@ -1052,6 +1060,7 @@ void stage0(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
 
 const fg::StageFn<kOperands> kFns[kStages] = {stage0};
 const fg::CombineFn<kOperands> kCombines[kStages] = {nullptr};
+const fg::StageFn<kOperands> kPairs[kStages] = {nullptr};
 
 }  // namespace k_float16_int32
 
@@ -1151,6 +1160,7 @@ void stage0(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
 
 const fg::StageFn<kOperands> kFns[kStages] = {stage0};
 const fg::CombineFn<kOperands> kCombines[kStages] = {nullptr};
+const fg::StageFn<kOperands> kPairs[kStages] = {nullptr};
 
 }  // namespace k_int64_float32
 
@@ -1174,12 +1184,12 @@ int run(int nparam, void **params, int *ndims, int64_t **shapes, const char **dt
   void **ptr = params;
   switch (combo) {
     case 0:
-      fg::execute<kOperands>(kStageInfo, k_float16_int32::kFns, k_float16_int32::kCombines, kStages, s.node, s.mask,
-                             ptr, &a);
+      fg::execute<kOperands>(kStageInfo, k_float16_int32::kFns, k_float16_int32::kCombines, k_float16_int32::kPairs,
+                             kStages, s.node, s.mask, ptr, &a);
       return fg::FG_OK;
     case 1:
-      fg::execute<kOperands>(kStageInfo, k_int64_float32::kFns, k_int64_float32::kCombines, kStages, s.node, s.mask,
-                             ptr, &a);
+      fg::execute<kOperands>(kStageInfo, k_int64_float32::kFns, k_int64_float32::kCombines, k_int64_float32::kPairs,
+                             kStages, s.node, s.mask, ptr, &a);
       return fg::FG_OK;
     default:
       return fg::FG_ERR_DTYPE;

@@ -727,8 +727,8 @@ inline int64_t split_count(const Layout<NOPS> &L, int64_t ntiles, int threads) {
 // Runs stages [first, last) fused: one parallel loop over tasks, every stage per task.
 template <int NOPS>
 inline void run_group(const StageInfo *stages, const StageFn<NOPS> *fns, const CombineFn<NOPS> *combines,
-                      int first, int last, const Shape &dom, uint32_t mask, const Shape *node,
-                      void *const *ptr, const void *attrs) {
+                      const StageFn<NOPS> *pairs, int first, int last, const Shape &dom, uint32_t mask,
+                      const Shape *node, void *const *ptr, const void *attrs) {
   int64_t st[NOPS][kMaxRank] = {};
   for (int s = first; s < last; ++s) {
     const StageInfo &S = stages[s];
@@ -800,7 +800,15 @@ inline void run_group(const StageInfo *stages, const StageFn<NOPS> *fns, const C
     const int64_t n = L.inner > 1 ? std::min(tile, L.inner - i0) : 1;
     int64_t base[NOPS];
     task_base(L, o, i0, base);
-    for (int s = first; s < last; ++s) fns[s](L, base, n, ptr, attrs, 0, L.ri, nullptr, 0);
+    for (int s = first; s < last; ++s) {
+      if (L.inner == 1 && s + 1 < last && pairs[s] != nullptr) {
+        // a mean and the variance centered on it, both in this group: one row pass for both
+        pairs[s](L, base, n, ptr, attrs, 0, L.ri, nullptr, 0);
+        ++s;
+        continue;
+      }
+      fns[s](L, base, n, ptr, attrs, 0, L.ri, nullptr, 0);
+    }
   }
 }
 
@@ -808,7 +816,7 @@ inline void run_group(const StageInfo *stages, const StageFn<NOPS> *fns, const C
 // results where they were written (fusegen.plan.schedule), then runs each group.
 template <int NOPS>
 inline void execute(const StageInfo *stages, const StageFn<NOPS> *fns, const CombineFn<NOPS> *combines,
-                    int nstages, const Shape *node,
+                    const StageFn<NOPS> *pairs, int nstages, const Shape *node,
                     const uint32_t *masks, void *const *ptr, const void *attrs) {
   int first = 0;
   Shape gdom;
@@ -831,7 +839,7 @@ inline void execute(const StageInfo *stages, const StageFn<NOPS> *fns, const Com
       for (int k = 0; k < dom.rank; ++k) join = join && r[k] == w[k];
     }
     if (!join) {
-      if (s > first) run_group<NOPS>(stages, fns, combines, first, s, gdom, gmask, node, ptr, attrs);
+      if (s > first) run_group<NOPS>(stages, fns, combines, pairs, first, s, gdom, gmask, node, ptr, attrs);
       first = s;
       gdom = dom;
       gmask = mask;
@@ -839,7 +847,7 @@ inline void execute(const StageInfo *stages, const StageFn<NOPS> *fns, const Com
     }
     for (int j = 0; j < S.n_rwrites; ++j) written |= uint64_t(1) << S.rwrite_op[j];
   }
-  if (nstages > first) run_group<NOPS>(stages, fns, combines, first, nstages, gdom, gmask, node, ptr, attrs);
+  if (nstages > first) run_group<NOPS>(stages, fns, combines, pairs, first, nstages, gdom, gmask, node, ptr, attrs);
 }
 
 // The ABI's dtype strings, with the aliases the MindSpore guides list.
@@ -1350,8 +1358,73 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
   }
 }
 
+
+// --- stages 0 and 1 in one pass: the mean and the mean of squares centered on
+// it, from sums shifted by a pivot, the row's first value (fusegen.plan.moments: no cancellation
+// when the mean is large next to the spread). Row mode only; fg::run_group calls it for both.
+void pair0(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
+           int64_t r_lo, int64_t r_hi, unsigned char *part, int64_t stride) {
+  const ScalarAttrs a = scalar_attrs(attrs);
+  (void)n;
+  (void)part;
+  (void)stride;
+  const _Float16 *p0 = static_cast<const _Float16 *>(ptr[0]);
+  _Float16 *q2 = static_cast<_Float16 *>(ptr[2]);
+  float *q4 = static_cast<float *>(ptr[4]);
+  float *q5 = static_cast<float *>(ptr[5]);
+  _Float16 *q3 = static_cast<_Float16 *>(ptr[3]);
+  float piv = float(0);  // 0 for an empty row, or where the first value is inf or NaN
+  if (L.ro_total * L.ri > 0) {
+    const float k = s0_r0(p0[base[0]], a);
+    if (std::isfinite(k)) piv = k;
+  }
+  float acc0[fg::kLanes], acc1[fg::kLanes];
+  std::fill(acc0, acc0 + fg::kLanes, float(0));
+  std::fill(acc1, acc1 + fg::kLanes, float(0));
+  for (int64_t ro = 0; ro < L.ro_total; ++ro) {
+    int64_t c[kOperands];
+    fg::ro_offsets(L, ro, base, c);
+    _Float16 pk0[fg::kChunk];
+    for (int64_t r0 = r_lo; r0 < r_hi; r0 += fg::kChunk) {
+      const int64_t m = std::min<int64_t>(fg::kChunk, r_hi - r0);
+      const _Float16 *v0 = fg::view(p0 + c[0] + r0 * L.ri_str[0], L.ri_str[0], m, pk0);
+      int64_t i = 0;
+      for (; i + fg::kLanes <= m; i += fg::kLanes) {
+#if defined(__GNUC__) && !defined(__clang__)
+        // Kept a loop: unrolled, g++ 12 vectorizes the outer loop instead, one lane of both sums
+        // at a time through permutes (3x slower than the two-pass form in L2).
+#pragma GCC unroll 1
+#endif
+        for (int l = 0; l < fg::kLanes; ++l) {
+          const float d = s0_r0(v0[i + l], a) - piv;
+          acc0[l] += d;
+          acc1[l] += d * d;
+        }
+      }
+      for (; i < m; ++i) {
+        const float d = s0_r0(v0[i], a) - piv;
+        acc0[0] += d;
+        acc1[0] += d * d;
+      }
+    }
+  }
+  float s1 = acc0[0], s2 = acc1[0];
+  for (int l = 1; l < fg::kLanes; ++l) {
+    s1 += acc0[l];
+    s2 += acc1[l];
+  }
+  const float mq = s1 / float(L.ro_total * L.ri);
+  const float r0 = piv + mq;
+  const float r1 = fg::fg_max<float>(s2 / float(L.ro_total * L.ri) - mq * mq, float(0));  // NaN stays NaN
+  q2[base[2]] = _Float16(r0);
+  q4[base[4]] = float(r0);
+  q5[base[5]] = float(r1);
+  q3[base[3]] = s1_f2(r1, a);
+}
+
 const fg::StageFn<kOperands> kFns[kStages] = {stage0, stage1, stage2};
 const fg::CombineFn<kOperands> kCombines[kStages] = {combine0, combine1, nullptr};
+const fg::StageFn<kOperands> kPairs[kStages] = {pair0, nullptr, nullptr};
 
 }  // namespace k_float16
 
@@ -1699,8 +1772,73 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
   }
 }
 
+
+// --- stages 0 and 1 in one pass: the mean and the mean of squares centered on
+// it, from sums shifted by a pivot, the row's first value (fusegen.plan.moments: no cancellation
+// when the mean is large next to the spread). Row mode only; fg::run_group calls it for both.
+void pair0(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
+           int64_t r_lo, int64_t r_hi, unsigned char *part, int64_t stride) {
+  const ScalarAttrs a = scalar_attrs(attrs);
+  (void)n;
+  (void)part;
+  (void)stride;
+  const float *p0 = static_cast<const float *>(ptr[0]);
+  float *q2 = static_cast<float *>(ptr[2]);
+  float *q4 = static_cast<float *>(ptr[4]);
+  float *q5 = static_cast<float *>(ptr[5]);
+  float *q3 = static_cast<float *>(ptr[3]);
+  float piv = float(0);  // 0 for an empty row, or where the first value is inf or NaN
+  if (L.ro_total * L.ri > 0) {
+    const float k = s0_r0(p0[base[0]], a);
+    if (std::isfinite(k)) piv = k;
+  }
+  float acc0[fg::kLanes], acc1[fg::kLanes];
+  std::fill(acc0, acc0 + fg::kLanes, float(0));
+  std::fill(acc1, acc1 + fg::kLanes, float(0));
+  for (int64_t ro = 0; ro < L.ro_total; ++ro) {
+    int64_t c[kOperands];
+    fg::ro_offsets(L, ro, base, c);
+    float pk0[fg::kChunk];
+    for (int64_t r0 = r_lo; r0 < r_hi; r0 += fg::kChunk) {
+      const int64_t m = std::min<int64_t>(fg::kChunk, r_hi - r0);
+      const float *v0 = fg::view(p0 + c[0] + r0 * L.ri_str[0], L.ri_str[0], m, pk0);
+      int64_t i = 0;
+      for (; i + fg::kLanes <= m; i += fg::kLanes) {
+#if defined(__GNUC__) && !defined(__clang__)
+        // Kept a loop: unrolled, g++ 12 vectorizes the outer loop instead, one lane of both sums
+        // at a time through permutes (3x slower than the two-pass form in L2).
+#pragma GCC unroll 1
+#endif
+        for (int l = 0; l < fg::kLanes; ++l) {
+          const float d = s0_r0(v0[i + l], a) - piv;
+          acc0[l] += d;
+          acc1[l] += d * d;
+        }
+      }
+      for (; i < m; ++i) {
+        const float d = s0_r0(v0[i], a) - piv;
+        acc0[0] += d;
+        acc1[0] += d * d;
+      }
+    }
+  }
+  float s1 = acc0[0], s2 = acc1[0];
+  for (int l = 1; l < fg::kLanes; ++l) {
+    s1 += acc0[l];
+    s2 += acc1[l];
+  }
+  const float mq = s1 / float(L.ro_total * L.ri);
+  const float r0 = piv + mq;
+  const float r1 = fg::fg_max<float>(s2 / float(L.ro_total * L.ri) - mq * mq, float(0));  // NaN stays NaN
+  q2[base[2]] = float(r0);
+  q4[base[4]] = float(r0);
+  q5[base[5]] = float(r1);
+  q3[base[3]] = s1_f2(r1, a);
+}
+
 const fg::StageFn<kOperands> kFns[kStages] = {stage0, stage1, stage2};
 const fg::CombineFn<kOperands> kCombines[kStages] = {combine0, combine1, nullptr};
+const fg::StageFn<kOperands> kPairs[kStages] = {pair0, nullptr, nullptr};
 
 }  // namespace k_float32
 
@@ -2048,8 +2186,73 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
   }
 }
 
+
+// --- stages 0 and 1 in one pass: the mean and the mean of squares centered on
+// it, from sums shifted by a pivot, the row's first value (fusegen.plan.moments: no cancellation
+// when the mean is large next to the spread). Row mode only; fg::run_group calls it for both.
+void pair0(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
+           int64_t r_lo, int64_t r_hi, unsigned char *part, int64_t stride) {
+  const ScalarAttrs a = scalar_attrs(attrs);
+  (void)n;
+  (void)part;
+  (void)stride;
+  const double *p0 = static_cast<const double *>(ptr[0]);
+  double *q2 = static_cast<double *>(ptr[2]);
+  double *q4 = static_cast<double *>(ptr[4]);
+  double *q5 = static_cast<double *>(ptr[5]);
+  double *q3 = static_cast<double *>(ptr[3]);
+  double piv = double(0);  // 0 for an empty row, or where the first value is inf or NaN
+  if (L.ro_total * L.ri > 0) {
+    const double k = s0_r0(p0[base[0]], a);
+    if (std::isfinite(k)) piv = k;
+  }
+  double acc0[fg::kLanes], acc1[fg::kLanes];
+  std::fill(acc0, acc0 + fg::kLanes, double(0));
+  std::fill(acc1, acc1 + fg::kLanes, double(0));
+  for (int64_t ro = 0; ro < L.ro_total; ++ro) {
+    int64_t c[kOperands];
+    fg::ro_offsets(L, ro, base, c);
+    double pk0[fg::kChunk];
+    for (int64_t r0 = r_lo; r0 < r_hi; r0 += fg::kChunk) {
+      const int64_t m = std::min<int64_t>(fg::kChunk, r_hi - r0);
+      const double *v0 = fg::view(p0 + c[0] + r0 * L.ri_str[0], L.ri_str[0], m, pk0);
+      int64_t i = 0;
+      for (; i + fg::kLanes <= m; i += fg::kLanes) {
+#if defined(__GNUC__) && !defined(__clang__)
+        // Kept a loop: unrolled, g++ 12 vectorizes the outer loop instead, one lane of both sums
+        // at a time through permutes (3x slower than the two-pass form in L2).
+#pragma GCC unroll 1
+#endif
+        for (int l = 0; l < fg::kLanes; ++l) {
+          const double d = s0_r0(v0[i + l], a) - piv;
+          acc0[l] += d;
+          acc1[l] += d * d;
+        }
+      }
+      for (; i < m; ++i) {
+        const double d = s0_r0(v0[i], a) - piv;
+        acc0[0] += d;
+        acc1[0] += d * d;
+      }
+    }
+  }
+  double s1 = acc0[0], s2 = acc1[0];
+  for (int l = 1; l < fg::kLanes; ++l) {
+    s1 += acc0[l];
+    s2 += acc1[l];
+  }
+  const double mq = s1 / double(L.ro_total * L.ri);
+  const double r0 = piv + mq;
+  const double r1 = fg::fg_max<double>(s2 / double(L.ro_total * L.ri) - mq * mq, double(0));  // NaN stays NaN
+  q2[base[2]] = double(r0);
+  q4[base[4]] = double(r0);
+  q5[base[5]] = double(r1);
+  q3[base[3]] = s1_f2(r1, a);
+}
+
 const fg::StageFn<kOperands> kFns[kStages] = {stage0, stage1, stage2};
 const fg::CombineFn<kOperands> kCombines[kStages] = {combine0, combine1, nullptr};
+const fg::StageFn<kOperands> kPairs[kStages] = {pair0, nullptr, nullptr};
 
 }  // namespace k_float64
 
@@ -2087,16 +2290,16 @@ int run(int nparam, void **params, int *ndims, int64_t **shapes, const char **dt
   }
   switch (combo) {
     case 0:
-      fg::execute<kOperands>(kStageInfo, k_float16::kFns, k_float16::kCombines, kStages, s.node, s.mask,
-                             ptr, &a);
+      fg::execute<kOperands>(kStageInfo, k_float16::kFns, k_float16::kCombines, k_float16::kPairs,
+                             kStages, s.node, s.mask, ptr, &a);
       return fg::FG_OK;
     case 1:
-      fg::execute<kOperands>(kStageInfo, k_float32::kFns, k_float32::kCombines, kStages, s.node, s.mask,
-                             ptr, &a);
+      fg::execute<kOperands>(kStageInfo, k_float32::kFns, k_float32::kCombines, k_float32::kPairs,
+                             kStages, s.node, s.mask, ptr, &a);
       return fg::FG_OK;
     case 2:
-      fg::execute<kOperands>(kStageInfo, k_float64::kFns, k_float64::kCombines, kStages, s.node, s.mask,
-                             ptr, &a);
+      fg::execute<kOperands>(kStageInfo, k_float64::kFns, k_float64::kCombines, k_float64::kPairs,
+                             kStages, s.node, s.mask, ptr, &a);
       return fg::FG_OK;
     default:
       return fg::FG_ERR_DTYPE;
