@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import dtypes as dt
 from . import vmath
 from .ir import Node, Op, Spec, nodes_of
 from .lower import cpu_scans
@@ -170,8 +171,9 @@ class GroupSource:
             w(f"{p2}c_{o.name} = b_{o.name}")
         written = self._elem_targets(st)
         for o in written:
-            w(f"{p2}c_{o.name} = b_{o.name}")
-        moving = reads + written
+            if all(o is not r for r in reads):   # (an output a stage reads back: Stage.kept)
+                w(f"{p2}c_{o.name} = b_{o.name}")
+        moving = reads + [o for o in written if all(o is not r for r in reads)]
         if needs_r:
             self._unravel(p2, "ro", "nRO", "nO + ", "c", moving)
         if self.mode == "row":
@@ -186,10 +188,11 @@ class GroupSource:
             p3 = p2 + "    "
             self.fills.begin(lambda n, ctx: self._load(n, ctx, "row"), f"r{st.index}_", "row", "ri", "r_hi - r_lo")
             ew = ExprWriter(self.spec, PYTHON, lambda n, ctx: self._load(n, ctx, "row"), prefix=f"s{st.index}_",
-                            variant=self.run.variant, gather=self.g.cpu_index, random=self.rng)
+                            variant=self.run.variant, gather=self.g.cpu_index, random=self.rng,
+                            stored=[n for _, n in st.kept])
             self._ew = ew
             vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
-            outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.writes]
+            outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.writes + st.keeps]
             self.lines += self.fills.end(p2)
             w(f"{p2}for ri in range(r_hi - r_lo):")
             for name, expr in ew.lines:
@@ -207,7 +210,7 @@ class GroupSource:
                 self._finalize_row(st, accs, pad)
         else:
             r_start = "r_lo"
-            if accs and not st.writes and not st.is_scan and all(o.i == 1 and o.kind == "array" for o in moving) and not self.g.nodes:
+            if accs and not st.writes and not st.keeps and not st.is_scan and all(o.i == 1 and o.kind == "array" for o in moving) and not self.g.nodes:
                 self._fold4(st, accs, moving, p2)
                 r_start = "ri"
             w(f"{p2}for ri in range({r_start}, r_hi):")
@@ -221,10 +224,11 @@ class GroupSource:
             p4 = p3 + "    "
             self.fills.begin(lambda n, ctx: self._load(n, ctx, "col"), f"r{st.index}_", "col", "i", "n")
             ew = ExprWriter(self.spec, PYTHON, lambda n, ctx: self._load(n, ctx, "col"), prefix=f"s{st.index}_",
-                            variant=self.run.variant, gather=self.g.cpu_index, random=self.rng)
+                            variant=self.run.variant, gather=self.g.cpu_index, random=self.rng,
+                            stored=[n for _, n in st.kept])
             self._ew = ew
             vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
-            outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.writes]
+            outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.writes + st.keeps]
             self.lines += self.fills.end(p3)
             w(f"{p3}for i in range(n):")
             for name, expr in ew.lines:
@@ -379,7 +383,7 @@ class GroupSource:
     def _elem_targets(self, st) -> list[OperandSlot]:
         """The operands a stage writes at every index of its domain: its outputs, and a scan
         stage's results (which have the domain's shape)."""
-        out = [self.ops[("out", k)] for k, _ in st.writes]
+        out = [self.ops[("out", k)] for k, _ in st.writes + st.keeps]
         if st.is_scan:
             out += [o for r in st.reductions for o in self.result_targets(r) if o not in out]
         return out
@@ -402,7 +406,12 @@ class GroupSource:
             step = {0: "", 1: f" + {var}"}.get(cls, f" + {var} * {o.name}_s{var}")
             return f"{o.name}_[ga_{o.name}{step}{terms}]"
         if o.kind == "array":
-            return f"s_{o.name}" if cls == 0 else f"v_{o.name}[{var}]"
+            # (an output's view is a slice even where its stride is 0: lower.cpu_layout.view_text)
+            text = f"s_{o.name}" if cls == 0 and o.key[0] != "out" else f"v_{o.name}[{var}]"
+            if o.key[0] == "out":   # a value stored there by an earlier stage (Stage.kept)
+                want, have = reg_dtype(dt.materialize(self.spec.of(n).dtype)), reg_dtype(self.spec.out_dtypes[o.key[1]])
+                text = text if want is have else PYTHON.cast(text, want)
+            return text
         stride = f"{o.name}_s{var}"
         lin = f"q_{o.name}" if cls == 0 else (f"(q_{o.name} + {var})" if cls == 1 else f"(q_{o.name} + {var} * {stride})")
         if o.kind == "iota":

@@ -33,19 +33,25 @@ def combo_data(op: OpDef, plan: Plan, combo: tuple[DType, ...], ranks=None) -> d
             params.append(dict(op=of(a.slot), name=f"v{of(a.slot)}", reg=CPP.type_name(
                 reg_dtype(op_types[of(a.slot)])), invariant=a.slot[0] == "buf"))
         names = {id(a.node): p["name"] for a, p in zip(st.reads, params)}
-        values = []
+        values, kept = [], []
+        for k, n in st.keeps:   # stored first; the reductions then take them as arguments (plan.shared)
+            reg = reg_dtype(dt.materialize(spec.of(n).dtype))
+            values.append(dict(kind="write", fn=f"s{st.index}_k{k}", op=of(("out", k)), reg=CPP.type_name(reg),
+                               body=expr_fn(spec, n, reg, names)))
+            kept.append(dict(op=of(("out", k)), name=f"k{of(('out', k))}", reg=CPP.type_name(reg), node=n))
+        rnames = {**names, **{id(p["node"]): p["name"] for p in kept}}
         for j, r in enumerate(st.reductions):
             info = spec.of(r)
             acc = reg_dtype(info.acc)
             values.append(dict(kind="reduce", fn=f"s{st.index}_r{j}", reduce=r.arg.kind, node=g.idx(r),
                                acc=CPP.type_name(acc), init=CPP.literal(reduce_identity(r.arg.kind, acc), acc),
-                               body=expr_fn(spec, r.srcs[0], acc, names),
+                               body=expr_fn(spec, r.srcs[0], acc, rnames, [p["node"] for p in kept]),
                                out_type=CPP.type_name(reg_dtype(dt.materialize(info.dtype))),
                                targets=[of(a.slot) for a in st.stores if a.node is r]))
         for k, n in st.writes:
             out = reg_dtype(dt.materialize(spec.of(n).dtype))
             values.append(dict(kind="write", fn=f"s{st.index}_w{k}", op=of(("out", k)),
-                               reg=CPP.type_name(out), body=expr_fn(spec, n, out, names)))
+                               reg=CPP.type_name(out), body=expr_fn(spec, n, out, names, [m for _, m in st.kept])))
         finals = []
         for k, n in st.finals:
             rs = st.reductions
@@ -54,7 +60,8 @@ def combo_data(op: OpDef, plan: Plan, combo: tuple[DType, ...], ranks=None) -> d
             out = reg_dtype(dt.materialize(spec.of(n).dtype))
             finals.append(dict(fn=f"s{st.index}_f{k}", op=of(("out", k)), reg=CPP.type_name(out),
                                params=fparams, body=expr_fn(spec, n, out, rnames)))
-        stages.append(dict(index=st.index, params=params, values=values, finals=finals))
+        stages.append(dict(index=st.index, params=params, values=values, finals=finals,
+                           kept=[dict(p, node=None) for p in kept]))
     view_stages = layout.combo_stages(op, plan, spec, [CPP.type_name(d) for d in op_types], of) if general else []
     suffix = "_".join(d.name for d in combo)
     return dict(suffix=suffix, inputs=[d.name for d in combo], outputs=[d.name for d in out_dtypes],
@@ -67,13 +74,14 @@ def combo_data(op: OpDef, plan: Plan, combo: tuple[DType, ...], ranks=None) -> d
                 stages=stages, view_stages=view_stages)
 
 
-def expr_fn(spec, node: Node, want: DType, names: dict) -> list[str]:
-    """Body lines of an inline function computing ``node`` from its leaves."""
+def expr_fn(spec, node: Node, want: DType, names: dict, stored=()) -> list[str]:
+    """Body lines of an inline function computing ``node`` from its leaves (and the ``stored``
+    values, read back as arguments: ``plan.shared``)."""
     # An attribute is stored as the ABI gives it (float, int64_t, bool); the expression table
     # expects the weak scalar's materialized dtype (double, int64_t, bool), so convert once.
     attr_text = {"float": "double({})", "int": "int64_t({})", "bool": "{}"}
     w = ExprWriter(spec, CPP, lambda n, ctx=(): names[id(n)] if n.op is not Op.ATTR else
-                   attr_text[spec.of(n).dtype].format(f"a.{n.arg}"), prefix="t")
+                   attr_text[spec.of(n).dtype].format(f"a.{n.arg}"), prefix="t", stored=stored)
     v = w.value(node, want)
     lines = [f"const auto {name} = {expr};" for name, expr in w.lines]
     return lines + [f"return {v};"]
@@ -84,7 +92,7 @@ def emit_cpu(op: OpDef, dtypes=None, dynamic_workspace: str = "kernel", ranks=No
     ``shapes``: a specializing op's specialization to emit, see ``fusegen.abi_emit.emit``)."""
     op, ranks, shapes = layout.specialization(op, ranks, shapes)
     op = scan_form(op)   # scans as scan stages (or, where they read pieces, composed)
-    plan = build_plan(op)
+    plan = build_plan(op, share=not layout.is_layout_op(op))   # (the layout path recomputes: plan.shared)
     combos = parse_dtypes(op, dtypes)
     name = c_name(op.name)
     data = template_data(op, plan, [combo_data(op, plan, c, ranks) for c in combos], dynamic_workspace=dynamic_workspace,

@@ -176,8 +176,12 @@ class ExprWriter:
     """
 
     def __init__(self, spec: Spec, dialect: Dialect, leaf: Callable[[Node, tuple], str], prefix: str = "t",
-                 variant: dict | None = None, gather: Callable | None = None, random: Callable | None = None):
+                 variant: dict | None = None, gather: Callable | None = None, random: Callable | None = None,
+                 stored=()):
         self.spec, self.d, self.leaf, self.prefix = spec, dialect, leaf, prefix
+        # values the stage reads back from an array (``Stage.kept``): leaves here, in their own
+        # register dtype (the leaf text converts what the array holds)
+        self.stored = frozenset(id(n) for n in stored)
         self.random = random
         self.lines: list[tuple[str, str]] = []   # (name, expr)
         self.names: dict[tuple, str] = {}
@@ -212,7 +216,7 @@ class ExprWriter:
         if node.op is Op.CONST:
             d = reg_dtype(dt.materialize(info.dtype))
             return self.d.literal(node.arg[1], d), d
-        if node.op in (Op.INPUT, Op.REDUCE, Op.ATTR, Op.IOTA) or is_param(node):
+        if node.op in (Op.INPUT, Op.REDUCE, Op.ATTR, Op.IOTA) or is_param(node) or id(node) in self.stored:
             d = reg_dtype(info.acc) if (node.op is Op.REDUCE and info.acc is not None) else \
                 reg_dtype(dt.materialize(info.dtype))
             return self.leaf(node, ctx), d
