@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import dtypes as dt
 from . import vmath
 from .ir import Node, Op, Spec, nodes_of
 from .lower import cpu_scans
@@ -170,10 +169,10 @@ class GroupSource:
         for o in reads:
             w(f"{p2}c_{o.name} = b_{o.name}")
         written = self._elem_targets(st)
-        for o in written:
-            if all(o is not r for r in reads):   # (an output a stage reads back: Stage.kept)
-                w(f"{p2}c_{o.name} = b_{o.name}")
-        moving = reads + [o for o in written if all(o is not r for r in reads)]
+        moving = reads + [o for o in written if all(o is not r for r in reads)]   # (Stage.kept: both)
+        kept = ExprWriter.outputs_read(self.spec, st)
+        for o in moving[len(reads):]:
+            w(f"{p2}c_{o.name} = b_{o.name}")
         if needs_r:
             self._unravel(p2, "ro", "nRO", "nO + ", "c", moving)
         if self.mode == "row":
@@ -188,8 +187,7 @@ class GroupSource:
             p3 = p2 + "    "
             self.fills.begin(lambda n, ctx: self._load(n, ctx, "row"), f"r{st.index}_", "row", "ri", "r_hi - r_lo")
             ew = ExprWriter(self.spec, PYTHON, lambda n, ctx: self._load(n, ctx, "row"), prefix=f"s{st.index}_",
-                            variant=self.run.variant, gather=self.g.cpu_index, random=self.rng,
-                            stored=[n for _, n in st.kept])
+                            variant=self.run.variant, gather=self.g.cpu_index, random=self.rng, stored=kept)
             self._ew = ew
             vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
             outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.writes + st.keeps]
@@ -224,8 +222,7 @@ class GroupSource:
             p4 = p3 + "    "
             self.fills.begin(lambda n, ctx: self._load(n, ctx, "col"), f"r{st.index}_", "col", "i", "n")
             ew = ExprWriter(self.spec, PYTHON, lambda n, ctx: self._load(n, ctx, "col"), prefix=f"s{st.index}_",
-                            variant=self.run.variant, gather=self.g.cpu_index, random=self.rng,
-                            stored=[n for _, n in st.kept])
+                            variant=self.run.variant, gather=self.g.cpu_index, random=self.rng, stored=kept)
             self._ew = ew
             vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
             outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.writes + st.keeps]
@@ -406,12 +403,7 @@ class GroupSource:
             step = {0: "", 1: f" + {var}"}.get(cls, f" + {var} * {o.name}_s{var}")
             return f"{o.name}_[ga_{o.name}{step}{terms}]"
         if o.kind == "array":
-            # (an output's view is a slice even where its stride is 0: lower.cpu_layout.view_text)
-            text = f"s_{o.name}" if cls == 0 and o.key[0] != "out" else f"v_{o.name}[{var}]"
-            if o.key[0] == "out":   # a value stored there by an earlier stage (Stage.kept)
-                want, have = reg_dtype(dt.materialize(self.spec.of(n).dtype)), reg_dtype(self.spec.out_dtypes[o.key[1]])
-                text = text if want is have else PYTHON.cast(text, want)
-            return text
+            return f"s_{o.name}" if cls == 0 and o.key[0] != "out" else f"v_{o.name}[{var}]"   # (out: a slice)
         stride = f"{o.name}_s{var}"
         lin = f"q_{o.name}" if cls == 0 else (f"(q_{o.name} + {var})" if cls == 1 else f"(q_{o.name} + {var} * {stride})")
         if o.kind == "iota":

@@ -38,20 +38,20 @@ def combo_data(op: OpDef, plan: Plan, combo: tuple[DType, ...], ranks=None) -> d
             reg = reg_dtype(dt.materialize(spec.of(n).dtype))
             values.append(dict(kind="write", fn=f"s{st.index}_k{k}", op=of(("out", k)), reg=CPP.type_name(reg),
                                body=expr_fn(spec, n, reg, names)))
-            kept.append(dict(op=of(("out", k)), name=f"k{of(('out', k))}", reg=CPP.type_name(reg), node=n))
+            kept.append(dict(op=of(("out", k)), name=f"k{of(('out', k))}", reg=CPP.type_name(reg), node=n, dtype=reg))
         rnames = {**names, **{id(p["node"]): p["name"] for p in kept}}
         for j, r in enumerate(st.reductions):
             info = spec.of(r)
             acc = reg_dtype(info.acc)
             values.append(dict(kind="reduce", fn=f"s{st.index}_r{j}", reduce=r.arg.kind, node=g.idx(r),
                                acc=CPP.type_name(acc), init=CPP.literal(reduce_identity(r.arg.kind, acc), acc),
-                               body=expr_fn(spec, r.srcs[0], acc, rnames, [p["node"] for p in kept]),
+                               body=expr_fn(spec, r.srcs[0], acc, rnames, [(p["node"], p["dtype"]) for p in kept]),
                                out_type=CPP.type_name(reg_dtype(dt.materialize(info.dtype))),
                                targets=[of(a.slot) for a in st.stores if a.node is r]))
         for k, n in st.writes:
             out = reg_dtype(dt.materialize(spec.of(n).dtype))
             values.append(dict(kind="write", fn=f"s{st.index}_w{k}", op=of(("out", k)),
-                               reg=CPP.type_name(out), body=expr_fn(spec, n, out, names, [m for _, m in st.kept])))
+                               reg=CPP.type_name(out), body=expr_fn(spec, n, out, names, ExprWriter.outputs_read(spec, st))))
         finals = []
         for k, n in st.finals:
             rs = st.reductions
@@ -61,7 +61,7 @@ def combo_data(op: OpDef, plan: Plan, combo: tuple[DType, ...], ranks=None) -> d
             finals.append(dict(fn=f"s{st.index}_f{k}", op=of(("out", k)), reg=CPP.type_name(out),
                                params=fparams, body=expr_fn(spec, n, out, rnames)))
         stages.append(dict(index=st.index, params=params, values=values, finals=finals,
-                           kept=[dict(p, node=None) for p in kept]))
+                           kept=[dict(p, node=None, dtype=None) for p in kept]))
     view_stages = layout.combo_stages(op, plan, spec, [CPP.type_name(d) for d in op_types], of) if general else []
     suffix = "_".join(d.name for d in combo)
     return dict(suffix=suffix, inputs=[d.name for d in combo], outputs=[d.name for d in out_dtypes],
