@@ -1102,6 +1102,8 @@ FG_INLINE float s1_k0(float v0, float v2, const ScalarAttrs &a) {
 }
 FG_INLINE float s1_r0(float v0, float v2, float k1, const ScalarAttrs &a) {
   (void)a;
+  (void)v0;  // (read by the stored values' function instead)
+  (void)v2;  // (read by the stored values' function instead)
   return k1;
 }
 
@@ -1425,6 +1427,8 @@ FG_INLINE float s1_k0(float v0, float v2, const ScalarAttrs &a) {
 }
 FG_INLINE float s1_r0(float v0, float v2, float k1, const ScalarAttrs &a) {
   (void)a;
+  (void)v0;  // (read by the stored values' function instead)
+  (void)v2;  // (read by the stored values' function instead)
   return k1;
 }
 
@@ -1748,6 +1752,8 @@ FG_INLINE double s1_k0(double v0, double v2, const ScalarAttrs &a) {
 }
 FG_INLINE double s1_r0(double v0, double v2, double k1, const ScalarAttrs &a) {
   (void)a;
+  (void)v0;  // (read by the stored values' function instead)
+  (void)v2;  // (read by the stored values' function instead)
   return k1;
 }
 

@@ -1108,6 +1108,8 @@ FG_INLINE float s1_k0(float v0, float v2, const ScalarAttrs &a) {
 }
 FG_INLINE float s1_r0(float v0, float v2, float k1, const ScalarAttrs &a) {
   (void)a;
+  (void)v0;  // (read by the stored values' function instead)
+  (void)v2;  // (read by the stored values' function instead)
   return k1;
 }
 
@@ -1431,6 +1433,8 @@ FG_INLINE float s1_k0(float v0, float v2, const ScalarAttrs &a) {
 }
 FG_INLINE float s1_r0(float v0, float v2, float k1, const ScalarAttrs &a) {
   (void)a;
+  (void)v0;  // (read by the stored values' function instead)
+  (void)v2;  // (read by the stored values' function instead)
   return k1;
 }
 
@@ -1754,6 +1758,8 @@ FG_INLINE double s1_k0(double v0, double v2, const ScalarAttrs &a) {
 }
 FG_INLINE double s1_r0(double v0, double v2, double k1, const ScalarAttrs &a) {
   (void)a;
+  (void)v0;  // (read by the stored values' function instead)
+  (void)v2;  // (read by the stored values' function instead)
   return k1;
 }
 
