@@ -200,9 +200,10 @@ class GroupSource:
         for o in reads:
             w(f"{p2}c_{o.name} = b_{o.name}")
         written = self._elem_targets(st)
-        for o in written:
+        moving = reads + [o for o in written if all(o is not r for r in reads)]   # (Stage.kept: both)
+        kept = ExprWriter.outputs_read(self.spec, st)
+        for o in moving[len(reads):]:
             w(f"{p2}c_{o.name} = b_{o.name}")
-        moving = reads + written
         if needs_r:
             self._unravel(p2, "ro", "nRO", "nO + ", "c", moving)
         if self.mode == "row":
@@ -215,7 +216,7 @@ class GroupSource:
                 if o.key in self.g.operands:
                     w(f"{p2}ga_{o.name} = {at}")
             p3 = p2 + "    "
-            self._hot_loops(st, accs, "row", p2, pair)
+            self._hot_loops(st, accs, "row", p2, kept, pair)
             if st.is_scan:   # every running value is a result: stored at each step, no epilogue
                 self.lines += cpu_scans.store_lines(self, accs, p3, pad, "ri", "acc{j}")
             elif self.split:
@@ -227,7 +228,7 @@ class GroupSource:
                 self._finalize_row(st, accs, pad)
         else:
             r_start = "r_lo"
-            if accs and not st.writes and not st.is_scan and all(o.i == 1 and o.kind == "array" for o in moving) and not self.g.nodes:
+            if accs and not st.writes and not st.keeps and not st.is_scan and all(o.i == 1 and o.kind == "array" for o in moving) and not self.g.nodes:
                 self.lines += cpu_fold.fold4(self, st, accs, moving, p2)
                 r_start = "ri"
             w(f"{p2}for ri in range({r_start}, r_hi):")
@@ -239,16 +240,16 @@ class GroupSource:
                 if o.key in self.g.operands:
                     w(f"{p3}ga_{o.name} = {at}")
             p4 = p3 + "    "
-            self._hot_loops(st, accs, "col", p3)
+            self._hot_loops(st, accs, "col", p3, kept)
             if st.is_scan:   # (the totals pass: acc is the partial row already)
                 self.lines += cpu_scans.store_lines(self, accs, p4, None, "i", "acc{j}[i]")
             elif not self.split:
                 self._finalize_col(st, accs, pad)
 
-    def _hot_loops(self, st, accs, mode: str, pad: str, pair: CenteredPair | None = None) -> None:
-        """The stage's innermost loop (``ri`` in row mode, ``i`` in col mode) at ``pad``: one,
-        or one per interval of an index-set split (``lower/cpu_splits``), each with its body.
-        With ``pair`` (row mode), the loop sums the pivot-shifted values and their squares."""
+    def _hot_loops(self, st, accs, mode: str, pad: str, kept, pair: CenteredPair | None = None) -> None:
+        """The stage's innermost loop at ``pad`` (``ri``: row mode, ``i``: col mode), one per interval
+        of an index-set split (``lower/cpu_splits``); ``kept``: values stored once and read back
+        (``plan.shared``); ``pair`` (row mode): sums of the pivot-shifted values and their squares."""
         w = self.lines.append
         var, count, acc_at = ("ri", "r_hi - r_lo", "acc{j}") if mode == "row" else ("i", "n", "acc{j}[i]")
         body = pad + "    "
@@ -258,14 +259,14 @@ class GroupSource:
             self.fills.begin(lambda n, ctx: self._load(n, ctx, mode), f"r{st.index}_", mode, var, count)
             ew = ExprWriter(self.spec, PYTHON, lambda n, ctx: self._load(n, ctx, mode),
                             prefix=f"s{st.index}{_tag(choice)}_", variant={**(self.run.variant or {}), **choice},
-                            gather=self.g.cpu_index, random=self.rng)
+                            gather=self.g.cpu_index, random=self.rng, stored=kept)
             self._ew = ew
             if pair is not None:
                 e = ew.value(pair.e, accs[0][1])
                 vals = cpu_moments.loop_values(st)
             else:
                 vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
-            outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.writes]
+            outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.writes + st.keeps]
             self.lines += self.fills.end(pad)
             w(f"{pad}for {var} in range({rng}):")
             for name, expr in ew.lines:
@@ -385,7 +386,7 @@ class GroupSource:
     def _elem_targets(self, st) -> list[OperandSlot]:
         """The operands a stage writes at every index of its domain: its outputs, and a scan
         stage's results (which have the domain's shape)."""
-        out = [self.ops[("out", k)] for k, _ in st.writes]
+        out = [self.ops[("out", k)] for k, _ in st.writes + st.keeps]
         if st.is_scan:
             out += [o for r in st.reductions for o in self.result_targets(r) if o not in out]
         return out
@@ -408,7 +409,7 @@ class GroupSource:
             step = {0: "", 1: f" + {var}"}.get(cls, f" + {var} * {o.name}_s{var}")
             return f"{o.name}_[ga_{o.name}{step}{terms}]"
         if o.kind == "array":
-            return f"s_{o.name}" if cls == 0 else f"v_{o.name}[{var}]"
+            return f"s_{o.name}" if cls == 0 and o.key[0] != "out" else f"v_{o.name}[{var}]"   # (out: a slice)
         stride = f"{o.name}_s{var}"
         lin = f"q_{o.name}" if cls == 0 else (f"(q_{o.name} + {var})" if cls == 1 else f"(q_{o.name} + {var} * {stride})")
         if o.kind == "iota":

@@ -252,7 +252,7 @@ def compile_ptx(op, dtypes, shapes, attrs: dict | None = None, cc=(9, 0), max_th
         raise CompileError(f"op {op.name}: {missing}")
     from numba import cuda
     from .ir import infer
-    plan = build_plan(op)
+    plan = build_plan(op, share=False)   # CUDA recomputes shared values (plan.shared)
     spec = infer(op, dtypes, shapes, op.bind_attrs(attrs or {}))
     out = []
     for g, run in enumerate(schedule(plan, spec)):

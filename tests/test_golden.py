@@ -91,9 +91,12 @@ def numba_sources() -> dict[str, str]:
         for g, run in enumerate(runs):
             gk = lower_cpu.compile_group(plan, spec, run, parallel, split)
             out[f"numba-cpu/{name}.group{g}.py"] = gk.source
+        # (numba-cuda plans without stored shared values: fusegen.plan.shared)
+        cuda_plan = build_plan(op, share=False)
+        for g, run in enumerate(schedule(cuda_plan, spec)):
             for threads, forced in ((256, None), (16, 4 if split else None)):
-                launch = lower_cuda.choose_launch(plan, run, threads, forced, threads > 16, spec)
-                src, _ = lower_cuda.group_source(plan, spec, run, launch)
+                launch = lower_cuda.choose_launch(cuda_plan, run, threads, forced, threads > 16, spec)
+                src, _ = lower_cuda.group_source(cuda_plan, spec, run, launch)
                 out[f"numba-cuda/{name}.group{g}.t{threads}.py"] = src
     return {k: _normalize(v) for k, v in out.items()}
 

@@ -30,13 +30,21 @@ def _slots(accesses):
 
 
 def test_softmax_stages_read_and_store_through_their_maps():
-    p = build_plan(ex.softmax)
-    x, ws0, ws1 = ("in", 0), ("buf", 0), ("buf", 1)
+    p = build_plan(ex.softmax, share=False)   # (recomputing exp(x - max): the CUDA plans)
+    x, ws0, ws1, out = ("in", 0), ("buf", 0), ("buf", 1), ("out", 0)
     assert [_slots(s.reads) for s in p.stages] == [
         [(x, "broadcast")], [(x, "broadcast"), (ws0, "broadcast")],
         [(x, "broadcast"), (ws0, "broadcast"), (ws1, "broadcast")]]
-    assert [_slots(s.stores) for s in p.stages] == [[(ws0, "reduced")], [(ws1, "reduced")], [(("out", 0), "identity")]]
+    assert [_slots(s.stores) for s in p.stages] == [[(ws0, "reduced")], [(ws1, "reduced")], [(out, "identity")]]
     assert p.stages[1].reads[1].node is p.buffers[0] and p.stages[2].stores[0].node is ex.softmax.graph.outputs[0]
+    # the CPU plan: the sum stage stores exp(x - max) in the output too, the output stage reads it
+    # back there (fusegen.plan.shared)
+    p = build_plan(ex.softmax)
+    assert [_slots(s.reads) for s in p.stages] == [
+        [(x, "broadcast")], [(x, "broadcast"), (ws0, "broadcast")], [(ws1, "broadcast"), (out, "broadcast")]]
+    assert [_slots(s.stores) for s in p.stages] == [
+        [(ws0, "reduced")], [(ws1, "reduced"), (out, "identity")], [(out, "identity")]]
+    assert p.stages[1].stores[1].node is p.stages[2].reads[1].node is p.stages[1].reductions[0].srcs[0]
 
 
 def test_stores_list_reductions_then_finals_then_writes():

@@ -2,7 +2,8 @@
 of ``examples.PERF_OPS`` (the other activations are ``bench.activations``' rows), and a small
 *user-written* set: ops written in a user's own words rather than the reference spelling (a layer
 norm with gamma and beta, a tanh-GELU with a bias and ``h ** 3``, softmax as max, exp, sum,
-divide), so a speed target is checked for spellings, not for one spelling. ``ALL_OPS`` is every
+divide), so a speed target is checked for spellings, not for one spelling; and ``fg.log_softmax``
+beside them. ``ALL_OPS`` is every
 row ``fusegen bench`` knows. The reference code of each row is written once against an array
 namespace, as in ``bench.cases``.
 """
@@ -45,6 +46,11 @@ def xp_user_bias_gelu_tanh(xp, x, b):
     return 0.5 * h * (1.0 + xp.tanh(_GELU_C * (h + 0.044715 * h ** 3)))
 
 
+def xp_log_softmax(xp, x):
+    z = x - xp.max(x, axis=-1, keepdims=True)
+    return z - xp.log(xp.sum(xp.exp(z), axis=-1, keepdims=True))
+
+
 def xp_user_softmax(xp, x):
     m = xp.max(x, axis=-1, keepdims=True)
     e = xp.exp(x - m)
@@ -66,6 +72,12 @@ def user_bias_gelu_tanh(x, b):
     """A tanh-GELU with a bias, with ``h ** 3`` as a user writes it."""
     h = x + b
     return 0.5 * h * (1.0 + fg.tanh(_GELU_C * (h + 0.044715 * h ** 3)))
+
+
+@op
+def log_softmax(x):
+    """``fg.log_softmax`` over the last axis (beside the softmax rows: one exp per element)."""
+    return fg.log_softmax(x, axis=-1)
 
 
 @op
@@ -136,6 +148,8 @@ VARIANTS: dict[str, OpBench] = {b.name: b for b in (
             (("x", uniform(-3.0, 3.0)), ("row", uniform(-0.5, 0.5))), ({},), op_def=user_bias_gelu_tanh),
     OpBench("user_softmax", xp_user_softmax, None, (("x", uniform(-8.0, 8.0)),), ({},),
             reduced=_row_len, op_def=user_softmax),
+    OpBench("log_softmax", xp_log_softmax, None, (("x", uniform(-8.0, 8.0)),), ({},),
+            reduced=_row_len, op_def=log_softmax),
 )}
 
 #: every row of ``fusegen bench``, reference ops first

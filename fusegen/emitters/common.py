@@ -311,7 +311,7 @@ def _stage_data(op: OpDef, plan: Plan, counters: dict[int, int]) -> list[dict]:
                 reads.append(dict(op=of(a.slot), node=g.idx(a.node)))
         rwrites = [dict(op=of(a.slot), node=g.idx(a.node)) for a in st.stores if a.node.op is Op.REDUCE]
         finals = [dict(op=of(("out", k)), node=g.idx(_final_leaf(n)), out=k) for k, n in st.finals]
-        writes = [dict(op=of(("out", k)), out=k) for k, _ in st.writes]
+        writes = [dict(op=of(("out", k)), out=k) for k, _ in st.writes + st.keeps]   # (keeps: plan.shared)
         widest = max(len(st.leaves), len(reads), len(rwrites), len(finals), len(writes))
         if widest > MAX_STAGE_OPERANDS:  # the emitted runtime's StageInfo holds fixed-size lists
             raise ShapeError(f"op {op.name}: stage {st.index} has {widest} operands of one kind; the emitted "

@@ -83,7 +83,7 @@ def emit_cuda(op: OpDef, dtypes=None, ranks=None, shapes=None) -> Emitted:
     """``fg.emit(op, abi="mindspore-aot", device="cuda")``: the ``.cu`` and its header."""
     op, ranks, shapes = layout.specialization(op, ranks, shapes)
     op = scan_form(op)   # scans as scan stages (or, where they read pieces, composed)
-    plan = build_plan(op)
+    plan = build_plan(op, share=False)   # CUDA recomputes shared values (plan.shared)
     combos = parse_dtypes(op, dtypes)
     name = c_name(op.name)
     data = template_data(op, plan, [combo_data(op, plan, c, ranks) for c in combos], spec_ranks=ranks,

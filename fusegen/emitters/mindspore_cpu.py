@@ -51,19 +51,25 @@ def combo_data(op: OpDef, plan: Plan, combo: tuple[DType, ...], ranks=None) -> d
             params.append(p)
             names[id(r)] = p["name"]
         rng_lines = [f"const auto {name} = {expr};" for name, expr in pre.lines]
-        values = []
+        values, kept = [], []
+        for k, n in st.keeps:   # stored first; the reductions then take them as arguments (plan.shared)
+            reg = reg_dtype(dt.materialize(spec.of(n).dtype))
+            values.append(dict(kind="write", fn=f"s{st.index}_k{k}", op=of(("out", k)), reg=CPP.type_name(reg),
+                               body=expr_fn(spec, n, reg, names)))
+            kept.append(dict(op=of(("out", k)), name=f"k{of(('out', k))}", reg=CPP.type_name(reg), node=n, dtype=reg))
+        rnames = {**names, **{id(p["node"]): p["name"] for p in kept}}
         for j, r in enumerate(st.reductions):
             info = spec.of(r)
             acc = reg_dtype(info.acc)
             values.append(dict(kind="reduce", fn=f"s{st.index}_r{j}", reduce=r.arg.kind, node=g.idx(r),
                                acc=CPP.type_name(acc), init=CPP.literal(reduce_identity(r.arg.kind, acc), acc),
-                               body=expr_fn(spec, r.srcs[0], acc, names),
+                               body=expr_fn(spec, r.srcs[0], acc, rnames, [(p["node"], p["dtype"]) for p in kept]),
                                out_type=CPP.type_name(reg_dtype(dt.materialize(info.dtype))),
                                targets=[of(a.slot) for a in st.stores if a.node is r]))
         for k, n in st.writes:
             out = reg_dtype(dt.materialize(spec.of(n).dtype))
             values.append(dict(kind="write", fn=f"s{st.index}_w{k}", op=of(("out", k)),
-                               reg=CPP.type_name(out), body=expr_fn(spec, n, out, names)))
+                               reg=CPP.type_name(out), body=expr_fn(spec, n, out, names, ExprWriter.outputs_read(spec, st))))
         finals = []
         for k, n in st.finals:
             rs = st.reductions
@@ -73,7 +79,8 @@ def combo_data(op: OpDef, plan: Plan, combo: tuple[DType, ...], ranks=None) -> d
             finals.append(dict(fn=f"s{st.index}_f{k}", op=of(("out", k)), reg=CPP.type_name(out),
                                params=fparams, body=expr_fn(spec, n, out, rnames)))
         stages.append(dict(index=st.index, params=params, values=values, finals=finals, rng_lines=rng_lines,
-                           randoms=any("fill" in p for p in params), pair=None))
+                           randoms=any("fill" in p for p in params), pair=None,
+                           kept=[dict(p, node=None, dtype=None) for p in kept]))
     for pair in [] if views else centered_pairs(plan).values():
         # the mean's stage also gets pair<i>: both sums in one row pass (_cpu_stages.inc.j2)
         if pair.var_stage == pair.mean_stage + 1:   # (fg::run_group runs the two as one there)
@@ -115,11 +122,12 @@ def _randoms(g, st) -> list[Node]:
     return sorted(out, key=g.idx)
 
 
-def expr_fn(spec, node: Node, want: DType, names: dict) -> list[str]:
-    """Body lines of an inline function computing ``node`` from its leaves (and random nodes,
-    whose values the stage's fills give: ``names``)."""
+def expr_fn(spec, node: Node, want: DType, names: dict, stored=()) -> list[str]:
+    """Body lines of an inline function computing ``node`` from its leaves (random nodes, whose
+    values the stage's fills give: ``names``; the ``stored`` values, read back as arguments:
+    ``plan.shared``)."""
     w = ExprWriter(spec, CPP, lambda n, ctx=(): names[id(n)] if n.op is not Op.ATTR else
-                   attr_text[spec.of(n).dtype].format(f"a.{n.arg}"), prefix="t",
+                   attr_text[spec.of(n).dtype].format(f"a.{n.arg}"), prefix="t", stored=stored,
                    random=lambda ew, n, ctx: R.buffered_text(ew, n, ctx, names[id(n)]))
     v = w.value(node, want)
     lines = [f"const auto {name} = {expr};" for name, expr in w.lines]
@@ -131,7 +139,7 @@ def emit_cpu(op: OpDef, dtypes=None, dynamic_workspace: str = "kernel", ranks=No
     ``shapes``: a specializing op's specialization to emit, see ``fusegen.abi_emit.emit``)."""
     op, ranks, shapes = layout.specialization(op, ranks, shapes)
     op = scan_form(op)   # scans as scan stages (or, where they read pieces, composed)
-    plan = build_plan(op)
+    plan = build_plan(op, share=not layout.is_layout_op(op))   # (the layout path recomputes: plan.shared)
     combos = parse_dtypes(op, dtypes)
     name = c_name(op.name)
     data = template_data(op, plan, [combo_data(op, plan, c, ranks) for c in combos], dynamic_workspace=dynamic_workspace,

@@ -176,8 +176,12 @@ class ExprWriter:
     """
 
     def __init__(self, spec: Spec, dialect: Dialect, leaf: Callable[[Node, tuple], str], prefix: str = "t",
-                 variant: dict | None = None, gather: Callable | None = None, random: Callable | None = None):
+                 variant: dict | None = None, gather: Callable | None = None, random: Callable | None = None,
+                 stored=()):
         self.spec, self.d, self.leaf, self.prefix = spec, dialect, leaf, prefix
+        # values the stage reads back from an array (``Stage.kept``): leaves here; ``stored`` is
+        # [(node, the register dtype of the leaf's text)], converted to the node's own
+        self.stored = {id(n): d for n, d in stored}
         self.random = random
         self.lines: list[tuple[str, str]] = []   # (name, expr)
         self.names: dict[tuple, str] = {}
@@ -189,6 +193,11 @@ class ExprWriter:
         # of every array read in context ctx + ((node, 0),).
         self.gather = gather
         self.gathered: dict[tuple, str] = {}
+
+    @staticmethod
+    def outputs_read(spec: Spec, st) -> list:
+        """A stage's ``stored`` values read back from outputs (``Stage.kept``), as the arrays hold them."""
+        return [(n, reg_dtype(spec.out_dtypes[k])) for k, n in st.kept]
 
     def take(self) -> list[tuple[str, str]]:
         """The lines emitted since the last take (names stay valid for reuse)."""
@@ -212,10 +221,11 @@ class ExprWriter:
         if node.op is Op.CONST:
             d = reg_dtype(dt.materialize(info.dtype))
             return self.d.literal(node.arg[1], d), d
-        if node.op in (Op.INPUT, Op.REDUCE, Op.ATTR, Op.IOTA) or is_param(node):
+        if node.op in (Op.INPUT, Op.REDUCE, Op.ATTR, Op.IOTA) or is_param(node) or id(node) in self.stored:
             d = reg_dtype(info.acc) if (node.op is Op.REDUCE and info.acc is not None) else \
                 reg_dtype(dt.materialize(info.dtype))
-            return self.leaf(node, ctx), d
+            have = self.stored.get(id(node), d)
+            return (self.leaf(node, ctx) if have is d else self.d.cast(self.leaf(node, ctx), d)), d
         if node.op in VIEWS:
             return self._emit(node.srcs[0], ctx + ((node, 0),))
         if node.op is Op.GATHER:

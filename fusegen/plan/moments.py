@@ -68,7 +68,7 @@ def centered_pairs(plan: Plan) -> dict[int, CenteredPair]:
     """The centered second moments of ``plan``, keyed by the variance's stage index."""
     out: dict[int, CenteredPair] = {}
     for t in plan.stages:
-        if len(t.reductions) != 1 or t.writes or t.is_scan:
+        if len(t.reductions) != 1 or t.writes or t.keeps or t.is_scan:   # (keeps: plan.shared)
             continue
         var = t.reductions[0]
         if var.arg.kind not in ("mean", "sum"):
@@ -81,7 +81,7 @@ def centered_pairs(plan: Plan) -> dict[int, CenteredPair]:
                 or mean.arg.axes != var.arg.axes or not mean.arg.keep_dims or not _plain(e):
             continue
         s = plan.stage_of(mean)
-        if len(s.reductions) != 1 or s.writes or s.is_scan:
+        if len(s.reductions) != 1 or s.writes or s.keeps or s.is_scan:
             continue
         out[t.index] = CenteredPair(s.index, t.index, mean, var, e)
     return out

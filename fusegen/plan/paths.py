@@ -47,15 +47,16 @@ def is_param(n: Node) -> bool:
     return n.op not in (Op.CONST, Op.ATTR) and is_static(n) and reads_a_dim(n)
 
 
-def stage_reads(roots) -> StageReads:
+def stage_reads(roots, stop=()) -> StageReads:
     """Walk ``roots`` through elementwise ops (same context), views and pieces (deeper context),
     down to the leaves: inputs, buffered reductions and iotas. Accesses come root by root, each
     root's in ``leaves_of`` order (inputs by index, then the rest), as generated code has always
-    listed its operands."""
+    listed its operands. ``stop``: ids of values read back from an array (``plan.shared``),
+    leaves here like the others."""
     out = StageReads([], [], [])
     seen_acc = set()
     for root in roots:
-        found = _walk(root, out)
+        found = _walk(root, out, stop)
         rank = {id(l): i for i, l in enumerate(leaves_of(root))}
         for key in sorted(found, key=lambda k: rank.get(id(k[0]), len(rank))):
             if key not in seen_acc:
@@ -64,7 +65,7 @@ def stage_reads(roots) -> StageReads:
     return out
 
 
-def _walk(root: Node, out: StageReads) -> list:
+def _walk(root: Node, out: StageReads, stop=()) -> list:
     found, seen = [], set()
     stack = [(root, ())]
     while stack:
@@ -78,7 +79,7 @@ def _walk(root: Node, out: StageReads) -> list:
             if all(p is not n for p in out.params):
                 out.params.append(n)
             continue
-        if n.op in (Op.INPUT, Op.REDUCE, Op.IOTA):
+        if n.op in (Op.INPUT, Op.REDUCE, Op.IOTA) or id(n) in stop:
             key = (n, path_steps(ctx, n))
             if key not in found:
                 found.append(key)

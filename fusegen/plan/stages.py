@@ -26,6 +26,7 @@ from ..ir import PIECEWISE, VIEWS, AttrRef, Node, Op, OpDef, ShapeOf, computed_n
 from ..graph.scans import composed, has_scans
 from .access import REDUCED, Access, slot_name
 from .paths import stage_reads
+from .shared import shared_values
 from .splits import stage_splits
 
 
@@ -42,6 +43,10 @@ class Stage:
     stores: tuple[Access, ...] = ()    # where results land: reductions', then finals', then writes'
     instances: tuple = ()              # piecewise nodes read in a view context: ((node, ctx), piece probes)
     params: tuple[Node, ...] = ()      # static scalars made of dims, passed to the loop body as values
+    # (output index, node): an expensive value this reduction stage computes anyway, stored at
+    # every index of the domain into that output's array for a later stage (``plan.shared``)
+    keeps: tuple[tuple[int, Node], ...] = ()
+    kept: tuple[tuple[int, Node], ...] = ()  # (output index, node): read back from there, not recomputed
 
     @property
     def is_reduction(self) -> bool:
@@ -73,11 +78,14 @@ class Plan:
             return f"%{g.idx(n)}"
 
         ws = ", ".join(f"ws{i} = {node(b)} ({b.arg.kind})" for i, b in enumerate(self.buffers)) or "none"
-        lines = [f"plan {self.opdef.name}: {len(self.stages)} stage(s); workspaces: {ws}"]
+        kept = ", ".join(f"{node(n)} ({n.op.value}) in out{k}" for st in self.stages for k, n in st.keeps)
+        lines = [f"plan {self.opdef.name}: {len(self.stages)} stage(s); workspaces: {ws}"
+                 + (f"; stored once: {kept}" if kept else "")]
         for st in self.stages:
             what = [f"{'scan ' if r.arg.scan else ''}{r.arg.kind} {node(r)}" for r in st.reductions]
             what += [f"output {k} = {node(n)}" for k, n in st.writes]
             what += [f"output {k} = {node(n)} from the results" for k, n in st.finals]
+            what += [f"keeps {node(n)} in out{k}" for k, n in st.keeps]
             over = "" if st.axes == "elementwise" else f" over axes {st.axes!r}"
             lines.append(f"  stage {st.index} (level {st.level}){over}: {', '.join(what)}")
             for a in st.reads:
@@ -136,7 +144,9 @@ def _stage_key(r: Node):
     return ("scan", r.arg.axes) if r.arg.scan else r.arg.axes
 
 
-def build_plan(opdef: OpDef) -> Plan:
+def build_plan(opdef: OpDef, share: bool = True) -> Plan:
+    """``share``: store expensive values a later stage needs again (``plan.shared``); the CUDA
+    backends and the emitted layout path plan without it (they recompute them)."""
     g = opdef.graph
     level: dict[int, int] = {}
     computed = computed_nodes(g)
@@ -186,8 +196,12 @@ def build_plan(opdef: OpDef) -> Plan:
         ew_groups[key]["writes"].append((k, o))
 
     stages.sort(key=lambda s: (s["level"], not s["reductions"]))
+    if share:
+        shared_values(stages)
     final = tuple(Stage(i, s["level"], s["leaves"], s["axes"], s["reductions"], tuple(s["writes"]),
-                        tuple(s["finals"])) for i, s in enumerate(stages))
+                        tuple(s["finals"]), keeps=tuple(s.get("keeps", ())),
+                        kept=tuple(s.get("kept", ())))
+                  for i, s in enumerate(stages))
     # A reduction gets a workspace when a later stage reads it (outputs are written directly).
     read_later = []
     for s in final:
@@ -200,14 +214,18 @@ def build_plan(opdef: OpDef) -> Plan:
 
 
 def _with_accesses(st: Stage, buffers: tuple[Node, ...], reduce_outputs: dict, g) -> Stage:
+    kept = {id(n): k for k, n in st.kept}
+
     def slot(n: Node) -> tuple:
+        if id(n) in kept:
+            return ("out", kept[id(n)])
         if n.op is Op.INPUT:
             return ("in", n.arg)
         if n.op is Op.IOTA:
             return ("iota", g.idx(n))
         return ("buf", next(i for i, b in enumerate(buffers) if b is n))
 
-    found = stage_reads([r.srcs[0] for r in st.reductions] + [n for _, n in st.writes])
+    found = stage_reads([r.srcs[0] for r in st.reductions] + [n for _, n in st.writes], stop=kept)
     reads = tuple(Access(slot(l), l, steps) for l, steps in found.accesses)
     stores = []
     for r in st.reductions:
@@ -217,6 +235,7 @@ def _with_accesses(st: Stage, buffers: tuple[Node, ...], reduce_outputs: dict, g
             stores.append(Access(slot(r), r, steps))
     stores += [Access(("out", k), n, (REDUCED,)) for k, n in st.finals]
     stores += [Access(("out", k), n, ()) for k, n in st.writes]
+    stores += [Access(("out", k), n, ()) for k, n in st.keeps]
     return replace(st, reads=reads, stores=tuple(stores), instances=tuple(found.instances),
                    params=tuple(found.params))
 

@@ -58,7 +58,8 @@ class Kernel:
         self.options = options
         # An op traced per input rank or shape (``OpDef.specializes``) has no plan of its own: each
         # specialization gets a kernel of its own (``_children``), whose calls this one caches.
-        self.plan: Plan | None = build_plan(op) if op.graph is not None else None
+        # (values shared between stages are stored on the CPU only: plan.shared)
+        self.plan: Plan | None = build_plan(op, share=device == "cpu") if op.graph is not None else None
         self._children: dict = {}
         self._calls: dict = {}
         self._variants: dict = {}   # write-request variants of the op -> their kernels

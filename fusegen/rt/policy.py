@@ -69,7 +69,7 @@ def split_count(plan: Plan, run, nthreads: int) -> int:
     stages = [plan.stages[i] for i in run.stages]
     if len(stages) == 1 and stages[0].is_scan:
         return _scan_split(stages[0], L, nthreads)
-    if len(stages) != 1 or not stages[0].reductions or stages[0].writes:
+    if len(stages) != 1 or not stages[0].reductions or stages[0].writes or stages[0].keeps:
         return 1
     if L.o_total >= 2 * nthreads or L.ri < 64 * nthreads:
         return 1

@@ -17,6 +17,7 @@ from ..errors import ArgumentError, DTypeError, ShapeError
 from ..graph.requests import check_disjoint, derive, output_indices
 from ..ir import Op, OpDef
 from ..plan import Plan, build_plan, leaves_of
+from ..plan.paths import stage_reads
 
 
 def call(kernel, derived_kernel, arrays, out, accumulate, skip, inplace, attrs):
@@ -82,6 +83,16 @@ def inplace_hazard(plan: Plan, k: int, i: int) -> str | None:
     Safe when output ``k`` is an elementwise write of its stage, no other write of that
     stage reads input ``i``, and no later stage reads input ``i`` at all: every read of the
     input then happens before, or at the very index of, the write that overwrites it."""
+    keeper = next((s for s in plan.stages if any(kk == k for kk, _ in s.keeps)), None)
+    if keeper is not None:   # output k holds a stored value from this stage on (plan.shared)
+        kept = {id(n) for kk, n in keeper.keeps if kk == k}
+        if any(l.op is Op.INPUT and l.arg == i for l, _ in stage_reads([r.srcs[0] for r in keeper.reductions],
+                                                                       stop=kept).accesses):
+            return (f"stage {keeper.index} stores a value in output {k} and also reads input "
+                    f"{plan.opdef.inputs[i]!r} for its reduction")
+        if any(a.slot == ("in", i) for s in plan.stages[keeper.index + 1:] for a in s.reads):
+            return f"a later pass reads input {plan.opdef.inputs[i]!r} after output {k} holds a stored value"
+        return None
     stage = next((s for s in plan.stages if any(kk == k for kk, _ in s.writes)), None)
     if stage is None:
         return f"output {k} is a reduction's result, which is written while its source is still being read"

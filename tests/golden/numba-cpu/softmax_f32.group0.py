@@ -60,27 +60,6 @@ def kernel(x0, ws0, ws1, out0, meta):
         for ro in range(ROT):
             c_x0 = b_x0
             c_ws0 = b_ws0
-            rem = ro
-            for d in range(nRO - 1, -1, -1):
-                e = meta[11 + nO + d]
-                q = rem // e
-                ix = rem - q * e
-                rem = q
-                c_x0 += ix * meta[SB + 0 * W + nO + d]
-                c_ws0 += ix * meta[SB + 1 * W + nO + d]
-            v_x0 = _fg_row(x0_, c_x0 + r_lo)
-            s_ws0 = ws0_[c_ws0 + 0]
-            for ri in range(r_hi - r_lo):
-                s1_0 = (v_x0[ri] - s_ws0)
-                s1_1 = _exp_f32(s1_0)
-                acc0 += s1_1
-        r0 = acc0
-        ws1_[b_ws1] = r0
-        # stage 2: output 0
-        for ro in range(ROT):
-            c_x0 = b_x0
-            c_ws0 = b_ws0
-            c_ws1 = b_ws1
             c_out0 = b_out0
             rem = ro
             for d in range(nRO - 1, -1, -1):
@@ -90,15 +69,32 @@ def kernel(x0, ws0, ws1, out0, meta):
                 rem = q
                 c_x0 += ix * meta[SB + 0 * W + nO + d]
                 c_ws0 += ix * meta[SB + 1 * W + nO + d]
-                c_ws1 += ix * meta[SB + 2 * W + nO + d]
                 c_out0 += ix * meta[SB + 3 * W + nO + d]
             v_x0 = _fg_row(x0_, c_x0 + r_lo)
             s_ws0 = ws0_[c_ws0 + 0]
+            v_out0 = _fg_row(out0_, c_out0 + r_lo)
+            for ri in range(r_hi - r_lo):
+                s1_0 = (v_x0[ri] - s_ws0)
+                s1_1 = _exp_f32(s1_0)
+                acc0 += s1_1
+                v_out0[ri] = s1_1
+        r0 = acc0
+        ws1_[b_ws1] = r0
+        # stage 2: output 0
+        for ro in range(ROT):
+            c_ws1 = b_ws1
+            c_out0 = b_out0
+            rem = ro
+            for d in range(nRO - 1, -1, -1):
+                e = meta[11 + nO + d]
+                q = rem // e
+                ix = rem - q * e
+                rem = q
+                c_ws1 += ix * meta[SB + 2 * W + nO + d]
+                c_out0 += ix * meta[SB + 3 * W + nO + d]
             s_ws1 = ws1_[c_ws1 + 0]
             v_out0 = _fg_row(out0_, c_out0 + r_lo)
             for ri in range(r_hi - r_lo):
-                s2_0 = (v_x0[ri] - s_ws0)
-                s2_1 = _exp_f32(s2_0)
-                s2_2 = (s2_1 / s_ws1)
-                v_out0[ri] = s2_2
+                s2_0 = (v_out0[ri] / s_ws1)
+                v_out0[ri] = s2_0
     return 0

@@ -925,10 +925,10 @@ const fg::StageInfo kStageInfo[kStages] = {
      2, {0, 2}, {0, 1},
      1, {3}, {4},
      0, {}, {},
-     0, {}, 1},
+     1, {1}, 1},
     // stage 2: output 0 (%5)
     {3, {0, 1, 4}, -1,
-     3, {0, 2, 3}, {0, 1, 4},
+     2, {3, 1}, {4, 3},
      0, {}, {},
      0, {}, {},
      1, {1}, 0},
@@ -1102,11 +1102,17 @@ void combine0(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
 }
 
 // --- stage 1: sum (%4)
-FG_INLINE float s1_r0(float v0, float v2, const ScalarAttrs &a) {
+FG_INLINE float s1_k0(float v0, float v2, const ScalarAttrs &a) {
   (void)a;
   const auto t0 = (v0 - v2);
   const auto t1 = fg::exp_f32(t0);
   return t1;
+}
+FG_INLINE float s1_r0(float v0, float v2, float k1, const ScalarAttrs &a) {
+  (void)a;
+  (void)v0;  // (read by the stored values' function instead)
+  (void)v2;  // (read by the stored values' function instead)
+  return k1;
 }
 
 void stage1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
@@ -1115,6 +1121,7 @@ void stage1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
   const _Float16 *p0 = static_cast<const _Float16 *>(ptr[0]);
   const float *p2 = static_cast<const float *>(ptr[2]);
   float *q3 = static_cast<float *>(ptr[3]);
+  _Float16 *q1 = static_cast<_Float16 *>(ptr[1]);
   if (L.inner == 1) {
     // Row mode: the innermost dim is reduced; several accumulators per reduction keep the adds independent.
     (void)n;
@@ -1125,6 +1132,8 @@ void stage1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
       fg::ro_offsets(L, ro, base, c);
       _Float16 pk0[fg::kChunk];
       float pk2[fg::kChunk];
+      _Float16 pw1[fg::kChunk];
+      float kv1[fg::kChunk];
       // Reduction results read here are usually constant along the row (stride 0). They are
       // then passed as scalars, so what depends on them alone (e.g. rsqrt(var + eps)) is
       // computed once per row instead of per element, and no pack buffer is filled with copies.
@@ -1134,27 +1143,37 @@ void stage1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
         const int64_t m = std::min<int64_t>(fg::kChunk, r_hi - r0);
         const _Float16 *v0 = fg::view(p0 + c[0] + r0 * L.ri_str[0], L.ri_str[0], m, pk0);
         const float *v2 = row_const ? nullptr : fg::view(p2 + c[2] + r0 * L.ri_str[2], L.ri_str[2], m, pk2);
+        _Float16 *w1 = fg::out_view(q1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], pw1);
         if (row_const) {
+          for (int64_t i = 0; i < m; ++i) {
+            kv1[i] = s1_k0(v0[i], s2, a);
+            w1[i] = _Float16(kv1[i]);
+          }
           int64_t i = 0;
           for (; i + fg::kLanes <= m; i += fg::kLanes) {
             for (int l = 0; l < fg::kLanes; ++l) {
-              acc0[l] += s1_r0(v0[i + l], s2, a);
+              acc0[l] += s1_r0(v0[i + l], s2, kv1[i + l], a);
             }
           }
           for (; i < m; ++i) {
-            acc0[0] += s1_r0(v0[i], s2, a);
+            acc0[0] += s1_r0(v0[i], s2, kv1[i], a);
           }
         } else {
+          for (int64_t i = 0; i < m; ++i) {
+            kv1[i] = s1_k0(v0[i], v2[i], a);
+            w1[i] = _Float16(kv1[i]);
+          }
           int64_t i = 0;
           for (; i + fg::kLanes <= m; i += fg::kLanes) {
             for (int l = 0; l < fg::kLanes; ++l) {
-              acc0[l] += s1_r0(v0[i + l], v2[i + l], a);
+              acc0[l] += s1_r0(v0[i + l], v2[i + l], kv1[i + l], a);
             }
           }
           for (; i < m; ++i) {
-            acc0[0] += s1_r0(v0[i], v2[i], a);
+            acc0[0] += s1_r0(v0[i], v2[i], kv1[i], a);
           }
         }
+        fg::scatter(q1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], m, w1);
       }
     }
     float r0 = acc0[0];
@@ -1176,35 +1195,23 @@ void stage1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
       fg::ro_offsets(L, ro, base, c);
       _Float16 pk0[fg::kChunk];
       float pk2[fg::kChunk];
+      _Float16 pw1[fg::kChunk];
+      float kv1[fg::kChunk];
       int64_t ri = r_lo;
-      // Four rows per pass over the accumulators when every operand is unit-stride along the
-      // tile: the accumulators are loaded and stored a quarter as often (they can be wider
-      // than L1 when the reduced dim is split across threads).
-      if (L.i_str[0] == 1 && L.i_str[2] == 1) {
-        const int64_t s0 = L.ri_str[0];
-        const int64_t s2 = L.ri_str[2];
-        for (; ri + 4 <= r_hi; ri += 4) {
-          for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
-            const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
-            const _Float16 *v0 = p0 + c[0] + ri * s0 + j0;
-            const float *v2 = p2 + c[2] + ri * s2 + j0;
-            float *a0 = acc0 + j0;
-            for (int64_t i = 0; i < m; ++i) {
-              a0[i] += (s1_r0(v0[i], v2[i], a) + s1_r0(v0[i + 1 * s0], v2[i + 1 * s2], a)) + (s1_r0(v0[i + 2 * s0], v2[i + 2 * s2], a) + s1_r0(v0[i + 3 * s0], v2[i + 3 * s2], a));
-            }
-          }
-        }
-      }
       for (; ri < r_hi; ++ri) {
         // Each row of the tile in chunks: the row streams in full, the pack buffers stay small.
         for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
           const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
           const _Float16 *v0 = fg::view(p0 + c[0] + ri * L.ri_str[0] + j0 * L.i_str[0], L.i_str[0], m, pk0);
           const float *v2 = fg::view(p2 + c[2] + ri * L.ri_str[2] + j0 * L.i_str[2], L.i_str[2], m, pk2);
+          _Float16 *w1 = fg::out_view(q1 + c[1] + ri * L.ri_str[1] + j0 * L.i_str[1], L.i_str[1], pw1);
           float *a0 = acc0 + j0;
           for (int64_t i = 0; i < m; ++i) {
-            a0[i] += s1_r0(v0[i], v2[i], a);
+            kv1[i] = s1_k0(v0[i], v2[i], a);
+            w1[i] = _Float16(kv1[i]);
+            a0[i] += s1_r0(v0[i], v2[i], kv1[i], a);
           }
+          fg::scatter(q1 + c[1] + ri * L.ri_str[1] + j0 * L.i_str[1], L.i_str[1], m, w1);
         }
       }
     }
@@ -1233,20 +1240,17 @@ void combine1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
 }
 
 // --- stage 2: output 0 (%5)
-FG_INLINE float s2_w0(float v0, float v2, float v3, const ScalarAttrs &a) {
+FG_INLINE float s2_w0(float v3, float v1, const ScalarAttrs &a) {
   (void)a;
-  const auto t0 = (v0 - v2);
-  const auto t1 = fg::exp_f32(t0);
-  const auto t2 = (t1 / v3);
-  return t2;
+  const auto t0 = (v1 / v3);
+  return t0;
 }
 
 void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
             int64_t r_lo, int64_t r_hi, unsigned char *part, int64_t stride) {
   const ScalarAttrs a = scalar_attrs(attrs);
-  const _Float16 *p0 = static_cast<const _Float16 *>(ptr[0]);
-  const float *p2 = static_cast<const float *>(ptr[2]);
   const float *p3 = static_cast<const float *>(ptr[3]);
+  const _Float16 *p1 = static_cast<const _Float16 *>(ptr[1]);
   _Float16 *q1 = static_cast<_Float16 *>(ptr[1]);
   if (L.inner == 1) {
     // Row mode: the innermost dim is reduced; one element per step.
@@ -1254,29 +1258,26 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
     for (int64_t ro = 0; ro < L.ro_total; ++ro) {
       int64_t c[kOperands];
       fg::ro_offsets(L, ro, base, c);
-      _Float16 pk0[fg::kChunk];
-      float pk2[fg::kChunk];
       float pk3[fg::kChunk];
+      _Float16 pk1[fg::kChunk];
       _Float16 pw1[fg::kChunk];
       // Reduction results read here are usually constant along the row (stride 0). They are
       // then passed as scalars, so what depends on them alone (e.g. rsqrt(var + eps)) is
       // computed once per row instead of per element, and no pack buffer is filled with copies.
-      const bool row_const = L.ri_str[2] == 0 && L.ri_str[3] == 0;
-      const float s2 = row_const ? float(p2[c[2]]) : float(0);
+      const bool row_const = L.ri_str[3] == 0;
       const float s3 = row_const ? float(p3[c[3]]) : float(0);
       for (int64_t r0 = r_lo; r0 < r_hi; r0 += fg::kChunk) {
         const int64_t m = std::min<int64_t>(fg::kChunk, r_hi - r0);
-        const _Float16 *v0 = fg::view(p0 + c[0] + r0 * L.ri_str[0], L.ri_str[0], m, pk0);
-        const float *v2 = row_const ? nullptr : fg::view(p2 + c[2] + r0 * L.ri_str[2], L.ri_str[2], m, pk2);
         const float *v3 = row_const ? nullptr : fg::view(p3 + c[3] + r0 * L.ri_str[3], L.ri_str[3], m, pk3);
+        const _Float16 *v1 = fg::view(p1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], m, pk1);
         _Float16 *w1 = fg::out_view(q1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], pw1);
         if (row_const) {
           for (int64_t i = 0; i < m; ++i) {
-            w1[i] = s2_w0(v0[i], s2, s3, a);
+            w1[i] = s2_w0(s3, v1[i], a);
           }
         } else {
           for (int64_t i = 0; i < m; ++i) {
-            w1[i] = s2_w0(v0[i], v2[i], v3[i], a);
+            w1[i] = s2_w0(v3[i], v1[i], a);
           }
         }
         fg::scatter(q1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], m, w1);
@@ -1289,21 +1290,19 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
     for (int64_t ro = 0; ro < L.ro_total; ++ro) {
       int64_t c[kOperands];
       fg::ro_offsets(L, ro, base, c);
-      _Float16 pk0[fg::kChunk];
-      float pk2[fg::kChunk];
       float pk3[fg::kChunk];
+      _Float16 pk1[fg::kChunk];
       _Float16 pw1[fg::kChunk];
       int64_t ri = r_lo;
       for (; ri < r_hi; ++ri) {
         // Each row of the tile in chunks: the row streams in full, the pack buffers stay small.
         for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
           const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
-          const _Float16 *v0 = fg::view(p0 + c[0] + ri * L.ri_str[0] + j0 * L.i_str[0], L.i_str[0], m, pk0);
-          const float *v2 = fg::view(p2 + c[2] + ri * L.ri_str[2] + j0 * L.i_str[2], L.i_str[2], m, pk2);
           const float *v3 = fg::view(p3 + c[3] + ri * L.ri_str[3] + j0 * L.i_str[3], L.i_str[3], m, pk3);
+          const _Float16 *v1 = fg::view(p1 + c[1] + ri * L.ri_str[1] + j0 * L.i_str[1], L.i_str[1], m, pk1);
           _Float16 *w1 = fg::out_view(q1 + c[1] + ri * L.ri_str[1] + j0 * L.i_str[1], L.i_str[1], pw1);
           for (int64_t i = 0; i < m; ++i) {
-            w1[i] = s2_w0(v0[i], v2[i], v3[i], a);
+            w1[i] = s2_w0(v3[i], v1[i], a);
           }
           fg::scatter(q1 + c[1] + ri * L.ri_str[1] + j0 * L.i_str[1], L.i_str[1], m, w1);
         }
@@ -1429,11 +1428,17 @@ void combine0(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
 }
 
 // --- stage 1: sum (%4)
-FG_INLINE float s1_r0(float v0, float v2, const ScalarAttrs &a) {
+FG_INLINE float s1_k0(float v0, float v2, const ScalarAttrs &a) {
   (void)a;
   const auto t0 = (v0 - v2);
   const auto t1 = fg::exp_f32(t0);
   return t1;
+}
+FG_INLINE float s1_r0(float v0, float v2, float k1, const ScalarAttrs &a) {
+  (void)a;
+  (void)v0;  // (read by the stored values' function instead)
+  (void)v2;  // (read by the stored values' function instead)
+  return k1;
 }
 
 void stage1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
@@ -1442,6 +1447,7 @@ void stage1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
   const float *p0 = static_cast<const float *>(ptr[0]);
   const float *p2 = static_cast<const float *>(ptr[2]);
   float *q3 = static_cast<float *>(ptr[3]);
+  float *q1 = static_cast<float *>(ptr[1]);
   if (L.inner == 1) {
     // Row mode: the innermost dim is reduced; several accumulators per reduction keep the adds independent.
     (void)n;
@@ -1452,6 +1458,8 @@ void stage1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
       fg::ro_offsets(L, ro, base, c);
       float pk0[fg::kChunk];
       float pk2[fg::kChunk];
+      float pw1[fg::kChunk];
+      float kv1[fg::kChunk];
       // Reduction results read here are usually constant along the row (stride 0). They are
       // then passed as scalars, so what depends on them alone (e.g. rsqrt(var + eps)) is
       // computed once per row instead of per element, and no pack buffer is filled with copies.
@@ -1461,27 +1469,37 @@ void stage1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
         const int64_t m = std::min<int64_t>(fg::kChunk, r_hi - r0);
         const float *v0 = fg::view(p0 + c[0] + r0 * L.ri_str[0], L.ri_str[0], m, pk0);
         const float *v2 = row_const ? nullptr : fg::view(p2 + c[2] + r0 * L.ri_str[2], L.ri_str[2], m, pk2);
+        float *w1 = fg::out_view(q1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], pw1);
         if (row_const) {
+          for (int64_t i = 0; i < m; ++i) {
+            kv1[i] = s1_k0(v0[i], s2, a);
+            w1[i] = float(kv1[i]);
+          }
           int64_t i = 0;
           for (; i + fg::kLanes <= m; i += fg::kLanes) {
             for (int l = 0; l < fg::kLanes; ++l) {
-              acc0[l] += s1_r0(v0[i + l], s2, a);
+              acc0[l] += s1_r0(v0[i + l], s2, kv1[i + l], a);
             }
           }
           for (; i < m; ++i) {
-            acc0[0] += s1_r0(v0[i], s2, a);
+            acc0[0] += s1_r0(v0[i], s2, kv1[i], a);
           }
         } else {
+          for (int64_t i = 0; i < m; ++i) {
+            kv1[i] = s1_k0(v0[i], v2[i], a);
+            w1[i] = float(kv1[i]);
+          }
           int64_t i = 0;
           for (; i + fg::kLanes <= m; i += fg::kLanes) {
             for (int l = 0; l < fg::kLanes; ++l) {
-              acc0[l] += s1_r0(v0[i + l], v2[i + l], a);
+              acc0[l] += s1_r0(v0[i + l], v2[i + l], kv1[i + l], a);
             }
           }
           for (; i < m; ++i) {
-            acc0[0] += s1_r0(v0[i], v2[i], a);
+            acc0[0] += s1_r0(v0[i], v2[i], kv1[i], a);
           }
         }
+        fg::scatter(q1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], m, w1);
       }
     }
     float r0 = acc0[0];
@@ -1503,35 +1521,23 @@ void stage1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
       fg::ro_offsets(L, ro, base, c);
       float pk0[fg::kChunk];
       float pk2[fg::kChunk];
+      float pw1[fg::kChunk];
+      float kv1[fg::kChunk];
       int64_t ri = r_lo;
-      // Four rows per pass over the accumulators when every operand is unit-stride along the
-      // tile: the accumulators are loaded and stored a quarter as often (they can be wider
-      // than L1 when the reduced dim is split across threads).
-      if (L.i_str[0] == 1 && L.i_str[2] == 1) {
-        const int64_t s0 = L.ri_str[0];
-        const int64_t s2 = L.ri_str[2];
-        for (; ri + 4 <= r_hi; ri += 4) {
-          for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
-            const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
-            const float *v0 = p0 + c[0] + ri * s0 + j0;
-            const float *v2 = p2 + c[2] + ri * s2 + j0;
-            float *a0 = acc0 + j0;
-            for (int64_t i = 0; i < m; ++i) {
-              a0[i] += (s1_r0(v0[i], v2[i], a) + s1_r0(v0[i + 1 * s0], v2[i + 1 * s2], a)) + (s1_r0(v0[i + 2 * s0], v2[i + 2 * s2], a) + s1_r0(v0[i + 3 * s0], v2[i + 3 * s2], a));
-            }
-          }
-        }
-      }
       for (; ri < r_hi; ++ri) {
         // Each row of the tile in chunks: the row streams in full, the pack buffers stay small.
         for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
           const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
           const float *v0 = fg::view(p0 + c[0] + ri * L.ri_str[0] + j0 * L.i_str[0], L.i_str[0], m, pk0);
           const float *v2 = fg::view(p2 + c[2] + ri * L.ri_str[2] + j0 * L.i_str[2], L.i_str[2], m, pk2);
+          float *w1 = fg::out_view(q1 + c[1] + ri * L.ri_str[1] + j0 * L.i_str[1], L.i_str[1], pw1);
           float *a0 = acc0 + j0;
           for (int64_t i = 0; i < m; ++i) {
-            a0[i] += s1_r0(v0[i], v2[i], a);
+            kv1[i] = s1_k0(v0[i], v2[i], a);
+            w1[i] = float(kv1[i]);
+            a0[i] += s1_r0(v0[i], v2[i], kv1[i], a);
           }
+          fg::scatter(q1 + c[1] + ri * L.ri_str[1] + j0 * L.i_str[1], L.i_str[1], m, w1);
         }
       }
     }
@@ -1560,20 +1566,17 @@ void combine1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
 }
 
 // --- stage 2: output 0 (%5)
-FG_INLINE float s2_w0(float v0, float v2, float v3, const ScalarAttrs &a) {
+FG_INLINE float s2_w0(float v3, float v1, const ScalarAttrs &a) {
   (void)a;
-  const auto t0 = (v0 - v2);
-  const auto t1 = fg::exp_f32(t0);
-  const auto t2 = (t1 / v3);
-  return t2;
+  const auto t0 = (v1 / v3);
+  return t0;
 }
 
 void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
             int64_t r_lo, int64_t r_hi, unsigned char *part, int64_t stride) {
   const ScalarAttrs a = scalar_attrs(attrs);
-  const float *p0 = static_cast<const float *>(ptr[0]);
-  const float *p2 = static_cast<const float *>(ptr[2]);
   const float *p3 = static_cast<const float *>(ptr[3]);
+  const float *p1 = static_cast<const float *>(ptr[1]);
   float *q1 = static_cast<float *>(ptr[1]);
   if (L.inner == 1) {
     // Row mode: the innermost dim is reduced; one element per step.
@@ -1581,29 +1584,26 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
     for (int64_t ro = 0; ro < L.ro_total; ++ro) {
       int64_t c[kOperands];
       fg::ro_offsets(L, ro, base, c);
-      float pk0[fg::kChunk];
-      float pk2[fg::kChunk];
       float pk3[fg::kChunk];
+      float pk1[fg::kChunk];
       float pw1[fg::kChunk];
       // Reduction results read here are usually constant along the row (stride 0). They are
       // then passed as scalars, so what depends on them alone (e.g. rsqrt(var + eps)) is
       // computed once per row instead of per element, and no pack buffer is filled with copies.
-      const bool row_const = L.ri_str[2] == 0 && L.ri_str[3] == 0;
-      const float s2 = row_const ? float(p2[c[2]]) : float(0);
+      const bool row_const = L.ri_str[3] == 0;
       const float s3 = row_const ? float(p3[c[3]]) : float(0);
       for (int64_t r0 = r_lo; r0 < r_hi; r0 += fg::kChunk) {
         const int64_t m = std::min<int64_t>(fg::kChunk, r_hi - r0);
-        const float *v0 = fg::view(p0 + c[0] + r0 * L.ri_str[0], L.ri_str[0], m, pk0);
-        const float *v2 = row_const ? nullptr : fg::view(p2 + c[2] + r0 * L.ri_str[2], L.ri_str[2], m, pk2);
         const float *v3 = row_const ? nullptr : fg::view(p3 + c[3] + r0 * L.ri_str[3], L.ri_str[3], m, pk3);
+        const float *v1 = fg::view(p1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], m, pk1);
         float *w1 = fg::out_view(q1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], pw1);
         if (row_const) {
           for (int64_t i = 0; i < m; ++i) {
-            w1[i] = s2_w0(v0[i], s2, s3, a);
+            w1[i] = s2_w0(s3, v1[i], a);
           }
         } else {
           for (int64_t i = 0; i < m; ++i) {
-            w1[i] = s2_w0(v0[i], v2[i], v3[i], a);
+            w1[i] = s2_w0(v3[i], v1[i], a);
           }
         }
         fg::scatter(q1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], m, w1);
@@ -1616,21 +1616,19 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
     for (int64_t ro = 0; ro < L.ro_total; ++ro) {
       int64_t c[kOperands];
       fg::ro_offsets(L, ro, base, c);
-      float pk0[fg::kChunk];
-      float pk2[fg::kChunk];
       float pk3[fg::kChunk];
+      float pk1[fg::kChunk];
       float pw1[fg::kChunk];
       int64_t ri = r_lo;
       for (; ri < r_hi; ++ri) {
         // Each row of the tile in chunks: the row streams in full, the pack buffers stay small.
         for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
           const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
-          const float *v0 = fg::view(p0 + c[0] + ri * L.ri_str[0] + j0 * L.i_str[0], L.i_str[0], m, pk0);
-          const float *v2 = fg::view(p2 + c[2] + ri * L.ri_str[2] + j0 * L.i_str[2], L.i_str[2], m, pk2);
           const float *v3 = fg::view(p3 + c[3] + ri * L.ri_str[3] + j0 * L.i_str[3], L.i_str[3], m, pk3);
+          const float *v1 = fg::view(p1 + c[1] + ri * L.ri_str[1] + j0 * L.i_str[1], L.i_str[1], m, pk1);
           float *w1 = fg::out_view(q1 + c[1] + ri * L.ri_str[1] + j0 * L.i_str[1], L.i_str[1], pw1);
           for (int64_t i = 0; i < m; ++i) {
-            w1[i] = s2_w0(v0[i], v2[i], v3[i], a);
+            w1[i] = s2_w0(v3[i], v1[i], a);
           }
           fg::scatter(q1 + c[1] + ri * L.ri_str[1] + j0 * L.i_str[1], L.i_str[1], m, w1);
         }
@@ -1756,11 +1754,17 @@ void combine0(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
 }
 
 // --- stage 1: sum (%4)
-FG_INLINE double s1_r0(double v0, double v2, const ScalarAttrs &a) {
+FG_INLINE double s1_k0(double v0, double v2, const ScalarAttrs &a) {
   (void)a;
   const auto t0 = (v0 - v2);
   const auto t1 = std::exp(t0);
   return t1;
+}
+FG_INLINE double s1_r0(double v0, double v2, double k1, const ScalarAttrs &a) {
+  (void)a;
+  (void)v0;  // (read by the stored values' function instead)
+  (void)v2;  // (read by the stored values' function instead)
+  return k1;
 }
 
 void stage1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
@@ -1769,6 +1773,7 @@ void stage1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
   const double *p0 = static_cast<const double *>(ptr[0]);
   const double *p2 = static_cast<const double *>(ptr[2]);
   double *q3 = static_cast<double *>(ptr[3]);
+  double *q1 = static_cast<double *>(ptr[1]);
   if (L.inner == 1) {
     // Row mode: the innermost dim is reduced; several accumulators per reduction keep the adds independent.
     (void)n;
@@ -1779,6 +1784,8 @@ void stage1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
       fg::ro_offsets(L, ro, base, c);
       double pk0[fg::kChunk];
       double pk2[fg::kChunk];
+      double pw1[fg::kChunk];
+      double kv1[fg::kChunk];
       // Reduction results read here are usually constant along the row (stride 0). They are
       // then passed as scalars, so what depends on them alone (e.g. rsqrt(var + eps)) is
       // computed once per row instead of per element, and no pack buffer is filled with copies.
@@ -1788,27 +1795,37 @@ void stage1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
         const int64_t m = std::min<int64_t>(fg::kChunk, r_hi - r0);
         const double *v0 = fg::view(p0 + c[0] + r0 * L.ri_str[0], L.ri_str[0], m, pk0);
         const double *v2 = row_const ? nullptr : fg::view(p2 + c[2] + r0 * L.ri_str[2], L.ri_str[2], m, pk2);
+        double *w1 = fg::out_view(q1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], pw1);
         if (row_const) {
+          for (int64_t i = 0; i < m; ++i) {
+            kv1[i] = s1_k0(v0[i], s2, a);
+            w1[i] = double(kv1[i]);
+          }
           int64_t i = 0;
           for (; i + fg::kLanes <= m; i += fg::kLanes) {
             for (int l = 0; l < fg::kLanes; ++l) {
-              acc0[l] += s1_r0(v0[i + l], s2, a);
+              acc0[l] += s1_r0(v0[i + l], s2, kv1[i + l], a);
             }
           }
           for (; i < m; ++i) {
-            acc0[0] += s1_r0(v0[i], s2, a);
+            acc0[0] += s1_r0(v0[i], s2, kv1[i], a);
           }
         } else {
+          for (int64_t i = 0; i < m; ++i) {
+            kv1[i] = s1_k0(v0[i], v2[i], a);
+            w1[i] = double(kv1[i]);
+          }
           int64_t i = 0;
           for (; i + fg::kLanes <= m; i += fg::kLanes) {
             for (int l = 0; l < fg::kLanes; ++l) {
-              acc0[l] += s1_r0(v0[i + l], v2[i + l], a);
+              acc0[l] += s1_r0(v0[i + l], v2[i + l], kv1[i + l], a);
             }
           }
           for (; i < m; ++i) {
-            acc0[0] += s1_r0(v0[i], v2[i], a);
+            acc0[0] += s1_r0(v0[i], v2[i], kv1[i], a);
           }
         }
+        fg::scatter(q1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], m, w1);
       }
     }
     double r0 = acc0[0];
@@ -1830,35 +1847,23 @@ void stage1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
       fg::ro_offsets(L, ro, base, c);
       double pk0[fg::kChunk];
       double pk2[fg::kChunk];
+      double pw1[fg::kChunk];
+      double kv1[fg::kChunk];
       int64_t ri = r_lo;
-      // Four rows per pass over the accumulators when every operand is unit-stride along the
-      // tile: the accumulators are loaded and stored a quarter as often (they can be wider
-      // than L1 when the reduced dim is split across threads).
-      if (L.i_str[0] == 1 && L.i_str[2] == 1) {
-        const int64_t s0 = L.ri_str[0];
-        const int64_t s2 = L.ri_str[2];
-        for (; ri + 4 <= r_hi; ri += 4) {
-          for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
-            const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
-            const double *v0 = p0 + c[0] + ri * s0 + j0;
-            const double *v2 = p2 + c[2] + ri * s2 + j0;
-            double *a0 = acc0 + j0;
-            for (int64_t i = 0; i < m; ++i) {
-              a0[i] += (s1_r0(v0[i], v2[i], a) + s1_r0(v0[i + 1 * s0], v2[i + 1 * s2], a)) + (s1_r0(v0[i + 2 * s0], v2[i + 2 * s2], a) + s1_r0(v0[i + 3 * s0], v2[i + 3 * s2], a));
-            }
-          }
-        }
-      }
       for (; ri < r_hi; ++ri) {
         // Each row of the tile in chunks: the row streams in full, the pack buffers stay small.
         for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
           const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
           const double *v0 = fg::view(p0 + c[0] + ri * L.ri_str[0] + j0 * L.i_str[0], L.i_str[0], m, pk0);
           const double *v2 = fg::view(p2 + c[2] + ri * L.ri_str[2] + j0 * L.i_str[2], L.i_str[2], m, pk2);
+          double *w1 = fg::out_view(q1 + c[1] + ri * L.ri_str[1] + j0 * L.i_str[1], L.i_str[1], pw1);
           double *a0 = acc0 + j0;
           for (int64_t i = 0; i < m; ++i) {
-            a0[i] += s1_r0(v0[i], v2[i], a);
+            kv1[i] = s1_k0(v0[i], v2[i], a);
+            w1[i] = double(kv1[i]);
+            a0[i] += s1_r0(v0[i], v2[i], kv1[i], a);
           }
+          fg::scatter(q1 + c[1] + ri * L.ri_str[1] + j0 * L.i_str[1], L.i_str[1], m, w1);
         }
       }
     }
@@ -1887,20 +1892,17 @@ void combine1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
 }
 
 // --- stage 2: output 0 (%5)
-FG_INLINE double s2_w0(double v0, double v2, double v3, const ScalarAttrs &a) {
+FG_INLINE double s2_w0(double v3, double v1, const ScalarAttrs &a) {
   (void)a;
-  const auto t0 = (v0 - v2);
-  const auto t1 = std::exp(t0);
-  const auto t2 = (t1 / v3);
-  return t2;
+  const auto t0 = (v1 / v3);
+  return t0;
 }
 
 void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
             int64_t r_lo, int64_t r_hi, unsigned char *part, int64_t stride) {
   const ScalarAttrs a = scalar_attrs(attrs);
-  const double *p0 = static_cast<const double *>(ptr[0]);
-  const double *p2 = static_cast<const double *>(ptr[2]);
   const double *p3 = static_cast<const double *>(ptr[3]);
+  const double *p1 = static_cast<const double *>(ptr[1]);
   double *q1 = static_cast<double *>(ptr[1]);
   if (L.inner == 1) {
     // Row mode: the innermost dim is reduced; one element per step.
@@ -1908,29 +1910,26 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
     for (int64_t ro = 0; ro < L.ro_total; ++ro) {
       int64_t c[kOperands];
       fg::ro_offsets(L, ro, base, c);
-      double pk0[fg::kChunk];
-      double pk2[fg::kChunk];
       double pk3[fg::kChunk];
+      double pk1[fg::kChunk];
       double pw1[fg::kChunk];
       // Reduction results read here are usually constant along the row (stride 0). They are
       // then passed as scalars, so what depends on them alone (e.g. rsqrt(var + eps)) is
       // computed once per row instead of per element, and no pack buffer is filled with copies.
-      const bool row_const = L.ri_str[2] == 0 && L.ri_str[3] == 0;
-      const double s2 = row_const ? double(p2[c[2]]) : double(0);
+      const bool row_const = L.ri_str[3] == 0;
       const double s3 = row_const ? double(p3[c[3]]) : double(0);
       for (int64_t r0 = r_lo; r0 < r_hi; r0 += fg::kChunk) {
         const int64_t m = std::min<int64_t>(fg::kChunk, r_hi - r0);
-        const double *v0 = fg::view(p0 + c[0] + r0 * L.ri_str[0], L.ri_str[0], m, pk0);
-        const double *v2 = row_const ? nullptr : fg::view(p2 + c[2] + r0 * L.ri_str[2], L.ri_str[2], m, pk2);
         const double *v3 = row_const ? nullptr : fg::view(p3 + c[3] + r0 * L.ri_str[3], L.ri_str[3], m, pk3);
+        const double *v1 = fg::view(p1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], m, pk1);
         double *w1 = fg::out_view(q1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], pw1);
         if (row_const) {
           for (int64_t i = 0; i < m; ++i) {
-            w1[i] = s2_w0(v0[i], s2, s3, a);
+            w1[i] = s2_w0(s3, v1[i], a);
           }
         } else {
           for (int64_t i = 0; i < m; ++i) {
-            w1[i] = s2_w0(v0[i], v2[i], v3[i], a);
+            w1[i] = s2_w0(v3[i], v1[i], a);
           }
         }
         fg::scatter(q1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], m, w1);
@@ -1943,21 +1942,19 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
     for (int64_t ro = 0; ro < L.ro_total; ++ro) {
       int64_t c[kOperands];
       fg::ro_offsets(L, ro, base, c);
-      double pk0[fg::kChunk];
-      double pk2[fg::kChunk];
       double pk3[fg::kChunk];
+      double pk1[fg::kChunk];
       double pw1[fg::kChunk];
       int64_t ri = r_lo;
       for (; ri < r_hi; ++ri) {
         // Each row of the tile in chunks: the row streams in full, the pack buffers stay small.
         for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
           const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
-          const double *v0 = fg::view(p0 + c[0] + ri * L.ri_str[0] + j0 * L.i_str[0], L.i_str[0], m, pk0);
-          const double *v2 = fg::view(p2 + c[2] + ri * L.ri_str[2] + j0 * L.i_str[2], L.i_str[2], m, pk2);
           const double *v3 = fg::view(p3 + c[3] + ri * L.ri_str[3] + j0 * L.i_str[3], L.i_str[3], m, pk3);
+          const double *v1 = fg::view(p1 + c[1] + ri * L.ri_str[1] + j0 * L.i_str[1], L.i_str[1], m, pk1);
           double *w1 = fg::out_view(q1 + c[1] + ri * L.ri_str[1] + j0 * L.i_str[1], L.i_str[1], pw1);
           for (int64_t i = 0; i < m; ++i) {
-            w1[i] = s2_w0(v0[i], v2[i], v3[i], a);
+            w1[i] = s2_w0(v3[i], v1[i], a);
           }
           fg::scatter(q1 + c[1] + ri * L.ri_str[1] + j0 * L.i_str[1], L.i_str[1], m, w1);
         }
