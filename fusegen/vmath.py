@@ -10,10 +10,10 @@ fusegen/vmath_numba.py (Numba, inlined into generated kernels), fusegen/emitters
 (C++ and CUDA ``__host__ __device__``, rendered from ``template_data``) and, for the constants
 and the derivations, this file and fusegen/vmath_fit.py.
 
-How: ``exp``, ``sigmoid`` and ``tanh``, the functions on the hot paths of softmax, silu and gelu,
-run in float32 lanes (fusegen/vmath_lanes.py; below, "float32 lanes"): float32 arithmetic with
+How: ``exp``, ``sigmoid``, ``tanh``, ``log1p`` and ``erf``, the functions on the hot paths of
+softmax, silu, softplus, mish and gelu, run in float32 lanes (fusegen/vmath_lanes.py; below, "float32 lanes"): float32 arithmetic with
 the few extra bits they need carried as unevaluated sums, within 1 ulp of the correctly rounded
-result over every float32 input. Every other function widens its float32 argument to float64,
+result (measured over every float32 input, or every 7th). Every other function widens its float32 argument to float64,
 where a plain polynomial is far more accurate than float32 needs: the float64 result is within
 a few 1e-16 (relative) of the exact value, so its one rounding to float32 gives the correctly
 rounded result unless the exact value lies that close to a float32 rounding midpoint (then it
@@ -51,19 +51,25 @@ residual (the pair keeps the digits 1 - e cancels); tanh below TANH32_SMALL is x
 exact for -0.0 and subnormals. Both paths are computed and one is selected, so the loop has no
 branch; tanh's sign is restored by copysign.
 
-``log`` family: h = 2^k (1 + f) with 1 + f in [sqrt(1/2), sqrt(2)) from the float64 bits (k by
-an integer shift, no conversion); log1p(f) = f - (f^2/2 - s (f^2/2 + R(s^2))) with s = f / (2 +
-f) (the identity log(1 + f) = 2 atanh(s), arranged so that the rounding errors are those of the
-small correction terms; R: LOG_POLY); log(x) = k ln2 + log1p(f) with ln2 in two parts. log2 and
-log10 scale log1p(f) and add k (times log10(2) in two parts), so log2(2^k) and log10(10^k) are
-exact. log1p(x): h = 1 + x and its rounding error l = x - (h - 1) (exact: Fast2Sum, |x| <= 1 or
-1 + x exact), folded into f; that keeps tiny and subnormal x exact without a second path.
+``log``, ``log2``, ``log10``: h = 2^k (1 + f) with 1 + f in [sqrt(1/2), sqrt(2)) from the
+float64 bits (k by an integer shift, no conversion); log1p(f) = f - (f^2/2 - s (f^2/2 + R(s^2)))
+with s = f / (2 + f) (the identity log(1 + f) = 2 atanh(s), arranged so that the rounding errors
+are those of the small correction terms; R: LOG_POLY); log(x) = k ln2 + log1p(f) with ln2 in two
+parts. log2 and log10 scale log1p(f) and add k (times log10(2) in two parts), so log2(2^k) and
+log10(10^k) are exact. asinh, acosh and atanh fold the rounding error of their 1 + w into f.
 
-``erf``: below 1, x P(x^2) (odd, so exact for -0.0 and subnormals); from 1 to 3.92 (where float32
-erf reaches 1), 1 - exp(-x^2) G(x - 2.46) with G ~= exp(x^2) erfc(x), x^2 exact in float64; both
-computed, one selected, the sign restored by copysign. erfc would need G accurate relative to
-erfc itself out to 10.05 (float32 erfc's underflow), which one polynomial in x or 1/x cannot
-give cheaply (20+ terms do not reach 1e-13 there), so it is not provided.
+``log1p`` in float32 lanes: u = 1 + x and its rounding error c (TwoSum: exact whichever operand is
+larger), u = 2^k (1 + f) from the float32 bits as above (f = m - 1 exact), and log1p(x) = k ln2 +
+f - f^2/2 + (f^3/2) Q(f) + c 2^-k (1 - f + f^2) (no division: a degree-7 Q in f instead of log's
+s = f / (2 + f), whose division costs more than the extra terms). k LN2_HI32 + f and f^2/2 are
+split into rounded values and their exact errors, which join the small terms, so the last
+addition is the only large rounding. Tiny and subnormal x come out exact through c (u = 1).
+
+``erf`` in float32 lanes: below 1, x + x P(x^2) (one fma: exact for -0.0 and subnormals); from 1
+to 3.92 (where float32 erf reaches 1), 1 - exp(L(x - 1)) with L ~= log(erfc) (smooth and free of
+cancellation, so L's error is erfc's relative error, small against erf); exp as a pair and 1 - hi
+with its rounding error (Fast2Sum). Both computed, one selected, the sign restored by copysign.
+erfc would need its own fit out to 10.05 (float32 erfc's underflow): not provided.
 
 ``sin``, ``cos``, ``tan``: the argument reduction is exact enough for every float32, with no
 table and no branch. x * 2/pi is summed chunk by chunk: 2/pi is held as 8 chunks of 28 bits

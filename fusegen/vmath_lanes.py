@@ -53,6 +53,31 @@ def _from_bits(typingctx, b):
 
 
 @intrinsic
+def _log_split(typingctx, u):
+    """(m, k + SHIFTER32, 2^-min(k, 126)) as float32s for a positive normal float32 u = 2^k m, m in
+    [sqrt(1/2), sqrt(2)): bits(u) - bits(sqrt(1/2)), >> 23 (arithmetic: floor), is k. In 32-bit
+    integer arithmetic, as the C++ twin: Numba's own integer arithmetic is int64, which LLVM cannot
+    narrow here (the shift and the min need the high bits), so the loop would carry twice as many
+    integer lanes as float ones."""
+    sig = types.UniTuple(types.float32, 3)(types.float32)
+
+    def codegen(context, builder, signature, args):
+        i32, f32 = ir.IntType(32), ir.FloatType()
+
+        def const(v):
+            return ir.Constant(i32, v)
+        b = builder.bitcast(args[0], i32)
+        k = builder.ashr(builder.sub(b, const(SQRT_HALF32_BITS)), const(23))
+        m = builder.bitcast(builder.sub(b, builder.shl(k, const(23))), f32)
+        kf = builder.bitcast(builder.add(const(SHIFTER32_BITS), k), f32)
+        ks = builder.select(builder.icmp_signed("<", k, const(126)), k, const(126))
+        scale = builder.bitcast(builder.shl(builder.sub(const(127), ks), const(23)), f32)
+        return context.make_tuple(builder, signature.return_type, (m, kf, scale))
+
+    return sig, codegen
+
+
+@intrinsic
 def _fma(typingctx, a, b, c):
     """a * b + c with one rounding (float32: llvm.fma.f32)."""
     sig = types.float32(types.float32, types.float32, types.float32)
@@ -191,12 +216,10 @@ def log1p_f32(x):
     u = ONE + x
     xr = u - ONE
     c = (ONE - (u - xr)) + (x - xr)            # TwoSum: 1 + x = u + c exactly, whichever is larger
-    b = _bits(u)
-    k = (b - SQRT_HALF32_BITS) >> 23           # arithmetic shift: floor
-    f = _from_bits(b - (k << 23)) - ONE        # m - 1, m in [sqrt(1/2), sqrt(2)): exact
-    ks = k if k < 126 else 126                 # (u >= 2^126.5: c 2^-k is below the result's ulp anyway)
-    cs = c * _from_bits((127 - ks) << 23)      # c 2^-k, exact
-    kf = _from_bits(SHIFTER32_BITS + k) - SHIFTER   # k as a float32, without a conversion
+    m, k_shifted, scale = _log_split(u)        # u = 2^k m (scale: 2^-k, 2^-126 from u >= 2^126.5 on,
+    f = m - ONE                                # where c 2^-k is below the result's ulp anyway)
+    cs = c * scale                             # c 2^-k, exact; f = m - 1 is exact too
+    kf = k_shifted - SHIFTER                   # k as a float32, without a conversion
     big = _mul(kf, LN2_HI)                     # exact: 8 + 16 bits
     w = big + f
     w_err = (big - w) + f                      # Fast2Sum: |k ln2| > |f|, or k = 0 and w = f
