@@ -1,20 +1,22 @@
 """The Numba versions of fusegen/vmath.py's float32-lane functions: ``exp``, ``sigmoid``,
-``tanh``, ``log1p`` and ``erf`` computed in float32 arithmetic throughout (the algorithms and the error budget are in
-vmath.py, section "float32 lanes"; fusegen/emitters/templates/_vmath.inc.j2 holds the C++ twins,
-operation for operation).
+``tanh``, ``log1p`` and ``erf`` computed in float32 arithmetic throughout (the algorithms and the
+error budget are in vmath.py, section "float32 lanes"; fusegen/emitters/templates/_vmath.inc.j2
+holds the C++ twins, operation for operation).
 
 Why a second set: the float64 versions in fusegen/vmath_numba.py are correctly rounded, but a
 float64 polynomial runs on half as many lanes per instruction, after two conversions per element:
 exp over 16 M elements took 16.0 ms against 5.9 ms here (a copy: 4.1 ms), and the silu and sigmoid
 rows of ``fusegen bench`` fell from 3.6-3.8x to 2.3-2.4x the memory bound.
-They stay within 1 ulp (measured over every float32 input) by carrying exp's result as an
-unevaluated sum hi + lo where a later step would lose its last bits.
+They stay within 1 ulp (exp, sigmoid and tanh measured over every 7th float32 input, log1p and
+erf over a dense sweep) by carrying a partial result as an unevaluated sum hi + lo where a later
+step would lose its last bits.
 
 The same Numba rules as vmath_numba: ``forceinline`` (the kernel's loop sees the arithmetic),
 ``fastmath=False`` (no reassociation may undo the shifter trick or the error terms), selects
 rather than branches. Every constant is a float32 global, and integer work is int64 narrowed to
-int32 only in the bit casts, so no float64 and no conversion enters the loop (a bare Python
-float literal would widen the expression to float64).
+int32 only in the bit casts (log1p's reduction, whose shift and min LLVM could not narrow, is
+32-bit IR of its own: ``_log_split``), so no float64 and no conversion enters the loop (a bare
+Python float literal would widen the expression to float64).
 """
 from __future__ import annotations
 

@@ -17,9 +17,10 @@ Accuracy is measured in ulps (steps between adjacent float32 values) against the
 rounded result. Part 1 takes it as NumPy's float64 function rounded to float32 (float64's own
 error is 2^-29 of a float32 ulp, far below what is tested); part 2 from mpmath. Measured over all
 2^32 float32 inputs or every 7th (benchmarks/vmath_exhaustive.py): see vmath.VMATH_F32's
-``max_ulp``. exp, tanh and sigmoid run in float32 lanes, within 1 ulp (not correctly rounded);
-NumPy's own float32 functions are not correctly rounded either: exp is up to 3 ulp off (e.g.
-exp(25.994385)), tanh up to 1 ulp. Part 1's asserted bounds: within 1 ulp of the correct result,
+``max_ulp``. exp, tanh, sigmoid, log1p and erf run in float32 lanes, within 1 ulp (not correctly
+rounded: test_function also checks them densely around every threshold, and their code for
+double arithmetic); NumPy's own float32 functions are not correctly rounded either: exp is up to
+3 ulp off (e.g. exp(25.994385)), tanh up to 1 ulp. Part 1's asserted bounds: within 1 ulp of the correct result,
 and within 1 ulp of NumPy wherever NumPy is correctly rounded.
 """
 from __future__ import annotations
