@@ -10,10 +10,10 @@ fusegen/vmath_numba.py (Numba, inlined into generated kernels), fusegen/emitters
 (C++ and CUDA ``__host__ __device__``, rendered from ``template_data``) and, for the constants
 and the derivations, this file and fusegen/vmath_fit.py.
 
-How: ``exp``, ``sigmoid`` and ``tanh``, the functions on the hot paths of softmax, silu and gelu,
-run in float32 lanes (fusegen/vmath_lanes.py; below, "float32 lanes"): float32 arithmetic with
+How: ``exp``, ``sigmoid``, ``tanh``, ``log1p`` and ``erf``, the functions on the hot paths of
+softmax, silu, softplus, mish and gelu, run in float32 lanes (fusegen/vmath_lanes.py; below, "float32 lanes"): float32 arithmetic with
 the few extra bits they need carried as unevaluated sums, within 1 ulp of the correctly rounded
-result over every float32 input. Every other function widens its float32 argument to float64,
+result (measured over every float32 input, or every 7th). Every other function widens its float32 argument to float64,
 where a plain polynomial is far more accurate than float32 needs: the float64 result is within
 a few 1e-16 (relative) of the exact value, so its one rounding to float32 gives the correctly
 rounded result unless the exact value lies that close to a float32 rounding midpoint (then it
@@ -51,19 +51,25 @@ residual (the pair keeps the digits 1 - e cancels); tanh below TANH32_SMALL is x
 exact for -0.0 and subnormals. Both paths are computed and one is selected, so the loop has no
 branch; tanh's sign is restored by copysign.
 
-``log`` family: h = 2^k (1 + f) with 1 + f in [sqrt(1/2), sqrt(2)) from the float64 bits (k by
-an integer shift, no conversion); log1p(f) = f - (f^2/2 - s (f^2/2 + R(s^2))) with s = f / (2 +
-f) (the identity log(1 + f) = 2 atanh(s), arranged so that the rounding errors are those of the
-small correction terms; R: LOG_POLY); log(x) = k ln2 + log1p(f) with ln2 in two parts. log2 and
-log10 scale log1p(f) and add k (times log10(2) in two parts), so log2(2^k) and log10(10^k) are
-exact. log1p(x): h = 1 + x and its rounding error l = x - (h - 1) (exact: Fast2Sum, |x| <= 1 or
-1 + x exact), folded into f; that keeps tiny and subnormal x exact without a second path.
+``log``, ``log2``, ``log10``: h = 2^k (1 + f) with 1 + f in [sqrt(1/2), sqrt(2)) from the
+float64 bits (k by an integer shift, no conversion); log1p(f) = f - (f^2/2 - s (f^2/2 + R(s^2)))
+with s = f / (2 + f) (the identity log(1 + f) = 2 atanh(s), arranged so that the rounding errors
+are those of the small correction terms; R: LOG_POLY); log(x) = k ln2 + log1p(f) with ln2 in two
+parts. log2 and log10 scale log1p(f) and add k (times log10(2) in two parts), so log2(2^k) and
+log10(10^k) are exact. asinh, acosh and atanh fold the rounding error of their 1 + w into f.
 
-``erf``: below 1, x P(x^2) (odd, so exact for -0.0 and subnormals); from 1 to 3.92 (where float32
-erf reaches 1), 1 - exp(-x^2) G(x - 2.46) with G ~= exp(x^2) erfc(x), x^2 exact in float64; both
-computed, one selected, the sign restored by copysign. erfc would need G accurate relative to
-erfc itself out to 10.05 (float32 erfc's underflow), which one polynomial in x or 1/x cannot
-give cheaply (20+ terms do not reach 1e-13 there), so it is not provided.
+``log1p`` in float32 lanes: u = 1 + x and its rounding error c (TwoSum: exact whichever operand is
+larger), u = 2^k (1 + f) from the float32 bits as above (f = m - 1 exact), and log1p(x) = k ln2 +
+f - f^2/2 + (f^3/2) Q(f) + c 2^-k (1 - f + f^2) (no division: a degree-7 Q in f instead of log's
+s = f / (2 + f), whose division costs more than the extra terms). k LN2_HI32 + f and f^2/2 are
+split into rounded values and their exact errors, which join the small terms, so the last
+addition is the only large rounding. Tiny and subnormal x come out exact through c (u = 1).
+
+``erf`` in float32 lanes: below 1, x + x P(x^2) (one fma: exact for -0.0 and subnormals); from 1
+to 3.92 (where float32 erf reaches 1), 1 - exp(L(x - 1)) with L ~= log(erfc) (smooth and free of
+cancellation, so L's error is erfc's relative error, small against erf); exp as a pair and 1 - hi
+with its rounding error (Fast2Sum). Both computed, one selected, the sign restored by copysign.
+erfc would need its own fit out to 10.05 (float32 erfc's underflow): not provided.
 
 ``sin``, ``cos``, ``tan``: the argument reduction is exact enough for every float32, with no
 table and no branch. x * 2/pi is summed chunk by chunk: 2/pi is held as 8 chunks of 28 bits
@@ -164,6 +170,38 @@ TANH32_POLY = (-1.0 / 3.0, 2.0 / 15.0)
 TANH32_SMALL = 0.0078125
 TANH32_CLAMP = 10.0                    # tanh(|x|) rounds to 1 from 9.01 on; exp(-20) stays normal
 
+# log1p in float32 lanes: u = 1 + x and its rounding error c (TwoSum, exact); u = 2^k (1 + f) with
+# 1 + f in [sqrt(1/2), sqrt(2)) from the bits (f = m - 1 exact, |f| <= 0.4143); then
+# log1p(x) = k ln2 + f - f^2/2 + (f^3/2) Q(f) + c 2^-k (1 - f + f^2), the last term being
+# log1p's slope at f times c 2^-k (to 2^-24 relative of the result: c is at most half an ulp of u).
+# k LN2_HI32 + f is split into its rounded sum and the sum's error (Fast2Sum), f^2/2 into a rounded
+# product and its error (fma); everything else is a small correction added to the error first, so
+# the one large rounding is the last. The budget: Q's fit 2^-27.3, the corrections' roundings
+# about 2^-25.5 of the result (the f^2/2 term, at f = 0.41), plus the final half ulp.
+#: Q(f) ~= (log1p(f) - f + f^2/2) / (f^3/2) for f in [sqrt(1/2) - 1, sqrt(2) - 1]: vmath_fit's
+#: "LOG1P32_POLY" (float32 coefficients): relative error of log1p 5.8e-9 (2^-27.3).
+LOG1P32_POLY = (0.6666666269302368, -0.5000163912773132, 0.4000248610973358, -0.3324682116508484,
+                0.28403082489967346, -0.2631910741329193, 0.25524938106536865, -0.1527380794286728)
+SQRT_HALF32_BITS = 0x3F3504F3          # bits of float32(sqrt(1/2)): bits(u) - this, >> 23, is k
+# erf in float32 lanes: below ERF32_SPLIT, x + x P(x^2) (one rounding: fma(x, P, x), exact for -0.0
+# and subnormals); from there, erf(t) = 1 - erfc(t) with erfc(t) = exp(L(t - 1)) and L ~= log(erfc)
+# (smooth, no cancellation: L's error is erfc's relative error, and a float32 L's rounding, half an
+# ulp of 1.85 at t = 1, is 2^-25.5 of erfc(1) = 0.157, 0.16 ulp of erf(1)); exp as the pair hi + lo
+# and 1 - hi's rounding error kept (Fast2Sum), so the final subtraction is the one rounding.
+#: erf(x) = x + x P(x^2), |x| < 1: vmath_fit's "ERF32_SMALL" (float32 coefficients): relative error of erf 1.4e-9.
+ERF32_SMALL = (0.12837916612625122, -0.3761262595653534, 0.11283578723669052, -0.026853347197175026,
+               0.005187162198126316, -0.0007997853099368513, 7.806903158780187e-05)
+#: log(erfc(t)) ~= L(t - 1), 1 <= t <= 3.92: vmath_fit's "ERF32_BIG", the powers of t - 1 (exact for
+#: t >= 1; no cancellation near t = 1, where erfc weighs most), float32 coefficients but the first,
+#: log(erfc(1)) to 48 bits as a float32 pair (its rounding alone would cost 9e-9): relative error of
+#: erf 1.3e-9. The pair's low part scales exp's result (fma(hi, lo0, lo)).
+ERF32_BIG = (-1.849605515652751, -2.6389667987823486, -0.8431190252304077, -0.041496194899082184,
+             0.009880363009870052, -0.0018162146443501115, 0.00018237408949062228)
+ERF32_SPLIT = 1.0
+# float32 erf(x) is 1 from x = 3.9192059 on (erfc(x) < 2^-25 there): clamping |x| to 3.92 keeps the
+# polynomial inside its fitted range; inf -> 1, and NaN passes.
+ERF32_CLAMP = 3.92
+
 # --- log, log1p, log2, log10 -----------------------------------------------------------------
 #: R(z) = z (g1 + g2 z + ... + g7 z^6) ~= 2 atanh(s) / s - 2, z = s^2 <= 0.0295 (|s| <= 0.1716):
 #: the error of log1p(f) it causes is below 2e-18 relative.
@@ -173,26 +211,6 @@ SQRT_HALF_BITS = 0x3FE6A09E667F3BCD    # bits of sqrt(1/2): bits(h) - this, >> 5
 LOG10_2_HI = 0.3010299956640665        # log10(2) to 40 bits: k * LOG10_2_HI exact for |k| < 2^13
 LOG10_2_LO = -8.532344317057107e-14    # log10(2) - LOG10_2_HI
 LOG10E = 0.4342944819032518            # 1 / ln 10
-
-# --- erf ---------------------------------------------------------------------------------------
-#: erf(x) = x P(x^2) for |x| < 1: P's 12 coefficients, relative error of erf 2.4e-17.
-ERF_SMALL = (1.1283791670955126, -0.3761263890318352, 0.11283791670944185, -0.026866170643111423,
-             0.0052239776061181265, -0.00085483259292985, 0.0001205529357644023,
-             -1.4924712293486824e-05, 1.644713146982052e-06, -1.620631300791565e-07,
-             1.3710977257901768e-08, -7.77946281255953e-10)
-#: erf(x) = 1 - exp(-x^2) G(x - ERF_MID) for 1 <= x <= ERF_CLAMP: G ~= exp(x^2) erfc(x), 20
-#: coefficients, weighted by exp(-x^2) / erf(x) in the fit: relative error of erf 1.1e-17.
-ERF_BIG = (0.21382067722012132, -0.07638143517246354, 0.025922346696118474, -0.008408308201366817,
-           0.0026189542522616666, -0.0007862722944155986, 0.00022824153201831583,
-           -6.422797540505972e-05, 1.75600070732088e-05, -4.673712618546989e-06,
-           1.2126758750579151e-06, -3.0681547017716374e-07, 7.643798983520035e-08,
-           -1.8744263758346103e-08, 4.050876118162053e-09, -9.98970730036839e-10,
-           3.807798237043386e-10, -1.482304701279789e-11, -9.910781187937084e-12,
-           -1.3101994845076802e-11)
-ERF_MID = 2.46
-# float32 erf(x) is 1 from x = 3.9192059 on (erfc(x) < 2^-25 there): clamping |x| to 3.92 keeps
-# x^2 small and the polynomial inside its fitted range; inf -> 1, and NaN passes.
-ERF_CLAMP = 3.92
 
 # --- sin, cos, tan -------------------------------------------------------------------------------
 #: 2/pi in 8 chunks of 28 bits (chunk i: bits 28 i + 1 ... 28 i + 28 after the binary point), so
@@ -257,10 +275,10 @@ VMATH_F32: dict[str, dict] = {
     "tanh": _entry("tanh_f32", ("lanes",), 1, "strided"),
     "sigmoid": _entry("sigmoid_f32", ("lanes",), 1, "strided"),
     "log": _entry("log_f32", ("log_core",), 0, "sweep"),
-    "log1p": _entry("log1p_f32", ("log_core",), 0, "sweep"),
+    "log1p": _entry("log1p_f32", ("lanes",), 1, "sweep"),
     "log2": _entry("log2_f32", ("log_core",), 0, "sweep"),
     "log10": _entry("log10_f32", ("log_core",), 0, "sweep"),
-    "erf": _entry("erf_f32", ("exp_core",), 0, "sweep"),
+    "erf": _entry("erf_f32", ("lanes",), 1, "sweep"),
     "sin": _entry("sin_f32", ("trig_core",), 0, "sweep"),
     "cos": _entry("cos_f32", ("trig_core",), 0, "sweep"),
     "tan": _entry("tan_f32", ("trig_core",), 0, "sweep"),
@@ -278,8 +296,8 @@ VMATH_F32: dict[str, dict] = {
 }
 
 #: The C++ partial's blocks in the order it defines them (a helper before its users).
-CPP_BLOCKS = ("lanes", "exp", "sigmoid", "tanh", "exp_core", "expm1_core", "expm1", "log_core", "log", "log1p", "log2",
-              "log10", "erf", "trig_core", "sin", "cos", "tan", "atan_core", "atan", "atan2", "asin", "acos",
+CPP_BLOCKS = ("lanes", "exp", "sigmoid", "tanh", "log1p", "erf", "exp_core", "expm1_core", "expm1", "log_core", "log",
+              "log2", "log10", "trig_core", "sin", "cos", "tan", "atan_core", "atan", "atan2", "asin", "acos",
               "sinh", "cosh", "one_plus", "asinh", "acosh", "atanh", "hypot", "cbrt")
 
 
@@ -301,18 +319,23 @@ def template_data(functions=("exp", "tanh", "sigmoid")) -> dict:
 
     def lits(values):
         return [lit(float(v)) for v in values]
+
+    def lits32(values):  # float32 values, written so that a float literal (suffix f) reads them exactly
+        return [lit(_f32(v)) for v in values]
     return dict(
         blocks=blocks_for(functions),
-        exp32_poly=[lit(_f32(c)) for c in EXP32_POLY], log2e32=lit(LOG2E32),
+        exp32_poly=lits32(EXP32_POLY), log2e32=lit(LOG2E32),
         shifter32=lit(SHIFTER32), shifter32_bits=hex(SHIFTER32_BITS), ln2_hi32=lit(LN2_HI32), ln2_lo32=lit(LN2_LO32),
-        exp32_limit=lit(EXP32_LIMIT), tanh32_poly=[lit(_f32(c)) for c in TANH32_POLY],
-        tanh32_small=lit(TANH32_SMALL), tanh32_clamp=lit(TANH32_CLAMP),
+        exp32_limit=lit(EXP32_LIMIT), tanh32_poly=lits32(TANH32_POLY),
+        tanh32_small=lit(TANH32_SMALL), tanh32_clamp=lit(TANH32_CLAMP), log1p32_poly=lits32(LOG1P32_POLY),
+        sqrt_half32_bits=hex(SQRT_HALF32_BITS), erf32_small=lits32(ERF32_SMALL),
+        erf32_big=lits32(ERF32_BIG), erf32_big_lo=lit(_f32(ERF32_BIG[0] - _f32(ERF32_BIG[0]))),
+        erf32_split=lit(ERF32_SPLIT), erf32_clamp=lit(ERF32_CLAMP),
         exp_poly=lits(EXP_POLY), expm1_poly=lits(EXPM1_POLY), log_poly=lits(LOG_POLY),
         log2e=lit(LOG2E), ln2_hi=lit(LN2_HI), ln2_lo=lit(LN2_LO), shifter=lit(SHIFTER),
         shifter_bits=hex(SHIFTER_BITS), exp_limit=lit(EXP_LIMIT),
         sqrt_half_bits=hex(SQRT_HALF_BITS), log10_2_hi=lit(LOG10_2_HI),
-        log10_2_lo=lit(LOG10_2_LO), log10e=lit(LOG10E), erf_small=lits(ERF_SMALL), erf_big=lits(ERF_BIG),
-        erf_mid=lit(ERF_MID), erf_clamp=lit(ERF_CLAMP), trig_chunks=lits(TRIG_CHUNKS), trig_full=TRIG_FULL,
+        log10_2_lo=lit(LOG10_2_LO), log10e=lit(LOG10E), trig_chunks=lits(TRIG_CHUNKS), trig_full=TRIG_FULL,
         pio2_hi=lit(PIO2_HI), pio2_lo=lit(PIO2_LO), sin_poly=lits(SIN_POLY), cos_poly=lits(COS_POLY),
         atan_poly=lits(ATAN_POLY), tan_pi8=lit(TAN_PI8), pi_hi=lit(PI_HI), pi_lo=lit(PI_LO),
         pio4_hi=lit(PIO2_HI / 2), pio4_lo=lit(PIO2_LO / 2), asinh_big=lit(ASINH_BIG), cbrt_poly=lits(CBRT_POLY),

@@ -24,6 +24,8 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
+
 DPS = 40
 
 
@@ -36,6 +38,8 @@ class Fit:
     lo: float
     hi: float
     doc: str
+    float32: bool = False   # stored as float32 values: rounded one at a time (see ``lawson``)
+    pair_first: bool = False  # (float32) the first as an unevaluated sum of two float32 values
 
 
 def _mp():
@@ -53,7 +57,7 @@ def _fits() -> dict[str, Fit]:
     pio4 = float(mp.pi / 4 * (1 + mp.mpf(2) ** -10))      # |r| after the sin/cos reduction, with slack
     tan_pi8 = float(mp.tan(mp.pi / 8) * (1 + mp.mpf(2) ** -20))
     s_max = (mp.sqrt(2) - 1) / (mp.sqrt(2) + 1)           # log: |f / (2 + f)| for 1 + f in [sqrt(1/2), sqrt(2)]
-    erf_mid = (1.0 + 3.92) / 2
+    f_lo, f_hi = (float((mp.sqrt(v) - 1) * (1 + mp.mpf(2) ** -20)) for v in (0.5, 2))  # log1p32: 1 + f's range
 
     def sqrt_or(t, f, at0):
         return f(mp.sqrt(t)) if t != 0 else mp.mpf(at0)
@@ -69,12 +73,16 @@ def _fits() -> dict[str, Fit]:
         "LOG_POLY": Fit(lambda z: sqrt_or(z, lambda s: 2 * mp.atanh(s) / s - 2, 0), _powers(1, 7),
                         lambda z: mp.mpf(0.5), 0.0, float(s_max ** 2 * (1 + mp.mpf(2) ** -20)),
                         "log1p(f) = 2s + s R(s^2), s = f / (2 + f): relative error of log1p(f)"),
-        "ERF_SMALL": Fit(lambda z: sqrt_or(z, lambda x: mp.erf(x) / x, 2 / mp.sqrt(mp.pi)), _powers(0, 12),
-                         lambda z: sqrt_or(z, lambda x: x / mp.erf(x), mp.sqrt(mp.pi) / 2), 0.0, 1.0,
-                         "erf(x) = x P(x^2), |x| < 1: relative error of erf"),
-        "ERF_BIG": Fit(lambda x: mp.exp(x * x) * mp.erfc(x), _powers(0, 20, erf_mid),
-                       lambda x: mp.exp(-x * x) / mp.erf(x), 1.0, 3.92,
-                       "erf(x) = 1 - exp(-x^2) G(x - 2.46), 1 <= x <= 3.92: relative error of erf"),
+        "LOG1P32_POLY": Fit(lambda f: (mp.log1p(f) - f + f * f / 2) / (f ** 3 / 2) if f else mp.mpf(2) / 3,
+                            _powers(0, 8), lambda f: f ** 3 / 2 / mp.log1p(f) if f else 0, f_lo, f_hi,
+                            "log1p(f) = f - f^2/2 + (f^3/2) Q(f), 1 + f in [sqrt(1/2), sqrt(2)] (float32 lanes): "
+                            "relative error of log1p", float32=True),
+        "ERF32_SMALL": Fit(lambda z: sqrt_or(z, lambda x: mp.erf(x) / x - 1, 2 / mp.sqrt(mp.pi) - 1), _powers(0, 7),
+                           lambda z: sqrt_or(z, lambda x: x / mp.erf(x), mp.sqrt(mp.pi) / 2), 0.0, 1.0,
+                           "erf(x) = x + x P(x^2), |x| < 1 (float32 lanes): relative error of erf", float32=True),
+        "ERF32_BIG": Fit(lambda t: mp.log(mp.erfc(t)), _powers(0, 7, 1.0), lambda t: mp.erfc(t) / mp.erf(t), 1.0, 3.92,
+                         "erf(t) = 1 - exp(L(t - 1)), L ~= log(erfc), 1 <= t <= 3.92 (float32 lanes): relative "
+                         "error of erf", float32=True, pair_first=True),
         "SIN_POLY": Fit(lambda z: sqrt_or(z, lambda r: (mp.sin(r) - r) / r ** 3, -mp.mpf(1) / 6), _powers(0, 6),
                         lambda z: sqrt_or(z, lambda r: r ** 3 / mp.sin(r), 0), 0.0, pio4 ** 2,
                         "sin(r) = r + r^3 S(r^2), |r| <= pi/4: relative error of sin"),
@@ -90,7 +98,16 @@ def _fits() -> dict[str, Fit]:
 
 
 def lawson(fit: Fit, terms: int | None = None, points: int = 160, iterations: int = 30):
-    """Near-minimax coefficients of ``fit`` (as float64), and their max error on the fit's nodes."""
+    """Near-minimax coefficients of ``fit`` (as float64, or float32 values for a ``float32`` fit),
+    and their max error on the fit's nodes.
+
+    A float32 fit is rounded one coefficient at a time, lowest order first, each time refitting
+    the higher ones to what the rounded ones leave: rounding all of them at once costs up to 2^-25
+    of the largest (ERF32_BIG: 2.6e-8 instead of 1e-10), refitting recovers nearly all of it. With
+    ``pair_first`` the first is kept to 48 bits (a float32 pair, returned as their float64 sum):
+    where the weight is largest it alone is the value, and its rounding would set the error."""
+    if fit.float32:
+        return _lawson_float32(fit, points, iterations)
     mp = _mp()
     a, b = mp.mpf(fit.lo), mp.mpf(fit.hi)
     nodes = [(a + b) / 2 + (b - a) / 2 * mp.cos(mp.pi * (k + mp.mpf(0.5)) / points) for k in range(points)]
@@ -119,6 +136,22 @@ def lawson(fit: Fit, terms: int | None = None, points: int = 160, iterations: in
         lw = [wi * e / total for wi, e in zip(lw, err)]
     coeffs = tuple(float(c[j]) for j in range(m))
     return coeffs, fit_error(None, coeffs, fit=fit)
+
+
+def _lawson_float32(fit: Fit, points: int, iterations: int):
+    mp = _mp()
+    fixed: list[float] = []
+    count = len(fit.basis(mp.mpf(fit.lo)))
+    while len(fixed) < count:
+        done = tuple(fixed)
+
+        def rest(t, done=done):
+            return fit.target(t) - mp.fsum(c * v for c, v in zip(done, fit.basis(t)))
+        sub = Fit(rest, lambda t, k=len(done): fit.basis(t)[k:], fit.weight, fit.lo, fit.hi, fit.doc)
+        coeffs, _ = lawson(sub, points=points, iterations=iterations)
+        hi = float(np.float32(coeffs[0]))
+        fixed.append(hi + float(np.float32(coeffs[0] - hi)) if fit.pair_first and not done else hi)
+    return tuple(fixed), fit_error(None, tuple(fixed), fit=fit)
 
 
 def fit_error(name: str | None, coeffs, n: int = 2000, fit: Fit | None = None) -> float:

@@ -1,20 +1,22 @@
-"""The Numba versions of fusegen/vmath.py's float32-lane functions: ``exp``, ``sigmoid`` and
-``tanh`` computed in float32 arithmetic throughout (the algorithms and the error budget are in
-vmath.py, section "float32 lanes"; fusegen/emitters/templates/_vmath.inc.j2 holds the C++ twins,
-operation for operation).
+"""The Numba versions of fusegen/vmath.py's float32-lane functions: ``exp``, ``sigmoid``,
+``tanh``, ``log1p`` and ``erf`` computed in float32 arithmetic throughout (the algorithms and the
+error budget are in vmath.py, section "float32 lanes"; fusegen/emitters/templates/_vmath.inc.j2
+holds the C++ twins, operation for operation).
 
 Why a second set: the float64 versions in fusegen/vmath_numba.py are correctly rounded, but a
 float64 polynomial runs on half as many lanes per instruction, after two conversions per element:
 exp over 16 M elements took 16.0 ms against 5.9 ms here (a copy: 4.1 ms), and the silu and sigmoid
 rows of ``fusegen bench`` fell from 3.6-3.8x to 2.3-2.4x the memory bound.
-They stay within 1 ulp (measured over every float32 input) by carrying exp's result as an
-unevaluated sum hi + lo where a later step would lose its last bits.
+They stay within 1 ulp (exp, sigmoid and tanh measured over every 7th float32 input, log1p and
+erf over a dense sweep) by carrying a partial result as an unevaluated sum hi + lo where a later
+step would lose its last bits.
 
 The same Numba rules as vmath_numba: ``forceinline`` (the kernel's loop sees the arithmetic),
 ``fastmath=False`` (no reassociation may undo the shifter trick or the error terms), selects
 rather than branches. Every constant is a float32 global, and integer work is int64 narrowed to
-int32 only in the bit casts, so no float64 and no conversion enters the loop (a bare Python
-float literal would widen the expression to float64).
+int32 only in the bit casts (log1p's reduction, whose shift and min LLVM could not narrow, is
+32-bit IR of its own: ``_log_split``), so no float64 and no conversion enters the loop (a bare
+Python float literal would widen the expression to float64).
 """
 from __future__ import annotations
 
@@ -23,10 +25,11 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-from .vmath import (EXP32_LIMIT, EXP32_POLY, LN2_HI32, LN2_LO32, LOG2E32, SHIFTER32, SHIFTER32_BITS,
-                    TANH32_CLAMP, TANH32_POLY, TANH32_SMALL)
+from .vmath import (ERF32_BIG, ERF32_CLAMP, ERF32_SMALL, ERF32_SPLIT, EXP32_LIMIT, EXP32_POLY, LN2_HI32,
+                    LN2_LO32, LOG1P32_POLY, LOG2E32, SHIFTER32, SHIFTER32_BITS, SQRT_HALF32_BITS, TANH32_CLAMP,
+                    TANH32_POLY, TANH32_SMALL)
 
-__all__ = ["exp_f32", "sigmoid_f32", "tanh_f32"]
+__all__ = ["exp_f32", "sigmoid_f32", "tanh_f32", "log1p_f32", "erf_f32"]
 
 
 @intrinsic
@@ -52,6 +55,31 @@ def _from_bits(typingctx, b):
 
 
 @intrinsic
+def _log_split(typingctx, u):
+    """(m, k + SHIFTER32, 2^-min(k, 126)) as float32s for a positive normal float32 u = 2^k m, m in
+    [sqrt(1/2), sqrt(2)): bits(u) - bits(sqrt(1/2)), >> 23 (arithmetic: floor), is k. In 32-bit
+    integer arithmetic, as the C++ twin: Numba's own integer arithmetic is int64, which LLVM cannot
+    narrow here (the shift and the min need the high bits), so the loop would carry twice as many
+    integer lanes as float ones."""
+    sig = types.UniTuple(types.float32, 3)(types.float32)
+
+    def codegen(context, builder, signature, args):
+        i32, f32 = ir.IntType(32), ir.FloatType()
+
+        def const(v):
+            return ir.Constant(i32, v)
+        b = builder.bitcast(args[0], i32)
+        k = builder.ashr(builder.sub(b, const(SQRT_HALF32_BITS)), const(23))
+        m = builder.bitcast(builder.sub(b, builder.shl(k, const(23))), f32)
+        kf = builder.bitcast(builder.add(const(SHIFTER32_BITS), k), f32)
+        ks = builder.select(builder.icmp_signed("<", k, const(126)), k, const(126))
+        scale = builder.bitcast(builder.shl(builder.sub(const(127), ks), const(23)), f32)
+        return context.make_tuple(builder, signature.return_type, (m, kf, scale))
+
+    return sig, codegen
+
+
+@intrinsic
 def _fma(typingctx, a, b, c):
     """a * b + c with one rounding (float32: llvm.fma.f32)."""
     sig = types.float32(types.float32, types.float32, types.float32)
@@ -64,13 +92,37 @@ def _fma(typingctx, a, b, c):
 
 _JIT = dict(fastmath=False, forceinline=True, error_model="numpy", nogil=True, cache=True)
 _F = np.float32
-ZERO, ONE = _F(0.0), _F(1.0)
+ZERO, HALF, ONE = _F(0.0), _F(0.5), _F(1.0)
+INF, NAN = _F(np.inf), _F(np.nan)
 _C = tuple(_F(c) for c in EXP32_POLY)
 C2, C3, C4, C5, C6 = _C
 _T = tuple(_F(c) for c in TANH32_POLY)
 T3, T5 = _T
 LOG2E, SHIFTER, LN2_HI, LN2_LO = _F(LOG2E32), _F(SHIFTER32), _F(LN2_HI32), _F(LN2_LO32)
 LIMIT, CLAMP, SMALL = _F(EXP32_LIMIT), _F(TANH32_CLAMP), _F(TANH32_SMALL)
+ERF_SPLIT, ERF_CLAMP = _F(ERF32_SPLIT), _F(ERF32_CLAMP)
+ERF_L0_LO = _F(ERF32_BIG[0] - float(_F(ERF32_BIG[0])))   # the low part of L's constant term
+
+
+def horner(coeffs, dtype=np.float32, fma=_fma):
+    """An inlined function t -> c[0] + t (c[1] + t (c[2] + ...)), one ``fma`` per coefficient, in
+    ``dtype`` (fusegen/vmath_numba.py's float64 polynomials pass theirs): the loop over the
+    constant array is unrolled and its loads folded by LLVM."""
+    c = np.array(coeffs, dtype)
+    n = len(c)
+
+    @njit(**_JIT)
+    def poly(t):
+        s = c[n - 1]
+        for i in range(n - 2, -1, -1):
+            s = fma(s, t, c[i])
+        return s
+    return poly
+
+
+_log1p_poly = horner(LOG1P32_POLY)
+_erf_small = horner(ERF32_SMALL)
+_erf_big = horner(ERF32_BIG)
 
 
 @njit(**_JIT)
@@ -156,3 +208,44 @@ def tanh_f32(x):
     d_lo = ((ONE - d_hi) + e_hi) + e_lo
     big = _div_pair(n_hi, n_lo, d_hi, d_lo)
     return np.copysign(small if a < SMALL else big, x)   # the sign last: right for -0 flushed
+
+
+@njit(**_JIT)
+def log1p_f32(x):
+    """np.log1p for a float32 x in float32 lanes, within 1 ulp: u = 1 + x and its rounding error c
+    (TwoSum), u = 2^k (1 + f) from the bits, k ln2 + log1p(f) + c 2^-k / (1 + f) with the large
+    sums' rounding errors kept apart (see fusegen/vmath.py)."""
+    u = ONE + x
+    xr = u - ONE
+    c = (ONE - (u - xr)) + (x - xr)            # TwoSum: 1 + x = u + c exactly, whichever is larger
+    m, k_shifted, scale = _log_split(u)        # u = 2^k m (scale: 2^-k, 2^-126 from u >= 2^126.5 on,
+    f = m - ONE                                # where c 2^-k is below the result's ulp anyway)
+    cs = c * scale                             # c 2^-k, exact; f = m - 1 is exact too
+    kf = k_shifted - SHIFTER                   # k as a float32, without a conversion
+    big = _mul(kf, LN2_HI)                     # exact: 8 + 16 bits
+    w = big + f
+    w_err = (big - w) + f                      # Fast2Sum: |k ln2| > |f|, or k = 0 and w = f
+    hf = HALF * f
+    sq = _mul(hf, f)                           # f^2/2, rounded
+    sq_err = _fma(hf, f, -sq)                  # and its rounding error, exactly
+    tail = _fma(f * sq, _log1p_poly(f), -sq_err)    # (f^3/2) Q(f) - sq_err
+    corr = _fma(cs, _fma(f, f, -f), cs)        # c 2^-k (1 - f + f^2) ~= c 2^-k / (1 + f)
+    r = w + ((w_err + _mul(kf, LN2_LO)) + ((tail - sq) + corr))
+    r = r if u < INF else u                    # +inf -> +inf, NaN -> NaN
+    r = -INF if u == ZERO else r
+    r = NAN if u < ZERO else r
+    return x if x == ZERO else r               # -0.0 stays -0.0
+
+
+@njit(**_JIT)
+def erf_f32(x):
+    """math.erf for a float32 x (scipy.special.erf) in float32 lanes, within 1 ulp: x + x P(x^2)
+    below ERF32_SPLIT, 1 - exp(L(|x| - 1)) from there, L ~= log(erfc) (see fusegen/vmath.py)."""
+    small = _fma(x, _erf_small(x * x), x)      # one rounding; -0.0 and subnormals exact
+    a = abs(x)
+    t = ERF_CLAMP if a > ERF_CLAMP else a      # float32 erf is +-1 from 3.9192 on; inf too; NaN passes
+    e_hi, e_lo = _exp_pair(_erf_big(t - ONE))  # exp(L - L0_LO) as hi + lo; t - 1 is exact
+    e_lo = _fma(e_hi, ERF_L0_LO, e_lo)         # erfc(t) = that times 1 + L0_LO
+    s = ONE - e_hi
+    big = s + (((ONE - s) - e_hi) - e_lo)      # 1 - hi's rounding error kept (Fast2Sum, hi <= 0.16)
+    return small if a < ERF_SPLIT else np.copysign(big, x)

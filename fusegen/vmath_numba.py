@@ -26,9 +26,8 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-from .vmath_lanes import exp_f32, sigmoid_f32, tanh_f32  # noqa: F401 (float32 lanes)
-from .vmath import (ASINH_BIG, ATAN_POLY, CBRT2, CBRT4, CBRT_POLY, COS_POLY, ERF_BIG, ERF_CLAMP, ERF_MID,
-                    ERF_SMALL, EXPM1_POLY, EXP_LIMIT, EXP_POLY, LN2_HI, LN2_LO, LOG10E, LOG10_2_HI,
+from .vmath_lanes import erf_f32, exp_f32, horner, log1p_f32, sigmoid_f32, tanh_f32  # noqa: F401 (float32 lanes)
+from .vmath import (ASINH_BIG, ATAN_POLY, CBRT2, CBRT4, CBRT_POLY, COS_POLY, EXPM1_POLY, EXP_LIMIT, EXP_POLY, LN2_HI, LN2_LO, LOG10E, LOG10_2_HI,
                     LOG10_2_LO, LOG2E, LOG_POLY, PIO2_HI, PIO2_LO, PI_HI, PI_LO, SHIFTER, SHIFTER_BITS,
                     SIN_POLY, SQRT_HALF_BITS, TAN_PI8, TRIG_CHUNKS, TRIG_FULL)
 
@@ -83,25 +82,13 @@ def _mul(a, b):
 
 
 def _horner(coeffs):
-    """An inlined function t -> c[0] + t (c[1] + t (c[2] + ...)), one fma per coefficient (the
-    loop over the constant array is unrolled and its loads folded by LLVM)."""
-    c = np.array(coeffs, np.float64)
-    n = len(c)
-
-    @njit(**_JIT)
-    def poly(t):
-        s = c[n - 1]
-        for i in range(n - 2, -1, -1):
-            s = _fma(s, t, c[i])
-        return s
-    return poly
+    """t -> c[0] + t (c[1] + t (c[2] + ...)) in float64, one fma per coefficient."""
+    return horner(coeffs, np.float64, _fma)
 
 
 _exp_poly = _horner(EXP_POLY)
 _expm1_poly = _horner(EXPM1_POLY)
 _log_poly = _horner(LOG_POLY)
-_erf_small = _horner(ERF_SMALL)
-_erf_big = _horner(ERF_BIG)
 _sin_poly = _horner(SIN_POLY)
 _cos_poly = _horner(COS_POLY)
 _atan_poly = _horner(ATAN_POLY)
@@ -110,7 +97,7 @@ _TRIG = np.array(TRIG_CHUNKS, np.float64)
 _TRIG_N = len(TRIG_CHUNKS)
 
 
-# --- exp in float64 (under expm1, erf, sinh, cosh), expm1 ------------------------------------
+# --- exp in float64 (under expm1, sinh, cosh), expm1 ------------------------------------
 @njit(**_JIT)
 def _exp_reduce(x):
     """(k, n, r): n = round(x / ln2) as a float64, k = n + SHIFTER (its low bits hold n), and
@@ -159,7 +146,7 @@ def expm1_f32(x):
     return np.float32(xd if xd == 0.0 else r)  # -0.0 stays -0.0
 
 
-# --- log, log1p, log2, log10 ---------------------------------------------------------------------
+# --- log, log2, log10 (log1p: vmath_lanes) ------------------------------------------------------
 @njit(**_JIT)
 def _log_parts(h, lo):
     """(k, log1p(f)) with h + lo = 2^k (1 + f), 1 + f in [sqrt(1/2), sqrt(2)), for a positive
@@ -197,16 +184,6 @@ def log_f32(x):
 
 
 @njit(**_JIT)
-def log1p_f32(x):
-    """np.log1p for a float32 x, vectorizable (see fusegen/vmath.py)."""
-    xd = np.float64(x)
-    h = 1.0 + xd
-    kd, p = _log_parts(h, xd - (h - 1.0))                # Fast2Sum: the rounding error of 1 + x
-    r = _log_special(h, _ln(kd, p))
-    return np.float32(xd if xd == 0.0 else r)            # -0.0 stays -0.0
-
-
-@njit(**_JIT)
 def log2_f32(x):
     """np.log2 for a float32 x, vectorizable (see fusegen/vmath.py)."""
     xd = np.float64(x)
@@ -220,18 +197,6 @@ def log10_f32(x):
     xd = np.float64(x)
     kd, p = _log_parts(xd, 0.0)
     return np.float32(_log_special(xd, _fma(kd, LOG10_2_HI, _fma(kd, LOG10_2_LO, p * LOG10E))))
-
-
-# --- erf -----------------------------------------------------------------------------------------
-@njit(**_JIT)
-def erf_f32(x):
-    """math.erf for a float32 x (scipy.special.erf), vectorizable (see fusegen/vmath.py)."""
-    xd = np.float64(x)
-    a = abs(xd)
-    small = xd * _erf_small(xd * xd)                     # |x| < 1; keeps -0.0, subnormals
-    a = ERF_CLAMP if a > ERF_CLAMP else a                # float32 erf is +-1 there; inf too; NaN passes
-    big = _fma(-_exp_core(-(a * a)), _erf_big(a - ERF_MID), 1.0)   # a * a is exact
-    return np.float32(small if abs(xd) < 1.0 else np.copysign(big, xd))
 
 
 # --- sin, cos, tan -------------------------------------------------------------------------------

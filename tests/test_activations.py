@@ -1,7 +1,9 @@
 """The #18 reference ops (fusegen.examples.ACTIVATION_OPS: quantize_int8, dequantize, softplus,
 silu, mish, gelu) against the bench's NumPy references (evaluated in float64, the bench's own
 check and tolerance), and their float32 hot loops as vector code without libm calls in both CPU
-backends: Numba's LLVM IR, and g++'s vectorization report on the emitted C++."""
+backends, in float32 lanes (exp, sigmoid, tanh, log1p and erf are fusegen.vmath_lanes' functions:
+nothing is widened to double): Numba's LLVM IR, and g++'s vectorization report and machine code
+on the emitted C++."""
 from __future__ import annotations
 
 import re
@@ -56,7 +58,8 @@ def test_numba_hot_loop_is_vector_code_without_libm_calls(name):
     func = numba.njit(**dict(JIT_OPTIONS, cache=False))(cached.py_func)
     func.compile(cached.signatures[0])
     llvm = func.inspect_llvm(cached.signatures[0])
-    assert re.search(r"<\d+ x (double|float)>", llvm), "no vector arithmetic"
+    assert re.search(r"<\d+ x float>", llvm), "no vector float32 arithmetic"
+    assert not re.search(r"fpext|<\d+ x double>", llvm), "float32 lanes widened to double"
     assert not re.search(r"call [^\n]*@(llvm\.)?(exp|log1p|erf|tanh|expm1)f?(\.|\()", llvm), "a libm call remains"
 
 
@@ -77,3 +80,12 @@ def test_gcc_vectorizes_the_float32_stage_loops(tmp_path):
         vectorized = [int(m) for m in re.findall(rf"{re.escape(e.main)}:(\d+):\d+: optimized: loop vectorized",
                                                  proc.stderr)]
         assert any(v > start for v in vectorized), f"{name}: no loop of the float32 stages vectorized"
+        if shutil.which("objdump"):  # and its machine code: float32 lanes, nothing in double
+            dis = subprocess.run(["objdump", "-d", "--no-show-raw-insn", "-C", str(tmp_path / "k.o")],
+                                 capture_output=True, text=True, check=True).stdout
+            stages = re.findall(r"k_float32::stage\w*\([^\n]*\)>:\n(.*?)(?=\n\n|\Z)", dis, re.S)
+            assert stages, f"{name}: no float32 stage function in the object"
+            for body in stages:
+                assert re.search(r"\bv(fmadd\w*|mul|add)ps\s.*%[yz]mm", body), f"{name}: no packed float arithmetic"
+                # (v[^p]: integer instructions such as vpminsd are not double arithmetic)
+                assert not re.search(r"\bv[^p\s]\w*(pd|sd)\b", body), f"{name}: double arithmetic or conversions"

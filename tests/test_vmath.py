@@ -17,9 +17,10 @@ Accuracy is measured in ulps (steps between adjacent float32 values) against the
 rounded result. Part 1 takes it as NumPy's float64 function rounded to float32 (float64's own
 error is 2^-29 of a float32 ulp, far below what is tested); part 2 from mpmath. Measured over all
 2^32 float32 inputs or every 7th (benchmarks/vmath_exhaustive.py): see vmath.VMATH_F32's
-``max_ulp``. exp, tanh and sigmoid run in float32 lanes, within 1 ulp (not correctly rounded);
-NumPy's own float32 functions are not correctly rounded either: exp is up to 3 ulp off (e.g.
-exp(25.994385)), tanh up to 1 ulp. Part 1's asserted bounds: within 1 ulp of the correct result,
+``max_ulp``. exp, tanh, sigmoid, log1p and erf run in float32 lanes, within 1 ulp (not correctly
+rounded: test_function also checks them densely around every threshold, and their code for
+double arithmetic); NumPy's own float32 functions are not correctly rounded either: exp is up to
+3 ulp off (e.g. exp(25.994385)), tanh up to 1 ulp. Part 1's asserted bounds: within 1 ulp of the correct result,
 and within 1 ulp of NumPy wherever NumPy is correctly rounded.
 """
 from __future__ import annotations
@@ -358,10 +359,14 @@ def test_the_table_names_what_each_backend_defines():
 
 
 def test_a_subset_renders_only_the_blocks_it_needs():
-    assert vmath.blocks_for(["log1p"]) == ["log_core", "log1p"]
-    src = vmath.render_cpp(["log1p"])
-    assert "log1p_f32" in src and "log_parts" in src
+    assert vmath.blocks_for(["log2"]) == ["log_core", "log2"]
+    src = vmath.render_cpp(["log2"])
+    assert "log2_f32" in src and "log_parts" in src
     assert "exp_core" not in src and "float log_f32" not in src and "tanh_f32" not in src
+    # log1p and erf run in float32 lanes: the lanes helpers, not the float64 log and exp cores
+    assert vmath.blocks_for(["erf", "log1p"]) == ["lanes", "log1p", "erf"]
+    src = vmath.render_cpp(["erf", "log1p"])
+    assert "exp_pair32" in src and "log_parts" not in src and "exp_core" not in src
     with pytest.raises(KeyError, match="no vectorized float32 function"):
         vmath.blocks_for(["lgamma"])
     # what _fg_runtime.inc.j2 includes by default: the functions the expression tables use
@@ -403,12 +408,28 @@ def check_numba_vector_code(name: str) -> None:
     llvm = loop.inspect_llvm(loop.signatures[0])
     lanes = "float" if "lanes" in vmath.VMATH_F32[name]["deps"] else "double"  # float32 lanes, or float64
     assert re.search(rf"<\d+ x {lanes}>", llvm), f"{name}: no vector {lanes} arithmetic"
+    if lanes == "float":  # and nothing widened to double on the way
+        assert not re.search(r"fpext|<\d+ x double>|\bdouble\b", llvm), f"{name}: float32 lanes widened to double"
     called = set(re.findall(r"call [^\n]*?@([\w.]+)\(", llvm))
     # (np.sqrt is libm's sqrt to Numba, which LLVM knows and turns into vsqrtpd: llvm.sqrt.v4f64)
     libm = {c for c in called if not c.startswith(("llvm.", "NRT_", "numba_", "_ZN", "Py"))}
     if "sqrt" in libm:
         assert re.search(r"@llvm\.sqrt\.v\d+f64", llvm), f"{name}: sqrt not vectorized"
     assert not libm - {"sqrt"}, f"{name}: calls {libm}"
+
+
+def check_lanes_densely(name: str) -> None:
+    # a float32-lane function (within 1 ulp, so not correctly rounded: a rare bad case could hide
+    # between samples) on ~2^18 inputs: its span evenly, every threshold's 256 neighbours; both
+    # backends within 1 ulp and bit-identical (the loops are compiled already: 0.05 s a function)
+    x = np.concatenate([np.linspace(*vmath_eval.REFS[name].span, 1 << 18, dtype=F32),
+                        vmath_eval.neighbours(vmath_eval.REFS[name].edges, 256)])
+    want = vmath_eval.reference(name, x)
+    got = {b: impl(b, name)(x) for b in BACKENDS}
+    for b, g in got.items():
+        err = ulps(g, want)
+        assert err.max() <= 1, f"{b} {name}: {err.max()} ulp at x={x[err > 1][:4]}"
+    assert bits_equal(got["numba"], got["cpp"]).all(), f"{name}: Numba and C++ differ"
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -426,6 +447,8 @@ def test_function(name):
         bad = ulps(g, want) > vmath.VMATH_F32[name]["max_ulp"]
         assert not bad.any(), f"{b} {name}{tuple(a[bad][:4] for a in args)}: {g[bad][:4]}, want {want[bad][:4]}"
     assert bits_equal(got["numba"], got["cpp"]).all(), f"{name}: Numba and C++ differ"
+    if "lanes" in vmath.VMATH_F32[name]["deps"]:
+        check_lanes_densely(name)
     if name in ODD + EVEN:
         y = got["numba"]
         assert bits_equal(impl("numba", name)(-args[0]), -y if name in ODD else y).all(), f"{name}: symmetry"
@@ -492,11 +515,18 @@ def test_gcc_vectorizes_every_loop_and_contracts_nothing(tmp_path):
     assert set(code["fast"]) == {f"fgvm_{n}" for n in NAMES}
     changed = [f for f in code["fast"] if code["fast"][f] != code["off"][f]]
     assert not changed, f"g++ contracted a multiply-add in {changed}"
+    # (3) the float32-lane functions: packed float arithmetic, nothing converted to or computed in double
+    for n in NAMES:
+        if "lanes" in vmath.VMATH_F32[n]["deps"]:
+            text = "\n".join(code["fast"][f"fgvm_{n}"])
+            assert re.search(r"\bvfmadd\w*ps\s.*%[yz]mm", text), f"{n}: no packed float fma"
+            # (vpminsd is an integer min: the v[^p] leaves the integer instructions out)
+            assert not re.search(r"\bv[^p\s]\w*(pd|sd)\b", text), f"{n}: double arithmetic or conversions"
 
 
 def test_nvcc_compiles_them_as_device_code_with_nothing_to_contract(tmp_path):
-    # ptxas fuses a mul.f64 whose result feeds an add.f64/sub.f64 (nvcc's default --fmad=true);
-    # the PTX must have no such pair
+    # ptxas fuses a mul.f64 whose result feeds an add.f64/sub.f64 (nvcc's default --fmad=true), and
+    # the same in f32; the PTX must have no such pair, and the float32-lane functions no f64 at all
     import shutil
     import subprocess
     if shutil.which("nvcc") is None:
@@ -509,20 +539,28 @@ def test_nvcc_compiles_them_as_device_code_with_nothing_to_contract(tmp_path):
     entries = dict(re.findall(r"\.entry (\w+)\((.*?)\n}", ptx, re.S))
     assert len(entries) == len(NAMES)
     for entry, body in entries.items():
-        products = set(re.findall(r"\bmul\.f64\s+(%fd\d+),", body))
-        fused = [line for line in body.splitlines() if re.match(r"\s*(add|sub)\.f64\s", line)
-                 and any(re.search(re.escape(r) + r"\b", line.split(",", 1)[1]) for r in products)]
-        assert not fused, f"{entry}: {fused[:2]}"
+        for ty, reg in (("f64", "%fd"), ("f32", "%f")):
+            products = set(re.findall(rf"\bmul\.{ty}\s+({reg}\d+),", body))
+            fused = [line for line in body.splitlines() if re.match(rf"\s*(add|sub)\.{ty}\s", line)
+                     and any(re.search(re.escape(r) + r"\b", line.split(",", 1)[1]) for r in products)]
+            assert not fused, f"{entry}: {fused[:2]}"
+        name = re.search(r"vm_(\w+?)PK", entry).group(1)  # (_Z6vm_expPKfS0_Pfi: the mangled kernel name)
+        if "lanes" in vmath.VMATH_F32[name]["deps"]:
+            assert ".f64" not in body, f"{entry}: double arithmetic in a float32-lane function"
 
 
 @pytest.mark.parametrize("fit", sorted(f for f in vmath_fit._fits() if hasattr(vmath, f))
                          if importlib.util.find_spec("mpmath") else [])
 def test_stored_coefficients_meet_their_error_bound(fit):
     stored = getattr(vmath, fit)
-    # cbrt's is before its Halley step; EXP32_POLY's coefficients are float32 (the fit rounded)
-    bound = {"EXP_POLY": 3e-16, "CBRT_POLY": 1.3e-6, "EXP32_POLY": 4e-9}.get(fit, 4e-17)
-    if fit == "EXP32_POLY":  # float32 values exactly, so both backends' literals are the same float
-        assert all(float(np.float32(c)) == c for c in stored)
+    # cbrt's is before its Halley step; the float32 lanes' coefficients are float32 (rounded)
+    bound = {"EXP_POLY": 3e-16, "CBRT_POLY": 1.3e-6, "EXP32_POLY": 4e-9, "LOG1P32_POLY": 6e-9,
+             "ERF32_SMALL": 1.5e-9, "ERF32_BIG": 1.4e-9}.get(fit, 4e-17)
+    if fit.endswith(("32_POLY", "32_SMALL", "32_BIG")):
+        # float32 values exactly, so both backends' literals are the same float; ERF32_BIG's first
+        # is a float32 pair (hi + lo, the sum exact in float64)
+        first = stored[0] - float(np.float32(stored[0])) if fit == "ERF32_BIG" else 0.0
+        assert all(float(np.float32(c)) == c for c in (first, *stored[1:]))
     assert vmath_fit.fit_error(fit, stored, n=150) < bound
 
 

@@ -450,11 +450,13 @@ FG_INLINE T fg_pow(T base, T exp) {  // integer power by squaring, as NumPy's in
 }
 
 // ---------------------------------------------------------------------------------------------
-// fusegen vmath: float32 functions as straight-line float64 arithmetic, bit operations and
-// selects, so the loops that call them vectorize (std::exp/std::log... are opaque libm calls,
-// which g++ vectorizes only under -ffast-math: not allowed, it breaks NaN rules). Correctly
+// fusegen vmath: float32 functions as straight-line arithmetic, bit operations and selects, so
+// the loops that call them vectorize (std::exp/std::log... are opaque libm calls, which g++
+// vectorizes only under -ffast-math: not allowed, it breaks NaN rules). exp, sigmoid, tanh, log1p
+// and erf in float arithmetic (the "lanes" block on), within 1 ulp; the others in double, correctly
 // rounded except in rare near-midpoint cases (1 ulp). The algorithms, constants and measured
-// errors: fusegen/vmath.py; the Numba twins, operation for operation: fusegen/vmath_numba.py.
+// errors: fusegen/vmath.py; the Numba twins, operation for operation: fusegen/vmath_numba.py and
+// fusegen/vmath_lanes.py.
 // double arguments keep libm (std::exp in the tables): accuracy first.
 // No product feeds an addition except through an explicit vm_fma (or vm_mul), so g++'s and nvcc's
 // default contraction cannot make these differ from the Numba versions; every select is a blend
@@ -524,9 +526,9 @@ FG_VM double clamp_exp_arg(double x) {
   return vm_select(vm_fabs(x) > 104.0, vm_copysign(104.0, x), x);
 }
 
-// ---- float32 lanes: exp, sigmoid, tanh in float arithmetic throughout (within 1 ulp), twice as
-// many lanes per instruction as the double versions and no conversions; fusegen/vmath_lanes.py is
-// the Numba twin and fusegen/vmath.py ("float32 lanes") the error budget ----
+// ---- float32 lanes: exp, sigmoid, tanh, log1p, erf in float arithmetic throughout (within 1 ulp),
+// twice as many lanes per instruction as the double versions and no conversions;
+// fusegen/vmath_lanes.py is the Numba twin and fusegen/vmath.py ("float32 lanes") the error budget ----
 FG_VM uint32_t f32_bits(float x) {
 #if defined(__CUDA_ARCH__)
   return static_cast<uint32_t>(__float_as_int(x));
