@@ -51,7 +51,8 @@ def _inputs(combo, rows=6, rng=None):
     t = rng.standard_normal((rows, C)).astype(np.float32)
     ids = rng.integers(-rows, rows, (2, 3)).astype(combo[0])
     j = rng.integers(-C, C, (rows, C)) if np.dtype(combo[1]).kind == "i" else rng.integers(0, C, (rows, C))
-    k = rng.integers(0, 4 * rows, (3, 2)) if np.dtype(combo[2]).kind == "u" else rng.integers(-4 * rows, 4 * rows, (3, 2))
+    lo = 0 if np.dtype(combo[2]).kind == "u" else -4 * rows
+    k = rng.integers(lo, 4 * rows, (3, 2))
     return t, ids, j.astype(combo[1]), k.astype(combo[2])
 
 

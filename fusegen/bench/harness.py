@@ -326,13 +326,15 @@ class BenchConfig:
     torch_compile: bool = False  # on the GPU: torch.compile too (Inductor compiles take minutes)
     compile_times: bool = False
     fresh_pages: bool = False
-    quick: bool = False  # rows with shapes of their own take their small ones
+    # rows with shapes of their own take their small ones (not named `quick`: the classmethod
+    # below would be its default, always true)
+    small_rows: bool = False
 
     @classmethod
     def quick(cls, **kw: Any) -> BenchConfig:
         # Below FUSEGEN_PARALLEL_THRESHOLD: fusegen's serial kernels, quick to compile.
         small = dict(shapes=((256, 256),), rounds=3, per_call_rounds=3, per_call_calls=50, bandwidth_reps=3,
-                     quick=True)
+                     small_rows=True)
         return cls(**{**small, **kw})
 
     def plan(self) -> tuple[list[Case], list[str], int]:
@@ -347,7 +349,7 @@ class BenchConfig:
         out = []
         for name in self.ops:
             spec = ALL_OPS[name]
-            shapes = self.shapes if not spec.shapes else spec.small_shapes[:1] if self.quick else spec.shapes
+            shapes = self.shapes if not spec.shapes else spec.small_shapes[:1] if self.small_rows else spec.shapes
             out += [Case(spec, s, a) for s in shapes for a in spec.variants]
             small = spec.small_shapes[-1] if spec.shapes else self.small_shape
             out.append(Case(spec, small, spec.variants[-1], small=True))
