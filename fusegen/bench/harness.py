@@ -326,9 +326,7 @@ class BenchConfig:
     torch_compile: bool = False  # on the GPU: torch.compile too (Inductor compiles take minutes)
     compile_times: bool = False
     fresh_pages: bool = False
-    # rows with shapes of their own take their small ones (not named `quick`: the classmethod
-    # below would be its default, always true)
-    small_rows: bool = False
+    small_rows: bool = False  # rows with own shapes take their small ones (`quick` is the classmethod)
 
     @classmethod
     def quick(cls, **kw: Any) -> BenchConfig:
