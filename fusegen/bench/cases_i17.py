@@ -139,14 +139,17 @@ def nb_cumsum_first(x):  # pragma: no cover - compiled by Numba
     return out
 
 
+# the config's square case and the issue's logits (8192 rows of a 32000-word vocabulary: 1 GiB)
+_ISSUE_SHAPES, _SMALL = ((4096, 4096), (8192, 32000)), ((256, 256), (4, 5))
+
 #: ``fusegen.bench.cases.OpBench`` fields per row (cases.py makes the rows: no import back).
 I17_ROWS = (
     dict(name="cross_entropy", xp_ref=xp_cross_entropy, njit=lambda a, at: (_f32(nb_cross_entropy), a),
          inputs=(("x", _uniform(-8.0, 8.0)), (_whole, _labels)), variants=({},),
-         reduced=lambda shape, at: shape[0] * shape[1]),
+         reduced=lambda shape, at: shape[0] * shape[1], shapes=_ISSUE_SHAPES, small_shapes=_SMALL),
     dict(name="accuracy", xp_ref=xp_accuracy, njit=lambda a, at: (_f32(nb_accuracy), a),
          inputs=(("x", _uniform(-8.0, 8.0)), (_whole, _labels)), variants=({},),
-         reduced=lambda shape, at: shape[0]),
+         reduced=lambda shape, at: shape[0], shapes=_ISSUE_SHAPES, small_shapes=_SMALL),
     dict(name="embedding_layer_norm", xp_ref=xp_embedding_layer_norm,
          njit=lambda a, at: (nb_embedding_layer_norm, (*a, at["eps"])),
          inputs=(("x", _uniform(0.0, 1.0)), (_whole, _ids), ("row", _uniform(0.5, 1.5)), ("row", _uniform(-0.5, 0.5))),

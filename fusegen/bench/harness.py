@@ -326,7 +326,7 @@ class BenchConfig:
     torch_compile: bool = False  # on the GPU: torch.compile too (Inductor compiles take minutes)
     compile_times: bool = False
     fresh_pages: bool = False
-    small_rows: bool = False  # rows with own shapes take their small ones (``quick`` is the classmethod)
+    small_rows: bool = False  # rows with own shapes take their small ones (`quick` is the classmethod)
 
     @classmethod
     def quick(cls, **kw: Any) -> BenchConfig:
@@ -427,7 +427,7 @@ def run_bench(cfg: BenchConfig, progress: Progress | None = None) -> dict:
     warnings = noise_warnings(machine, spread)
     compile_times = None
     if cfg.compile_times:
-        chosen = [n for n in names if n != "numpy" and not n.endswith(("-out", "-inplace"))]  # (the same compile)
+        chosen = [n for n in names if n != "numpy" and not n.endswith("-out")]  # (out=: the same compile)
         count = iter(range(1, 1 + len(ops) * len(chosen)))
         compile_times = measure_compile_times(
             cases, chosen, cfg.dtype, cfg.aot_flags,

@@ -263,6 +263,45 @@ def view_stages(op: OpDef, plan: Plan, operand_id) -> list[dict]:
     return stages
 
 
+def _body(st, spec: Spec, dialect, leaf, variant: dict, stores: list[dict], op: OpDef, cur: dict) -> dict:
+    """One stage body: the lines computing the reductions' values and the written outputs'
+    values in ``dialect`` (``leaf`` gives the reads' text; ``cur['w']`` is set to the writer)."""
+    gw = G.IndexWriter(op, op.graph.idx)
+    w = cur["w"] = ExprWriter(spec, dialect, leaf, prefix="t", variant=variant, gather=gw, random=random_text)
+    reds = []
+    for j, r in enumerate(st.reductions):
+        acc = reg_dtype(spec.of(r).acc)
+        v = w.value(r.srcs[0], acc)
+        targets = [s["k"] for s, a in zip(stores, st.stores) if a.node is r]
+        reds.append(dict(j=j, kind=r.arg.kind, acc=dialect.type_name(acc),
+                         init=dialect.literal(reduce_identity(r.arg.kind, acc), acc), value=v, targets=targets))
+    writes = []
+    for k, n in st.writes:
+        want = reg_dtype(dt.materialize(spec.of(n).dtype))
+        target = next(s["k"] for s, a in zip(stores, st.stores) if a.slot == ("out", k))
+        writes.append(dict(k=target, value=w.value(n, want)))
+    lines = [f"const auto {name} = {expr};" for name, expr in w.lines]
+    return dict(lines=lines, reds=reds, writes=writes, flags=gw.flags, invariant=None)
+
+
+def may_be_modular(st) -> bool:
+    """Whether an operand of stage ``st`` can have a modular (div/mod) map at run time: only a
+    reshape makes one (``fg::views::to_modular``)."""
+    chains = [a.steps for a in st.reads] + [a.steps for a in st.stores] + [s for _, p in st.instances for s in p]
+    return any(isinstance(step, View) and step.node.op is Op.RESHAPE for steps in chains for step in steps)
+
+
+#: Reductions whose row loops keep ``fg::kLanes`` independent accumulators (reassociated, as in
+#: the fused kernels' row mode): the adds (or max/min) do not wait on each other and vectorize.
+LANE_KINDS = ("sum", "mean", "prod", "max", "min")
+
+
+def lanes_ok(st) -> bool:
+    """Whether stage ``st``'s row loops may split its reductions across lanes (not a scan,
+    whose running value is sequential)."""
+    return not st.is_scan and all(r.arg.kind in LANE_KINDS for r in st.reductions)
+
+
 def variants(st) -> list[dict]:
     """Every combination of pieces a box can take (mixed radix, the first instance slowest; a
     pad's second choice is its constant), as ExprWriter's ``variant`` dicts."""
@@ -297,7 +336,13 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
                                           else dt.materialize(spec.of(a.node).dtype)))
             reads.append(dict(k=k, kind=kind, type=t, reg=reg, id=None if kind == "iota" else operand_id(a.slot)))
         slot_of = {id(a.node): a.slot for a in st.reads}
-        terms, cur = G.StageTerms(st), {}   # gathers (issue #17): address terms; the body's writer
+        # gathers (issue #17): address terms; the body's writer, the reads of gather indices
+        # and those read at the row's start (``fixed``)
+        terms, cur = G.StageTerms(st), dict(index_reads=set(), fixed=set())
+        # Only a reshape makes a view modular (a div/mod map; slicing or placing a reshaped dim
+        # keeps it so): a stage with none reads every operand at its strided address, with no
+        # per-element test, so the loops vectorize (CUDA kernels keep the one generic body)
+        modular = device or may_be_modular(st)
 
         def leaf(n, ctx=(), reads=reads, slot_of=slot_of, index_of=index_of, terms=terms, cur=cur):
             if n.op is Op.ATTR:
@@ -305,17 +350,20 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
             if is_param(n):
                 return f"pv{g.idx(n)}"
             k = index_of[(slot_of[id(n)], path_steps(ctx, n))]
-            at = f"c[{k}] + i * B.istr[{k}]"
+            if any(i == 1 for _, i in ctx):   # read for a gather's index
+                cur["index_reads"].add(k)
+            at = f"c[{k}]" if k in cur["fixed"] else f"c[{k}] + i * B.istr[{k}]"
             r = reads[k]
             if r["kind"] == "iota":
                 return f"int64_t({at})"
-            # a modular map (a reshape whose radices do not nest) unravels the linear index: the
-            # slow path; the test is loop-invariant
-            # (`modular`: a std::true_type or std::false_type, so the CPU loop without any modular
-            # operand has no test at all)
-            mod, inner = (f"M.mod[{k}]", f"M.inner[{k}]") if device else (f"modular && mod{k}", f"inner{k}")
             term = terms.address_terms(n, ctx, cur['w']) if len(terms) else ""
             ptr = f"(p{k}{term})" if term else f"p{k}"
+            if not modular:
+                return f"{r['reg']}({ptr}[{at}])"
+            # a modular map (a reshape whose radices do not nest) unravels the linear index: the
+            # slow path; the test is loop-invariant (`modular`: a std::true_type or
+            # std::false_type, so a CPU loop without any modular operand has no test at all)
+            mod, inner = (f"M.mod[{k}]", f"M.inner[{k}]") if device else (f"modular && mod{k}", f"inner{k}")
             return f"{r['reg']}(fg::at({ptr}, {mod}, {inner}, {at}))"
 
         nreads = len(st.reads)
@@ -326,13 +374,22 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
         split = None if device or len(terms) else _split(st, index_of, slot_of, reads, g)
         bodies = []
         for variant in variants(st):
-            body = _body(st, spec, stores, dialect, leaf, cur, variant, op)
-            body["text"] = ", ".join(f"%{g.idx(n)} {'constant' if p is None else f'piece {p}'}"
-                                     for (n, _), p in variant.items())
+            cur["fixed"] = set()
+            body = _body(st, spec, dialect, leaf, variant, stores, op, cur)
+            if cur["index_reads"] and not device:
+                # The gathers' indices are read from operands cur["index_reads"]; where all of
+                # them are constant along the inner loop (an embedding's id per row), the body
+                # reads them at the row's start instead: the index is loop-invariant, and the
+                # gathered read becomes a strided one that vectorizes.
+                cur["fixed"] = set(cur["index_reads"])
+                body["invariant"] = _body(st, spec, dialect, leaf, variant, stores, op, cur)
+                body["invariant"]["reads"] = sorted(cur["fixed"])
+                cur["fixed"] = set()
             if split is not None:   # an index-set split's loop bodies: the mask false, true
-                body["seg"] = [_body(st, spec, stores, dialect, leaf, cur, {**variant, split["key"]: v}, op)
+                body["seg"] = [_body(st, spec, dialect, leaf, {**variant, split["key"]: v}, stores, op, cur)
                                for v in (False, True)]
-            bodies.append(body)
+            bodies.append(dict(body, text=", ".join(f"%{g.idx(n)} {'constant' if p is None else f'piece {p}'}"
+                                                    for (n, _), p in variant.items())))
         finals = []
         if st.finals:
             results = {id(r): f"r{j}" for j, r in enumerate(st.reductions)}
@@ -348,32 +405,11 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
         params = [dict(node=g.idx(n), cpp="double" if _kind(spec.of(n).dtype) == "f" else "int64_t",
                        field=_kind(spec.of(n).dtype)) for n in st.params]
         out.append(dict(index=st.index, reads=reads, stores=stores, bodies=bodies, finals=finals, split=split,
-                        nterms=len(terms), gathers=G.stage_extents(op, st),
+                        nterms=len(terms), modular=modular, lanes=lanes_ok(st), gathers=G.stage_extents(op, st),
                         final_lines=final_lines, params=params, nops=len(st.reads) + len(st.stores) + sum(
                             len(p) for _, p in st.instances)))
     return out
 
-
-def _body(st, spec: Spec, stores: list[dict], dialect, leaf, cur: dict, variant: dict, op: OpDef) -> dict:
-    """One loop body of stage ``st`` for a variant (which piece each concat/pad takes, and which
-    branch a split ``where`` takes): its lines, its reductions' values, its writes, its gathers'
-    checks."""
-    gw = G.IndexWriter(op, op.graph.idx)
-    w = cur["w"] = ExprWriter(spec, dialect, leaf, prefix="t", variant=variant, gather=gw, random=random_text)
-    reds = []
-    for j, r in enumerate(st.reductions):
-        acc = reg_dtype(spec.of(r).acc)
-        v = w.value(r.srcs[0], acc)
-        targets = [s["k"] for s, a in zip(stores, st.stores) if a.node is r]
-        reds.append(dict(j=j, kind=r.arg.kind, acc=dialect.type_name(acc),
-                         init=dialect.literal(reduce_identity(r.arg.kind, acc), acc), value=v, targets=targets))
-    writes = []
-    for k, n in st.writes:
-        want = reg_dtype(dt.materialize(spec.of(n).dtype))
-        target = next(s["k"] for s, a in zip(stores, st.stores) if a.slot == ("out", k))
-        writes.append(dict(k=target, value=w.value(n, want)))
-    lines = [f"const auto {name} = {expr};" for name, expr in w.lines]
-    return dict(lines=lines, reds=reds, writes=writes, flags=gw.flags)
 
 
 def _split(st, index_of: dict, slot_of: dict, reads: list[dict], g) -> dict | None:

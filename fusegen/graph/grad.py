@@ -116,7 +116,7 @@ def _reverse(op: OpDef, fwd_in: list[Tensor], outs: list[Tensor], cots: list[Ten
     for n in nodes:
         if id(n) in wanted or (n.op not in _ZERO_GRAD and any(id(s) in live for s in value_srcs(n))):
             live.add(id(n))
-    acc = _Adjoints(nodes)
+    acc, stops = _Adjoints(nodes), _shift_stops(nodes, outs)   # stops: logsumexp's shift (below)
     for k, (o, c) in enumerate(zip(outs, cots)):
         expect_same_shape(c, o, f"cotangent {k} must have the shape of output {k} of {op.name}")
         acc.alias[id(c.node)] = acc.extent(o.node)
@@ -138,8 +138,8 @@ def _reverse(op: OpDef, fwd_in: list[Tensor], outs: list[Tensor], cots: list[Ten
                         acc.alias[id(contribution.node)] = acc.extent(src)
                     acc.add(src, contribution, ())
             continue
-        for src, contribution, extra in _rules(n, g):
-            if id(src) in live:
+        for j, (src, contribution, extra) in enumerate(_rules(n, g)):
+            if id(src) in live and (id(n), j) not in stops:
                 acc.add(src, contribution, spans + extra)
     grads = []
     for i in wrt_idx:
@@ -149,7 +149,7 @@ def _reverse(op: OpDef, fwd_in: list[Tensor], outs: list[Tensor], cots: list[Ten
             continue
         g, spans = acc.total(x.node)
         # exactly x's shape unless every part was smaller (a constant, a broadcast operand)
-        grads.append(cast_like(g if acc.label(g, ()) == acc.extent(x.node) else sum_to(g, x, spans), x))
+        grads.append(cast_like(g if _exactly(acc, acc.label(g, ()), acc.extent(x.node)) else sum_to(g, x, spans), x))
     return tuple(grads)
 
 
@@ -167,7 +167,7 @@ class _Adjoints:
     """
 
     def __init__(self, nodes):
-        self.forward = {id(n) for n in nodes}
+        self.forward = {id(n): n for n in nodes}
         self.alias: dict[int, frozenset] = {}   # extents of leaves fg.grad made (cotangents, sums)
         self.parts: dict[int, list[tuple[Tensor, tuple]]] = {}
 
@@ -195,7 +195,7 @@ class _Adjoints:
         groups: dict[frozenset, list[tuple[Tensor, tuple]]] = {}
         for t, spans in self.parts[id(n)]:
             lab = self.label(t, spans)
-            groups.setdefault(frozenset() if lab <= mine else lab, []).append((t, spans))
+            groups.setdefault(frozenset() if _fits(self, lab, mine) else lab, []).append((t, spans))
         big = [k for k in groups if k]
         if len(groups) == 1 and big and n.op not in _OWN_SHAPE:
             return _add(groups[big[0]])   # one larger extent: keep it, sum later
@@ -347,3 +347,85 @@ def _scan_rules(n: Node, g: Tensor) -> list[tuple[Node, Tensor, tuple]]:
     """A scan's result has its source's shape: no span."""
     from .scans import scan_adjoint
     return [(n.srcs[0], scan_adjoint(n, g), ())]
+
+
+# --- logsumexp's shift (issue #17; at the end, so the lines emitted sources cite stay put) ------
+def _shift_stops(nodes, outs) -> set[tuple[int, int]]:
+    """The adjoint edges (node id, source position) that carry nothing, in every logsumexp
+    written with a shift: ``log(sum(exp(x - a), axes)) + b`` where ``a`` is constant along
+    ``axes`` (built from reductions over them) and ``b`` is the same value (its dims kept as
+    the sum keeps them). The value does not depend on the shift, so the adjoints reaching ``a``
+    (through ``x - a``) and ``b`` cancel exactly: dropping both edges treats the shift as a
+    constant (a stop-gradient), and what is left is ``g * exp(x - a) / sum``: the softmax,
+    without the max's tie-splitting adjoint and its extra passes. Only where the chain
+    ``x - a -> exp -> sum -> log -> +`` has no other consumer: another one's adjoint into
+    ``x - a`` would flow to ``a`` legitimately."""
+    uses: dict[int, int] = {}
+    for s in [o.node for o in outs] + [s for n in nodes for s in value_srcs(n)]:   # an output is a use too
+        uses[id(s)] = uses.get(id(s), 0) + 1
+    stops = set()
+    for n in nodes:
+        if n.op is not Op.ADD:
+            continue
+        for k in (0, 1):
+            log, b = n.srcs[k], n.srcs[1 - k]
+            if log.op is not Op.LOG or uses.get(id(log)) != 1:
+                continue
+            s = log.srcs[0]
+            if s.op is not Op.REDUCE or s.arg.kind != "sum" or s.arg.scan or uses.get(id(s)) != 1:
+                continue
+            e = s.srcs[0]
+            if e.op is not Op.EXP or uses.get(id(e)) != 1 or e.srcs[0].op is not Op.SUB or \
+                    uses.get(id(e.srcs[0])) != 1:
+                continue
+            a = e.srcs[0].srcs[1]
+            if _along(a, s.arg.axes) and _same_shift(a, b, s.arg.keep_dims):
+                stops |= {(id(n), 1 - k), (id(e.srcs[0]), 1)}
+                break
+    return stops
+
+
+def _along(a: Node, axes) -> bool:
+    """Whether ``a`` is constant along ``axes``: an elementwise function of reductions over
+    them (dims kept) and constants."""
+    if a.op is Op.REDUCE:
+        return not a.arg.scan and a.arg.axes == axes and a.arg.keep_dims is True
+    if a.op in (Op.CONST, Op.ATTR):
+        return True
+    if a.op in _OWN_SHAPE or a.op in (Op.CAST, Op.RANDOM) or not a.srcs:
+        return False
+    return all(_along(s, axes) for s in a.srcs)
+
+
+def _same_shift(a: Node, b: Node, keep) -> bool:
+    """Whether ``b`` computes ``a``'s value with its reductions' dims kept as ``keep`` says."""
+    if a is b:   # one node: the same value, if no reduction in it drops dims
+        from .nodes import nodes_of
+        return keep is True or not any(m.op is Op.REDUCE for m in nodes_of((a,)))
+    if a.op is not b.op or len(a.srcs) != len(b.srcs):
+        return False
+    if a.op is Op.REDUCE:
+        return (a.srcs[0] is b.srcs[0] and b.arg.keep_dims == keep and
+                (a.arg.kind, a.arg.axes, a.arg.scan) == (b.arg.kind, b.arg.axes, b.arg.scan))
+    if a.op is Op.CONST:
+        return a.arg == b.arg
+    return a.arg == b.arg and all(_same_shift(x, y, keep) for x, y in zip(a.srcs, b.srcs))
+
+
+def _fits(acc: _Adjoints, lab: frozenset, mine: frozenset) -> bool:
+    """Whether a contribution with extent ``lab`` broadcasts into an extent ``mine``: each of its
+    leaves is in ``mine``, or is a forward reduction with its dims kept whose source fits (its
+    shape broadcasts into its source's: ``x - max(x, keepdims=True)`` has ``x``'s shape, so its
+    adjoint needs no ``sum_to`` at ``x``)."""
+    for a in lab - mine:
+        n = acc.forward.get(a)
+        if n is None or n.op is not Op.REDUCE or n.arg.scan or n.arg.keep_dims is not True or \
+                isinstance(n.arg.axes, ShapeOf) or not _fits(acc, acc.extent(n.srcs[0]), mine):
+            return False
+    return True
+
+
+def _exactly(acc: _Adjoints, lab: frozenset, mine: frozenset) -> bool:
+    """Whether a contribution with extent ``lab`` has exactly the shape of extent ``mine``: it
+    has all of ``mine``'s leaves, and the others broadcast into it (``_fits``)."""
+    return mine <= lab and _fits(acc, lab, mine)

@@ -229,13 +229,37 @@ def schedule(plan: Plan, spec: Spec) -> list[GroupRun]:
         if dom is None or UNKNOWN_DIM in dom:
             raise ShapeError(f"op {plan.opdef.name}: shapes must be known to run (got {dom})")
         axes = spec.of(st.reductions[0]).axes if st.reductions else None
-        g = groups[-1] if groups else None
-        if g is not None and g["dom"] == dom and (axes is None or axes == g["axes"]) \
-                and _aligned(spec, st, g, dom):
+
+        def joins(g, st=st, dom=dom, axes=axes):
+            return g["dom"] == dom and (axes is None or axes == g["axes"]) and _aligned(spec, st, g, dom)
+        if groups and joins(groups[-1]):
+            groups[-1]["stages"].append(st)
+            continue
+        g = _earlier_group(groups, st, joins)
+        if g is not None:
             g["stages"].append(st)
             continue
         groups.append(dict(stages=[st], dom=dom, axes=axes if axes is not None else ()))
     return [run for g in groups for run in _group_runs(spec, g)]
+
+
+def _earlier_group(groups: list[dict], st: Stage, joins) -> dict | None:
+    """An earlier group stage ``st`` may join, running before the groups after it: ``st`` only
+    fills workspaces (nothing it writes is an output, which in-place calls may share with an
+    input that those groups read) and reads nothing they write. Cross-entropy's exp-sum so
+    joins its max past the small stage that gathers the label's logit: one pass over the
+    logits, not two."""
+    if st.is_scan or any(a.slot[0] != "buf" for a in st.stores):
+        return None
+    reads = {a.slot for a in st.reads}
+    for k in range(len(groups) - 2, -1, -1):
+        between = groups[k + 1]["stages"]
+        if any(a.slot in reads for s in between for a in s.stores):
+            return None
+        g = groups[k]
+        if not any(s.is_scan for s in g["stages"]) and joins(g):
+            return g
+    return None
 
 
 def strides_of(v: V.View) -> tuple:

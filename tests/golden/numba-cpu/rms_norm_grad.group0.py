@@ -7,10 +7,13 @@ import math
 import numpy as np
 from numba import prange
 from fusegen.pyhelpers_numba import _fmax, _fmin, _fg_floor_divide, _fg_remainder, _fg_floor_divide_int, _fg_remainder_int, _fg_shl, _fg_shr, _fg_shr_u, _fg_logaddexp, _fg_trunc, _fg_rint, _fg_row, _fg_flat
-def kernel(x0, ws0, ws2, meta):
-    # stages 0 of op rms_norm_grad, row mode
+def kernel(x0, ws0, ws3, x1, x2, ws2, meta, a_eps):
+    # stages 0, 1 of op rms_norm_grad, row mode
     x0_ = _fg_flat(x0)
     ws0_ = _fg_flat(ws0)
+    ws3_ = _fg_flat(ws3)
+    x1_ = _fg_flat(x1)
+    x2_ = _fg_flat(x2)
     ws2_ = _fg_flat(ws2)
     nO = meta[0]; nRO = meta[1]; RI = meta[2]; I = meta[3]
     ntiles = meta[4]; TILE = meta[5]; ROT = meta[7]; count = meta[8]
@@ -25,7 +28,10 @@ def kernel(x0, ws0, ws2, meta):
         n = min(TILE, I - i0)
         b_x0 = i0 * meta[SB + 0 * W + nO + nRO + 1]
         b_ws0 = i0 * meta[SB + 1 * W + nO + nRO + 1]
-        b_ws2 = i0 * meta[SB + 2 * W + nO + nRO + 1]
+        b_ws3 = i0 * meta[SB + 2 * W + nO + nRO + 1]
+        b_x1 = i0 * meta[SB + 3 * W + nO + nRO + 1]
+        b_x2 = i0 * meta[SB + 4 * W + nO + nRO + 1]
+        b_ws2 = i0 * meta[SB + 5 * W + nO + nRO + 1]
         rem = o
         for d in range(nO - 1, -1, -1):
             e = meta[11 + d]
@@ -34,7 +40,10 @@ def kernel(x0, ws0, ws2, meta):
             rem = q
             b_x0 += ix * meta[SB + 0 * W + d]
             b_ws0 += ix * meta[SB + 1 * W + d]
-            b_ws2 += ix * meta[SB + 2 * W + d]
+            b_ws3 += ix * meta[SB + 2 * W + d]
+            b_x1 += ix * meta[SB + 3 * W + d]
+            b_x2 += ix * meta[SB + 4 * W + d]
+            b_ws2 += ix * meta[SB + 5 * W + d]
         # stage 0: mean reduction, sum reduction
         acc0 = np.float32(0.0)
         acc1 = 0.0
@@ -57,5 +66,37 @@ def kernel(x0, ws0, ws2, meta):
         r0 = acc0 / np.float32(count)
         ws0_[b_ws0] = r0
         r1 = acc1
-        ws2_[b_ws2] = r1
+        ws3_[b_ws3] = r1
+        # stage 1: sum reduction
+        acc0 = np.float32(0.0)
+        for ro in range(ROT):
+            c_x0 = b_x0
+            c_x1 = b_x1
+            c_x2 = b_x2
+            c_ws0 = b_ws0
+            rem = ro
+            for d in range(nRO - 1, -1, -1):
+                e = meta[11 + nO + d]
+                q = rem // e
+                ix = rem - q * e
+                rem = q
+                c_x0 += ix * meta[SB + 0 * W + nO + d]
+                c_x1 += ix * meta[SB + 3 * W + nO + d]
+                c_x2 += ix * meta[SB + 4 * W + nO + d]
+                c_ws0 += ix * meta[SB + 1 * W + nO + d]
+            v_x0 = _fg_row(x0_, c_x0 + r_lo)
+            v_x1 = _fg_row(x1_, c_x1 + r_lo)
+            v_x2 = _fg_row(x2_, c_x2 + r_lo)
+            s_ws0 = ws0_[c_ws0 + 0]
+            for ri in range(r_hi - r_lo):
+                s1_0 = (v_x2[ri] * v_x1[ri])
+                s1_1 = (s1_0 * v_x0[ri])
+                s1_2 = (np.float32(-0.5) * s1_1)
+                s1_3 = (s_ws0 + np.float32(a_eps))
+                s1_4 = (np.float32(1.0) / np.sqrt(s1_3))
+                s1_5 = (s1_2 * s1_4)
+                s1_6 = (s1_5 / s1_3)
+                acc0 += s1_6
+        r0 = acc0
+        ws2_[b_ws2] = r0
     return 0

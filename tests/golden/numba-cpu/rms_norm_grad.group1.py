@@ -7,12 +7,12 @@ import math
 import numpy as np
 from numba import prange
 from fusegen.pyhelpers_numba import _fmax, _fmin, _fg_floor_divide, _fg_remainder, _fg_floor_divide_int, _fg_remainder_int, _fg_shl, _fg_shr, _fg_shr_u, _fg_logaddexp, _fg_trunc, _fg_rint, _fg_row, _fg_flat
-def kernel(x1, x2, ws0, ws3, meta, a_eps):
-    # stages 1 of op rms_norm_grad, col mode
+def kernel(x1, x2, ws0, ws1, meta, a_eps):
+    # stages 2 of op rms_norm_grad, col mode
     x1_ = _fg_flat(x1)
     x2_ = _fg_flat(x2)
     ws0_ = _fg_flat(ws0)
-    ws3_ = _fg_flat(ws3)
+    ws1_ = _fg_flat(ws1)
     nO = meta[0]; nRO = meta[1]; RI = meta[2]; I = meta[3]
     ntiles = meta[4]; TILE = meta[5]; ROT = meta[7]; count = meta[8]
     nsplit = meta[9]; chunk = meta[10]; W = nO + nRO + 2; SB = 11 + nO + nRO
@@ -27,7 +27,7 @@ def kernel(x1, x2, ws0, ws3, meta, a_eps):
         b_x1 = i0 * meta[SB + 0 * W + nO + nRO + 1]
         b_x2 = i0 * meta[SB + 1 * W + nO + nRO + 1]
         b_ws0 = i0 * meta[SB + 2 * W + nO + nRO + 1]
-        b_ws3 = i0 * meta[SB + 3 * W + nO + nRO + 1]
+        b_ws1 = i0 * meta[SB + 3 * W + nO + nRO + 1]
         rem = o
         for d in range(nO - 1, -1, -1):
             e = meta[11 + d]
@@ -37,8 +37,8 @@ def kernel(x1, x2, ws0, ws3, meta, a_eps):
             b_x1 += ix * meta[SB + 0 * W + d]
             b_x2 += ix * meta[SB + 1 * W + d]
             b_ws0 += ix * meta[SB + 2 * W + d]
-            b_ws3 += ix * meta[SB + 3 * W + d]
-        # stage 1: sum reduction
+            b_ws1 += ix * meta[SB + 3 * W + d]
+        # stage 2: sum reduction
         acc0 = np.full(n, np.float32(0.0), dtype=np.float32)
         for ro in range(ROT):
             c_x1 = b_x1
@@ -58,13 +58,13 @@ def kernel(x1, x2, ws0, ws3, meta, a_eps):
                 v_x2 = _fg_row(x2_, c_x2 + 0)
                 s_ws0 = ws0_[c_ws0 + 0]
                 for i in range(n):
-                    s1_0 = (v_x2[i] * v_x1[i])
-                    s1_1 = (s_ws0 + np.float32(a_eps))
-                    s1_2 = (np.float32(1.0) / np.sqrt(s1_1))
-                    s1_3 = (s1_0 * s1_2)
-                    acc0[i] += s1_3
-        f_ws3 = _fg_row(ws3_, b_ws3)
+                    s2_0 = (v_x2[i] * v_x1[i])
+                    s2_1 = (s_ws0 + np.float32(a_eps))
+                    s2_2 = (np.float32(1.0) / np.sqrt(s2_1))
+                    s2_3 = (s2_0 * s2_2)
+                    acc0[i] += s2_3
+        f_ws1 = _fg_row(ws1_, b_ws1)
         for i in range(n):
             r0 = acc0[i]
-            f_ws3[i] = r0
+            f_ws1[i] = r0
     return 0

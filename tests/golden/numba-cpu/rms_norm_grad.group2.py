@@ -7,17 +7,24 @@ import math
 import numpy as np
 from numba import prange
 from fusegen.pyhelpers_numba import _fmax, _fmin, _fg_floor_divide, _fg_remainder, _fg_floor_divide_int, _fg_remainder_int, _fg_shl, _fg_shr, _fg_shr_u, _fg_logaddexp, _fg_trunc, _fg_rint, _fg_row, _fg_flat
-def kernel(x0, x1, x2, ws0, ws1, meta, a_eps):
-    # stages 2 of op rms_norm_grad, row mode
+def kernel(x0, x2, ws0, out1, ws1, ws2, ws3, out0, meta, a_eps):
+    # stages 3, 4 of op rms_norm_grad, col mode
     x0_ = _fg_flat(x0)
-    x1_ = _fg_flat(x1)
     x2_ = _fg_flat(x2)
     ws0_ = _fg_flat(ws0)
+    out1_ = _fg_flat(out1)
     ws1_ = _fg_flat(ws1)
+    ws2_ = _fg_flat(ws2)
+    ws3_ = _fg_flat(ws3)
+    out0_ = _fg_flat(out0)
     nO = meta[0]; nRO = meta[1]; RI = meta[2]; I = meta[3]
     ntiles = meta[4]; TILE = meta[5]; ROT = meta[7]; count = meta[8]
     nsplit = meta[9]; chunk = meta[10]; W = nO + nRO + 2; SB = 11 + nO + nRO
     ntasks = meta[6] * ntiles * nsplit
+    x0_sri = meta[SB + 0 * W + nO + nRO]
+    x2_sri = meta[SB + 1 * W + nO + nRO]
+    ws1_sri = meta[SB + 4 * W + nO + nRO]
+    out0_sri = meta[SB + 7 * W + nO + nRO]
     for t in range(ntasks):
         o = t // (ntiles * nsplit)
         u = t - o * (ntiles * nsplit)
@@ -26,10 +33,13 @@ def kernel(x0, x1, x2, ws0, ws1, meta, a_eps):
         r_hi = min(RI, r_lo + chunk)
         n = min(TILE, I - i0)
         b_x0 = i0 * meta[SB + 0 * W + nO + nRO + 1]
-        b_x1 = i0 * meta[SB + 1 * W + nO + nRO + 1]
-        b_x2 = i0 * meta[SB + 2 * W + nO + nRO + 1]
-        b_ws0 = i0 * meta[SB + 3 * W + nO + nRO + 1]
+        b_x2 = i0 * meta[SB + 1 * W + nO + nRO + 1]
+        b_ws0 = i0 * meta[SB + 2 * W + nO + nRO + 1]
+        b_out1 = i0 * meta[SB + 3 * W + nO + nRO + 1]
         b_ws1 = i0 * meta[SB + 4 * W + nO + nRO + 1]
+        b_ws2 = i0 * meta[SB + 5 * W + nO + nRO + 1]
+        b_ws3 = i0 * meta[SB + 6 * W + nO + nRO + 1]
+        b_out0 = i0 * meta[SB + 7 * W + nO + nRO + 1]
         rem = o
         for d in range(nO - 1, -1, -1):
             e = meta[11 + d]
@@ -37,15 +47,17 @@ def kernel(x0, x1, x2, ws0, ws1, meta, a_eps):
             ix = rem - q * e
             rem = q
             b_x0 += ix * meta[SB + 0 * W + d]
-            b_x1 += ix * meta[SB + 1 * W + d]
-            b_x2 += ix * meta[SB + 2 * W + d]
-            b_ws0 += ix * meta[SB + 3 * W + d]
+            b_x2 += ix * meta[SB + 1 * W + d]
+            b_ws0 += ix * meta[SB + 2 * W + d]
+            b_out1 += ix * meta[SB + 3 * W + d]
             b_ws1 += ix * meta[SB + 4 * W + d]
-        # stage 2: sum reduction
-        acc0 = np.float32(0.0)
+            b_ws2 += ix * meta[SB + 5 * W + d]
+            b_ws3 += ix * meta[SB + 6 * W + d]
+            b_out0 += ix * meta[SB + 7 * W + d]
+        # stage 3: sum reduction
+        acc0 = np.full(n, np.float32(0.0), dtype=np.float32)
         for ro in range(ROT):
             c_x0 = b_x0
-            c_x1 = b_x1
             c_x2 = b_x2
             c_ws0 = b_ws0
             rem = ro
@@ -55,22 +67,53 @@ def kernel(x0, x1, x2, ws0, ws1, meta, a_eps):
                 ix = rem - q * e
                 rem = q
                 c_x0 += ix * meta[SB + 0 * W + nO + d]
-                c_x1 += ix * meta[SB + 1 * W + nO + d]
-                c_x2 += ix * meta[SB + 2 * W + nO + d]
-                c_ws0 += ix * meta[SB + 3 * W + nO + d]
-            v_x0 = _fg_row(x0_, c_x0 + r_lo)
-            v_x1 = _fg_row(x1_, c_x1 + r_lo)
-            v_x2 = _fg_row(x2_, c_x2 + r_lo)
-            s_ws0 = ws0_[c_ws0 + 0]
-            for ri in range(r_hi - r_lo):
-                s2_0 = (v_x2[ri] * v_x1[ri])
-                s2_1 = (s2_0 * v_x0[ri])
-                s2_2 = (np.float32(-0.5) * s2_1)
-                s2_3 = (s_ws0 + np.float32(a_eps))
-                s2_4 = (np.float32(1.0) / np.sqrt(s2_3))
-                s2_5 = (s2_2 * s2_4)
-                s2_6 = (s2_5 / s2_3)
-                acc0 += s2_6
-        r0 = acc0
-        ws1_[b_ws1] = r0
+                c_x2 += ix * meta[SB + 1 * W + nO + d]
+                c_ws0 += ix * meta[SB + 2 * W + nO + d]
+            for ri in range(r_lo, r_hi):
+                v_x0 = _fg_row(x0_, c_x0 + ri * x0_sri)
+                v_x2 = _fg_row(x2_, c_x2 + ri * x2_sri)
+                s_ws0 = ws0_[c_ws0 + ri]
+                for i in range(n):
+                    s3_0 = (s_ws0 + np.float32(a_eps))
+                    s3_1 = (np.float32(1.0) / np.sqrt(s3_0))
+                    s3_2 = (v_x0[i] * s3_1)
+                    s3_3 = (v_x2[i] * s3_2)
+                    acc0[i] += s3_3
+        f_out1 = _fg_row(out1_, b_out1)
+        for i in range(n):
+            r0 = acc0[i]
+            f3_0 = r0
+            f_out1[i] = f3_0
+        # stage 4: output 0
+        for ro in range(ROT):
+            c_x0 = b_x0
+            c_ws1 = b_ws1
+            c_ws2 = b_ws2
+            c_ws3 = b_ws3
+            c_out0 = b_out0
+            rem = ro
+            for d in range(nRO - 1, -1, -1):
+                e = meta[11 + nO + d]
+                q = rem // e
+                ix = rem - q * e
+                rem = q
+                c_x0 += ix * meta[SB + 0 * W + nO + d]
+                c_ws1 += ix * meta[SB + 4 * W + nO + d]
+                c_ws2 += ix * meta[SB + 5 * W + nO + d]
+                c_ws3 += ix * meta[SB + 6 * W + nO + d]
+                c_out0 += ix * meta[SB + 7 * W + nO + d]
+            for ri in range(r_lo, r_hi):
+                v_x0 = _fg_row(x0_, c_x0 + ri * x0_sri)
+                v_ws1 = _fg_row(ws1_, c_ws1 + ri * ws1_sri)
+                s_ws2 = ws2_[c_ws2 + ri]
+                s_ws3 = ws3_[c_ws3 + ri]
+                v_out0 = _fg_row(out0_, c_out0 + ri * out0_sri)
+                for i in range(n):
+                    s4_0 = (np.float64(s_ws2) / s_ws3)
+                    s4_1 = np.float32(s4_0)
+                    s4_2 = (s4_1 * v_x0[i])
+                    s4_3 = (s4_2 + s4_2)
+                    s4_4 = (s4_3 + v_ws1[i])
+                    s4_5 = s4_4
+                    v_out0[i] = s4_5
     return 0

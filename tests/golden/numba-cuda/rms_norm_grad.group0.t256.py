@@ -98,8 +98,8 @@ def _fg_rint(x, one):  # round half to even, the sign of a zero kept (numba-cuda
         f = f + one
     return math.copysign(f, x)
 
-def kernel(x0, ws0, ws2, meta):
-    # stages 0 of op rms_norm_grad: one block of 32 threads per output row
+def kernel(x0, ws0, ws3, x1, x2, ws2, meta, a_eps):
+    # stages 0, 1 of op rms_norm_grad: one block of 32 threads per output row
     nO = meta[0]
     nRO = meta[1]
     RI = meta[2]
@@ -114,17 +114,27 @@ def kernel(x0, ws0, ws2, meta):
     si_x0 = meta[SB + 0 * W + nO + nRO + 1]
     sri_ws0 = meta[SB + 1 * W + nO + nRO]
     si_ws0 = meta[SB + 1 * W + nO + nRO + 1]
-    sri_ws2 = meta[SB + 2 * W + nO + nRO]
-    si_ws2 = meta[SB + 2 * W + nO + nRO + 1]
+    sri_ws3 = meta[SB + 2 * W + nO + nRO]
+    si_ws3 = meta[SB + 2 * W + nO + nRO + 1]
+    sri_x1 = meta[SB + 3 * W + nO + nRO]
+    si_x1 = meta[SB + 3 * W + nO + nRO + 1]
+    sri_x2 = meta[SB + 4 * W + nO + nRO]
+    si_x2 = meta[SB + 4 * W + nO + nRO + 1]
+    sri_ws2 = meta[SB + 5 * W + nO + nRO]
+    si_ws2 = meta[SB + 5 * W + nO + nRO + 1]
     tid = cuda.threadIdx.x
     sh0_0 = cuda.shared.array(32, numba.types.float32)
     sh0_1 = cuda.shared.array(32, numba.types.float64)
+    sh1_0 = cuda.shared.array(32, numba.types.float32)
     i = 0
     for blk in range(cuda.blockIdx.x, OT * nsplit, cuda.gridDim.x):
         o = blk // nsplit
         s = blk - o * nsplit
         b_x0 = i * si_x0
         b_ws0 = i * si_ws0
+        b_ws3 = i * si_ws3
+        b_x1 = i * si_x1
+        b_x2 = i * si_x2
         b_ws2 = i * si_ws2
         rem = o
         for d in range(nO - 1, -1, -1):
@@ -134,7 +144,10 @@ def kernel(x0, ws0, ws2, meta):
             rem = q
             b_x0 += ix * meta[SB + 0 * W + d]
             b_ws0 += ix * meta[SB + 1 * W + d]
-            b_ws2 += ix * meta[SB + 2 * W + d]
+            b_ws3 += ix * meta[SB + 2 * W + d]
+            b_x1 += ix * meta[SB + 3 * W + d]
+            b_x2 += ix * meta[SB + 4 * W + d]
+            b_ws2 += ix * meta[SB + 5 * W + d]
         # stage 0
         acc0_0 = np.float32(0.0)
         acc0_1 = 0.0
@@ -175,5 +188,46 @@ def kernel(x0, ws0, ws2, meta):
                 r0_0 = np.float32(acc0_0 / np.float32(count))
                 ws0[b_ws0] = r0_0
                 r0_1 = acc0_1
-                ws2[b_ws2] = r0_1
+                ws3[b_ws3] = r0_1
+        cuda.syncthreads()
+        # stage 1
+        acc1_0 = np.float32(0.0)
+        r_lo = s * chunk
+        for r in range(r_lo + tid, min(count, r_lo + chunk), 32):
+            ro = r // RI
+            ri = r - ro * RI
+            c_x0 = b_x0 + ri * sri_x0
+            c_x1 = b_x1 + ri * sri_x1
+            c_x2 = b_x2 + ri * sri_x2
+            c_ws0 = b_ws0 + ri * sri_ws0
+            rem = ro
+            for d in range(nRO - 1, -1, -1):
+                e = meta[9 + nO + d]
+                q = rem // e
+                ix = rem - q * e
+                rem = q
+                c_x0 += ix * meta[SB + 0 * W + nO + d]
+                c_x1 += ix * meta[SB + 3 * W + nO + d]
+                c_x2 += ix * meta[SB + 4 * W + nO + d]
+                c_ws0 += ix * meta[SB + 1 * W + nO + d]
+            s1_0 = (x2[c_x2] * x1[c_x1])
+            s1_1 = (s1_0 * x0[c_x0])
+            s1_2 = (np.float32(-0.5) * s1_1)
+            s1_3 = (ws0[c_ws0] + np.float32(a_eps))
+            s1_4 = (np.float32(1.0) / math.sqrt(s1_3))
+            s1_5 = (s1_2 * s1_4)
+            s1_6 = (s1_5 / s1_3)
+            acc1_0 += s1_6
+        sh1_0[tid] = acc1_0
+        cuda.syncthreads()
+        if tid < 32:
+            acc1_0 = sh1_0[tid]
+            acc1_0 += cuda.shfl_down_sync(0xffffffff, acc1_0, 16)
+            acc1_0 += cuda.shfl_down_sync(0xffffffff, acc1_0, 8)
+            acc1_0 += cuda.shfl_down_sync(0xffffffff, acc1_0, 4)
+            acc1_0 += cuda.shfl_down_sync(0xffffffff, acc1_0, 2)
+            acc1_0 += cuda.shfl_down_sync(0xffffffff, acc1_0, 1)
+            if tid == 0:
+                r1_0 = acc1_0
+                ws2[b_ws2] = r1_0
         cuda.syncthreads()

@@ -98,8 +98,8 @@ def _fg_rint(x, one):  # round half to even, the sign of a zero kept (numba-cuda
         f = f + one
     return math.copysign(f, x)
 
-def kernel(x1, x2, ws0, ws3, meta, a_eps):
-    # stages 1 of op rms_norm_grad: one thread per output point
+def kernel(x1, x2, ws0, ws1, meta, a_eps):
+    # stages 2 of op rms_norm_grad: one thread per output point
     nO = meta[0]
     nRO = meta[1]
     RI = meta[2]
@@ -116,8 +116,8 @@ def kernel(x1, x2, ws0, ws3, meta, a_eps):
     si_x2 = meta[SB + 1 * W + nO + nRO + 1]
     sri_ws0 = meta[SB + 2 * W + nO + nRO]
     si_ws0 = meta[SB + 2 * W + nO + nRO + 1]
-    sri_ws3 = meta[SB + 3 * W + nO + nRO]
-    si_ws3 = meta[SB + 3 * W + nO + nRO + 1]
+    sri_ws1 = meta[SB + 3 * W + nO + nRO]
+    si_ws1 = meta[SB + 3 * W + nO + nRO + 1]
     for t in range(cuda.grid(1), OT * I * nsplit, cuda.gridsize(1)):
         i = t % I
         v = t // I
@@ -126,7 +126,7 @@ def kernel(x1, x2, ws0, ws3, meta, a_eps):
         b_x1 = i * si_x1
         b_x2 = i * si_x2
         b_ws0 = i * si_ws0
-        b_ws3 = i * si_ws3
+        b_ws1 = i * si_ws1
         rem = o
         for d in range(nO - 1, -1, -1):
             e = meta[9 + d]
@@ -136,18 +136,18 @@ def kernel(x1, x2, ws0, ws3, meta, a_eps):
             b_x1 += ix * meta[SB + 0 * W + d]
             b_x2 += ix * meta[SB + 1 * W + d]
             b_ws0 += ix * meta[SB + 2 * W + d]
-            b_ws3 += ix * meta[SB + 3 * W + d]
-        # stage 1
-        acc1_0 = np.float32(0.0)
+            b_ws1 += ix * meta[SB + 3 * W + d]
+        # stage 2
+        acc2_0 = np.float32(0.0)
         r_lo = s * chunk
         for r in range(r_lo, min(count, r_lo + chunk)):
             c_x1 = b_x1
             c_x2 = b_x2
             c_ws0 = b_ws0
-            s1_0 = (x2[c_x2] * x1[c_x1])
-            s1_1 = (ws0[c_ws0] + np.float32(a_eps))
-            s1_2 = (np.float32(1.0) / math.sqrt(s1_1))
-            s1_3 = (s1_0 * s1_2)
-            acc1_0 += s1_3
-        r1_0 = acc1_0
-        ws3[b_ws3] = r1_0
+            s2_0 = (x2[c_x2] * x1[c_x1])
+            s2_1 = (ws0[c_ws0] + np.float32(a_eps))
+            s2_2 = (np.float32(1.0) / math.sqrt(s2_1))
+            s2_3 = (s2_0 * s2_2)
+            acc2_0 += s2_3
+        r2_0 = acc2_0
+        ws1[b_ws1] = r2_0

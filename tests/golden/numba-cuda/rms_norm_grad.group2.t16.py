@@ -98,8 +98,8 @@ def _fg_rint(x, one):  # round half to even, the sign of a zero kept (numba-cuda
         f = f + one
     return math.copysign(f, x)
 
-def kernel(x0, x1, x2, ws0, ws1, meta, a_eps):
-    # stages 2 of op rms_norm_grad: one block of 8 threads per output row
+def kernel(x0, x2, ws0, out1, ws1, ws2, ws3, out0, meta, a_eps):
+    # stages 3, 4 of op rms_norm_grad: one thread per output point
     nO = meta[0]
     nRO = meta[1]
     RI = meta[2]
@@ -112,25 +112,33 @@ def kernel(x0, x1, x2, ws0, ws1, meta, a_eps):
     SB = 9 + nO + nRO
     sri_x0 = meta[SB + 0 * W + nO + nRO]
     si_x0 = meta[SB + 0 * W + nO + nRO + 1]
-    sri_x1 = meta[SB + 1 * W + nO + nRO]
-    si_x1 = meta[SB + 1 * W + nO + nRO + 1]
-    sri_x2 = meta[SB + 2 * W + nO + nRO]
-    si_x2 = meta[SB + 2 * W + nO + nRO + 1]
-    sri_ws0 = meta[SB + 3 * W + nO + nRO]
-    si_ws0 = meta[SB + 3 * W + nO + nRO + 1]
+    sri_x2 = meta[SB + 1 * W + nO + nRO]
+    si_x2 = meta[SB + 1 * W + nO + nRO + 1]
+    sri_ws0 = meta[SB + 2 * W + nO + nRO]
+    si_ws0 = meta[SB + 2 * W + nO + nRO + 1]
+    sri_out1 = meta[SB + 3 * W + nO + nRO]
+    si_out1 = meta[SB + 3 * W + nO + nRO + 1]
     sri_ws1 = meta[SB + 4 * W + nO + nRO]
     si_ws1 = meta[SB + 4 * W + nO + nRO + 1]
-    tid = cuda.threadIdx.x
-    sh2_0 = cuda.shared.array(8, numba.types.float32)
-    i = 0
-    for blk in range(cuda.blockIdx.x, OT * nsplit, cuda.gridDim.x):
-        o = blk // nsplit
-        s = blk - o * nsplit
+    sri_ws2 = meta[SB + 5 * W + nO + nRO]
+    si_ws2 = meta[SB + 5 * W + nO + nRO + 1]
+    sri_ws3 = meta[SB + 6 * W + nO + nRO]
+    si_ws3 = meta[SB + 6 * W + nO + nRO + 1]
+    sri_out0 = meta[SB + 7 * W + nO + nRO]
+    si_out0 = meta[SB + 7 * W + nO + nRO + 1]
+    for t in range(cuda.grid(1), OT * I * nsplit, cuda.gridsize(1)):
+        i = t % I
+        v = t // I
+        s = v % nsplit
+        o = v // nsplit
         b_x0 = i * si_x0
-        b_x1 = i * si_x1
         b_x2 = i * si_x2
         b_ws0 = i * si_ws0
+        b_out1 = i * si_out1
         b_ws1 = i * si_ws1
+        b_ws2 = i * si_ws2
+        b_ws3 = i * si_ws3
+        b_out0 = i * si_out0
         rem = o
         for d in range(nO - 1, -1, -1):
             e = meta[9 + d]
@@ -138,18 +146,20 @@ def kernel(x0, x1, x2, ws0, ws1, meta, a_eps):
             ix = rem - q * e
             rem = q
             b_x0 += ix * meta[SB + 0 * W + d]
-            b_x1 += ix * meta[SB + 1 * W + d]
-            b_x2 += ix * meta[SB + 2 * W + d]
-            b_ws0 += ix * meta[SB + 3 * W + d]
+            b_x2 += ix * meta[SB + 1 * W + d]
+            b_ws0 += ix * meta[SB + 2 * W + d]
+            b_out1 += ix * meta[SB + 3 * W + d]
             b_ws1 += ix * meta[SB + 4 * W + d]
-        # stage 2
-        acc2_0 = np.float32(0.0)
+            b_ws2 += ix * meta[SB + 5 * W + d]
+            b_ws3 += ix * meta[SB + 6 * W + d]
+            b_out0 += ix * meta[SB + 7 * W + d]
+        # stage 3
+        acc3_0 = np.float32(0.0)
         r_lo = s * chunk
-        for r in range(r_lo + tid, min(count, r_lo + chunk), 8):
+        for r in range(r_lo, min(count, r_lo + chunk)):
             ro = r // RI
             ri = r - ro * RI
             c_x0 = b_x0 + ri * sri_x0
-            c_x1 = b_x1 + ri * sri_x1
             c_x2 = b_x2 + ri * sri_x2
             c_ws0 = b_ws0 + ri * sri_ws0
             rem = ro
@@ -159,30 +169,40 @@ def kernel(x0, x1, x2, ws0, ws1, meta, a_eps):
                 ix = rem - q * e
                 rem = q
                 c_x0 += ix * meta[SB + 0 * W + nO + d]
-                c_x1 += ix * meta[SB + 1 * W + nO + d]
-                c_x2 += ix * meta[SB + 2 * W + nO + d]
-                c_ws0 += ix * meta[SB + 3 * W + nO + d]
-            s2_0 = (x2[c_x2] * x1[c_x1])
-            s2_1 = (s2_0 * x0[c_x0])
-            s2_2 = (np.float32(-0.5) * s2_1)
-            s2_3 = (ws0[c_ws0] + np.float32(a_eps))
-            s2_4 = (np.float32(1.0) / math.sqrt(s2_3))
-            s2_5 = (s2_2 * s2_4)
-            s2_6 = (s2_5 / s2_3)
-            acc2_0 += s2_6
-        sh2_0[tid] = acc2_0
-        cuda.syncthreads()
-        if tid < 4:
-            sh2_0[tid] += sh2_0[tid + 4]
-        cuda.syncthreads()
-        if tid < 2:
-            sh2_0[tid] += sh2_0[tid + 2]
-        cuda.syncthreads()
-        if tid < 1:
-            sh2_0[tid] += sh2_0[tid + 1]
-        cuda.syncthreads()
-        if tid == 0:
-            acc2_0 = sh2_0[0]
-            r2_0 = acc2_0
-            ws1[b_ws1] = r2_0
-        cuda.syncthreads()
+                c_x2 += ix * meta[SB + 1 * W + nO + d]
+                c_ws0 += ix * meta[SB + 2 * W + nO + d]
+            s3_0 = (ws0[c_ws0] + np.float32(a_eps))
+            s3_1 = (np.float32(1.0) / math.sqrt(s3_0))
+            s3_2 = (x0[c_x0] * s3_1)
+            s3_3 = (x2[c_x2] * s3_2)
+            acc3_0 += s3_3
+        r3_0 = acc3_0
+        f3_0 = r3_0
+        out1[b_out1] = f3_0
+        # stage 4
+        for r in range(0, count, 1):
+            ro = r // RI
+            ri = r - ro * RI
+            c_x0 = b_x0 + ri * sri_x0
+            c_ws1 = b_ws1 + ri * sri_ws1
+            c_ws2 = b_ws2 + ri * sri_ws2
+            c_ws3 = b_ws3 + ri * sri_ws3
+            c_out0 = b_out0 + ri * sri_out0
+            rem = ro
+            for d in range(nRO - 1, -1, -1):
+                e = meta[9 + nO + d]
+                q = rem // e
+                ix = rem - q * e
+                rem = q
+                c_x0 += ix * meta[SB + 0 * W + nO + d]
+                c_ws1 += ix * meta[SB + 4 * W + nO + d]
+                c_ws2 += ix * meta[SB + 5 * W + nO + d]
+                c_ws3 += ix * meta[SB + 6 * W + nO + d]
+                c_out0 += ix * meta[SB + 7 * W + nO + d]
+            s4_0 = (np.float64(ws2[c_ws2]) / ws3[c_ws3])
+            s4_1 = np.float32(s4_0)
+            s4_2 = (s4_1 * x0[c_x0])
+            s4_3 = (s4_2 + s4_2)
+            s4_4 = (s4_3 + ws1[c_ws1])
+            s4_5 = s4_4
+            out0[c_out0] = s4_5

@@ -2857,13 +2857,11 @@ int stage0(const Shapes &s, void *const *ptr, const Data &d) {
   (void)a;
   (void)count;
   const float *p0 = static_cast<const float *>(ptr[0]);
-  const bool mod0 = nest.op[0].modular;
-  const fg::views::Inner &inner0 = nest.op[0].inner;
   float *q1 = static_cast<float *>(ptr[3]);
   float *q2 = static_cast<float *>(ptr[4]);
   // Whether some operand is read through a modular map: the loops below are compiled twice, and
   // where none is, without the per-element test, so they have no branch and vectorize.
-  const bool any_modular = false || mod0;
+  const bool any_modular = false;
   (void)any_modular;
   return fg::views::for_each_box(nest, [&](const fg::views::Box<kOps0> &box, const fg::views::BoxLayout<kOps0> &L) {
     (void)box;
@@ -2883,17 +2881,31 @@ int stage0(const Shapes &s, void *const *ptr, const Data &d) {
           int64_t base[kOps0];
           for (int j = 0; j < kOps0; ++j) base[j] = B.offset[j];
           fg::unravel<kOps0>(o, B.n_o, B.o_ext, B.o_str, base);
-          float acc0 = -std::numeric_limits<float>::infinity();
-          float acc1 = -std::numeric_limits<float>::infinity();
+          float lane0[fg::kLanes];
+          std::fill(lane0, lane0 + fg::kLanes, -std::numeric_limits<float>::infinity());
+          float lane1[fg::kLanes];
+          std::fill(lane1, lane1 + fg::kLanes, -std::numeric_limits<float>::infinity());
           for (int64_t m = 0; m < B.m_total; ++m) {
             int64_t c[kOps0];
             for (int j = 0; j < kOps0; ++j) c[j] = base[j];
             fg::unravel<kOps0>(m, B.n_m, B.m_ext, B.m_str, c);
-            for (int64_t i = 0; i < B.inner; ++i) {
-              acc0 = fg::fg_max(acc0, float(fg::at(p0, modular && mod0, inner0, c[0] + i * B.istr[0])));
-              acc1 = fg::fg_max(acc1, float(fg::at(p0, modular && mod0, inner0, c[0] + i * B.istr[0])));
+            int64_t iv = 0;
+            for (; iv + fg::kLanes <= B.inner; iv += fg::kLanes) {
+              for (int l = 0; l < fg::kLanes; ++l) {
+                const int64_t i = iv + l;
+                lane0[l] = fg::fg_max(lane0[l], float(p0[c[0] + i * B.istr[0]]));
+                lane1[l] = fg::fg_max(lane1[l], float(p0[c[0] + i * B.istr[0]]));
+              }
+            }
+            for (int64_t i = iv; i < B.inner; ++i) {
+              lane0[i - iv] = fg::fg_max(lane0[i - iv], float(p0[c[0] + i * B.istr[0]]));
+              lane1[i - iv] = fg::fg_max(lane1[i - iv], float(p0[c[0] + i * B.istr[0]]));
             }
           }
+          float acc0 = lane0[0];
+          for (int l = 1; l < fg::kLanes; ++l) acc0 = fg::fg_max(acc0, lane0[l]);
+          float acc1 = lane1[0];
+          for (int l = 1; l < fg::kLanes; ++l) acc1 = fg::fg_max(acc1, lane1[l]);
           const float r0 = acc0;
           q1[base[1]] = float(r0);
           const float r1 = acc1;
@@ -2922,15 +2934,11 @@ int stage1(const Shapes &s, void *const *ptr, const Data &d) {
   (void)a;
   (void)count;
   const float *p0 = static_cast<const float *>(ptr[0]);
-  const bool mod0 = nest.op[0].modular;
-  const fg::views::Inner &inner0 = nest.op[0].inner;
   const int64_t *p1 = static_cast<const int64_t *>(ptr[1]);
-  const bool mod1 = nest.op[1].modular;
-  const fg::views::Inner &inner1 = nest.op[1].inner;
   float *q2 = static_cast<float *>(ptr[5]);
   // Whether some operand is read through a modular map: the loops below are compiled twice, and
   // where none is, without the per-element test, so they have no branch and vectorize.
-  const bool any_modular = false || mod0 || mod1;
+  const bool any_modular = false;
   (void)any_modular;
   const int box_status = fg::views::for_each_box(nest, [&](const fg::views::Box<kOps1> &box, const fg::views::BoxLayout<kOps1> &L) {
     (void)box;
@@ -2950,23 +2958,69 @@ int stage1(const Shapes &s, void *const *ptr, const Data &d) {
           int64_t base[kOps1];
           for (int j = 0; j < kOps1; ++j) base[j] = B.offset[j];
           fg::unravel<kOps1>(o, B.n_o, B.o_ext, B.o_str, base);
-          float acc0 = 0.0f;
-          int64_t gb0 = 0, gv0 = 0;  // bad indices of check 0: count, one value
+          float lane0[fg::kLanes];
+          std::fill(lane0, lane0 + fg::kLanes, 0.0f);
+          int64_t gb0[fg::kLanes] = {}, gv0[fg::kLanes] = {};  // bad indices of check 0: seen, one value
           for (int64_t m = 0; m < B.m_total; ++m) {
             int64_t c[kOps1];
             for (int j = 0; j < kOps1; ++j) c[j] = base[j];
             fg::unravel<kOps1>(m, B.n_m, B.m_ext, B.m_str, c);
-            for (int64_t i = 0; i < B.inner; ++i) {
-              const auto tg10_0r = int64_t(int64_t(fg::at(p1, modular && mod1, inner1, c[1] + i * B.istr[1])));
-              const auto tg10_0a = tg10_0r < 0 ? tg10_0r + gn10 : tg10_0r;
-              const auto tg10_0b = int64_t(tg10_0a < 0) | int64_t(tg10_0a >= gn10);
-              const auto tg10_0 = std::min(std::max(tg10_0a, int64_t(0)), gn10 - 1);
-              acc0 += float(fg::at((p0 + tg10_0 * gs[0]), modular && mod0, inner0, c[0] + i * B.istr[0]));
-              gb0 += tg10_0b;
-              gv0 = tg10_0b ? tg10_0r : gv0;
+            if (B.istr[1] == 0) {  // the gathered indices are constant along the inner loop
+              int64_t iv = 0;
+              for (; iv + fg::kLanes <= B.inner; iv += fg::kLanes) {
+                for (int l = 0; l < fg::kLanes; ++l) {
+                  const int64_t i = iv + l;
+                  const auto tg10_0r = int64_t(int64_t(p1[c[1]]));
+                  const auto tg10_0a = tg10_0r < 0 ? tg10_0r + gn10 : tg10_0r;
+                  const auto tg10_0b = int64_t(tg10_0a < 0) | int64_t(tg10_0a >= gn10);
+                  const auto tg10_0 = std::min(std::max(tg10_0a, int64_t(0)), gn10 - 1);
+                  lane0[l] += float((p0 + tg10_0 * gs[0])[c[0] + i * B.istr[0]]);
+                  gb0[l] |= tg10_0b;
+                  gv0[l] = tg10_0b ? tg10_0r : gv0[l];
+                }
+              }
+              for (int64_t i = iv; i < B.inner; ++i) {
+                const auto tg10_0r = int64_t(int64_t(p1[c[1]]));
+                const auto tg10_0a = tg10_0r < 0 ? tg10_0r + gn10 : tg10_0r;
+                const auto tg10_0b = int64_t(tg10_0a < 0) | int64_t(tg10_0a >= gn10);
+                const auto tg10_0 = std::min(std::max(tg10_0a, int64_t(0)), gn10 - 1);
+                lane0[i - iv] += float((p0 + tg10_0 * gs[0])[c[0] + i * B.istr[0]]);
+                gb0[i - iv] |= tg10_0b;
+                gv0[i - iv] = tg10_0b ? tg10_0r : gv0[i - iv];
+              }
+            } else {
+              int64_t iv = 0;
+              for (; iv + fg::kLanes <= B.inner; iv += fg::kLanes) {
+                for (int l = 0; l < fg::kLanes; ++l) {
+                  const int64_t i = iv + l;
+                  const auto tg10_0r = int64_t(int64_t(p1[c[1] + i * B.istr[1]]));
+                  const auto tg10_0a = tg10_0r < 0 ? tg10_0r + gn10 : tg10_0r;
+                  const auto tg10_0b = int64_t(tg10_0a < 0) | int64_t(tg10_0a >= gn10);
+                  const auto tg10_0 = std::min(std::max(tg10_0a, int64_t(0)), gn10 - 1);
+                  lane0[l] += float((p0 + tg10_0 * gs[0])[c[0] + i * B.istr[0]]);
+                  gb0[l] |= tg10_0b;
+                  gv0[l] = tg10_0b ? tg10_0r : gv0[l];
+                }
+              }
+              for (int64_t i = iv; i < B.inner; ++i) {
+                const auto tg10_0r = int64_t(int64_t(p1[c[1] + i * B.istr[1]]));
+                const auto tg10_0a = tg10_0r < 0 ? tg10_0r + gn10 : tg10_0r;
+                const auto tg10_0b = int64_t(tg10_0a < 0) | int64_t(tg10_0a >= gn10);
+                const auto tg10_0 = std::min(std::max(tg10_0a, int64_t(0)), gn10 - 1);
+                lane0[i - iv] += float((p0 + tg10_0 * gs[0])[c[0] + i * B.istr[0]]);
+                gb0[i - iv] |= tg10_0b;
+                gv0[i - iv] = tg10_0b ? tg10_0r : gv0[i - iv];
+              }
             }
           }
-          if (gb0 != 0) gfail.fail(0, o, gv0);
+          float acc0 = lane0[0];
+          for (int l = 1; l < fg::kLanes; ++l) acc0 += lane0[l];
+          for (int l = 0; l < fg::kLanes; ++l) {
+            if (gb0[l] != 0) {
+              gfail.fail(0, o, gv0[l]);
+              break;
+            }
+          }
           const float r0 = acc0;
           q2[base[2]] = float(r0);
         }
@@ -2996,15 +3050,11 @@ int stage2(const Shapes &s, void *const *ptr, const Data &d) {
   (void)a;
   (void)count;
   const float *p0 = static_cast<const float *>(ptr[0]);
-  const bool mod0 = nest.op[0].modular;
-  const fg::views::Inner &inner0 = nest.op[0].inner;
   const float *p1 = static_cast<const float *>(ptr[3]);
-  const bool mod1 = nest.op[1].modular;
-  const fg::views::Inner &inner1 = nest.op[1].inner;
   float *q2 = static_cast<float *>(ptr[6]);
   // Whether some operand is read through a modular map: the loops below are compiled twice, and
   // where none is, without the per-element test, so they have no branch and vectorize.
-  const bool any_modular = false || mod0 || mod1;
+  const bool any_modular = false;
   (void)any_modular;
   return fg::views::for_each_box(nest, [&](const fg::views::Box<kOps2> &box, const fg::views::BoxLayout<kOps2> &L) {
     (void)box;
@@ -3024,17 +3074,29 @@ int stage2(const Shapes &s, void *const *ptr, const Data &d) {
           int64_t base[kOps2];
           for (int j = 0; j < kOps2; ++j) base[j] = B.offset[j];
           fg::unravel<kOps2>(o, B.n_o, B.o_ext, B.o_str, base);
-          float acc0 = 0.0f;
+          float lane0[fg::kLanes];
+          std::fill(lane0, lane0 + fg::kLanes, 0.0f);
           for (int64_t m = 0; m < B.m_total; ++m) {
             int64_t c[kOps2];
             for (int j = 0; j < kOps2; ++j) c[j] = base[j];
             fg::unravel<kOps2>(m, B.n_m, B.m_ext, B.m_str, c);
-            for (int64_t i = 0; i < B.inner; ++i) {
-              const auto t0 = (float(fg::at(p0, modular && mod0, inner0, c[0] + i * B.istr[0])) - float(fg::at(p1, modular && mod1, inner1, c[1] + i * B.istr[1])));
+            int64_t iv = 0;
+            for (; iv + fg::kLanes <= B.inner; iv += fg::kLanes) {
+              for (int l = 0; l < fg::kLanes; ++l) {
+                const int64_t i = iv + l;
+                const auto t0 = (float(p0[c[0] + i * B.istr[0]]) - float(p1[c[1] + i * B.istr[1]]));
+                const auto t1 = fg::exp_f32(t0);
+                lane0[l] += t1;
+              }
+            }
+            for (int64_t i = iv; i < B.inner; ++i) {
+              const auto t0 = (float(p0[c[0] + i * B.istr[0]]) - float(p1[c[1] + i * B.istr[1]]));
               const auto t1 = fg::exp_f32(t0);
-              acc0 += t1;
+              lane0[i - iv] += t1;
             }
           }
+          float acc0 = lane0[0];
+          for (int l = 1; l < fg::kLanes; ++l) acc0 += lane0[l];
           const float r0 = acc0;
           q2[base[2]] = float(r0);
         }
@@ -3059,18 +3121,12 @@ int stage3(const Shapes &s, void *const *ptr, const Data &d) {
   (void)a;
   (void)count;
   const float *p0 = static_cast<const float *>(ptr[4]);
-  const bool mod0 = nest.op[0].modular;
-  const fg::views::Inner &inner0 = nest.op[0].inner;
   const float *p1 = static_cast<const float *>(ptr[5]);
-  const bool mod1 = nest.op[1].modular;
-  const fg::views::Inner &inner1 = nest.op[1].inner;
   const float *p2 = static_cast<const float *>(ptr[6]);
-  const bool mod2 = nest.op[2].modular;
-  const fg::views::Inner &inner2 = nest.op[2].inner;
   float *q3 = static_cast<float *>(ptr[2]);
   // Whether some operand is read through a modular map: the loops below are compiled twice, and
   // where none is, without the per-element test, so they have no branch and vectorize.
-  const bool any_modular = false || mod0 || mod1 || mod2;
+  const bool any_modular = false;
   (void)any_modular;
   return fg::views::for_each_box(nest, [&](const fg::views::Box<kOps3> &box, const fg::views::BoxLayout<kOps3> &L) {
     (void)box;
@@ -3090,18 +3146,31 @@ int stage3(const Shapes &s, void *const *ptr, const Data &d) {
           int64_t base[kOps3];
           for (int j = 0; j < kOps3; ++j) base[j] = B.offset[j];
           fg::unravel<kOps3>(o, B.n_o, B.o_ext, B.o_str, base);
-          float acc0 = 0.0f;
+          float lane0[fg::kLanes];
+          std::fill(lane0, lane0 + fg::kLanes, 0.0f);
           for (int64_t m = 0; m < B.m_total; ++m) {
             int64_t c[kOps3];
             for (int j = 0; j < kOps3; ++j) c[j] = base[j];
             fg::unravel<kOps3>(m, B.n_m, B.m_ext, B.m_str, c);
-            for (int64_t i = 0; i < B.inner; ++i) {
-              const auto t0 = fg::log_f32(float(fg::at(p2, modular && mod2, inner2, c[2] + i * B.istr[2])));
-              const auto t1 = (t0 + float(fg::at(p0, modular && mod0, inner0, c[0] + i * B.istr[0])));
-              const auto t2 = (t1 - float(fg::at(p1, modular && mod1, inner1, c[1] + i * B.istr[1])));
-              acc0 += t2;
+            int64_t iv = 0;
+            for (; iv + fg::kLanes <= B.inner; iv += fg::kLanes) {
+              for (int l = 0; l < fg::kLanes; ++l) {
+                const int64_t i = iv + l;
+                const auto t0 = fg::log_f32(float(p2[c[2] + i * B.istr[2]]));
+                const auto t1 = (t0 + float(p0[c[0] + i * B.istr[0]]));
+                const auto t2 = (t1 - float(p1[c[1] + i * B.istr[1]]));
+                lane0[l] += t2;
+              }
+            }
+            for (int64_t i = iv; i < B.inner; ++i) {
+              const auto t0 = fg::log_f32(float(p2[c[2] + i * B.istr[2]]));
+              const auto t1 = (t0 + float(p0[c[0] + i * B.istr[0]]));
+              const auto t2 = (t1 - float(p1[c[1] + i * B.istr[1]]));
+              lane0[i - iv] += t2;
             }
           }
+          float acc0 = lane0[0];
+          for (int l = 1; l < fg::kLanes; ++l) acc0 += lane0[l];
           const float r0 = acc0 / float(count);
           q3[base[3]] = float(r0);
         }

@@ -3,38 +3,37 @@
 //
 // The op, as fusegen traced it (%N are nodes; @name are attributes read at Init):
 //   op rms_norm_grad(x, w, d_out; eps: float = 1e-06) {
-//     %0 = input d_out
-//     %1 = input w
-//     %2 = mul %0, %1                                # grad.py:250
-//     %3 = input x
-//     %4 = mul %3, %3                                # examples.py:57
-//     %5 = mean %4, axis=-1, keep_dims=True          # examples.py:57
-//     %6 = attr @eps
-//     %7 = add %5, %6                                # examples.py:58
-//     %8 = rsqrt %7                                  # examples.py:58
-//     %9 = mul %2, %8                                # grad.py:250
-//     %10 = mul %3, %8                               # examples.py:58
-//     %11 = mul %10, %1                              # examples.py:58
-//     %12 = sum_to %9, shape of %3                   # grad.py:205
-//     %13 = const -0.5                               # grad.py:237
-//     %14 = mul %2, %3                               # grad.py:250
-//     %15 = mul %13, %14                             # grad.py:237
-//     %16 = mul %15, %8                              # grad.py:237
-//     %17 = div %16, %7                              # grad.py:237
-//     %18 = sum_to %17, shape of %5                  # grad.py:205
-//     %19 = eq %4, %4                                # grad.py:295
-//     %20 = const 1.0                                # grad.py:295
-//     %21 = where %19, %20, %20                      # grad.py:295
-//     %22 = sum %21, axis=-1, keep_dims=True         # grad.py:284
-//     %23 = div %18, %22                             # grad.py:296
-//     %24 = cast %23 to dtype of %18                 # grad.py:296
-//     %25 = mul %24, %3                              # grad.py:250
-//     %26 = add %25, %25                             # grad.py:215
-//     %27 = sum_to %26, shape of %3                  # grad.py:205
-//     %28 = add %12, %27                             # grad.py:215
-//     %29 = cast %28 to dtype of %3                  # grad.py:152
-//     check shape %0 == %11  # cotangent 0 must have the shape of output 0 of rms_norm
-//     return %29
+//     %0 = const -0.5                                # grad.py:237
+//     %1 = input d_out
+//     %2 = input w
+//     %3 = mul %1, %2                                # grad.py:250
+//     %4 = input x
+//     %5 = mul %3, %4                                # grad.py:250
+//     %6 = mul %0, %5                                # grad.py:237
+//     %7 = mul %4, %4                                # examples.py:57
+//     %8 = mean %7, axis=-1, keep_dims=True          # examples.py:57
+//     %9 = attr @eps
+//     %10 = add %8, %9                               # examples.py:58
+//     %11 = rsqrt %10                                # examples.py:58
+//     %12 = mul %6, %11                              # grad.py:237
+//     %13 = div %12, %10                             # grad.py:237
+//     %14 = mul %4, %11                              # examples.py:58
+//     %15 = mul %14, %2                              # examples.py:58
+//     %16 = sum_to %13, shape of %8                  # grad.py:205
+//     %17 = eq %7, %7                                # grad.py:295
+//     %18 = const 1.0                                # grad.py:295
+//     %19 = where %17, %18, %18                      # grad.py:295
+//     %20 = sum %19, axis=-1, keep_dims=True         # grad.py:284
+//     %21 = div %16, %20                             # grad.py:296
+//     %22 = cast %21 to dtype of %16                 # grad.py:296
+//     %23 = mul %22, %4                              # grad.py:250
+//     %24 = add %23, %23                             # grad.py:215
+//     %25 = mul %3, %11                              # grad.py:250
+//     %26 = sum_to %25, shape of %4                  # grad.py:205
+//     %27 = add %24, %26                             # grad.py:215
+//     %28 = cast %27 to dtype of %4                  # grad.py:152
+//     check shape %1 == %15  # cotangent 0 must have the shape of output 0 of rms_norm
+//     return %28
 //   }
 //
 // Build with fusegen's flags (fastest), keeping custom_aot_extra.h beside this file:
@@ -63,7 +62,7 @@
 //   eps: float = 1e-06
 // Dtype combinations (inputs -> outputs):
 //   (float16, float16, float16) -> (float16)
-// Workspaces: 5 (reduction results that later stages read; sized by Init)
+// Workspaces: 4 (reduction results that later stages read; sized by Init)
 //
 // Return codes of RmsNormGrad and RmsNormGradInit (RmsNormGradErrorString(code) gives the text):
 //   0  FG_OK: success
@@ -873,11 +872,11 @@ namespace {
 
 constexpr int kInputs = 3;
 constexpr int kOutputs = 1;
-constexpr int kWorkspaces = 5;
-constexpr int kOperands = 9;
-constexpr int kNodes = 30;
-constexpr int kStages = 5;
-constexpr int kOutputNode[kOutputs] = {29};
+constexpr int kWorkspaces = 4;
+constexpr int kOperands = 8;
+constexpr int kNodes = 29;
+constexpr int kStages = 4;
+constexpr int kOutputNode[kOutputs] = {28};
 
 // Attribute values (read once by RmsNormGradInit) and the workspace sizes Init chose.
 struct RmsNormGradData final : public AotKernelData {
@@ -899,134 +898,129 @@ struct Shapes {
 
 int infer_shapes(const fg::Shape *in, const RmsNormGradData &a, Shapes *s) {
   (void)a;
-  // %0 = input d_out
-  s->node[0] = in[2];
-  // %1 = input w
-  s->node[1] = in[1];
-  // %2 = mul %0, %1
+  // %0 = const -0.5
+  s->node[0] = fg::Shape{};
+  // %1 = input d_out
+  s->node[1] = in[2];
+  // %2 = input w
+  s->node[2] = in[1];
+  // %3 = mul %1, %2
   {
-    const fg::Shape *src[] = {&s->node[0], &s->node[1]};
-    FG_TRY(fg::broadcast(src, 2, &s->node[2]));
+    const fg::Shape *src[] = {&s->node[1], &s->node[2]};
+    FG_TRY(fg::broadcast(src, 2, &s->node[3]));
   }
-  // %3 = input x
-  s->node[3] = in[0];
-  // %4 = mul %3, %3
+  // %4 = input x
+  s->node[4] = in[0];
+  // %5 = mul %3, %4
   {
-    const fg::Shape *src[] = {&s->node[3], &s->node[3]};
-    FG_TRY(fg::broadcast(src, 2, &s->node[4]));
+    const fg::Shape *src[] = {&s->node[3], &s->node[4]};
+    FG_TRY(fg::broadcast(src, 2, &s->node[5]));
   }
-  // %5 = mean %4, axis=-1, keep_dims=True
+  // %6 = mul %0, %5
   {
-    const int64_t axes[] = {-1};
-    FG_TRY(fg::reduce(s->node[4], axes, 1, false, true, &s->node[5], &s->mask[5]));
+    const fg::Shape *src[] = {&s->node[0], &s->node[5]};
+    FG_TRY(fg::broadcast(src, 2, &s->node[6]));
   }
-  // %6 = attr @eps
-  s->node[6] = fg::Shape{};
-  // %7 = add %5, %6
-  {
-    const fg::Shape *src[] = {&s->node[5], &s->node[6]};
-    FG_TRY(fg::broadcast(src, 2, &s->node[7]));
-  }
-  // %8 = rsqrt %7
-  {
-    const fg::Shape *src[] = {&s->node[7]};
-    FG_TRY(fg::broadcast(src, 1, &s->node[8]));
-  }
-  // %9 = mul %2, %8
-  {
-    const fg::Shape *src[] = {&s->node[2], &s->node[8]};
-    FG_TRY(fg::broadcast(src, 2, &s->node[9]));
-  }
-  // %10 = mul %3, %8
-  {
-    const fg::Shape *src[] = {&s->node[3], &s->node[8]};
-    FG_TRY(fg::broadcast(src, 2, &s->node[10]));
-  }
-  // %11 = mul %10, %1
-  {
-    const fg::Shape *src[] = {&s->node[10], &s->node[1]};
-    FG_TRY(fg::broadcast(src, 2, &s->node[11]));
-  }
-  // %12 = sum_to %9, shape of %3
-  {
-    const fg::Shape *src[] = {&s->node[9], &s->node[3], &s->node[11]};
-    FG_TRY(fg::sum_to(src, 3, &s->node[12], &s->mask[12]));
-  }
-  // %13 = const -0.5
-  s->node[13] = fg::Shape{};
-  // %14 = mul %2, %3
-  {
-    const fg::Shape *src[] = {&s->node[2], &s->node[3]};
-    FG_TRY(fg::broadcast(src, 2, &s->node[14]));
-  }
-  // %15 = mul %13, %14
-  {
-    const fg::Shape *src[] = {&s->node[13], &s->node[14]};
-    FG_TRY(fg::broadcast(src, 2, &s->node[15]));
-  }
-  // %16 = mul %15, %8
-  {
-    const fg::Shape *src[] = {&s->node[15], &s->node[8]};
-    FG_TRY(fg::broadcast(src, 2, &s->node[16]));
-  }
-  // %17 = div %16, %7
-  {
-    const fg::Shape *src[] = {&s->node[16], &s->node[7]};
-    FG_TRY(fg::broadcast(src, 2, &s->node[17]));
-  }
-  // %18 = sum_to %17, shape of %5
-  {
-    const fg::Shape *src[] = {&s->node[17], &s->node[5], &s->node[11]};
-    FG_TRY(fg::sum_to(src, 3, &s->node[18], &s->mask[18]));
-  }
-  // %19 = eq %4, %4
+  // %7 = mul %4, %4
   {
     const fg::Shape *src[] = {&s->node[4], &s->node[4]};
-    FG_TRY(fg::broadcast(src, 2, &s->node[19]));
+    FG_TRY(fg::broadcast(src, 2, &s->node[7]));
   }
-  // %20 = const 1.0
-  s->node[20] = fg::Shape{};
-  // %21 = where %19, %20, %20
-  {
-    const fg::Shape *src[] = {&s->node[19], &s->node[20], &s->node[20]};
-    FG_TRY(fg::broadcast(src, 3, &s->node[21]));
-  }
-  // %22 = sum %21, axis=-1, keep_dims=True
+  // %8 = mean %7, axis=-1, keep_dims=True
   {
     const int64_t axes[] = {-1};
-    FG_TRY(fg::reduce(s->node[21], axes, 1, false, true, &s->node[22], &s->mask[22]));
+    FG_TRY(fg::reduce(s->node[7], axes, 1, false, true, &s->node[8], &s->mask[8]));
   }
-  // %23 = div %18, %22
+  // %9 = attr @eps
+  s->node[9] = fg::Shape{};
+  // %10 = add %8, %9
   {
-    const fg::Shape *src[] = {&s->node[18], &s->node[22]};
+    const fg::Shape *src[] = {&s->node[8], &s->node[9]};
+    FG_TRY(fg::broadcast(src, 2, &s->node[10]));
+  }
+  // %11 = rsqrt %10
+  {
+    const fg::Shape *src[] = {&s->node[10]};
+    FG_TRY(fg::broadcast(src, 1, &s->node[11]));
+  }
+  // %12 = mul %6, %11
+  {
+    const fg::Shape *src[] = {&s->node[6], &s->node[11]};
+    FG_TRY(fg::broadcast(src, 2, &s->node[12]));
+  }
+  // %13 = div %12, %10
+  {
+    const fg::Shape *src[] = {&s->node[12], &s->node[10]};
+    FG_TRY(fg::broadcast(src, 2, &s->node[13]));
+  }
+  // %14 = mul %4, %11
+  {
+    const fg::Shape *src[] = {&s->node[4], &s->node[11]};
+    FG_TRY(fg::broadcast(src, 2, &s->node[14]));
+  }
+  // %15 = mul %14, %2
+  {
+    const fg::Shape *src[] = {&s->node[14], &s->node[2]};
+    FG_TRY(fg::broadcast(src, 2, &s->node[15]));
+  }
+  // %16 = sum_to %13, shape of %8
+  {
+    const fg::Shape *src[] = {&s->node[13], &s->node[8], &s->node[15]};
+    FG_TRY(fg::sum_to(src, 3, &s->node[16], &s->mask[16]));
+  }
+  // %17 = eq %7, %7
+  {
+    const fg::Shape *src[] = {&s->node[7], &s->node[7]};
+    FG_TRY(fg::broadcast(src, 2, &s->node[17]));
+  }
+  // %18 = const 1.0
+  s->node[18] = fg::Shape{};
+  // %19 = where %17, %18, %18
+  {
+    const fg::Shape *src[] = {&s->node[17], &s->node[18], &s->node[18]};
+    FG_TRY(fg::broadcast(src, 3, &s->node[19]));
+  }
+  // %20 = sum %19, axis=-1, keep_dims=True
+  {
+    const int64_t axes[] = {-1};
+    FG_TRY(fg::reduce(s->node[19], axes, 1, false, true, &s->node[20], &s->mask[20]));
+  }
+  // %21 = div %16, %20
+  {
+    const fg::Shape *src[] = {&s->node[16], &s->node[20]};
+    FG_TRY(fg::broadcast(src, 2, &s->node[21]));
+  }
+  // %22 = cast %21 to dtype of %16
+  s->node[22] = s->node[21];
+  // %23 = mul %22, %4
+  {
+    const fg::Shape *src[] = {&s->node[22], &s->node[4]};
     FG_TRY(fg::broadcast(src, 2, &s->node[23]));
   }
-  // %24 = cast %23 to dtype of %18
-  s->node[24] = s->node[23];
-  // %25 = mul %24, %3
+  // %24 = add %23, %23
   {
-    const fg::Shape *src[] = {&s->node[24], &s->node[3]};
+    const fg::Shape *src[] = {&s->node[23], &s->node[23]};
+    FG_TRY(fg::broadcast(src, 2, &s->node[24]));
+  }
+  // %25 = mul %3, %11
+  {
+    const fg::Shape *src[] = {&s->node[3], &s->node[11]};
     FG_TRY(fg::broadcast(src, 2, &s->node[25]));
   }
-  // %26 = add %25, %25
+  // %26 = sum_to %25, shape of %4
   {
-    const fg::Shape *src[] = {&s->node[25], &s->node[25]};
-    FG_TRY(fg::broadcast(src, 2, &s->node[26]));
+    const fg::Shape *src[] = {&s->node[25], &s->node[4], &s->node[15]};
+    FG_TRY(fg::sum_to(src, 3, &s->node[26], &s->mask[26]));
   }
-  // %27 = sum_to %26, shape of %3
+  // %27 = add %24, %26
   {
-    const fg::Shape *src[] = {&s->node[26], &s->node[3], &s->node[4]};
-    FG_TRY(fg::sum_to(src, 3, &s->node[27], &s->mask[27]));
+    const fg::Shape *src[] = {&s->node[24], &s->node[26]};
+    FG_TRY(fg::broadcast(src, 2, &s->node[27]));
   }
-  // %28 = add %12, %27
-  {
-    const fg::Shape *src[] = {&s->node[12], &s->node[27]};
-    FG_TRY(fg::broadcast(src, 2, &s->node[28]));
-  }
-  // %29 = cast %28 to dtype of %3
-  s->node[29] = s->node[28];
+  // %28 = cast %27 to dtype of %4
+  s->node[28] = s->node[27];
   // check: cotangent 0 must have the shape of output 0 of rms_norm
-  if (!fg::same_shape(s->node[0], s->node[11])) return fg::FG_ERR_OUT_SHAPE;
+  if (!fg::same_shape(s->node[1], s->node[15])) return fg::FG_ERR_OUT_SHAPE;
   return fg::FG_OK;
 }
 
@@ -1037,35 +1031,29 @@ int check_nonempty(const Shapes &s) {
 }
 
 // The plan: each stage is one pass over its domain (fusegen.plan). Operand ids: inputs 0..2,
-// outputs 3..3, workspaces 4..8.
+// outputs 3..3, workspaces 4..7.
 const fg::StageInfo kStageInfo[kStages] = {
-    // stage 0: mean (%5), sum (%22)
-    {1, {3}, 5,
-     1, {0}, {3},
-     2, {4, 6}, {5, 22},
+    // stage 0: mean (%8), sum (%20)
+    {1, {4}, 8,
+     1, {0}, {4},
+     2, {4, 7}, {8, 20},
      0, {}, {},
      0, {}, 2},
-    // stage 1: sum (%12)
-    {5, {1, 0, 5, 3, 11}, 12,
-     3, {1, 2, 4}, {1, 0, 5},
-     1, {7}, {12},
+    // stage 1: sum (%16)
+    {5, {4, 2, 1, 8, 15}, 16,
+     4, {0, 1, 2, 4}, {4, 2, 1, 8},
+     1, {6}, {16},
      0, {}, {},
      0, {}, 1},
-    // stage 2: sum (%18)
-    {5, {3, 1, 0, 5, 11}, 18,
-     4, {0, 1, 2, 4}, {3, 1, 0, 5},
-     1, {5}, {18},
+    // stage 2: sum (%26)
+    {5, {2, 1, 8, 4, 15}, 26,
+     3, {1, 2, 4}, {2, 1, 8},
+     1, {5}, {26},
      0, {}, {},
      0, {}, 1},
-    // stage 3: sum (%27)
-    {4, {3, 18, 22, 4}, 27,
-     3, {0, 5, 6}, {3, 18, 22},
-     1, {8}, {27},
-     0, {}, {},
-     0, {}, 1},
-    // stage 4: output 0 (%29)
-    {2, {12, 27}, -1,
-     2, {7, 8}, {12, 27},
+    // stage 3: output 0 (%28)
+    {4, {4, 26, 16, 20}, -1,
+     4, {0, 5, 6, 7}, {4, 26, 16, 20},
      0, {}, {},
      0, {}, {},
      1, {3}, 0},
@@ -1090,9 +1078,9 @@ int find_combo(const char **dtypes, int count) {
 }
 
 const int64_t kWorkspaceItemsize[][kWorkspaces + 1] = {
-    {4, 4, 8, 4, 4, 0},
+    {4, 4, 4, 8, 0},
 };
-const int kWorkspaceNode[kWorkspaces] = {5, 18, 22, 12, 27};
+const int kWorkspaceNode[kWorkspaces] = {8, 26, 16, 20};
 
 int read_inputs(int *ndims, int64_t **shapes, fg::Shape *in) {
   for (int i = 0; i < kInputs; ++i) FG_TRY(fg::read_shape(ndims[i], shapes[i], &in[i]));
@@ -1129,7 +1117,7 @@ FG_INLINE ScalarAttrs scalar_attrs(const void *attrs) {
 // =============================================================================================
 namespace k_float16_float16_float16 {
 
-// --- stage 0: mean (%5), sum (%22)
+// --- stage 0: mean (%8), sum (%20)
 FG_INLINE float s0_r0(float v0, const ScalarAttrs &a) {
   (void)a;
   const auto t0 = (v0 * v0);
@@ -1148,7 +1136,7 @@ void stage0(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
   const ScalarAttrs a = scalar_attrs(attrs);
   const _Float16 *p0 = static_cast<const _Float16 *>(ptr[0]);
   float *q4 = static_cast<float *>(ptr[4]);
-  double *q6 = static_cast<double *>(ptr[6]);
+  double *q7 = static_cast<double *>(ptr[7]);
   if (L.inner == 1) {
     // Row mode: the innermost dim is reduced; several accumulators per reduction keep the adds independent.
     (void)n;
@@ -1187,7 +1175,7 @@ void stage0(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
     }
     r0 = r0 / float(L.ro_total * L.ri);
     q4[base[4]] = float(r0);
-    q6[base[6]] = double(r1);
+    q7[base[7]] = double(r1);
   } else {
     // Col mode: the innermost dim is kept; each task owns a tile of it and one accumulator per element.
     float local0[fg::kTile];
@@ -1243,7 +1231,7 @@ void stage0(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
       r0 = r0 / float(L.ro_total * L.ri);
       q4[base[4] + i * L.i_str[4]] = float(r0);
       double r1 = acc1[i];
-      q6[base[6] + i * L.i_str[6]] = double(r1);
+      q7[base[7] + i * L.i_str[7]] = double(r1);
     }
   }
 }
@@ -1254,7 +1242,7 @@ void combine0(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
   const ScalarAttrs a = scalar_attrs(attrs);
   (void)a;
   float *q4 = static_cast<float *>(ptr[4]);
-  double *q6 = static_cast<double *>(ptr[6]);
+  double *q7 = static_cast<double *>(ptr[7]);
   for (int64_t i = 0; i < n; ++i) {
     float r0 = reinterpret_cast<const float *>(part + 0 * stride)[i];
     for (int64_t s = 1; s < count; ++s) {
@@ -1268,152 +1256,12 @@ void combine0(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
       const double p = reinterpret_cast<const double *>(part + s * span + 1 * stride)[i];
       r1 += p;
     }
-    q6[base[6] + i * L.i_str[6]] = double(r1);
+    q7[base[7] + i * L.i_str[7]] = double(r1);
   }
 }
 
-// --- stage 1: sum (%12)
-FG_INLINE float s1_r0(float v1, float v2, float v4, const ScalarAttrs &a) {
-  (void)a;
-  const auto t0 = (v2 * v1);
-  const auto t1 = (v4 + (float)(double(a.eps)));
-  const auto t2 = (1.0f / std::sqrt(t1));
-  const auto t3 = (t0 * t2);
-  return t3;
-}
-
-void stage1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
-            int64_t r_lo, int64_t r_hi, unsigned char *part, int64_t stride) {
-  const ScalarAttrs a = scalar_attrs(attrs);
-  const _Float16 *p1 = static_cast<const _Float16 *>(ptr[1]);
-  const _Float16 *p2 = static_cast<const _Float16 *>(ptr[2]);
-  const float *p4 = static_cast<const float *>(ptr[4]);
-  float *q7 = static_cast<float *>(ptr[7]);
-  if (L.inner == 1) {
-    // Row mode: the innermost dim is reduced; several accumulators per reduction keep the adds independent.
-    (void)n;
-    float acc0[fg::kLanes];
-    std::fill(acc0, acc0 + fg::kLanes, 0.0f);
-    for (int64_t ro = 0; ro < L.ro_total; ++ro) {
-      int64_t c[kOperands];
-      fg::ro_offsets(L, ro, base, c);
-      _Float16 pk1[fg::kChunk];
-      _Float16 pk2[fg::kChunk];
-      float pk4[fg::kChunk];
-      // Reduction results read here are usually constant along the row (stride 0). They are
-      // then passed as scalars, so what depends on them alone (e.g. rsqrt(var + eps)) is
-      // computed once per row instead of per element, and no pack buffer is filled with copies.
-      const bool row_const = L.ri_str[4] == 0;
-      const float s4 = row_const ? float(p4[c[4]]) : float(0);
-      for (int64_t r0 = r_lo; r0 < r_hi; r0 += fg::kChunk) {
-        const int64_t m = std::min<int64_t>(fg::kChunk, r_hi - r0);
-        const _Float16 *v1 = fg::view(p1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], m, pk1);
-        const _Float16 *v2 = fg::view(p2 + c[2] + r0 * L.ri_str[2], L.ri_str[2], m, pk2);
-        const float *v4 = row_const ? nullptr : fg::view(p4 + c[4] + r0 * L.ri_str[4], L.ri_str[4], m, pk4);
-        if (row_const) {
-          int64_t i = 0;
-          for (; i + fg::kLanes <= m; i += fg::kLanes) {
-            for (int l = 0; l < fg::kLanes; ++l) {
-              acc0[l] += s1_r0(v1[i + l], v2[i + l], s4, a);
-            }
-          }
-          for (; i < m; ++i) {
-            acc0[0] += s1_r0(v1[i], v2[i], s4, a);
-          }
-        } else {
-          int64_t i = 0;
-          for (; i + fg::kLanes <= m; i += fg::kLanes) {
-            for (int l = 0; l < fg::kLanes; ++l) {
-              acc0[l] += s1_r0(v1[i + l], v2[i + l], v4[i + l], a);
-            }
-          }
-          for (; i < m; ++i) {
-            acc0[0] += s1_r0(v1[i], v2[i], v4[i], a);
-          }
-        }
-      }
-    }
-    float r0 = acc0[0];
-    for (int l = 1; l < fg::kLanes; ++l) r0 += acc0[l];
-    if (part != nullptr) {  // split mode: leave the partial result for combine1
-      reinterpret_cast<float *>(part + 0 * stride)[0] = r0;
-      return;
-    }
-    q7[base[7]] = float(r0);
-  } else {
-    // Col mode: the innermost dim is kept; each task owns a tile of it and one accumulator per element.
-    float local0[fg::kTile];
-    float *acc0 = part != nullptr
-        ? reinterpret_cast<float *>(part + 0 * stride)
-        : local0;
-    std::fill(acc0, acc0 + n, 0.0f);
-    for (int64_t ro = 0; ro < L.ro_total; ++ro) {
-      int64_t c[kOperands];
-      fg::ro_offsets(L, ro, base, c);
-      _Float16 pk1[fg::kChunk];
-      _Float16 pk2[fg::kChunk];
-      float pk4[fg::kChunk];
-      int64_t ri = r_lo;
-      // Four rows per pass over the accumulators when every operand is unit-stride along the
-      // tile: the accumulators are loaded and stored a quarter as often (they can be wider
-      // than L1 when the reduced dim is split across threads).
-      if (L.i_str[1] == 1 && L.i_str[2] == 1 && L.i_str[4] == 1) {
-        const int64_t s1 = L.ri_str[1];
-        const int64_t s2 = L.ri_str[2];
-        const int64_t s4 = L.ri_str[4];
-        for (; ri + 4 <= r_hi; ri += 4) {
-          for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
-            const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
-            const _Float16 *v1 = p1 + c[1] + ri * s1 + j0;
-            const _Float16 *v2 = p2 + c[2] + ri * s2 + j0;
-            const float *v4 = p4 + c[4] + ri * s4 + j0;
-            float *a0 = acc0 + j0;
-            for (int64_t i = 0; i < m; ++i) {
-              a0[i] += (s1_r0(v1[i], v2[i], v4[i], a) + s1_r0(v1[i + 1 * s1], v2[i + 1 * s2], v4[i + 1 * s4], a)) + (s1_r0(v1[i + 2 * s1], v2[i + 2 * s2], v4[i + 2 * s4], a) + s1_r0(v1[i + 3 * s1], v2[i + 3 * s2], v4[i + 3 * s4], a));
-            }
-          }
-        }
-      }
-      for (; ri < r_hi; ++ri) {
-        // Each row of the tile in chunks: the row streams in full, the pack buffers stay small.
-        for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
-          const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
-          const _Float16 *v1 = fg::view(p1 + c[1] + ri * L.ri_str[1] + j0 * L.i_str[1], L.i_str[1], m, pk1);
-          const _Float16 *v2 = fg::view(p2 + c[2] + ri * L.ri_str[2] + j0 * L.i_str[2], L.i_str[2], m, pk2);
-          const float *v4 = fg::view(p4 + c[4] + ri * L.ri_str[4] + j0 * L.i_str[4], L.i_str[4], m, pk4);
-          float *a0 = acc0 + j0;
-          for (int64_t i = 0; i < m; ++i) {
-            a0[i] += s1_r0(v1[i], v2[i], v4[i], a);
-          }
-        }
-      }
-    }
-    if (part != nullptr) return;  // split mode: combine1 finishes
-    for (int64_t i = 0; i < n; ++i) {
-      float r0 = acc0[i];
-      q7[base[7] + i * L.i_str[7]] = float(r0);
-    }
-  }
-}
-
-// Split mode: folds the partial accumulators of one tile and finishes like col mode.
-void combine1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
-              const unsigned char *part, int64_t count, int64_t span, int64_t stride) {
-  const ScalarAttrs a = scalar_attrs(attrs);
-  (void)a;
-  float *q7 = static_cast<float *>(ptr[7]);
-  for (int64_t i = 0; i < n; ++i) {
-    float r0 = reinterpret_cast<const float *>(part + 0 * stride)[i];
-    for (int64_t s = 1; s < count; ++s) {
-      const float p = reinterpret_cast<const float *>(part + s * span + 0 * stride)[i];
-      r0 += p;
-    }
-    q7[base[7] + i * L.i_str[7]] = float(r0);
-  }
-}
-
-// --- stage 2: sum (%18)
-FG_INLINE float s2_r0(float v0, float v1, float v2, float v4, const ScalarAttrs &a) {
+// --- stage 1: sum (%16)
+FG_INLINE float s1_r0(float v0, float v1, float v2, float v4, const ScalarAttrs &a) {
   (void)a;
   const auto t0 = (v2 * v1);
   const auto t1 = (t0 * v0);
@@ -1425,14 +1273,14 @@ FG_INLINE float s2_r0(float v0, float v1, float v2, float v4, const ScalarAttrs 
   return t6;
 }
 
-void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
+void stage1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
             int64_t r_lo, int64_t r_hi, unsigned char *part, int64_t stride) {
   const ScalarAttrs a = scalar_attrs(attrs);
   const _Float16 *p0 = static_cast<const _Float16 *>(ptr[0]);
   const _Float16 *p1 = static_cast<const _Float16 *>(ptr[1]);
   const _Float16 *p2 = static_cast<const _Float16 *>(ptr[2]);
   const float *p4 = static_cast<const float *>(ptr[4]);
-  float *q5 = static_cast<float *>(ptr[5]);
+  float *q6 = static_cast<float *>(ptr[6]);
   if (L.inner == 1) {
     // Row mode: the innermost dim is reduced; several accumulators per reduction keep the adds independent.
     (void)n;
@@ -1460,32 +1308,32 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
           int64_t i = 0;
           for (; i + fg::kLanes <= m; i += fg::kLanes) {
             for (int l = 0; l < fg::kLanes; ++l) {
-              acc0[l] += s2_r0(v0[i + l], v1[i + l], v2[i + l], s4, a);
+              acc0[l] += s1_r0(v0[i + l], v1[i + l], v2[i + l], s4, a);
             }
           }
           for (; i < m; ++i) {
-            acc0[0] += s2_r0(v0[i], v1[i], v2[i], s4, a);
+            acc0[0] += s1_r0(v0[i], v1[i], v2[i], s4, a);
           }
         } else {
           int64_t i = 0;
           for (; i + fg::kLanes <= m; i += fg::kLanes) {
             for (int l = 0; l < fg::kLanes; ++l) {
-              acc0[l] += s2_r0(v0[i + l], v1[i + l], v2[i + l], v4[i + l], a);
+              acc0[l] += s1_r0(v0[i + l], v1[i + l], v2[i + l], v4[i + l], a);
             }
           }
           for (; i < m; ++i) {
-            acc0[0] += s2_r0(v0[i], v1[i], v2[i], v4[i], a);
+            acc0[0] += s1_r0(v0[i], v1[i], v2[i], v4[i], a);
           }
         }
       }
     }
     float r0 = acc0[0];
     for (int l = 1; l < fg::kLanes; ++l) r0 += acc0[l];
-    if (part != nullptr) {  // split mode: leave the partial result for combine2
+    if (part != nullptr) {  // split mode: leave the partial result for combine1
       reinterpret_cast<float *>(part + 0 * stride)[0] = r0;
       return;
     }
-    q5[base[5]] = float(r0);
+    q6[base[6]] = float(r0);
   } else {
     // Col mode: the innermost dim is kept; each task owns a tile of it and one accumulator per element.
     float local0[fg::kTile];
@@ -1518,7 +1366,7 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
             const float *v4 = p4 + c[4] + ri * s4 + j0;
             float *a0 = acc0 + j0;
             for (int64_t i = 0; i < m; ++i) {
-              a0[i] += (s2_r0(v0[i], v1[i], v2[i], v4[i], a) + s2_r0(v0[i + 1 * s0], v1[i + 1 * s1], v2[i + 1 * s2], v4[i + 1 * s4], a)) + (s2_r0(v0[i + 2 * s0], v1[i + 2 * s1], v2[i + 2 * s2], v4[i + 2 * s4], a) + s2_r0(v0[i + 3 * s0], v1[i + 3 * s1], v2[i + 3 * s2], v4[i + 3 * s4], a));
+              a0[i] += (s1_r0(v0[i], v1[i], v2[i], v4[i], a) + s1_r0(v0[i + 1 * s0], v1[i + 1 * s1], v2[i + 1 * s2], v4[i + 1 * s4], a)) + (s1_r0(v0[i + 2 * s0], v1[i + 2 * s1], v2[i + 2 * s2], v4[i + 2 * s4], a) + s1_r0(v0[i + 3 * s0], v1[i + 3 * s1], v2[i + 3 * s2], v4[i + 3 * s4], a));
             }
           }
         }
@@ -1533,7 +1381,147 @@ void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
           const float *v4 = fg::view(p4 + c[4] + ri * L.ri_str[4] + j0 * L.i_str[4], L.i_str[4], m, pk4);
           float *a0 = acc0 + j0;
           for (int64_t i = 0; i < m; ++i) {
-            a0[i] += s2_r0(v0[i], v1[i], v2[i], v4[i], a);
+            a0[i] += s1_r0(v0[i], v1[i], v2[i], v4[i], a);
+          }
+        }
+      }
+    }
+    if (part != nullptr) return;  // split mode: combine1 finishes
+    for (int64_t i = 0; i < n; ++i) {
+      float r0 = acc0[i];
+      q6[base[6] + i * L.i_str[6]] = float(r0);
+    }
+  }
+}
+
+// Split mode: folds the partial accumulators of one tile and finishes like col mode.
+void combine1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
+              const unsigned char *part, int64_t count, int64_t span, int64_t stride) {
+  const ScalarAttrs a = scalar_attrs(attrs);
+  (void)a;
+  float *q6 = static_cast<float *>(ptr[6]);
+  for (int64_t i = 0; i < n; ++i) {
+    float r0 = reinterpret_cast<const float *>(part + 0 * stride)[i];
+    for (int64_t s = 1; s < count; ++s) {
+      const float p = reinterpret_cast<const float *>(part + s * span + 0 * stride)[i];
+      r0 += p;
+    }
+    q6[base[6] + i * L.i_str[6]] = float(r0);
+  }
+}
+
+// --- stage 2: sum (%26)
+FG_INLINE float s2_r0(float v1, float v2, float v4, const ScalarAttrs &a) {
+  (void)a;
+  const auto t0 = (v2 * v1);
+  const auto t1 = (v4 + (float)(double(a.eps)));
+  const auto t2 = (1.0f / std::sqrt(t1));
+  const auto t3 = (t0 * t2);
+  return t3;
+}
+
+void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
+            int64_t r_lo, int64_t r_hi, unsigned char *part, int64_t stride) {
+  const ScalarAttrs a = scalar_attrs(attrs);
+  const _Float16 *p1 = static_cast<const _Float16 *>(ptr[1]);
+  const _Float16 *p2 = static_cast<const _Float16 *>(ptr[2]);
+  const float *p4 = static_cast<const float *>(ptr[4]);
+  float *q5 = static_cast<float *>(ptr[5]);
+  if (L.inner == 1) {
+    // Row mode: the innermost dim is reduced; several accumulators per reduction keep the adds independent.
+    (void)n;
+    float acc0[fg::kLanes];
+    std::fill(acc0, acc0 + fg::kLanes, 0.0f);
+    for (int64_t ro = 0; ro < L.ro_total; ++ro) {
+      int64_t c[kOperands];
+      fg::ro_offsets(L, ro, base, c);
+      _Float16 pk1[fg::kChunk];
+      _Float16 pk2[fg::kChunk];
+      float pk4[fg::kChunk];
+      // Reduction results read here are usually constant along the row (stride 0). They are
+      // then passed as scalars, so what depends on them alone (e.g. rsqrt(var + eps)) is
+      // computed once per row instead of per element, and no pack buffer is filled with copies.
+      const bool row_const = L.ri_str[4] == 0;
+      const float s4 = row_const ? float(p4[c[4]]) : float(0);
+      for (int64_t r0 = r_lo; r0 < r_hi; r0 += fg::kChunk) {
+        const int64_t m = std::min<int64_t>(fg::kChunk, r_hi - r0);
+        const _Float16 *v1 = fg::view(p1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], m, pk1);
+        const _Float16 *v2 = fg::view(p2 + c[2] + r0 * L.ri_str[2], L.ri_str[2], m, pk2);
+        const float *v4 = row_const ? nullptr : fg::view(p4 + c[4] + r0 * L.ri_str[4], L.ri_str[4], m, pk4);
+        if (row_const) {
+          int64_t i = 0;
+          for (; i + fg::kLanes <= m; i += fg::kLanes) {
+            for (int l = 0; l < fg::kLanes; ++l) {
+              acc0[l] += s2_r0(v1[i + l], v2[i + l], s4, a);
+            }
+          }
+          for (; i < m; ++i) {
+            acc0[0] += s2_r0(v1[i], v2[i], s4, a);
+          }
+        } else {
+          int64_t i = 0;
+          for (; i + fg::kLanes <= m; i += fg::kLanes) {
+            for (int l = 0; l < fg::kLanes; ++l) {
+              acc0[l] += s2_r0(v1[i + l], v2[i + l], v4[i + l], a);
+            }
+          }
+          for (; i < m; ++i) {
+            acc0[0] += s2_r0(v1[i], v2[i], v4[i], a);
+          }
+        }
+      }
+    }
+    float r0 = acc0[0];
+    for (int l = 1; l < fg::kLanes; ++l) r0 += acc0[l];
+    if (part != nullptr) {  // split mode: leave the partial result for combine2
+      reinterpret_cast<float *>(part + 0 * stride)[0] = r0;
+      return;
+    }
+    q5[base[5]] = float(r0);
+  } else {
+    // Col mode: the innermost dim is kept; each task owns a tile of it and one accumulator per element.
+    float local0[fg::kTile];
+    float *acc0 = part != nullptr
+        ? reinterpret_cast<float *>(part + 0 * stride)
+        : local0;
+    std::fill(acc0, acc0 + n, 0.0f);
+    for (int64_t ro = 0; ro < L.ro_total; ++ro) {
+      int64_t c[kOperands];
+      fg::ro_offsets(L, ro, base, c);
+      _Float16 pk1[fg::kChunk];
+      _Float16 pk2[fg::kChunk];
+      float pk4[fg::kChunk];
+      int64_t ri = r_lo;
+      // Four rows per pass over the accumulators when every operand is unit-stride along the
+      // tile: the accumulators are loaded and stored a quarter as often (they can be wider
+      // than L1 when the reduced dim is split across threads).
+      if (L.i_str[1] == 1 && L.i_str[2] == 1 && L.i_str[4] == 1) {
+        const int64_t s1 = L.ri_str[1];
+        const int64_t s2 = L.ri_str[2];
+        const int64_t s4 = L.ri_str[4];
+        for (; ri + 4 <= r_hi; ri += 4) {
+          for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
+            const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
+            const _Float16 *v1 = p1 + c[1] + ri * s1 + j0;
+            const _Float16 *v2 = p2 + c[2] + ri * s2 + j0;
+            const float *v4 = p4 + c[4] + ri * s4 + j0;
+            float *a0 = acc0 + j0;
+            for (int64_t i = 0; i < m; ++i) {
+              a0[i] += (s2_r0(v1[i], v2[i], v4[i], a) + s2_r0(v1[i + 1 * s1], v2[i + 1 * s2], v4[i + 1 * s4], a)) + (s2_r0(v1[i + 2 * s1], v2[i + 2 * s2], v4[i + 2 * s4], a) + s2_r0(v1[i + 3 * s1], v2[i + 3 * s2], v4[i + 3 * s4], a));
+            }
+          }
+        }
+      }
+      for (; ri < r_hi; ++ri) {
+        // Each row of the tile in chunks: the row streams in full, the pack buffers stay small.
+        for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
+          const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
+          const _Float16 *v1 = fg::view(p1 + c[1] + ri * L.ri_str[1] + j0 * L.i_str[1], L.i_str[1], m, pk1);
+          const _Float16 *v2 = fg::view(p2 + c[2] + ri * L.ri_str[2] + j0 * L.i_str[2], L.i_str[2], m, pk2);
+          const float *v4 = fg::view(p4 + c[4] + ri * L.ri_str[4] + j0 * L.i_str[4], L.i_str[4], m, pk4);
+          float *a0 = acc0 + j0;
+          for (int64_t i = 0; i < m; ++i) {
+            a0[i] += s2_r0(v1[i], v2[i], v4[i], a);
           }
         }
       }
@@ -1562,14 +1550,16 @@ void combine2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
   }
 }
 
-// --- stage 3: sum (%27)
-FG_INLINE float s3_r0(float v0, float v5, double v6, const ScalarAttrs &a) {
+// --- stage 3: output 0 (%28)
+FG_INLINE float s3_w0(float v0, float v5, float v6, double v7, const ScalarAttrs &a) {
   (void)a;
-  const auto t0 = ((double)(v5) / v6);
+  const auto t0 = ((double)(v6) / v7);
   const auto t1 = (float)(t0);
   const auto t2 = (t1 * v0);
   const auto t3 = (t2 + t2);
-  return t3;
+  const auto t4 = (t3 + v5);
+  const auto t5 = t4;
+  return t5;
 }
 
 void stage3(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
@@ -1577,145 +1567,8 @@ void stage3(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
   const ScalarAttrs a = scalar_attrs(attrs);
   const _Float16 *p0 = static_cast<const _Float16 *>(ptr[0]);
   const float *p5 = static_cast<const float *>(ptr[5]);
-  const double *p6 = static_cast<const double *>(ptr[6]);
-  float *q8 = static_cast<float *>(ptr[8]);
-  if (L.inner == 1) {
-    // Row mode: the innermost dim is reduced; several accumulators per reduction keep the adds independent.
-    (void)n;
-    float acc0[fg::kLanes];
-    std::fill(acc0, acc0 + fg::kLanes, 0.0f);
-    for (int64_t ro = 0; ro < L.ro_total; ++ro) {
-      int64_t c[kOperands];
-      fg::ro_offsets(L, ro, base, c);
-      _Float16 pk0[fg::kChunk];
-      float pk5[fg::kChunk];
-      double pk6[fg::kChunk];
-      // Reduction results read here are usually constant along the row (stride 0). They are
-      // then passed as scalars, so what depends on them alone (e.g. rsqrt(var + eps)) is
-      // computed once per row instead of per element, and no pack buffer is filled with copies.
-      const bool row_const = L.ri_str[5] == 0 && L.ri_str[6] == 0;
-      const float s5 = row_const ? float(p5[c[5]]) : float(0);
-      const double s6 = row_const ? double(p6[c[6]]) : double(0);
-      for (int64_t r0 = r_lo; r0 < r_hi; r0 += fg::kChunk) {
-        const int64_t m = std::min<int64_t>(fg::kChunk, r_hi - r0);
-        const _Float16 *v0 = fg::view(p0 + c[0] + r0 * L.ri_str[0], L.ri_str[0], m, pk0);
-        const float *v5 = row_const ? nullptr : fg::view(p5 + c[5] + r0 * L.ri_str[5], L.ri_str[5], m, pk5);
-        const double *v6 = row_const ? nullptr : fg::view(p6 + c[6] + r0 * L.ri_str[6], L.ri_str[6], m, pk6);
-        if (row_const) {
-          int64_t i = 0;
-          for (; i + fg::kLanes <= m; i += fg::kLanes) {
-            for (int l = 0; l < fg::kLanes; ++l) {
-              acc0[l] += s3_r0(v0[i + l], s5, s6, a);
-            }
-          }
-          for (; i < m; ++i) {
-            acc0[0] += s3_r0(v0[i], s5, s6, a);
-          }
-        } else {
-          int64_t i = 0;
-          for (; i + fg::kLanes <= m; i += fg::kLanes) {
-            for (int l = 0; l < fg::kLanes; ++l) {
-              acc0[l] += s3_r0(v0[i + l], v5[i + l], v6[i + l], a);
-            }
-          }
-          for (; i < m; ++i) {
-            acc0[0] += s3_r0(v0[i], v5[i], v6[i], a);
-          }
-        }
-      }
-    }
-    float r0 = acc0[0];
-    for (int l = 1; l < fg::kLanes; ++l) r0 += acc0[l];
-    if (part != nullptr) {  // split mode: leave the partial result for combine3
-      reinterpret_cast<float *>(part + 0 * stride)[0] = r0;
-      return;
-    }
-    q8[base[8]] = float(r0);
-  } else {
-    // Col mode: the innermost dim is kept; each task owns a tile of it and one accumulator per element.
-    float local0[fg::kTile];
-    float *acc0 = part != nullptr
-        ? reinterpret_cast<float *>(part + 0 * stride)
-        : local0;
-    std::fill(acc0, acc0 + n, 0.0f);
-    for (int64_t ro = 0; ro < L.ro_total; ++ro) {
-      int64_t c[kOperands];
-      fg::ro_offsets(L, ro, base, c);
-      _Float16 pk0[fg::kChunk];
-      float pk5[fg::kChunk];
-      double pk6[fg::kChunk];
-      int64_t ri = r_lo;
-      // Four rows per pass over the accumulators when every operand is unit-stride along the
-      // tile: the accumulators are loaded and stored a quarter as often (they can be wider
-      // than L1 when the reduced dim is split across threads).
-      if (L.i_str[0] == 1 && L.i_str[5] == 1 && L.i_str[6] == 1) {
-        const int64_t s0 = L.ri_str[0];
-        const int64_t s5 = L.ri_str[5];
-        const int64_t s6 = L.ri_str[6];
-        for (; ri + 4 <= r_hi; ri += 4) {
-          for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
-            const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
-            const _Float16 *v0 = p0 + c[0] + ri * s0 + j0;
-            const float *v5 = p5 + c[5] + ri * s5 + j0;
-            const double *v6 = p6 + c[6] + ri * s6 + j0;
-            float *a0 = acc0 + j0;
-            for (int64_t i = 0; i < m; ++i) {
-              a0[i] += (s3_r0(v0[i], v5[i], v6[i], a) + s3_r0(v0[i + 1 * s0], v5[i + 1 * s5], v6[i + 1 * s6], a)) + (s3_r0(v0[i + 2 * s0], v5[i + 2 * s5], v6[i + 2 * s6], a) + s3_r0(v0[i + 3 * s0], v5[i + 3 * s5], v6[i + 3 * s6], a));
-            }
-          }
-        }
-      }
-      for (; ri < r_hi; ++ri) {
-        // Each row of the tile in chunks: the row streams in full, the pack buffers stay small.
-        for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
-          const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
-          const _Float16 *v0 = fg::view(p0 + c[0] + ri * L.ri_str[0] + j0 * L.i_str[0], L.i_str[0], m, pk0);
-          const float *v5 = fg::view(p5 + c[5] + ri * L.ri_str[5] + j0 * L.i_str[5], L.i_str[5], m, pk5);
-          const double *v6 = fg::view(p6 + c[6] + ri * L.ri_str[6] + j0 * L.i_str[6], L.i_str[6], m, pk6);
-          float *a0 = acc0 + j0;
-          for (int64_t i = 0; i < m; ++i) {
-            a0[i] += s3_r0(v0[i], v5[i], v6[i], a);
-          }
-        }
-      }
-    }
-    if (part != nullptr) return;  // split mode: combine3 finishes
-    for (int64_t i = 0; i < n; ++i) {
-      float r0 = acc0[i];
-      q8[base[8] + i * L.i_str[8]] = float(r0);
-    }
-  }
-}
-
-// Split mode: folds the partial accumulators of one tile and finishes like col mode.
-void combine3(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
-              const unsigned char *part, int64_t count, int64_t span, int64_t stride) {
-  const ScalarAttrs a = scalar_attrs(attrs);
-  (void)a;
-  float *q8 = static_cast<float *>(ptr[8]);
-  for (int64_t i = 0; i < n; ++i) {
-    float r0 = reinterpret_cast<const float *>(part + 0 * stride)[i];
-    for (int64_t s = 1; s < count; ++s) {
-      const float p = reinterpret_cast<const float *>(part + s * span + 0 * stride)[i];
-      r0 += p;
-    }
-    q8[base[8] + i * L.i_str[8]] = float(r0);
-  }
-}
-
-// --- stage 4: output 0 (%29)
-FG_INLINE float s4_w0(float v7, float v8, const ScalarAttrs &a) {
-  (void)a;
-  const auto t0 = (v7 + v8);
-  const auto t1 = t0;
-  return t1;
-}
-
-void stage4(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
-            int64_t r_lo, int64_t r_hi, unsigned char *part, int64_t stride) {
-  const ScalarAttrs a = scalar_attrs(attrs);
-  const float *p7 = static_cast<const float *>(ptr[7]);
-  const float *p8 = static_cast<const float *>(ptr[8]);
+  const float *p6 = static_cast<const float *>(ptr[6]);
+  const double *p7 = static_cast<const double *>(ptr[7]);
   _Float16 *q3 = static_cast<_Float16 *>(ptr[3]);
   if (L.inner == 1) {
     // Row mode: the innermost dim is reduced; one element per step.
@@ -1723,27 +1576,32 @@ void stage4(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
     for (int64_t ro = 0; ro < L.ro_total; ++ro) {
       int64_t c[kOperands];
       fg::ro_offsets(L, ro, base, c);
-      float pk7[fg::kChunk];
-      float pk8[fg::kChunk];
+      _Float16 pk0[fg::kChunk];
+      float pk5[fg::kChunk];
+      float pk6[fg::kChunk];
+      double pk7[fg::kChunk];
       _Float16 pw3[fg::kChunk];
       // Reduction results read here are usually constant along the row (stride 0). They are
       // then passed as scalars, so what depends on them alone (e.g. rsqrt(var + eps)) is
       // computed once per row instead of per element, and no pack buffer is filled with copies.
-      const bool row_const = L.ri_str[7] == 0 && L.ri_str[8] == 0;
-      const float s7 = row_const ? float(p7[c[7]]) : float(0);
-      const float s8 = row_const ? float(p8[c[8]]) : float(0);
+      const bool row_const = L.ri_str[5] == 0 && L.ri_str[6] == 0 && L.ri_str[7] == 0;
+      const float s5 = row_const ? float(p5[c[5]]) : float(0);
+      const float s6 = row_const ? float(p6[c[6]]) : float(0);
+      const double s7 = row_const ? double(p7[c[7]]) : double(0);
       for (int64_t r0 = r_lo; r0 < r_hi; r0 += fg::kChunk) {
         const int64_t m = std::min<int64_t>(fg::kChunk, r_hi - r0);
-        const float *v7 = row_const ? nullptr : fg::view(p7 + c[7] + r0 * L.ri_str[7], L.ri_str[7], m, pk7);
-        const float *v8 = row_const ? nullptr : fg::view(p8 + c[8] + r0 * L.ri_str[8], L.ri_str[8], m, pk8);
+        const _Float16 *v0 = fg::view(p0 + c[0] + r0 * L.ri_str[0], L.ri_str[0], m, pk0);
+        const float *v5 = row_const ? nullptr : fg::view(p5 + c[5] + r0 * L.ri_str[5], L.ri_str[5], m, pk5);
+        const float *v6 = row_const ? nullptr : fg::view(p6 + c[6] + r0 * L.ri_str[6], L.ri_str[6], m, pk6);
+        const double *v7 = row_const ? nullptr : fg::view(p7 + c[7] + r0 * L.ri_str[7], L.ri_str[7], m, pk7);
         _Float16 *w3 = fg::out_view(q3 + c[3] + r0 * L.ri_str[3], L.ri_str[3], pw3);
         if (row_const) {
           for (int64_t i = 0; i < m; ++i) {
-            w3[i] = s4_w0(s7, s8, a);
+            w3[i] = s3_w0(v0[i], s5, s6, s7, a);
           }
         } else {
           for (int64_t i = 0; i < m; ++i) {
-            w3[i] = s4_w0(v7[i], v8[i], a);
+            w3[i] = s3_w0(v0[i], v5[i], v6[i], v7[i], a);
           }
         }
         fg::scatter(q3 + c[3] + r0 * L.ri_str[3], L.ri_str[3], m, w3);
@@ -1756,19 +1614,23 @@ void stage4(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
     for (int64_t ro = 0; ro < L.ro_total; ++ro) {
       int64_t c[kOperands];
       fg::ro_offsets(L, ro, base, c);
-      float pk7[fg::kChunk];
-      float pk8[fg::kChunk];
+      _Float16 pk0[fg::kChunk];
+      float pk5[fg::kChunk];
+      float pk6[fg::kChunk];
+      double pk7[fg::kChunk];
       _Float16 pw3[fg::kChunk];
       int64_t ri = r_lo;
       for (; ri < r_hi; ++ri) {
         // Each row of the tile in chunks: the row streams in full, the pack buffers stay small.
         for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
           const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
-          const float *v7 = fg::view(p7 + c[7] + ri * L.ri_str[7] + j0 * L.i_str[7], L.i_str[7], m, pk7);
-          const float *v8 = fg::view(p8 + c[8] + ri * L.ri_str[8] + j0 * L.i_str[8], L.i_str[8], m, pk8);
+          const _Float16 *v0 = fg::view(p0 + c[0] + ri * L.ri_str[0] + j0 * L.i_str[0], L.i_str[0], m, pk0);
+          const float *v5 = fg::view(p5 + c[5] + ri * L.ri_str[5] + j0 * L.i_str[5], L.i_str[5], m, pk5);
+          const float *v6 = fg::view(p6 + c[6] + ri * L.ri_str[6] + j0 * L.i_str[6], L.i_str[6], m, pk6);
+          const double *v7 = fg::view(p7 + c[7] + ri * L.ri_str[7] + j0 * L.i_str[7], L.i_str[7], m, pk7);
           _Float16 *w3 = fg::out_view(q3 + c[3] + ri * L.ri_str[3] + j0 * L.i_str[3], L.i_str[3], pw3);
           for (int64_t i = 0; i < m; ++i) {
-            w3[i] = s4_w0(v7[i], v8[i], a);
+            w3[i] = s3_w0(v0[i], v5[i], v6[i], v7[i], a);
           }
           fg::scatter(q3 + c[3] + ri * L.ri_str[3] + j0 * L.i_str[3], L.i_str[3], m, w3);
         }
@@ -1777,9 +1639,9 @@ void stage4(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
   }
 }
 
-const fg::StageFn<kOperands> kFns[kStages] = {stage0, stage1, stage2, stage3, stage4};
-const fg::CombineFn<kOperands> kCombines[kStages] = {combine0, combine1, combine2, combine3, nullptr};
-const fg::StageFn<kOperands> kPairs[kStages] = {nullptr, nullptr, nullptr, nullptr, nullptr};
+const fg::StageFn<kOperands> kFns[kStages] = {stage0, stage1, stage2, stage3};
+const fg::CombineFn<kOperands> kCombines[kStages] = {combine0, combine1, combine2, nullptr};
+const fg::StageFn<kOperands> kPairs[kStages] = {nullptr, nullptr, nullptr, nullptr};
 
 }  // namespace k_float16_float16_float16
 

@@ -32,23 +32,21 @@
 //     %25 = mul %24, %3                              # grad.py:250
 //     %26 = add %9, %25                              # grad.py:215
 //     %27 = add %26, %25                             # grad.py:215
-//     %28 = sum_to %27, shape of %1                  # grad.py:205
-//     %29 = input d_out1
-//     %30 = neg %27                                  # grad.py:249
-//     %31 = sum_to %30, shape of %2                  # grad.py:205
-//     %32 = add %29, %31                             # grad.py:215
-//     %33 = eq %1, %1                                # grad.py:295
-//     %34 = where %33, %20, %20                      # grad.py:295
-//     %35 = sum %34, axis=@axis, keep_dims=True      # grad.py:284
-//     %36 = div %32, %35                             # grad.py:296
-//     %37 = cast %36 to dtype of %32                 # grad.py:296
-//     %38 = sum_to %37, shape of %1                  # grad.py:205
-//     %39 = add %28, %38                             # grad.py:215
-//     %40 = cast %39 to dtype of %1                  # grad.py:152
+//     %28 = input d_out1
+//     %29 = neg %27                                  # grad.py:249
+//     %30 = sum_to %29, shape of %2                  # grad.py:205
+//     %31 = add %28, %30                             # grad.py:215
+//     %32 = eq %1, %1                                # grad.py:295
+//     %33 = where %32, %20, %20                      # grad.py:295
+//     %34 = sum %33, axis=@axis, keep_dims=True      # grad.py:284
+//     %35 = div %31, %34                             # grad.py:296
+//     %36 = cast %35 to dtype of %31                 # grad.py:296
+//     %37 = add %27, %36                             # grad.py:215
+//     %38 = cast %37 to dtype of %1                  # grad.py:152
 //     check shape %0 == %13  # cotangent 0 must have the shape of output 0 of layer_norm
-//     check shape %29 == %2  # cotangent 1 must have the shape of output 1 of layer_norm
+//     check shape %28 == %2  # cotangent 1 must have the shape of output 1 of layer_norm
 //     check shape %11 == %8  # cotangent 2 must have the shape of output 2 of layer_norm
-//     return %40
+//     return %38
 //   }
 //
 // Build (no -fvisibility=hidden: the handler macro adds no visibility attribute):
@@ -68,21 +66,19 @@
 //       jax.ShapeDtypeStruct((<workspace 3 bytes>,), np.uint8),  # scratch: allocate, then ignore
 //       jax.ShapeDtypeStruct((<workspace 4 bytes>,), np.uint8),  # scratch: allocate, then ignore
 //       jax.ShapeDtypeStruct((<workspace 5 bytes>,), np.uint8),  # scratch: allocate, then ignore
-//       jax.ShapeDtypeStruct((<workspace 6 bytes>,), np.uint8),  # scratch: allocate, then ignore
-//       jax.ShapeDtypeStruct((<workspace 7 bytes>,), np.uint8),  # scratch: allocate, then ignore
 //   ], vmap_method="sequential")(x, d_out0, d_out1, d_out2, axis=..., eps=...)
 // Register under a name that contains a hash of this file: XLA refuses a second registration of a
 // name, and keeps the first handler.
 //
 // Handlers (inputs -> outputs + scratch):
-//   LayerNormGrad_float64_float64_float64_float64: (F64, F64, F64, F64) -> (F64, U8, U8, U8, U8, U8, U8, U8, U8)
+//   LayerNormGrad_float64_float64_float64_float64: (F64, F64, F64, F64) -> (F64, U8, U8, U8, U8, U8, U8)
 // and, for hosts with only the old custom-call API, LayerNormGrad_float64_float64_float64_float64_legacy etc. (api_version=0 at
 // registration, custom_call_api_version=3 at the call; caveats where they are defined).
 //
 // Attributes (all must be passed; pass the default where the op has one):
 //   axis: int as int64_t (default -1)
 //   eps: float as double (default 1e-05)
-// Scratch: 8 extra u8 result(s), the reductions later stages read. The FFI scratch allocator
+// Scratch: 6 extra u8 result(s), the reductions later stages read. The FFI scratch allocator
 // does not work on the CPU; each must hold numel(node) * itemsize bytes (fusegen.xla_emit.workspace_bytes).
 //
 // Errors: a handler checks every shape against the op's rules (XLA does not check what a handler
@@ -904,11 +900,11 @@ namespace {
 
 constexpr int kInputs = 4;
 constexpr int kOutputs = 1;
-constexpr int kWorkspaces = 8;
-constexpr int kOperands = 13;
-constexpr int kNodes = 41;
-constexpr int kStages = 7;
-constexpr int kOutputNode[kOutputs] = {40};
+constexpr int kWorkspaces = 6;
+constexpr int kOperands = 11;
+constexpr int kNodes = 39;
+constexpr int kStages = 5;
+constexpr int kOutputNode[kOutputs] = {38};
 
 // Attribute values (read once by LayerNormGradInit) and the workspace sizes Init chose.
 struct LayerNormGradData final : public AotKernelData {
@@ -1050,66 +1046,56 @@ int infer_shapes(const fg::Shape *in, const LayerNormGradData &a, Shapes *s) {
     const fg::Shape *src[] = {&s->node[26], &s->node[25]};
     FG_TRY(fg::broadcast(src, 2, &s->node[27]));
   }
-  // %28 = sum_to %27, shape of %1
-  {
-    const fg::Shape *src[] = {&s->node[27], &s->node[1], &s->node[13], &s->node[4]};
-    FG_TRY(fg::sum_to(src, 4, &s->node[28], &s->mask[28]));
-  }
-  // %29 = input d_out1
-  s->node[29] = in[2];
-  // %30 = neg %27
+  // %28 = input d_out1
+  s->node[28] = in[2];
+  // %29 = neg %27
   {
     const fg::Shape *src[] = {&s->node[27]};
-    FG_TRY(fg::broadcast(src, 1, &s->node[30]));
+    FG_TRY(fg::broadcast(src, 1, &s->node[29]));
   }
-  // %31 = sum_to %30, shape of %2
+  // %30 = sum_to %29, shape of %2
   {
-    const fg::Shape *src[] = {&s->node[30], &s->node[2], &s->node[13], &s->node[4]};
-    FG_TRY(fg::sum_to(src, 4, &s->node[31], &s->mask[31]));
+    const fg::Shape *src[] = {&s->node[29], &s->node[2], &s->node[3]};
+    FG_TRY(fg::sum_to(src, 3, &s->node[30], &s->mask[30]));
   }
-  // %32 = add %29, %31
+  // %31 = add %28, %30
   {
-    const fg::Shape *src[] = {&s->node[29], &s->node[31]};
-    FG_TRY(fg::broadcast(src, 2, &s->node[32]));
+    const fg::Shape *src[] = {&s->node[28], &s->node[30]};
+    FG_TRY(fg::broadcast(src, 2, &s->node[31]));
   }
-  // %33 = eq %1, %1
+  // %32 = eq %1, %1
   {
     const fg::Shape *src[] = {&s->node[1], &s->node[1]};
-    FG_TRY(fg::broadcast(src, 2, &s->node[33]));
+    FG_TRY(fg::broadcast(src, 2, &s->node[32]));
   }
-  // %34 = where %33, %20, %20
+  // %33 = where %32, %20, %20
   {
-    const fg::Shape *src[] = {&s->node[33], &s->node[20], &s->node[20]};
-    FG_TRY(fg::broadcast(src, 3, &s->node[34]));
+    const fg::Shape *src[] = {&s->node[32], &s->node[20], &s->node[20]};
+    FG_TRY(fg::broadcast(src, 3, &s->node[33]));
   }
-  // %35 = sum %34, axis=@axis, keep_dims=True
+  // %34 = sum %33, axis=@axis, keep_dims=True
   {
     const int64_t axes[] = {a.axis};
-    FG_TRY(fg::reduce(s->node[34], axes, 1, false, true, &s->node[35], &s->mask[35]));
+    FG_TRY(fg::reduce(s->node[33], axes, 1, false, true, &s->node[34], &s->mask[34]));
   }
-  // %36 = div %32, %35
+  // %35 = div %31, %34
   {
-    const fg::Shape *src[] = {&s->node[32], &s->node[35]};
-    FG_TRY(fg::broadcast(src, 2, &s->node[36]));
+    const fg::Shape *src[] = {&s->node[31], &s->node[34]};
+    FG_TRY(fg::broadcast(src, 2, &s->node[35]));
   }
-  // %37 = cast %36 to dtype of %32
-  s->node[37] = s->node[36];
-  // %38 = sum_to %37, shape of %1
+  // %36 = cast %35 to dtype of %31
+  s->node[36] = s->node[35];
+  // %37 = add %27, %36
   {
-    const fg::Shape *src[] = {&s->node[37], &s->node[1], &s->node[1]};
-    FG_TRY(fg::sum_to(src, 3, &s->node[38], &s->mask[38]));
+    const fg::Shape *src[] = {&s->node[27], &s->node[36]};
+    FG_TRY(fg::broadcast(src, 2, &s->node[37]));
   }
-  // %39 = add %28, %38
-  {
-    const fg::Shape *src[] = {&s->node[28], &s->node[38]};
-    FG_TRY(fg::broadcast(src, 2, &s->node[39]));
-  }
-  // %40 = cast %39 to dtype of %1
-  s->node[40] = s->node[39];
+  // %38 = cast %37 to dtype of %1
+  s->node[38] = s->node[37];
   // check: cotangent 0 must have the shape of output 0 of layer_norm
   if (!fg::same_shape(s->node[0], s->node[13])) return fg::FG_ERR_OUT_SHAPE;
   // check: cotangent 1 must have the shape of output 1 of layer_norm
-  if (!fg::same_shape(s->node[29], s->node[2])) return fg::FG_ERR_OUT_SHAPE;
+  if (!fg::same_shape(s->node[28], s->node[2])) return fg::FG_ERR_OUT_SHAPE;
   // check: cotangent 2 must have the shape of output 2 of layer_norm
   if (!fg::same_shape(s->node[11], s->node[8])) return fg::FG_ERR_OUT_SHAPE;
   return fg::FG_OK;
@@ -1122,12 +1108,12 @@ int check_nonempty(const Shapes &s) {
 }
 
 // The plan: each stage is one pass over its domain (fusegen.plan). Operand ids: inputs 0..3,
-// outputs 4..4, workspaces 5..12.
+// outputs 4..4, workspaces 5..10.
 const fg::StageInfo kStageInfo[kStages] = {
-    // stage 0: mean (%2), sum (%35)
+    // stage 0: mean (%2), sum (%34)
     {1, {1}, 2,
      1, {0}, {1},
-     2, {5, 9}, {2, 35},
+     2, {5, 9}, {2, 34},
      0, {}, {},
      0, {}, 2},
     // stage 1: mean (%5), sum (%22)
@@ -1142,27 +1128,15 @@ const fg::StageInfo kStageInfo[kStages] = {
      1, {6}, {14},
      0, {}, {},
      0, {}, 1},
-    // stage 3: sum (%28)
-    {9, {1, 0, 11, 14, 2, 22, 5, 13, 4}, 28,
+    // stage 3: sum (%30)
+    {8, {1, 0, 11, 14, 2, 22, 5, 3}, 30,
      7, {0, 1, 3, 6, 5, 7, 8}, {1, 0, 11, 14, 2, 22, 5},
-     1, {12}, {28},
+     1, {10}, {30},
      0, {}, {},
      0, {}, 1},
-    // stage 4: sum (%31)
-    {9, {1, 0, 11, 14, 2, 22, 5, 13, 4}, 31,
-     7, {0, 1, 3, 6, 5, 7, 8}, {1, 0, 11, 14, 2, 22, 5},
-     1, {10}, {31},
-     0, {}, {},
-     0, {}, 1},
-    // stage 5: sum (%38)
-    {4, {29, 35, 31, 1}, 38,
-     3, {2, 9, 10}, {29, 35, 31},
-     1, {11}, {38},
-     0, {}, {},
-     0, {}, 1},
-    // stage 6: output 0 (%40)
-    {2, {38, 28}, -1,
-     2, {11, 12}, {38, 28},
+    // stage 4: output 0 (%38)
+    {10, {1, 0, 28, 11, 34, 30, 14, 2, 22, 5}, -1,
+     10, {0, 1, 2, 3, 9, 10, 6, 5, 7, 8}, {1, 0, 28, 11, 34, 30, 14, 2, 22, 5},
      0, {}, {},
      0, {}, {},
      1, {4}, 0},
@@ -1187,9 +1161,9 @@ int find_combo(const char **dtypes, int count) {
 }
 
 const int64_t kWorkspaceItemsize[][kWorkspaces + 1] = {
-    {8, 8, 8, 8, 8, 8, 8, 8, 0},
+    {8, 8, 8, 8, 8, 8, 0},
 };
-const int kWorkspaceNode[kWorkspaces] = {2, 14, 22, 5, 35, 31, 38, 28};
+const int kWorkspaceNode[kWorkspaces] = {2, 14, 22, 5, 34, 30};
 
 int read_inputs(int *ndims, int64_t **shapes, fg::Shape *in) {
   for (int i = 0; i < kInputs; ++i) FG_TRY(fg::read_shape(ndims[i], shapes[i], &in[i]));
@@ -1220,7 +1194,7 @@ FG_INLINE ScalarAttrs scalar_attrs(const void *attrs) {
 // =============================================================================================
 namespace k_float64_float64_float64_float64 {
 
-// --- stage 0: mean (%2), sum (%35)
+// --- stage 0: mean (%2), sum (%34)
 FG_INLINE double s0_r0(double v0, const ScalarAttrs &a) {
   (void)a;
   return v0;
@@ -1670,7 +1644,7 @@ void combine2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
   }
 }
 
-// --- stage 3: sum (%28)
+// --- stage 3: sum (%30)
 FG_INLINE double s3_r0(double v0, double v1, double v3, double v6, double v5, double v7, double v8, const ScalarAttrs &a) {
   (void)a;
   const auto t0 = (v8 + double(a.eps));
@@ -1686,7 +1660,8 @@ FG_INLINE double s3_r0(double v0, double v1, double v3, double v6, double v5, do
   const auto t10 = (t8 * t9);
   const auto t11 = (t2 + t10);
   const auto t12 = (t11 + t10);
-  return t12;
+  const auto t13 = (-t12);
+  return t13;
 }
 
 void stage3(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
@@ -1699,7 +1674,7 @@ void stage3(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
   const double *p5 = static_cast<const double *>(ptr[5]);
   const double *p7 = static_cast<const double *>(ptr[7]);
   const double *p8 = static_cast<const double *>(ptr[8]);
-  double *q12 = static_cast<double *>(ptr[12]);
+  double *q10 = static_cast<double *>(ptr[10]);
   if (L.inner == 1) {
     // Row mode: the innermost dim is reduced; several accumulators per reduction keep the adds independent.
     (void)n;
@@ -1761,7 +1736,7 @@ void stage3(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
       reinterpret_cast<double *>(part + 0 * stride)[0] = r0;
       return;
     }
-    q12[base[12]] = double(r0);
+    q10[base[10]] = double(r0);
   } else {
     // Col mode: the innermost dim is kept; each task owns a tile of it and one accumulator per element.
     double local0[fg::kTile];
@@ -1829,194 +1804,13 @@ void stage3(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
     if (part != nullptr) return;  // split mode: combine3 finishes
     for (int64_t i = 0; i < n; ++i) {
       double r0 = acc0[i];
-      q12[base[12] + i * L.i_str[12]] = double(r0);
-    }
-  }
-}
-
-// Split mode: folds the partial accumulators of one tile and finishes like col mode.
-void combine3(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
-              const unsigned char *part, int64_t count, int64_t span, int64_t stride) {
-  const ScalarAttrs a = scalar_attrs(attrs);
-  (void)a;
-  double *q12 = static_cast<double *>(ptr[12]);
-  for (int64_t i = 0; i < n; ++i) {
-    double r0 = reinterpret_cast<const double *>(part + 0 * stride)[i];
-    for (int64_t s = 1; s < count; ++s) {
-      const double p = reinterpret_cast<const double *>(part + s * span + 0 * stride)[i];
-      r0 += p;
-    }
-    q12[base[12] + i * L.i_str[12]] = double(r0);
-  }
-}
-
-// --- stage 4: sum (%31)
-FG_INLINE double s4_r0(double v0, double v1, double v3, double v6, double v5, double v7, double v8, const ScalarAttrs &a) {
-  (void)a;
-  const auto t0 = (v8 + double(a.eps));
-  const auto t1 = (1.0 / std::sqrt(t0));
-  const auto t2 = (v1 * t1);
-  const auto t3 = (v3 + v6);
-  const auto t4 = (-0.5 * t3);
-  const auto t5 = (t4 * t1);
-  const auto t6 = (t5 / t0);
-  const auto t7 = (t6 / v7);
-  const auto t8 = t7;
-  const auto t9 = (v0 - v5);
-  const auto t10 = (t8 * t9);
-  const auto t11 = (t2 + t10);
-  const auto t12 = (t11 + t10);
-  const auto t13 = (-t12);
-  return t13;
-}
-
-void stage4(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
-            int64_t r_lo, int64_t r_hi, unsigned char *part, int64_t stride) {
-  const ScalarAttrs a = scalar_attrs(attrs);
-  const double *p0 = static_cast<const double *>(ptr[0]);
-  const double *p1 = static_cast<const double *>(ptr[1]);
-  const double *p3 = static_cast<const double *>(ptr[3]);
-  const double *p6 = static_cast<const double *>(ptr[6]);
-  const double *p5 = static_cast<const double *>(ptr[5]);
-  const double *p7 = static_cast<const double *>(ptr[7]);
-  const double *p8 = static_cast<const double *>(ptr[8]);
-  double *q10 = static_cast<double *>(ptr[10]);
-  if (L.inner == 1) {
-    // Row mode: the innermost dim is reduced; several accumulators per reduction keep the adds independent.
-    (void)n;
-    double acc0[fg::kLanes];
-    std::fill(acc0, acc0 + fg::kLanes, 0.0);
-    for (int64_t ro = 0; ro < L.ro_total; ++ro) {
-      int64_t c[kOperands];
-      fg::ro_offsets(L, ro, base, c);
-      double pk0[fg::kChunk];
-      double pk1[fg::kChunk];
-      double pk3[fg::kChunk];
-      double pk6[fg::kChunk];
-      double pk5[fg::kChunk];
-      double pk7[fg::kChunk];
-      double pk8[fg::kChunk];
-      // Reduction results read here are usually constant along the row (stride 0). They are
-      // then passed as scalars, so what depends on them alone (e.g. rsqrt(var + eps)) is
-      // computed once per row instead of per element, and no pack buffer is filled with copies.
-      const bool row_const = L.ri_str[6] == 0 && L.ri_str[5] == 0 && L.ri_str[7] == 0 && L.ri_str[8] == 0;
-      const double s6 = row_const ? double(p6[c[6]]) : double(0);
-      const double s5 = row_const ? double(p5[c[5]]) : double(0);
-      const double s7 = row_const ? double(p7[c[7]]) : double(0);
-      const double s8 = row_const ? double(p8[c[8]]) : double(0);
-      for (int64_t r0 = r_lo; r0 < r_hi; r0 += fg::kChunk) {
-        const int64_t m = std::min<int64_t>(fg::kChunk, r_hi - r0);
-        const double *v0 = fg::view(p0 + c[0] + r0 * L.ri_str[0], L.ri_str[0], m, pk0);
-        const double *v1 = fg::view(p1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], m, pk1);
-        const double *v3 = fg::view(p3 + c[3] + r0 * L.ri_str[3], L.ri_str[3], m, pk3);
-        const double *v6 = row_const ? nullptr : fg::view(p6 + c[6] + r0 * L.ri_str[6], L.ri_str[6], m, pk6);
-        const double *v5 = row_const ? nullptr : fg::view(p5 + c[5] + r0 * L.ri_str[5], L.ri_str[5], m, pk5);
-        const double *v7 = row_const ? nullptr : fg::view(p7 + c[7] + r0 * L.ri_str[7], L.ri_str[7], m, pk7);
-        const double *v8 = row_const ? nullptr : fg::view(p8 + c[8] + r0 * L.ri_str[8], L.ri_str[8], m, pk8);
-        if (row_const) {
-          int64_t i = 0;
-          for (; i + fg::kLanes <= m; i += fg::kLanes) {
-            for (int l = 0; l < fg::kLanes; ++l) {
-              acc0[l] += s4_r0(v0[i + l], v1[i + l], v3[i + l], s6, s5, s7, s8, a);
-            }
-          }
-          for (; i < m; ++i) {
-            acc0[0] += s4_r0(v0[i], v1[i], v3[i], s6, s5, s7, s8, a);
-          }
-        } else {
-          int64_t i = 0;
-          for (; i + fg::kLanes <= m; i += fg::kLanes) {
-            for (int l = 0; l < fg::kLanes; ++l) {
-              acc0[l] += s4_r0(v0[i + l], v1[i + l], v3[i + l], v6[i + l], v5[i + l], v7[i + l], v8[i + l], a);
-            }
-          }
-          for (; i < m; ++i) {
-            acc0[0] += s4_r0(v0[i], v1[i], v3[i], v6[i], v5[i], v7[i], v8[i], a);
-          }
-        }
-      }
-    }
-    double r0 = acc0[0];
-    for (int l = 1; l < fg::kLanes; ++l) r0 += acc0[l];
-    if (part != nullptr) {  // split mode: leave the partial result for combine4
-      reinterpret_cast<double *>(part + 0 * stride)[0] = r0;
-      return;
-    }
-    q10[base[10]] = double(r0);
-  } else {
-    // Col mode: the innermost dim is kept; each task owns a tile of it and one accumulator per element.
-    double local0[fg::kTile];
-    double *acc0 = part != nullptr
-        ? reinterpret_cast<double *>(part + 0 * stride)
-        : local0;
-    std::fill(acc0, acc0 + n, 0.0);
-    for (int64_t ro = 0; ro < L.ro_total; ++ro) {
-      int64_t c[kOperands];
-      fg::ro_offsets(L, ro, base, c);
-      double pk0[fg::kChunk];
-      double pk1[fg::kChunk];
-      double pk3[fg::kChunk];
-      double pk6[fg::kChunk];
-      double pk5[fg::kChunk];
-      double pk7[fg::kChunk];
-      double pk8[fg::kChunk];
-      int64_t ri = r_lo;
-      // Four rows per pass over the accumulators when every operand is unit-stride along the
-      // tile: the accumulators are loaded and stored a quarter as often (they can be wider
-      // than L1 when the reduced dim is split across threads).
-      if (L.i_str[0] == 1 && L.i_str[1] == 1 && L.i_str[3] == 1 && L.i_str[6] == 1 && L.i_str[5] == 1 && L.i_str[7] == 1 && L.i_str[8] == 1) {
-        const int64_t s0 = L.ri_str[0];
-        const int64_t s1 = L.ri_str[1];
-        const int64_t s3 = L.ri_str[3];
-        const int64_t s6 = L.ri_str[6];
-        const int64_t s5 = L.ri_str[5];
-        const int64_t s7 = L.ri_str[7];
-        const int64_t s8 = L.ri_str[8];
-        for (; ri + 4 <= r_hi; ri += 4) {
-          for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
-            const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
-            const double *v0 = p0 + c[0] + ri * s0 + j0;
-            const double *v1 = p1 + c[1] + ri * s1 + j0;
-            const double *v3 = p3 + c[3] + ri * s3 + j0;
-            const double *v6 = p6 + c[6] + ri * s6 + j0;
-            const double *v5 = p5 + c[5] + ri * s5 + j0;
-            const double *v7 = p7 + c[7] + ri * s7 + j0;
-            const double *v8 = p8 + c[8] + ri * s8 + j0;
-            double *a0 = acc0 + j0;
-            for (int64_t i = 0; i < m; ++i) {
-              a0[i] += (s4_r0(v0[i], v1[i], v3[i], v6[i], v5[i], v7[i], v8[i], a) + s4_r0(v0[i + 1 * s0], v1[i + 1 * s1], v3[i + 1 * s3], v6[i + 1 * s6], v5[i + 1 * s5], v7[i + 1 * s7], v8[i + 1 * s8], a)) + (s4_r0(v0[i + 2 * s0], v1[i + 2 * s1], v3[i + 2 * s3], v6[i + 2 * s6], v5[i + 2 * s5], v7[i + 2 * s7], v8[i + 2 * s8], a) + s4_r0(v0[i + 3 * s0], v1[i + 3 * s1], v3[i + 3 * s3], v6[i + 3 * s6], v5[i + 3 * s5], v7[i + 3 * s7], v8[i + 3 * s8], a));
-            }
-          }
-        }
-      }
-      for (; ri < r_hi; ++ri) {
-        // Each row of the tile in chunks: the row streams in full, the pack buffers stay small.
-        for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
-          const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
-          const double *v0 = fg::view(p0 + c[0] + ri * L.ri_str[0] + j0 * L.i_str[0], L.i_str[0], m, pk0);
-          const double *v1 = fg::view(p1 + c[1] + ri * L.ri_str[1] + j0 * L.i_str[1], L.i_str[1], m, pk1);
-          const double *v3 = fg::view(p3 + c[3] + ri * L.ri_str[3] + j0 * L.i_str[3], L.i_str[3], m, pk3);
-          const double *v6 = fg::view(p6 + c[6] + ri * L.ri_str[6] + j0 * L.i_str[6], L.i_str[6], m, pk6);
-          const double *v5 = fg::view(p5 + c[5] + ri * L.ri_str[5] + j0 * L.i_str[5], L.i_str[5], m, pk5);
-          const double *v7 = fg::view(p7 + c[7] + ri * L.ri_str[7] + j0 * L.i_str[7], L.i_str[7], m, pk7);
-          const double *v8 = fg::view(p8 + c[8] + ri * L.ri_str[8] + j0 * L.i_str[8], L.i_str[8], m, pk8);
-          double *a0 = acc0 + j0;
-          for (int64_t i = 0; i < m; ++i) {
-            a0[i] += s4_r0(v0[i], v1[i], v3[i], v6[i], v5[i], v7[i], v8[i], a);
-          }
-        }
-      }
-    }
-    if (part != nullptr) return;  // split mode: combine4 finishes
-    for (int64_t i = 0; i < n; ++i) {
-      double r0 = acc0[i];
       q10[base[10] + i * L.i_str[10]] = double(r0);
     }
   }
 }
 
 // Split mode: folds the partial accumulators of one tile and finishes like col mode.
-void combine4(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
+void combine3(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
               const unsigned char *part, int64_t count, int64_t span, int64_t stride) {
   const ScalarAttrs a = scalar_attrs(attrs);
   (void)a;
@@ -2031,159 +1825,43 @@ void combine4(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
   }
 }
 
-// --- stage 5: sum (%38)
-FG_INLINE double s5_r0(double v2, double v9, double v10, const ScalarAttrs &a) {
+// --- stage 4: output 0 (%38)
+FG_INLINE double s4_w0(double v0, double v1, double v2, double v3, double v9, double v10, double v6, double v5, double v7, double v8, const ScalarAttrs &a) {
   (void)a;
-  const auto t0 = (v2 + v10);
-  const auto t1 = (t0 / v9);
-  const auto t2 = t1;
-  return t2;
+  const auto t0 = (v8 + double(a.eps));
+  const auto t1 = (1.0 / std::sqrt(t0));
+  const auto t2 = (v1 * t1);
+  const auto t3 = (v3 + v6);
+  const auto t4 = (-0.5 * t3);
+  const auto t5 = (t4 * t1);
+  const auto t6 = (t5 / t0);
+  const auto t7 = (t6 / v7);
+  const auto t8 = t7;
+  const auto t9 = (v0 - v5);
+  const auto t10 = (t8 * t9);
+  const auto t11 = (t2 + t10);
+  const auto t12 = (t11 + t10);
+  const auto t13 = (v2 + v10);
+  const auto t14 = (t13 / v9);
+  const auto t15 = t14;
+  const auto t16 = (t12 + t15);
+  const auto t17 = t16;
+  return t17;
 }
 
-void stage5(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
+void stage4(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
             int64_t r_lo, int64_t r_hi, unsigned char *part, int64_t stride) {
   const ScalarAttrs a = scalar_attrs(attrs);
+  const double *p0 = static_cast<const double *>(ptr[0]);
+  const double *p1 = static_cast<const double *>(ptr[1]);
   const double *p2 = static_cast<const double *>(ptr[2]);
+  const double *p3 = static_cast<const double *>(ptr[3]);
   const double *p9 = static_cast<const double *>(ptr[9]);
   const double *p10 = static_cast<const double *>(ptr[10]);
-  double *q11 = static_cast<double *>(ptr[11]);
-  if (L.inner == 1) {
-    // Row mode: the innermost dim is reduced; several accumulators per reduction keep the adds independent.
-    (void)n;
-    double acc0[fg::kLanes];
-    std::fill(acc0, acc0 + fg::kLanes, 0.0);
-    for (int64_t ro = 0; ro < L.ro_total; ++ro) {
-      int64_t c[kOperands];
-      fg::ro_offsets(L, ro, base, c);
-      double pk2[fg::kChunk];
-      double pk9[fg::kChunk];
-      double pk10[fg::kChunk];
-      // Reduction results read here are usually constant along the row (stride 0). They are
-      // then passed as scalars, so what depends on them alone (e.g. rsqrt(var + eps)) is
-      // computed once per row instead of per element, and no pack buffer is filled with copies.
-      const bool row_const = L.ri_str[9] == 0 && L.ri_str[10] == 0;
-      const double s9 = row_const ? double(p9[c[9]]) : double(0);
-      const double s10 = row_const ? double(p10[c[10]]) : double(0);
-      for (int64_t r0 = r_lo; r0 < r_hi; r0 += fg::kChunk) {
-        const int64_t m = std::min<int64_t>(fg::kChunk, r_hi - r0);
-        const double *v2 = fg::view(p2 + c[2] + r0 * L.ri_str[2], L.ri_str[2], m, pk2);
-        const double *v9 = row_const ? nullptr : fg::view(p9 + c[9] + r0 * L.ri_str[9], L.ri_str[9], m, pk9);
-        const double *v10 = row_const ? nullptr : fg::view(p10 + c[10] + r0 * L.ri_str[10], L.ri_str[10], m, pk10);
-        if (row_const) {
-          int64_t i = 0;
-          for (; i + fg::kLanes <= m; i += fg::kLanes) {
-            for (int l = 0; l < fg::kLanes; ++l) {
-              acc0[l] += s5_r0(v2[i + l], s9, s10, a);
-            }
-          }
-          for (; i < m; ++i) {
-            acc0[0] += s5_r0(v2[i], s9, s10, a);
-          }
-        } else {
-          int64_t i = 0;
-          for (; i + fg::kLanes <= m; i += fg::kLanes) {
-            for (int l = 0; l < fg::kLanes; ++l) {
-              acc0[l] += s5_r0(v2[i + l], v9[i + l], v10[i + l], a);
-            }
-          }
-          for (; i < m; ++i) {
-            acc0[0] += s5_r0(v2[i], v9[i], v10[i], a);
-          }
-        }
-      }
-    }
-    double r0 = acc0[0];
-    for (int l = 1; l < fg::kLanes; ++l) r0 += acc0[l];
-    if (part != nullptr) {  // split mode: leave the partial result for combine5
-      reinterpret_cast<double *>(part + 0 * stride)[0] = r0;
-      return;
-    }
-    q11[base[11]] = double(r0);
-  } else {
-    // Col mode: the innermost dim is kept; each task owns a tile of it and one accumulator per element.
-    double local0[fg::kTile];
-    double *acc0 = part != nullptr
-        ? reinterpret_cast<double *>(part + 0 * stride)
-        : local0;
-    std::fill(acc0, acc0 + n, 0.0);
-    for (int64_t ro = 0; ro < L.ro_total; ++ro) {
-      int64_t c[kOperands];
-      fg::ro_offsets(L, ro, base, c);
-      double pk2[fg::kChunk];
-      double pk9[fg::kChunk];
-      double pk10[fg::kChunk];
-      int64_t ri = r_lo;
-      // Four rows per pass over the accumulators when every operand is unit-stride along the
-      // tile: the accumulators are loaded and stored a quarter as often (they can be wider
-      // than L1 when the reduced dim is split across threads).
-      if (L.i_str[2] == 1 && L.i_str[9] == 1 && L.i_str[10] == 1) {
-        const int64_t s2 = L.ri_str[2];
-        const int64_t s9 = L.ri_str[9];
-        const int64_t s10 = L.ri_str[10];
-        for (; ri + 4 <= r_hi; ri += 4) {
-          for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
-            const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
-            const double *v2 = p2 + c[2] + ri * s2 + j0;
-            const double *v9 = p9 + c[9] + ri * s9 + j0;
-            const double *v10 = p10 + c[10] + ri * s10 + j0;
-            double *a0 = acc0 + j0;
-            for (int64_t i = 0; i < m; ++i) {
-              a0[i] += (s5_r0(v2[i], v9[i], v10[i], a) + s5_r0(v2[i + 1 * s2], v9[i + 1 * s9], v10[i + 1 * s10], a)) + (s5_r0(v2[i + 2 * s2], v9[i + 2 * s9], v10[i + 2 * s10], a) + s5_r0(v2[i + 3 * s2], v9[i + 3 * s9], v10[i + 3 * s10], a));
-            }
-          }
-        }
-      }
-      for (; ri < r_hi; ++ri) {
-        // Each row of the tile in chunks: the row streams in full, the pack buffers stay small.
-        for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
-          const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
-          const double *v2 = fg::view(p2 + c[2] + ri * L.ri_str[2] + j0 * L.i_str[2], L.i_str[2], m, pk2);
-          const double *v9 = fg::view(p9 + c[9] + ri * L.ri_str[9] + j0 * L.i_str[9], L.i_str[9], m, pk9);
-          const double *v10 = fg::view(p10 + c[10] + ri * L.ri_str[10] + j0 * L.i_str[10], L.i_str[10], m, pk10);
-          double *a0 = acc0 + j0;
-          for (int64_t i = 0; i < m; ++i) {
-            a0[i] += s5_r0(v2[i], v9[i], v10[i], a);
-          }
-        }
-      }
-    }
-    if (part != nullptr) return;  // split mode: combine5 finishes
-    for (int64_t i = 0; i < n; ++i) {
-      double r0 = acc0[i];
-      q11[base[11] + i * L.i_str[11]] = double(r0);
-    }
-  }
-}
-
-// Split mode: folds the partial accumulators of one tile and finishes like col mode.
-void combine5(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
-              const unsigned char *part, int64_t count, int64_t span, int64_t stride) {
-  const ScalarAttrs a = scalar_attrs(attrs);
-  (void)a;
-  double *q11 = static_cast<double *>(ptr[11]);
-  for (int64_t i = 0; i < n; ++i) {
-    double r0 = reinterpret_cast<const double *>(part + 0 * stride)[i];
-    for (int64_t s = 1; s < count; ++s) {
-      const double p = reinterpret_cast<const double *>(part + s * span + 0 * stride)[i];
-      r0 += p;
-    }
-    q11[base[11] + i * L.i_str[11]] = double(r0);
-  }
-}
-
-// --- stage 6: output 0 (%40)
-FG_INLINE double s6_w0(double v11, double v12, const ScalarAttrs &a) {
-  (void)a;
-  const auto t0 = (v12 + v11);
-  const auto t1 = t0;
-  return t1;
-}
-
-void stage6(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
-            int64_t r_lo, int64_t r_hi, unsigned char *part, int64_t stride) {
-  const ScalarAttrs a = scalar_attrs(attrs);
-  const double *p11 = static_cast<const double *>(ptr[11]);
-  const double *p12 = static_cast<const double *>(ptr[12]);
+  const double *p6 = static_cast<const double *>(ptr[6]);
+  const double *p5 = static_cast<const double *>(ptr[5]);
+  const double *p7 = static_cast<const double *>(ptr[7]);
+  const double *p8 = static_cast<const double *>(ptr[8]);
   double *q4 = static_cast<double *>(ptr[4]);
   if (L.inner == 1) {
     // Row mode: the innermost dim is reduced; one element per step.
@@ -2191,27 +1869,47 @@ void stage6(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
     for (int64_t ro = 0; ro < L.ro_total; ++ro) {
       int64_t c[kOperands];
       fg::ro_offsets(L, ro, base, c);
-      double pk11[fg::kChunk];
-      double pk12[fg::kChunk];
+      double pk0[fg::kChunk];
+      double pk1[fg::kChunk];
+      double pk2[fg::kChunk];
+      double pk3[fg::kChunk];
+      double pk9[fg::kChunk];
+      double pk10[fg::kChunk];
+      double pk6[fg::kChunk];
+      double pk5[fg::kChunk];
+      double pk7[fg::kChunk];
+      double pk8[fg::kChunk];
       double pw4[fg::kChunk];
       // Reduction results read here are usually constant along the row (stride 0). They are
       // then passed as scalars, so what depends on them alone (e.g. rsqrt(var + eps)) is
       // computed once per row instead of per element, and no pack buffer is filled with copies.
-      const bool row_const = L.ri_str[11] == 0 && L.ri_str[12] == 0;
-      const double s11 = row_const ? double(p11[c[11]]) : double(0);
-      const double s12 = row_const ? double(p12[c[12]]) : double(0);
+      const bool row_const = L.ri_str[9] == 0 && L.ri_str[10] == 0 && L.ri_str[6] == 0 && L.ri_str[5] == 0 && L.ri_str[7] == 0 && L.ri_str[8] == 0;
+      const double s9 = row_const ? double(p9[c[9]]) : double(0);
+      const double s10 = row_const ? double(p10[c[10]]) : double(0);
+      const double s6 = row_const ? double(p6[c[6]]) : double(0);
+      const double s5 = row_const ? double(p5[c[5]]) : double(0);
+      const double s7 = row_const ? double(p7[c[7]]) : double(0);
+      const double s8 = row_const ? double(p8[c[8]]) : double(0);
       for (int64_t r0 = r_lo; r0 < r_hi; r0 += fg::kChunk) {
         const int64_t m = std::min<int64_t>(fg::kChunk, r_hi - r0);
-        const double *v11 = row_const ? nullptr : fg::view(p11 + c[11] + r0 * L.ri_str[11], L.ri_str[11], m, pk11);
-        const double *v12 = row_const ? nullptr : fg::view(p12 + c[12] + r0 * L.ri_str[12], L.ri_str[12], m, pk12);
+        const double *v0 = fg::view(p0 + c[0] + r0 * L.ri_str[0], L.ri_str[0], m, pk0);
+        const double *v1 = fg::view(p1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], m, pk1);
+        const double *v2 = fg::view(p2 + c[2] + r0 * L.ri_str[2], L.ri_str[2], m, pk2);
+        const double *v3 = fg::view(p3 + c[3] + r0 * L.ri_str[3], L.ri_str[3], m, pk3);
+        const double *v9 = row_const ? nullptr : fg::view(p9 + c[9] + r0 * L.ri_str[9], L.ri_str[9], m, pk9);
+        const double *v10 = row_const ? nullptr : fg::view(p10 + c[10] + r0 * L.ri_str[10], L.ri_str[10], m, pk10);
+        const double *v6 = row_const ? nullptr : fg::view(p6 + c[6] + r0 * L.ri_str[6], L.ri_str[6], m, pk6);
+        const double *v5 = row_const ? nullptr : fg::view(p5 + c[5] + r0 * L.ri_str[5], L.ri_str[5], m, pk5);
+        const double *v7 = row_const ? nullptr : fg::view(p7 + c[7] + r0 * L.ri_str[7], L.ri_str[7], m, pk7);
+        const double *v8 = row_const ? nullptr : fg::view(p8 + c[8] + r0 * L.ri_str[8], L.ri_str[8], m, pk8);
         double *w4 = fg::out_view(q4 + c[4] + r0 * L.ri_str[4], L.ri_str[4], pw4);
         if (row_const) {
           for (int64_t i = 0; i < m; ++i) {
-            w4[i] = s6_w0(s11, s12, a);
+            w4[i] = s4_w0(v0[i], v1[i], v2[i], v3[i], s9, s10, s6, s5, s7, s8, a);
           }
         } else {
           for (int64_t i = 0; i < m; ++i) {
-            w4[i] = s6_w0(v11[i], v12[i], a);
+            w4[i] = s4_w0(v0[i], v1[i], v2[i], v3[i], v9[i], v10[i], v6[i], v5[i], v7[i], v8[i], a);
           }
         }
         fg::scatter(q4 + c[4] + r0 * L.ri_str[4], L.ri_str[4], m, w4);
@@ -2224,19 +1922,35 @@ void stage6(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
     for (int64_t ro = 0; ro < L.ro_total; ++ro) {
       int64_t c[kOperands];
       fg::ro_offsets(L, ro, base, c);
-      double pk11[fg::kChunk];
-      double pk12[fg::kChunk];
+      double pk0[fg::kChunk];
+      double pk1[fg::kChunk];
+      double pk2[fg::kChunk];
+      double pk3[fg::kChunk];
+      double pk9[fg::kChunk];
+      double pk10[fg::kChunk];
+      double pk6[fg::kChunk];
+      double pk5[fg::kChunk];
+      double pk7[fg::kChunk];
+      double pk8[fg::kChunk];
       double pw4[fg::kChunk];
       int64_t ri = r_lo;
       for (; ri < r_hi; ++ri) {
         // Each row of the tile in chunks: the row streams in full, the pack buffers stay small.
         for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
           const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
-          const double *v11 = fg::view(p11 + c[11] + ri * L.ri_str[11] + j0 * L.i_str[11], L.i_str[11], m, pk11);
-          const double *v12 = fg::view(p12 + c[12] + ri * L.ri_str[12] + j0 * L.i_str[12], L.i_str[12], m, pk12);
+          const double *v0 = fg::view(p0 + c[0] + ri * L.ri_str[0] + j0 * L.i_str[0], L.i_str[0], m, pk0);
+          const double *v1 = fg::view(p1 + c[1] + ri * L.ri_str[1] + j0 * L.i_str[1], L.i_str[1], m, pk1);
+          const double *v2 = fg::view(p2 + c[2] + ri * L.ri_str[2] + j0 * L.i_str[2], L.i_str[2], m, pk2);
+          const double *v3 = fg::view(p3 + c[3] + ri * L.ri_str[3] + j0 * L.i_str[3], L.i_str[3], m, pk3);
+          const double *v9 = fg::view(p9 + c[9] + ri * L.ri_str[9] + j0 * L.i_str[9], L.i_str[9], m, pk9);
+          const double *v10 = fg::view(p10 + c[10] + ri * L.ri_str[10] + j0 * L.i_str[10], L.i_str[10], m, pk10);
+          const double *v6 = fg::view(p6 + c[6] + ri * L.ri_str[6] + j0 * L.i_str[6], L.i_str[6], m, pk6);
+          const double *v5 = fg::view(p5 + c[5] + ri * L.ri_str[5] + j0 * L.i_str[5], L.i_str[5], m, pk5);
+          const double *v7 = fg::view(p7 + c[7] + ri * L.ri_str[7] + j0 * L.i_str[7], L.i_str[7], m, pk7);
+          const double *v8 = fg::view(p8 + c[8] + ri * L.ri_str[8] + j0 * L.i_str[8], L.i_str[8], m, pk8);
           double *w4 = fg::out_view(q4 + c[4] + ri * L.ri_str[4] + j0 * L.i_str[4], L.i_str[4], pw4);
           for (int64_t i = 0; i < m; ++i) {
-            w4[i] = s6_w0(v11[i], v12[i], a);
+            w4[i] = s4_w0(v0[i], v1[i], v2[i], v3[i], v9[i], v10[i], v6[i], v5[i], v7[i], v8[i], a);
           }
           fg::scatter(q4 + c[4] + ri * L.ri_str[4] + j0 * L.i_str[4], L.i_str[4], m, w4);
         }
@@ -2245,9 +1959,9 @@ void stage6(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
   }
 }
 
-const fg::StageFn<kOperands> kFns[kStages] = {stage0, stage1, stage2, stage3, stage4, stage5, stage6};
-const fg::CombineFn<kOperands> kCombines[kStages] = {combine0, combine1, combine2, combine3, combine4, combine5, nullptr};
-const fg::StageFn<kOperands> kPairs[kStages] = {nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
+const fg::StageFn<kOperands> kFns[kStages] = {stage0, stage1, stage2, stage3, stage4};
+const fg::CombineFn<kOperands> kCombines[kStages] = {combine0, combine1, combine2, combine3, nullptr};
+const fg::StageFn<kOperands> kPairs[kStages] = {nullptr, nullptr, nullptr, nullptr, nullptr};
 
 }  // namespace k_float64_float64_float64_float64
 
@@ -2362,7 +2076,7 @@ int call_run(Operands &o, const char **dtypes, const Data &a) {
 }
 
 // (float64, float64, float64, float64) -> (float64)
-ffi::Error LayerNormGrad_float64_float64_float64_float64_impl(ffi::Buffer<ffi::F64> in0, ffi::Buffer<ffi::F64> in1, ffi::Buffer<ffi::F64> in2, ffi::Buffer<ffi::F64> in3, ffi::ResultBuffer<ffi::F64> out0, ffi::ResultBuffer<ffi::U8> out1, ffi::ResultBuffer<ffi::U8> out2, ffi::ResultBuffer<ffi::U8> out3, ffi::ResultBuffer<ffi::U8> out4, ffi::ResultBuffer<ffi::U8> out5, ffi::ResultBuffer<ffi::U8> out6, ffi::ResultBuffer<ffi::U8> out7, ffi::ResultBuffer<ffi::U8> out8, int64_t axis, double eps) {
+ffi::Error LayerNormGrad_float64_float64_float64_float64_impl(ffi::Buffer<ffi::F64> in0, ffi::Buffer<ffi::F64> in1, ffi::Buffer<ffi::F64> in2, ffi::Buffer<ffi::F64> in3, ffi::ResultBuffer<ffi::F64> out0, ffi::ResultBuffer<ffi::U8> out1, ffi::ResultBuffer<ffi::U8> out2, ffi::ResultBuffer<ffi::U8> out3, ffi::ResultBuffer<ffi::U8> out4, ffi::ResultBuffer<ffi::U8> out5, ffi::ResultBuffer<ffi::U8> out6, int64_t axis, double eps) {
   static const char *const kDtypes[kInputs + kOutputs] = {"float64", "float64", "float64", "float64", "float64"};
   Data a;
   a.axis = axis;
@@ -2379,16 +2093,12 @@ ffi::Error LayerNormGrad_float64_float64_float64_float64_impl(ffi::Buffer<ffi::F
   o.add(*out4);
   o.add(*out5);
   o.add(*out6);
-  o.add(*out7);
-  o.add(*out8);
   a.workspace.push_back(out1->size_bytes());
   a.workspace.push_back(out2->size_bytes());
   a.workspace.push_back(out3->size_bytes());
   a.workspace.push_back(out4->size_bytes());
   a.workspace.push_back(out5->size_bytes());
   a.workspace.push_back(out6->size_bytes());
-  a.workspace.push_back(out7->size_bytes());
-  a.workspace.push_back(out8->size_bytes());
   return status_to_error(call_run(o, const_cast<const char **>(kDtypes), a));
 }
 
@@ -2529,8 +2239,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(LayerNormGrad_float64_float64_float64_float64, Lay
                                   .Arg<ffi::Buffer<ffi::F64>>()
                                   .Arg<ffi::Buffer<ffi::F64>>()
                                   .Ret<ffi::Buffer<ffi::F64>>()
-                                  .Ret<ffi::Buffer<ffi::U8>>()
-                                  .Ret<ffi::Buffer<ffi::U8>>()
                                   .Ret<ffi::Buffer<ffi::U8>>()
                                   .Ret<ffi::Buffer<ffi::U8>>()
                                   .Ret<ffi::Buffer<ffi::U8>>()

@@ -18,23 +18,21 @@
 //     %11 = sum_to %10, shape of %5                  # grad.py:205
 //     %12 = add %6, %11                              # grad.py:215
 //     %13 = mul %12, %4                              # grad.py:234
-//     %14 = sum_to %13, shape of %1                  # grad.py:205
-//     %15 = eq %1, %2                                # grad.py:301
-//     %16 = neg %13                                  # grad.py:249
-//     %17 = sum_to %16, shape of %2                  # grad.py:205
-//     %18 = const 1.0                                # grad.py:302
-//     %19 = const 0.0                                # grad.py:302
-//     %20 = where %15, %18, %19                      # grad.py:302
-//     %21 = sum %20, axis=@axis, keep_dims=True      # grad.py:302
-//     %22 = div %17, %21                             # grad.py:303
-//     %23 = cast %22 to dtype of %17                 # grad.py:303
-//     %24 = const 0                                  # grad.py:303
-//     %25 = where %15, %23, %24                      # grad.py:303
-//     %26 = sum_to %25, shape of %1                  # grad.py:205
-//     %27 = add %14, %26                             # grad.py:215
-//     %28 = cast %27 to dtype of %1                  # grad.py:152
+//     %14 = eq %1, %2                                # grad.py:301
+//     %15 = neg %13                                  # grad.py:249
+//     %16 = sum_to %15, shape of %2                  # grad.py:205
+//     %17 = const 1.0                                # grad.py:302
+//     %18 = const 0.0                                # grad.py:302
+//     %19 = where %14, %17, %18                      # grad.py:302
+//     %20 = sum %19, axis=@axis, keep_dims=True      # grad.py:302
+//     %21 = div %16, %20                             # grad.py:303
+//     %22 = cast %21 to dtype of %16                 # grad.py:303
+//     %23 = const 0                                  # grad.py:303
+//     %24 = where %14, %22, %23                      # grad.py:303
+//     %25 = add %13, %24                             # grad.py:215
+//     %26 = cast %25 to dtype of %1                  # grad.py:152
 //     check shape %0 == %8  # cotangent 0 must have the shape of output 0 of softmax
-//     return %28
+//     return %26
 //   }
 //
 // Build (no -fvisibility=hidden: the handler macro adds no visibility attribute):
@@ -53,20 +51,18 @@
 //       jax.ShapeDtypeStruct((<workspace 2 bytes>,), np.uint8),  # scratch: allocate, then ignore
 //       jax.ShapeDtypeStruct((<workspace 3 bytes>,), np.uint8),  # scratch: allocate, then ignore
 //       jax.ShapeDtypeStruct((<workspace 4 bytes>,), np.uint8),  # scratch: allocate, then ignore
-//       jax.ShapeDtypeStruct((<workspace 5 bytes>,), np.uint8),  # scratch: allocate, then ignore
-//       jax.ShapeDtypeStruct((<workspace 6 bytes>,), np.uint8),  # scratch: allocate, then ignore
 //   ], vmap_method="sequential")(x, d_out, axis=...)
 // Register under a name that contains a hash of this file: XLA refuses a second registration of a
 // name, and keeps the first handler.
 //
 // Handlers (inputs -> outputs + scratch):
-//   SoftmaxGrad_float32_float32: (F32, F32) -> (F32, U8, U8, U8, U8, U8, U8, U8)
+//   SoftmaxGrad_float32_float32: (F32, F32) -> (F32, U8, U8, U8, U8, U8)
 // and, for hosts with only the old custom-call API, SoftmaxGrad_float32_float32_legacy etc. (api_version=0 at
 // registration, custom_call_api_version=3 at the call; caveats where they are defined).
 //
 // Attributes (all must be passed; pass the default where the op has one):
 //   axis: int as int64_t (default -1)
-// Scratch: 7 extra u8 result(s), the reductions later stages read. The FFI scratch allocator
+// Scratch: 5 extra u8 result(s), the reductions later stages read. The FFI scratch allocator
 // does not work on the CPU; each must hold numel(node) * itemsize bytes (fusegen.xla_emit.workspace_bytes).
 //
 // Errors: a handler checks every shape against the op's rules (XLA does not check what a handler
@@ -888,11 +884,11 @@ namespace {
 
 constexpr int kInputs = 2;
 constexpr int kOutputs = 1;
-constexpr int kWorkspaces = 7;
-constexpr int kOperands = 10;
-constexpr int kNodes = 29;
-constexpr int kStages = 7;
-constexpr int kOutputNode[kOutputs] = {28};
+constexpr int kWorkspaces = 5;
+constexpr int kOperands = 8;
+constexpr int kNodes = 27;
+constexpr int kStages = 5;
+constexpr int kOutputNode[kOutputs] = {26};
 
 // Attribute values (read once by SoftmaxGradInit) and the workspace sizes Init chose.
 struct SoftmaxGradData final : public AotKernelData {
@@ -978,66 +974,56 @@ int infer_shapes(const fg::Shape *in, const SoftmaxGradData &a, Shapes *s) {
     const fg::Shape *src[] = {&s->node[12], &s->node[4]};
     FG_TRY(fg::broadcast(src, 2, &s->node[13]));
   }
-  // %14 = sum_to %13, shape of %1
-  {
-    const fg::Shape *src[] = {&s->node[13], &s->node[1], &s->node[8], &s->node[4]};
-    FG_TRY(fg::sum_to(src, 4, &s->node[14], &s->mask[14]));
-  }
-  // %15 = eq %1, %2
+  // %14 = eq %1, %2
   {
     const fg::Shape *src[] = {&s->node[1], &s->node[2]};
-    FG_TRY(fg::broadcast(src, 2, &s->node[15]));
+    FG_TRY(fg::broadcast(src, 2, &s->node[14]));
   }
-  // %16 = neg %13
+  // %15 = neg %13
   {
     const fg::Shape *src[] = {&s->node[13]};
-    FG_TRY(fg::broadcast(src, 1, &s->node[16]));
+    FG_TRY(fg::broadcast(src, 1, &s->node[15]));
   }
-  // %17 = sum_to %16, shape of %2
+  // %16 = sum_to %15, shape of %2
   {
-    const fg::Shape *src[] = {&s->node[16], &s->node[2], &s->node[8], &s->node[4]};
-    FG_TRY(fg::sum_to(src, 4, &s->node[17], &s->mask[17]));
+    const fg::Shape *src[] = {&s->node[15], &s->node[2], &s->node[3]};
+    FG_TRY(fg::sum_to(src, 3, &s->node[16], &s->mask[16]));
   }
-  // %18 = const 1.0
+  // %17 = const 1.0
+  s->node[17] = fg::Shape{};
+  // %18 = const 0.0
   s->node[18] = fg::Shape{};
-  // %19 = const 0.0
-  s->node[19] = fg::Shape{};
-  // %20 = where %15, %18, %19
+  // %19 = where %14, %17, %18
   {
-    const fg::Shape *src[] = {&s->node[15], &s->node[18], &s->node[19]};
-    FG_TRY(fg::broadcast(src, 3, &s->node[20]));
+    const fg::Shape *src[] = {&s->node[14], &s->node[17], &s->node[18]};
+    FG_TRY(fg::broadcast(src, 3, &s->node[19]));
   }
-  // %21 = sum %20, axis=@axis, keep_dims=True
+  // %20 = sum %19, axis=@axis, keep_dims=True
   {
     const int64_t axes[] = {a.axis};
-    FG_TRY(fg::reduce(s->node[20], axes, 1, false, true, &s->node[21], &s->mask[21]));
+    FG_TRY(fg::reduce(s->node[19], axes, 1, false, true, &s->node[20], &s->mask[20]));
   }
-  // %22 = div %17, %21
+  // %21 = div %16, %20
   {
-    const fg::Shape *src[] = {&s->node[17], &s->node[21]};
-    FG_TRY(fg::broadcast(src, 2, &s->node[22]));
+    const fg::Shape *src[] = {&s->node[16], &s->node[20]};
+    FG_TRY(fg::broadcast(src, 2, &s->node[21]));
   }
-  // %23 = cast %22 to dtype of %17
-  s->node[23] = s->node[22];
-  // %24 = const 0
-  s->node[24] = fg::Shape{};
-  // %25 = where %15, %23, %24
+  // %22 = cast %21 to dtype of %16
+  s->node[22] = s->node[21];
+  // %23 = const 0
+  s->node[23] = fg::Shape{};
+  // %24 = where %14, %22, %23
   {
-    const fg::Shape *src[] = {&s->node[15], &s->node[23], &s->node[24]};
-    FG_TRY(fg::broadcast(src, 3, &s->node[25]));
+    const fg::Shape *src[] = {&s->node[14], &s->node[22], &s->node[23]};
+    FG_TRY(fg::broadcast(src, 3, &s->node[24]));
   }
-  // %26 = sum_to %25, shape of %1
+  // %25 = add %13, %24
   {
-    const fg::Shape *src[] = {&s->node[25], &s->node[1], &s->node[1]};
-    FG_TRY(fg::sum_to(src, 3, &s->node[26], &s->mask[26]));
+    const fg::Shape *src[] = {&s->node[13], &s->node[24]};
+    FG_TRY(fg::broadcast(src, 2, &s->node[25]));
   }
-  // %27 = add %14, %26
-  {
-    const fg::Shape *src[] = {&s->node[14], &s->node[26]};
-    FG_TRY(fg::broadcast(src, 2, &s->node[27]));
-  }
-  // %28 = cast %27 to dtype of %1
-  s->node[28] = s->node[27];
+  // %26 = cast %25 to dtype of %1
+  s->node[26] = s->node[25];
   // check: cotangent 0 must have the shape of output 0 of softmax
   if (!fg::same_shape(s->node[0], s->node[8])) return fg::FG_ERR_OUT_SHAPE;
   return fg::FG_OK;
@@ -1053,7 +1039,7 @@ int check_nonempty(const Shapes &s) {
 }
 
 // The plan: each stage is one pass over its domain (fusegen.plan). Operand ids: inputs 0..1,
-// outputs 2..2, workspaces 3..9.
+// outputs 2..2, workspaces 3..7.
 const fg::StageInfo kStageInfo[kStages] = {
     // stage 0: max (%2)
     {1, {1}, 2,
@@ -1061,10 +1047,10 @@ const fg::StageInfo kStageInfo[kStages] = {
      1, {3}, {2},
      0, {}, {},
      0, {}, 1},
-    // stage 1: sum (%5), sum (%21)
+    // stage 1: sum (%5), sum (%20)
     {2, {1, 2}, 5,
      2, {0, 3}, {1, 2},
-     2, {4, 6}, {5, 21},
+     2, {4, 6}, {5, 20},
      0, {}, {},
      0, {}, 2},
     // stage 2: sum (%11)
@@ -1073,27 +1059,15 @@ const fg::StageInfo kStageInfo[kStages] = {
      1, {5}, {11},
      0, {}, {},
      0, {}, 1},
-    // stage 3: sum (%14)
-    {7, {1, 0, 2, 5, 11, 8, 4}, 14,
+    // stage 3: sum (%16)
+    {6, {1, 0, 2, 5, 11, 3}, 16,
      5, {0, 1, 3, 4, 5}, {1, 0, 2, 5, 11},
-     1, {8}, {14},
+     1, {7}, {16},
      0, {}, {},
      0, {}, 1},
-    // stage 4: sum (%17)
-    {7, {1, 0, 2, 5, 11, 8, 4}, 17,
-     5, {0, 1, 3, 4, 5}, {1, 0, 2, 5, 11},
-     1, {7}, {17},
-     0, {}, {},
-     0, {}, 1},
-    // stage 5: sum (%26)
-    {4, {1, 2, 21, 17}, 26,
-     4, {0, 3, 6, 7}, {1, 2, 21, 17},
-     1, {9}, {26},
-     0, {}, {},
-     0, {}, 1},
-    // stage 6: output 0 (%28)
-    {2, {14, 26}, -1,
-     2, {8, 9}, {14, 26},
+    // stage 4: output 0 (%26)
+    {7, {1, 0, 2, 5, 11, 20, 16}, -1,
+     7, {0, 1, 3, 4, 5, 6, 7}, {1, 0, 2, 5, 11, 20, 16},
      0, {}, {},
      0, {}, {},
      1, {2}, 0},
@@ -1118,9 +1092,9 @@ int find_combo(const char **dtypes, int count) {
 }
 
 const int64_t kWorkspaceItemsize[][kWorkspaces + 1] = {
-    {4, 4, 4, 8, 4, 4, 4, 0},
+    {4, 4, 4, 8, 4, 0},
 };
-const int kWorkspaceNode[kWorkspaces] = {2, 5, 11, 21, 17, 14, 26};
+const int kWorkspaceNode[kWorkspaces] = {2, 5, 11, 20, 16};
 
 int read_inputs(int *ndims, int64_t **shapes, fg::Shape *in) {
   for (int i = 0; i < kInputs; ++i) FG_TRY(fg::read_shape(ndims[i], shapes[i], &in[i]));
@@ -1255,7 +1229,7 @@ void combine0(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
   }
 }
 
-// --- stage 1: sum (%5), sum (%21)
+// --- stage 1: sum (%5), sum (%20)
 FG_INLINE float s1_r0(float v0, float v3, const ScalarAttrs &a) {
   (void)a;
   const auto t0 = (v0 - v3);
@@ -1571,7 +1545,7 @@ void combine2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
   }
 }
 
-// --- stage 3: sum (%14)
+// --- stage 3: sum (%16)
 FG_INLINE float s3_r0(float v0, float v1, float v3, float v4, float v5, const ScalarAttrs &a) {
   (void)a;
   const auto t0 = (v1 / v4);
@@ -1579,7 +1553,8 @@ FG_INLINE float s3_r0(float v0, float v1, float v3, float v4, float v5, const Sc
   const auto t2 = (v0 - v3);
   const auto t3 = fg::exp_f32(t2);
   const auto t4 = (t1 * t3);
-  return t4;
+  const auto t5 = (-t4);
+  return t5;
 }
 
 void stage3(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
@@ -1590,7 +1565,7 @@ void stage3(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
   const float *p3 = static_cast<const float *>(ptr[3]);
   const float *p4 = static_cast<const float *>(ptr[4]);
   const float *p5 = static_cast<const float *>(ptr[5]);
-  float *q8 = static_cast<float *>(ptr[8]);
+  float *q7 = static_cast<float *>(ptr[7]);
   if (L.inner == 1) {
     // Row mode: the innermost dim is reduced; several accumulators per reduction keep the adds independent.
     (void)n;
@@ -1647,7 +1622,7 @@ void stage3(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
       reinterpret_cast<float *>(part + 0 * stride)[0] = r0;
       return;
     }
-    q8[base[8]] = float(r0);
+    q7[base[7]] = float(r0);
   } else {
     // Col mode: the innermost dim is kept; each task owns a tile of it and one accumulator per element.
     float local0[fg::kTile];
@@ -1707,171 +1682,13 @@ void stage3(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
     if (part != nullptr) return;  // split mode: combine3 finishes
     for (int64_t i = 0; i < n; ++i) {
       float r0 = acc0[i];
-      q8[base[8] + i * L.i_str[8]] = float(r0);
-    }
-  }
-}
-
-// Split mode: folds the partial accumulators of one tile and finishes like col mode.
-void combine3(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
-              const unsigned char *part, int64_t count, int64_t span, int64_t stride) {
-  const ScalarAttrs a = scalar_attrs(attrs);
-  (void)a;
-  float *q8 = static_cast<float *>(ptr[8]);
-  for (int64_t i = 0; i < n; ++i) {
-    float r0 = reinterpret_cast<const float *>(part + 0 * stride)[i];
-    for (int64_t s = 1; s < count; ++s) {
-      const float p = reinterpret_cast<const float *>(part + s * span + 0 * stride)[i];
-      r0 += p;
-    }
-    q8[base[8] + i * L.i_str[8]] = float(r0);
-  }
-}
-
-// --- stage 4: sum (%17)
-FG_INLINE float s4_r0(float v0, float v1, float v3, float v4, float v5, const ScalarAttrs &a) {
-  (void)a;
-  const auto t0 = (v1 / v4);
-  const auto t1 = (t0 + v5);
-  const auto t2 = (v0 - v3);
-  const auto t3 = fg::exp_f32(t2);
-  const auto t4 = (t1 * t3);
-  const auto t5 = (-t4);
-  return t5;
-}
-
-void stage4(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
-            int64_t r_lo, int64_t r_hi, unsigned char *part, int64_t stride) {
-  const ScalarAttrs a = scalar_attrs(attrs);
-  const float *p0 = static_cast<const float *>(ptr[0]);
-  const float *p1 = static_cast<const float *>(ptr[1]);
-  const float *p3 = static_cast<const float *>(ptr[3]);
-  const float *p4 = static_cast<const float *>(ptr[4]);
-  const float *p5 = static_cast<const float *>(ptr[5]);
-  float *q7 = static_cast<float *>(ptr[7]);
-  if (L.inner == 1) {
-    // Row mode: the innermost dim is reduced; several accumulators per reduction keep the adds independent.
-    (void)n;
-    float acc0[fg::kLanes];
-    std::fill(acc0, acc0 + fg::kLanes, 0.0f);
-    for (int64_t ro = 0; ro < L.ro_total; ++ro) {
-      int64_t c[kOperands];
-      fg::ro_offsets(L, ro, base, c);
-      float pk0[fg::kChunk];
-      float pk1[fg::kChunk];
-      float pk3[fg::kChunk];
-      float pk4[fg::kChunk];
-      float pk5[fg::kChunk];
-      // Reduction results read here are usually constant along the row (stride 0). They are
-      // then passed as scalars, so what depends on them alone (e.g. rsqrt(var + eps)) is
-      // computed once per row instead of per element, and no pack buffer is filled with copies.
-      const bool row_const = L.ri_str[3] == 0 && L.ri_str[4] == 0 && L.ri_str[5] == 0;
-      const float s3 = row_const ? float(p3[c[3]]) : float(0);
-      const float s4 = row_const ? float(p4[c[4]]) : float(0);
-      const float s5 = row_const ? float(p5[c[5]]) : float(0);
-      for (int64_t r0 = r_lo; r0 < r_hi; r0 += fg::kChunk) {
-        const int64_t m = std::min<int64_t>(fg::kChunk, r_hi - r0);
-        const float *v0 = fg::view(p0 + c[0] + r0 * L.ri_str[0], L.ri_str[0], m, pk0);
-        const float *v1 = fg::view(p1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], m, pk1);
-        const float *v3 = row_const ? nullptr : fg::view(p3 + c[3] + r0 * L.ri_str[3], L.ri_str[3], m, pk3);
-        const float *v4 = row_const ? nullptr : fg::view(p4 + c[4] + r0 * L.ri_str[4], L.ri_str[4], m, pk4);
-        const float *v5 = row_const ? nullptr : fg::view(p5 + c[5] + r0 * L.ri_str[5], L.ri_str[5], m, pk5);
-        if (row_const) {
-          int64_t i = 0;
-          for (; i + fg::kLanes <= m; i += fg::kLanes) {
-            for (int l = 0; l < fg::kLanes; ++l) {
-              acc0[l] += s4_r0(v0[i + l], v1[i + l], s3, s4, s5, a);
-            }
-          }
-          for (; i < m; ++i) {
-            acc0[0] += s4_r0(v0[i], v1[i], s3, s4, s5, a);
-          }
-        } else {
-          int64_t i = 0;
-          for (; i + fg::kLanes <= m; i += fg::kLanes) {
-            for (int l = 0; l < fg::kLanes; ++l) {
-              acc0[l] += s4_r0(v0[i + l], v1[i + l], v3[i + l], v4[i + l], v5[i + l], a);
-            }
-          }
-          for (; i < m; ++i) {
-            acc0[0] += s4_r0(v0[i], v1[i], v3[i], v4[i], v5[i], a);
-          }
-        }
-      }
-    }
-    float r0 = acc0[0];
-    for (int l = 1; l < fg::kLanes; ++l) r0 += acc0[l];
-    if (part != nullptr) {  // split mode: leave the partial result for combine4
-      reinterpret_cast<float *>(part + 0 * stride)[0] = r0;
-      return;
-    }
-    q7[base[7]] = float(r0);
-  } else {
-    // Col mode: the innermost dim is kept; each task owns a tile of it and one accumulator per element.
-    float local0[fg::kTile];
-    float *acc0 = part != nullptr
-        ? reinterpret_cast<float *>(part + 0 * stride)
-        : local0;
-    std::fill(acc0, acc0 + n, 0.0f);
-    for (int64_t ro = 0; ro < L.ro_total; ++ro) {
-      int64_t c[kOperands];
-      fg::ro_offsets(L, ro, base, c);
-      float pk0[fg::kChunk];
-      float pk1[fg::kChunk];
-      float pk3[fg::kChunk];
-      float pk4[fg::kChunk];
-      float pk5[fg::kChunk];
-      int64_t ri = r_lo;
-      // Four rows per pass over the accumulators when every operand is unit-stride along the
-      // tile: the accumulators are loaded and stored a quarter as often (they can be wider
-      // than L1 when the reduced dim is split across threads).
-      if (L.i_str[0] == 1 && L.i_str[1] == 1 && L.i_str[3] == 1 && L.i_str[4] == 1 && L.i_str[5] == 1) {
-        const int64_t s0 = L.ri_str[0];
-        const int64_t s1 = L.ri_str[1];
-        const int64_t s3 = L.ri_str[3];
-        const int64_t s4 = L.ri_str[4];
-        const int64_t s5 = L.ri_str[5];
-        for (; ri + 4 <= r_hi; ri += 4) {
-          for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
-            const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
-            const float *v0 = p0 + c[0] + ri * s0 + j0;
-            const float *v1 = p1 + c[1] + ri * s1 + j0;
-            const float *v3 = p3 + c[3] + ri * s3 + j0;
-            const float *v4 = p4 + c[4] + ri * s4 + j0;
-            const float *v5 = p5 + c[5] + ri * s5 + j0;
-            float *a0 = acc0 + j0;
-            for (int64_t i = 0; i < m; ++i) {
-              a0[i] += (s4_r0(v0[i], v1[i], v3[i], v4[i], v5[i], a) + s4_r0(v0[i + 1 * s0], v1[i + 1 * s1], v3[i + 1 * s3], v4[i + 1 * s4], v5[i + 1 * s5], a)) + (s4_r0(v0[i + 2 * s0], v1[i + 2 * s1], v3[i + 2 * s3], v4[i + 2 * s4], v5[i + 2 * s5], a) + s4_r0(v0[i + 3 * s0], v1[i + 3 * s1], v3[i + 3 * s3], v4[i + 3 * s4], v5[i + 3 * s5], a));
-            }
-          }
-        }
-      }
-      for (; ri < r_hi; ++ri) {
-        // Each row of the tile in chunks: the row streams in full, the pack buffers stay small.
-        for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
-          const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
-          const float *v0 = fg::view(p0 + c[0] + ri * L.ri_str[0] + j0 * L.i_str[0], L.i_str[0], m, pk0);
-          const float *v1 = fg::view(p1 + c[1] + ri * L.ri_str[1] + j0 * L.i_str[1], L.i_str[1], m, pk1);
-          const float *v3 = fg::view(p3 + c[3] + ri * L.ri_str[3] + j0 * L.i_str[3], L.i_str[3], m, pk3);
-          const float *v4 = fg::view(p4 + c[4] + ri * L.ri_str[4] + j0 * L.i_str[4], L.i_str[4], m, pk4);
-          const float *v5 = fg::view(p5 + c[5] + ri * L.ri_str[5] + j0 * L.i_str[5], L.i_str[5], m, pk5);
-          float *a0 = acc0 + j0;
-          for (int64_t i = 0; i < m; ++i) {
-            a0[i] += s4_r0(v0[i], v1[i], v3[i], v4[i], v5[i], a);
-          }
-        }
-      }
-    }
-    if (part != nullptr) return;  // split mode: combine4 finishes
-    for (int64_t i = 0; i < n; ++i) {
-      float r0 = acc0[i];
       q7[base[7] + i * L.i_str[7]] = float(r0);
     }
   }
 }
 
 // Split mode: folds the partial accumulators of one tile and finishes like col mode.
-void combine4(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
+void combine3(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
               const unsigned char *part, int64_t count, int64_t span, int64_t stride) {
   const ScalarAttrs a = scalar_attrs(attrs);
   (void)a;
@@ -1886,168 +1703,33 @@ void combine4(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
   }
 }
 
-// --- stage 5: sum (%26)
-FG_INLINE float s5_r0(float v0, float v3, double v6, float v7, const ScalarAttrs &a) {
+// --- stage 4: output 0 (%26)
+FG_INLINE float s4_w0(float v0, float v1, float v3, float v4, float v5, double v6, float v7, const ScalarAttrs &a) {
   (void)a;
-  const auto t0 = (v0 == v3);
-  const auto t1 = ((double)(v7) / v6);
-  const auto t2 = (float)(t1);
-  const auto t3 = fg::fg_where(t0, t2, (float)(INT64_C(0)));
-  return t3;
+  const auto t0 = (v1 / v4);
+  const auto t1 = (t0 + v5);
+  const auto t2 = (v0 - v3);
+  const auto t3 = fg::exp_f32(t2);
+  const auto t4 = (t1 * t3);
+  const auto t5 = (v0 == v3);
+  const auto t6 = ((double)(v7) / v6);
+  const auto t7 = (float)(t6);
+  const auto t8 = fg::fg_where(t5, t7, (float)(INT64_C(0)));
+  const auto t9 = (t4 + t8);
+  const auto t10 = t9;
+  return t10;
 }
 
-void stage5(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
+void stage4(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
             int64_t r_lo, int64_t r_hi, unsigned char *part, int64_t stride) {
   const ScalarAttrs a = scalar_attrs(attrs);
   const float *p0 = static_cast<const float *>(ptr[0]);
+  const float *p1 = static_cast<const float *>(ptr[1]);
   const float *p3 = static_cast<const float *>(ptr[3]);
+  const float *p4 = static_cast<const float *>(ptr[4]);
+  const float *p5 = static_cast<const float *>(ptr[5]);
   const double *p6 = static_cast<const double *>(ptr[6]);
   const float *p7 = static_cast<const float *>(ptr[7]);
-  float *q9 = static_cast<float *>(ptr[9]);
-  if (L.inner == 1) {
-    // Row mode: the innermost dim is reduced; several accumulators per reduction keep the adds independent.
-    (void)n;
-    float acc0[fg::kLanes];
-    std::fill(acc0, acc0 + fg::kLanes, 0.0f);
-    for (int64_t ro = 0; ro < L.ro_total; ++ro) {
-      int64_t c[kOperands];
-      fg::ro_offsets(L, ro, base, c);
-      float pk0[fg::kChunk];
-      float pk3[fg::kChunk];
-      double pk6[fg::kChunk];
-      float pk7[fg::kChunk];
-      // Reduction results read here are usually constant along the row (stride 0). They are
-      // then passed as scalars, so what depends on them alone (e.g. rsqrt(var + eps)) is
-      // computed once per row instead of per element, and no pack buffer is filled with copies.
-      const bool row_const = L.ri_str[3] == 0 && L.ri_str[6] == 0 && L.ri_str[7] == 0;
-      const float s3 = row_const ? float(p3[c[3]]) : float(0);
-      const double s6 = row_const ? double(p6[c[6]]) : double(0);
-      const float s7 = row_const ? float(p7[c[7]]) : float(0);
-      for (int64_t r0 = r_lo; r0 < r_hi; r0 += fg::kChunk) {
-        const int64_t m = std::min<int64_t>(fg::kChunk, r_hi - r0);
-        const float *v0 = fg::view(p0 + c[0] + r0 * L.ri_str[0], L.ri_str[0], m, pk0);
-        const float *v3 = row_const ? nullptr : fg::view(p3 + c[3] + r0 * L.ri_str[3], L.ri_str[3], m, pk3);
-        const double *v6 = row_const ? nullptr : fg::view(p6 + c[6] + r0 * L.ri_str[6], L.ri_str[6], m, pk6);
-        const float *v7 = row_const ? nullptr : fg::view(p7 + c[7] + r0 * L.ri_str[7], L.ri_str[7], m, pk7);
-        if (row_const) {
-          int64_t i = 0;
-          for (; i + fg::kLanes <= m; i += fg::kLanes) {
-            for (int l = 0; l < fg::kLanes; ++l) {
-              acc0[l] += s5_r0(v0[i + l], s3, s6, s7, a);
-            }
-          }
-          for (; i < m; ++i) {
-            acc0[0] += s5_r0(v0[i], s3, s6, s7, a);
-          }
-        } else {
-          int64_t i = 0;
-          for (; i + fg::kLanes <= m; i += fg::kLanes) {
-            for (int l = 0; l < fg::kLanes; ++l) {
-              acc0[l] += s5_r0(v0[i + l], v3[i + l], v6[i + l], v7[i + l], a);
-            }
-          }
-          for (; i < m; ++i) {
-            acc0[0] += s5_r0(v0[i], v3[i], v6[i], v7[i], a);
-          }
-        }
-      }
-    }
-    float r0 = acc0[0];
-    for (int l = 1; l < fg::kLanes; ++l) r0 += acc0[l];
-    if (part != nullptr) {  // split mode: leave the partial result for combine5
-      reinterpret_cast<float *>(part + 0 * stride)[0] = r0;
-      return;
-    }
-    q9[base[9]] = float(r0);
-  } else {
-    // Col mode: the innermost dim is kept; each task owns a tile of it and one accumulator per element.
-    float local0[fg::kTile];
-    float *acc0 = part != nullptr
-        ? reinterpret_cast<float *>(part + 0 * stride)
-        : local0;
-    std::fill(acc0, acc0 + n, 0.0f);
-    for (int64_t ro = 0; ro < L.ro_total; ++ro) {
-      int64_t c[kOperands];
-      fg::ro_offsets(L, ro, base, c);
-      float pk0[fg::kChunk];
-      float pk3[fg::kChunk];
-      double pk6[fg::kChunk];
-      float pk7[fg::kChunk];
-      int64_t ri = r_lo;
-      // Four rows per pass over the accumulators when every operand is unit-stride along the
-      // tile: the accumulators are loaded and stored a quarter as often (they can be wider
-      // than L1 when the reduced dim is split across threads).
-      if (L.i_str[0] == 1 && L.i_str[3] == 1 && L.i_str[6] == 1 && L.i_str[7] == 1) {
-        const int64_t s0 = L.ri_str[0];
-        const int64_t s3 = L.ri_str[3];
-        const int64_t s6 = L.ri_str[6];
-        const int64_t s7 = L.ri_str[7];
-        for (; ri + 4 <= r_hi; ri += 4) {
-          for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
-            const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
-            const float *v0 = p0 + c[0] + ri * s0 + j0;
-            const float *v3 = p3 + c[3] + ri * s3 + j0;
-            const double *v6 = p6 + c[6] + ri * s6 + j0;
-            const float *v7 = p7 + c[7] + ri * s7 + j0;
-            float *a0 = acc0 + j0;
-            for (int64_t i = 0; i < m; ++i) {
-              a0[i] += (s5_r0(v0[i], v3[i], v6[i], v7[i], a) + s5_r0(v0[i + 1 * s0], v3[i + 1 * s3], v6[i + 1 * s6], v7[i + 1 * s7], a)) + (s5_r0(v0[i + 2 * s0], v3[i + 2 * s3], v6[i + 2 * s6], v7[i + 2 * s7], a) + s5_r0(v0[i + 3 * s0], v3[i + 3 * s3], v6[i + 3 * s6], v7[i + 3 * s7], a));
-            }
-          }
-        }
-      }
-      for (; ri < r_hi; ++ri) {
-        // Each row of the tile in chunks: the row streams in full, the pack buffers stay small.
-        for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
-          const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
-          const float *v0 = fg::view(p0 + c[0] + ri * L.ri_str[0] + j0 * L.i_str[0], L.i_str[0], m, pk0);
-          const float *v3 = fg::view(p3 + c[3] + ri * L.ri_str[3] + j0 * L.i_str[3], L.i_str[3], m, pk3);
-          const double *v6 = fg::view(p6 + c[6] + ri * L.ri_str[6] + j0 * L.i_str[6], L.i_str[6], m, pk6);
-          const float *v7 = fg::view(p7 + c[7] + ri * L.ri_str[7] + j0 * L.i_str[7], L.i_str[7], m, pk7);
-          float *a0 = acc0 + j0;
-          for (int64_t i = 0; i < m; ++i) {
-            a0[i] += s5_r0(v0[i], v3[i], v6[i], v7[i], a);
-          }
-        }
-      }
-    }
-    if (part != nullptr) return;  // split mode: combine5 finishes
-    for (int64_t i = 0; i < n; ++i) {
-      float r0 = acc0[i];
-      q9[base[9] + i * L.i_str[9]] = float(r0);
-    }
-  }
-}
-
-// Split mode: folds the partial accumulators of one tile and finishes like col mode.
-void combine5(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
-              const unsigned char *part, int64_t count, int64_t span, int64_t stride) {
-  const ScalarAttrs a = scalar_attrs(attrs);
-  (void)a;
-  float *q9 = static_cast<float *>(ptr[9]);
-  for (int64_t i = 0; i < n; ++i) {
-    float r0 = reinterpret_cast<const float *>(part + 0 * stride)[i];
-    for (int64_t s = 1; s < count; ++s) {
-      const float p = reinterpret_cast<const float *>(part + s * span + 0 * stride)[i];
-      r0 += p;
-    }
-    q9[base[9] + i * L.i_str[9]] = float(r0);
-  }
-}
-
-// --- stage 6: output 0 (%28)
-FG_INLINE float s6_w0(float v8, float v9, const ScalarAttrs &a) {
-  (void)a;
-  const auto t0 = (v8 + v9);
-  const auto t1 = t0;
-  return t1;
-}
-
-void stage6(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
-            int64_t r_lo, int64_t r_hi, unsigned char *part, int64_t stride) {
-  const ScalarAttrs a = scalar_attrs(attrs);
-  const float *p8 = static_cast<const float *>(ptr[8]);
-  const float *p9 = static_cast<const float *>(ptr[9]);
   float *q2 = static_cast<float *>(ptr[2]);
   if (L.inner == 1) {
     // Row mode: the innermost dim is reduced; one element per step.
@@ -2055,27 +1737,40 @@ void stage6(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
     for (int64_t ro = 0; ro < L.ro_total; ++ro) {
       int64_t c[kOperands];
       fg::ro_offsets(L, ro, base, c);
-      float pk8[fg::kChunk];
-      float pk9[fg::kChunk];
+      float pk0[fg::kChunk];
+      float pk1[fg::kChunk];
+      float pk3[fg::kChunk];
+      float pk4[fg::kChunk];
+      float pk5[fg::kChunk];
+      double pk6[fg::kChunk];
+      float pk7[fg::kChunk];
       float pw2[fg::kChunk];
       // Reduction results read here are usually constant along the row (stride 0). They are
       // then passed as scalars, so what depends on them alone (e.g. rsqrt(var + eps)) is
       // computed once per row instead of per element, and no pack buffer is filled with copies.
-      const bool row_const = L.ri_str[8] == 0 && L.ri_str[9] == 0;
-      const float s8 = row_const ? float(p8[c[8]]) : float(0);
-      const float s9 = row_const ? float(p9[c[9]]) : float(0);
+      const bool row_const = L.ri_str[3] == 0 && L.ri_str[4] == 0 && L.ri_str[5] == 0 && L.ri_str[6] == 0 && L.ri_str[7] == 0;
+      const float s3 = row_const ? float(p3[c[3]]) : float(0);
+      const float s4 = row_const ? float(p4[c[4]]) : float(0);
+      const float s5 = row_const ? float(p5[c[5]]) : float(0);
+      const double s6 = row_const ? double(p6[c[6]]) : double(0);
+      const float s7 = row_const ? float(p7[c[7]]) : float(0);
       for (int64_t r0 = r_lo; r0 < r_hi; r0 += fg::kChunk) {
         const int64_t m = std::min<int64_t>(fg::kChunk, r_hi - r0);
-        const float *v8 = row_const ? nullptr : fg::view(p8 + c[8] + r0 * L.ri_str[8], L.ri_str[8], m, pk8);
-        const float *v9 = row_const ? nullptr : fg::view(p9 + c[9] + r0 * L.ri_str[9], L.ri_str[9], m, pk9);
+        const float *v0 = fg::view(p0 + c[0] + r0 * L.ri_str[0], L.ri_str[0], m, pk0);
+        const float *v1 = fg::view(p1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], m, pk1);
+        const float *v3 = row_const ? nullptr : fg::view(p3 + c[3] + r0 * L.ri_str[3], L.ri_str[3], m, pk3);
+        const float *v4 = row_const ? nullptr : fg::view(p4 + c[4] + r0 * L.ri_str[4], L.ri_str[4], m, pk4);
+        const float *v5 = row_const ? nullptr : fg::view(p5 + c[5] + r0 * L.ri_str[5], L.ri_str[5], m, pk5);
+        const double *v6 = row_const ? nullptr : fg::view(p6 + c[6] + r0 * L.ri_str[6], L.ri_str[6], m, pk6);
+        const float *v7 = row_const ? nullptr : fg::view(p7 + c[7] + r0 * L.ri_str[7], L.ri_str[7], m, pk7);
         float *w2 = fg::out_view(q2 + c[2] + r0 * L.ri_str[2], L.ri_str[2], pw2);
         if (row_const) {
           for (int64_t i = 0; i < m; ++i) {
-            w2[i] = s6_w0(s8, s9, a);
+            w2[i] = s4_w0(v0[i], v1[i], s3, s4, s5, s6, s7, a);
           }
         } else {
           for (int64_t i = 0; i < m; ++i) {
-            w2[i] = s6_w0(v8[i], v9[i], a);
+            w2[i] = s4_w0(v0[i], v1[i], v3[i], v4[i], v5[i], v6[i], v7[i], a);
           }
         }
         fg::scatter(q2 + c[2] + r0 * L.ri_str[2], L.ri_str[2], m, w2);
@@ -2088,19 +1783,29 @@ void stage6(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
     for (int64_t ro = 0; ro < L.ro_total; ++ro) {
       int64_t c[kOperands];
       fg::ro_offsets(L, ro, base, c);
-      float pk8[fg::kChunk];
-      float pk9[fg::kChunk];
+      float pk0[fg::kChunk];
+      float pk1[fg::kChunk];
+      float pk3[fg::kChunk];
+      float pk4[fg::kChunk];
+      float pk5[fg::kChunk];
+      double pk6[fg::kChunk];
+      float pk7[fg::kChunk];
       float pw2[fg::kChunk];
       int64_t ri = r_lo;
       for (; ri < r_hi; ++ri) {
         // Each row of the tile in chunks: the row streams in full, the pack buffers stay small.
         for (int64_t j0 = 0; j0 < n; j0 += fg::kChunk) {
           const int64_t m = std::min<int64_t>(fg::kChunk, n - j0);
-          const float *v8 = fg::view(p8 + c[8] + ri * L.ri_str[8] + j0 * L.i_str[8], L.i_str[8], m, pk8);
-          const float *v9 = fg::view(p9 + c[9] + ri * L.ri_str[9] + j0 * L.i_str[9], L.i_str[9], m, pk9);
+          const float *v0 = fg::view(p0 + c[0] + ri * L.ri_str[0] + j0 * L.i_str[0], L.i_str[0], m, pk0);
+          const float *v1 = fg::view(p1 + c[1] + ri * L.ri_str[1] + j0 * L.i_str[1], L.i_str[1], m, pk1);
+          const float *v3 = fg::view(p3 + c[3] + ri * L.ri_str[3] + j0 * L.i_str[3], L.i_str[3], m, pk3);
+          const float *v4 = fg::view(p4 + c[4] + ri * L.ri_str[4] + j0 * L.i_str[4], L.i_str[4], m, pk4);
+          const float *v5 = fg::view(p5 + c[5] + ri * L.ri_str[5] + j0 * L.i_str[5], L.i_str[5], m, pk5);
+          const double *v6 = fg::view(p6 + c[6] + ri * L.ri_str[6] + j0 * L.i_str[6], L.i_str[6], m, pk6);
+          const float *v7 = fg::view(p7 + c[7] + ri * L.ri_str[7] + j0 * L.i_str[7], L.i_str[7], m, pk7);
           float *w2 = fg::out_view(q2 + c[2] + ri * L.ri_str[2] + j0 * L.i_str[2], L.i_str[2], pw2);
           for (int64_t i = 0; i < m; ++i) {
-            w2[i] = s6_w0(v8[i], v9[i], a);
+            w2[i] = s4_w0(v0[i], v1[i], v3[i], v4[i], v5[i], v6[i], v7[i], a);
           }
           fg::scatter(q2 + c[2] + ri * L.ri_str[2] + j0 * L.i_str[2], L.i_str[2], m, w2);
         }
@@ -2109,9 +1814,9 @@ void stage6(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
   }
 }
 
-const fg::StageFn<kOperands> kFns[kStages] = {stage0, stage1, stage2, stage3, stage4, stage5, stage6};
-const fg::CombineFn<kOperands> kCombines[kStages] = {combine0, combine1, combine2, combine3, combine4, combine5, nullptr};
-const fg::StageFn<kOperands> kPairs[kStages] = {nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
+const fg::StageFn<kOperands> kFns[kStages] = {stage0, stage1, stage2, stage3, stage4};
+const fg::CombineFn<kOperands> kCombines[kStages] = {combine0, combine1, combine2, combine3, nullptr};
+const fg::StageFn<kOperands> kPairs[kStages] = {nullptr, nullptr, nullptr, nullptr, nullptr};
 
 }  // namespace k_float32_float32
 
@@ -2226,7 +1931,7 @@ int call_run(Operands &o, const char **dtypes, const Data &a) {
 }
 
 // (float32, float32) -> (float32)
-ffi::Error SoftmaxGrad_float32_float32_impl(ffi::Buffer<ffi::F32> in0, ffi::Buffer<ffi::F32> in1, ffi::ResultBuffer<ffi::F32> out0, ffi::ResultBuffer<ffi::U8> out1, ffi::ResultBuffer<ffi::U8> out2, ffi::ResultBuffer<ffi::U8> out3, ffi::ResultBuffer<ffi::U8> out4, ffi::ResultBuffer<ffi::U8> out5, ffi::ResultBuffer<ffi::U8> out6, ffi::ResultBuffer<ffi::U8> out7, int64_t axis) {
+ffi::Error SoftmaxGrad_float32_float32_impl(ffi::Buffer<ffi::F32> in0, ffi::Buffer<ffi::F32> in1, ffi::ResultBuffer<ffi::F32> out0, ffi::ResultBuffer<ffi::U8> out1, ffi::ResultBuffer<ffi::U8> out2, ffi::ResultBuffer<ffi::U8> out3, ffi::ResultBuffer<ffi::U8> out4, ffi::ResultBuffer<ffi::U8> out5, int64_t axis) {
   static const char *const kDtypes[kInputs + kOutputs] = {"float32", "float32", "float32"};
   Data a;
   a.axis = axis;
@@ -2239,15 +1944,11 @@ ffi::Error SoftmaxGrad_float32_float32_impl(ffi::Buffer<ffi::F32> in0, ffi::Buff
   o.add(*out3);
   o.add(*out4);
   o.add(*out5);
-  o.add(*out6);
-  o.add(*out7);
   a.workspace.push_back(out1->size_bytes());
   a.workspace.push_back(out2->size_bytes());
   a.workspace.push_back(out3->size_bytes());
   a.workspace.push_back(out4->size_bytes());
   a.workspace.push_back(out5->size_bytes());
-  a.workspace.push_back(out6->size_bytes());
-  a.workspace.push_back(out7->size_bytes());
   return status_to_error(call_run(o, const_cast<const char **>(kDtypes), a));
 }
 
@@ -2385,8 +2086,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(SoftmaxGrad_float32_float32, SoftmaxGrad_float32_f
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
-                                  .Ret<ffi::Buffer<ffi::U8>>()
-                                  .Ret<ffi::Buffer<ffi::U8>>()
                                   .Ret<ffi::Buffer<ffi::U8>>()
                                   .Ret<ffi::Buffer<ffi::U8>>()
                                   .Ret<ffi::Buffer<ffi::U8>>()

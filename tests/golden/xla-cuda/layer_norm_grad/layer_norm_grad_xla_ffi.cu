@@ -33,23 +33,21 @@
 //     %25 = mul %24, %3                              # grad.py:250
 //     %26 = add %9, %25                              # grad.py:215
 //     %27 = add %26, %25                             # grad.py:215
-//     %28 = sum_to %27, shape of %1                  # grad.py:205
-//     %29 = input d_out1
-//     %30 = neg %27                                  # grad.py:249
-//     %31 = sum_to %30, shape of %2                  # grad.py:205
-//     %32 = add %29, %31                             # grad.py:215
-//     %33 = eq %1, %1                                # grad.py:295
-//     %34 = where %33, %20, %20                      # grad.py:295
-//     %35 = sum %34, axis=@axis, keep_dims=True      # grad.py:284
-//     %36 = div %32, %35                             # grad.py:296
-//     %37 = cast %36 to dtype of %32                 # grad.py:296
-//     %38 = sum_to %37, shape of %1                  # grad.py:205
-//     %39 = add %28, %38                             # grad.py:215
-//     %40 = cast %39 to dtype of %1                  # grad.py:152
+//     %28 = input d_out1
+//     %29 = neg %27                                  # grad.py:249
+//     %30 = sum_to %29, shape of %2                  # grad.py:205
+//     %31 = add %28, %30                             # grad.py:215
+//     %32 = eq %1, %1                                # grad.py:295
+//     %33 = where %32, %20, %20                      # grad.py:295
+//     %34 = sum %33, axis=@axis, keep_dims=True      # grad.py:284
+//     %35 = div %31, %34                             # grad.py:296
+//     %36 = cast %35 to dtype of %31                 # grad.py:296
+//     %37 = add %27, %36                             # grad.py:215
+//     %38 = cast %37 to dtype of %1                  # grad.py:152
 //     check shape %0 == %13  # cotangent 0 must have the shape of output 0 of layer_norm
-//     check shape %29 == %2  # cotangent 1 must have the shape of output 1 of layer_norm
+//     check shape %28 == %2  # cotangent 1 must have the shape of output 1 of layer_norm
 //     check shape %11 == %8  # cotangent 2 must have the shape of output 2 of layer_norm
-//     return %40
+//     return %38
 //   }
 //
 // Build (no -fvisibility=hidden: the handler macro adds no visibility attribute):
@@ -69,19 +67,17 @@
 //       jax.ShapeDtypeStruct((<workspace 3 bytes>,), np.uint8),  # scratch: allocate, then ignore
 //       jax.ShapeDtypeStruct((<workspace 4 bytes>,), np.uint8),  # scratch: allocate, then ignore
 //       jax.ShapeDtypeStruct((<workspace 5 bytes>,), np.uint8),  # scratch: allocate, then ignore
-//       jax.ShapeDtypeStruct((<workspace 6 bytes>,), np.uint8),  # scratch: allocate, then ignore
-//       jax.ShapeDtypeStruct((<workspace 7 bytes>,), np.uint8),  # scratch: allocate, then ignore
 //   ], vmap_method="sequential")(x, d_out0, d_out1, d_out2, axis=..., eps=...)
 // Register under a name that contains a hash of this file: XLA refuses a second registration of a
 // name, and keeps the first handler.
 //
 // Handlers (inputs -> outputs + scratch):
-//   LayerNormGrad_float64_float64_float64_float64: (F64, F64, F64, F64) -> (F64, U8, U8, U8, U8, U8, U8, U8, U8)
+//   LayerNormGrad_float64_float64_float64_float64: (F64, F64, F64, F64) -> (F64, U8, U8, U8, U8, U8, U8)
 //
 // Attributes (all must be passed; pass the default where the op has one):
 //   axis: int as int64_t (default -1)
 //   eps: float as double (default 1e-05)
-// Scratch: 8 extra u8 result(s) in device memory, the reductions later stages read (results, as
+// Scratch: 6 extra u8 result(s) in device memory, the reductions later stages read (results, as
 // on the CPU, so one calling convention serves both); each must hold numel(node) * itemsize bytes
 // (fusegen.xla_emit.workspace_bytes).
 //
@@ -933,11 +929,11 @@ namespace {
 
 constexpr int kInputs = 4;
 constexpr int kOutputs = 1;
-constexpr int kWorkspaces = 8;
-constexpr int kOperands = 13;
-constexpr int kNodes = 41;
-constexpr int kStages = 7;
-constexpr int kOutputNode[kOutputs] = {40};
+constexpr int kWorkspaces = 6;
+constexpr int kOperands = 11;
+constexpr int kNodes = 39;
+constexpr int kStages = 5;
+constexpr int kOutputNode[kOutputs] = {38};
 
 // Attribute values (read once by LayerNormGradInit) and the workspace sizes Init chose.
 struct LayerNormGradData final : public AotKernelData {
@@ -1079,66 +1075,56 @@ int infer_shapes(const fg::Shape *in, const LayerNormGradData &a, Shapes *s) {
     const fg::Shape *src[] = {&s->node[26], &s->node[25]};
     FG_TRY(fg::broadcast(src, 2, &s->node[27]));
   }
-  // %28 = sum_to %27, shape of %1
-  {
-    const fg::Shape *src[] = {&s->node[27], &s->node[1], &s->node[13], &s->node[4]};
-    FG_TRY(fg::sum_to(src, 4, &s->node[28], &s->mask[28]));
-  }
-  // %29 = input d_out1
-  s->node[29] = in[2];
-  // %30 = neg %27
+  // %28 = input d_out1
+  s->node[28] = in[2];
+  // %29 = neg %27
   {
     const fg::Shape *src[] = {&s->node[27]};
-    FG_TRY(fg::broadcast(src, 1, &s->node[30]));
+    FG_TRY(fg::broadcast(src, 1, &s->node[29]));
   }
-  // %31 = sum_to %30, shape of %2
+  // %30 = sum_to %29, shape of %2
   {
-    const fg::Shape *src[] = {&s->node[30], &s->node[2], &s->node[13], &s->node[4]};
-    FG_TRY(fg::sum_to(src, 4, &s->node[31], &s->mask[31]));
+    const fg::Shape *src[] = {&s->node[29], &s->node[2], &s->node[3]};
+    FG_TRY(fg::sum_to(src, 3, &s->node[30], &s->mask[30]));
   }
-  // %32 = add %29, %31
+  // %31 = add %28, %30
   {
-    const fg::Shape *src[] = {&s->node[29], &s->node[31]};
-    FG_TRY(fg::broadcast(src, 2, &s->node[32]));
+    const fg::Shape *src[] = {&s->node[28], &s->node[30]};
+    FG_TRY(fg::broadcast(src, 2, &s->node[31]));
   }
-  // %33 = eq %1, %1
+  // %32 = eq %1, %1
   {
     const fg::Shape *src[] = {&s->node[1], &s->node[1]};
-    FG_TRY(fg::broadcast(src, 2, &s->node[33]));
+    FG_TRY(fg::broadcast(src, 2, &s->node[32]));
   }
-  // %34 = where %33, %20, %20
+  // %33 = where %32, %20, %20
   {
-    const fg::Shape *src[] = {&s->node[33], &s->node[20], &s->node[20]};
-    FG_TRY(fg::broadcast(src, 3, &s->node[34]));
+    const fg::Shape *src[] = {&s->node[32], &s->node[20], &s->node[20]};
+    FG_TRY(fg::broadcast(src, 3, &s->node[33]));
   }
-  // %35 = sum %34, axis=@axis, keep_dims=True
+  // %34 = sum %33, axis=@axis, keep_dims=True
   {
     const int64_t axes[] = {a.axis};
-    FG_TRY(fg::reduce(s->node[34], axes, 1, false, true, &s->node[35], &s->mask[35]));
+    FG_TRY(fg::reduce(s->node[33], axes, 1, false, true, &s->node[34], &s->mask[34]));
   }
-  // %36 = div %32, %35
+  // %35 = div %31, %34
   {
-    const fg::Shape *src[] = {&s->node[32], &s->node[35]};
-    FG_TRY(fg::broadcast(src, 2, &s->node[36]));
+    const fg::Shape *src[] = {&s->node[31], &s->node[34]};
+    FG_TRY(fg::broadcast(src, 2, &s->node[35]));
   }
-  // %37 = cast %36 to dtype of %32
-  s->node[37] = s->node[36];
-  // %38 = sum_to %37, shape of %1
+  // %36 = cast %35 to dtype of %31
+  s->node[36] = s->node[35];
+  // %37 = add %27, %36
   {
-    const fg::Shape *src[] = {&s->node[37], &s->node[1], &s->node[1]};
-    FG_TRY(fg::sum_to(src, 3, &s->node[38], &s->mask[38]));
+    const fg::Shape *src[] = {&s->node[27], &s->node[36]};
+    FG_TRY(fg::broadcast(src, 2, &s->node[37]));
   }
-  // %39 = add %28, %38
-  {
-    const fg::Shape *src[] = {&s->node[28], &s->node[38]};
-    FG_TRY(fg::broadcast(src, 2, &s->node[39]));
-  }
-  // %40 = cast %39 to dtype of %1
-  s->node[40] = s->node[39];
+  // %38 = cast %37 to dtype of %1
+  s->node[38] = s->node[37];
   // check: cotangent 0 must have the shape of output 0 of layer_norm
   if (!fg::same_shape(s->node[0], s->node[13])) return fg::FG_ERR_OUT_SHAPE;
   // check: cotangent 1 must have the shape of output 1 of layer_norm
-  if (!fg::same_shape(s->node[29], s->node[2])) return fg::FG_ERR_OUT_SHAPE;
+  if (!fg::same_shape(s->node[28], s->node[2])) return fg::FG_ERR_OUT_SHAPE;
   // check: cotangent 2 must have the shape of output 2 of layer_norm
   if (!fg::same_shape(s->node[11], s->node[8])) return fg::FG_ERR_OUT_SHAPE;
   return fg::FG_OK;
@@ -1151,12 +1137,12 @@ int check_nonempty(const Shapes &s) {
 }
 
 // The plan: each stage is one pass over its domain (fusegen.plan). Operand ids: inputs 0..3,
-// outputs 4..4, workspaces 5..12.
+// outputs 4..4, workspaces 5..10.
 const fg::StageInfo kStageInfo[kStages] = {
-    // stage 0: mean (%2), sum (%35)
+    // stage 0: mean (%2), sum (%34)
     {1, {1}, 2,
      1, {0}, {1},
-     2, {5, 9}, {2, 35},
+     2, {5, 9}, {2, 34},
      0, {}, {},
      0, {}, 2},
     // stage 1: mean (%5), sum (%22)
@@ -1171,27 +1157,15 @@ const fg::StageInfo kStageInfo[kStages] = {
      1, {6}, {14},
      0, {}, {},
      0, {}, 1},
-    // stage 3: sum (%28)
-    {9, {1, 0, 11, 14, 2, 22, 5, 13, 4}, 28,
+    // stage 3: sum (%30)
+    {8, {1, 0, 11, 14, 2, 22, 5, 3}, 30,
      7, {0, 1, 3, 6, 5, 7, 8}, {1, 0, 11, 14, 2, 22, 5},
-     1, {12}, {28},
+     1, {10}, {30},
      0, {}, {},
      0, {}, 1},
-    // stage 4: sum (%31)
-    {9, {1, 0, 11, 14, 2, 22, 5, 13, 4}, 31,
-     7, {0, 1, 3, 6, 5, 7, 8}, {1, 0, 11, 14, 2, 22, 5},
-     1, {10}, {31},
-     0, {}, {},
-     0, {}, 1},
-    // stage 5: sum (%38)
-    {4, {29, 35, 31, 1}, 38,
-     3, {2, 9, 10}, {29, 35, 31},
-     1, {11}, {38},
-     0, {}, {},
-     0, {}, 1},
-    // stage 6: output 0 (%40)
-    {2, {38, 28}, -1,
-     2, {11, 12}, {38, 28},
+    // stage 4: output 0 (%38)
+    {10, {1, 0, 28, 11, 34, 30, 14, 2, 22, 5}, -1,
+     10, {0, 1, 2, 3, 9, 10, 6, 5, 7, 8}, {1, 0, 28, 11, 34, 30, 14, 2, 22, 5},
      0, {}, {},
      0, {}, {},
      1, {4}, 0},
@@ -1216,9 +1190,9 @@ int find_combo(const char **dtypes, int count) {
 }
 
 const int64_t kWorkspaceItemsize[][kWorkspaces + 1] = {
-    {8, 8, 8, 8, 8, 8, 8, 8, 0},
+    {8, 8, 8, 8, 8, 8, 0},
 };
-const int kWorkspaceNode[kWorkspaces] = {2, 14, 22, 5, 35, 31, 38, 28};
+const int kWorkspaceNode[kWorkspaces] = {2, 14, 22, 5, 34, 30};
 
 int read_inputs(int *ndims, int64_t **shapes, fg::Shape *in) {
   for (int i = 0; i < kInputs; ++i) FG_TRY(fg::read_shape(ndims[i], shapes[i], &in[i]));
@@ -1282,7 +1256,7 @@ __device__ inline void dev_point(const Layout &L, int64_t r, const int64_t *base
 // =============================================================================================
 namespace k_float64_float64_float64_float64 {
 
-// --- stage 0: mean (%2), sum (%35)
+// --- stage 0: mean (%2), sum (%34)
 __device__ inline double s0_r0(double v0, const Attrs &a) {
   (void)a;
   return v0;
@@ -1517,94 +1491,8 @@ __global__ void stage2_block(Layout L, Ptrs P, Attrs a) {
   }
 }
 
-// --- stage 3: sum (%28)
+// --- stage 3: sum (%30)
 __device__ inline double s3_r0(double v0, double v1, double v3, double v6, double v5, double v7, double v8, const Attrs &a) {
-  (void)a;
-  const auto t0 = (v8 + a.eps);
-  const auto t1 = (1.0 / sqrt(t0));
-  const auto t2 = (v1 * t1);
-  const auto t3 = (v3 + v6);
-  const auto t4 = (-0.5 * t3);
-  const auto t5 = (t4 * t1);
-  const auto t6 = (t5 / t0);
-  const auto t7 = (t6 / v7);
-  const auto t8 = t7;
-  const auto t9 = (v0 - v5);
-  const auto t10 = (t8 * t9);
-  const auto t11 = (t2 + t10);
-  const auto t12 = (t11 + t10);
-  return t12;
-}
-
-// One thread per output point (o, i): threads run across the contiguous dim, so the rows a
-// reduction of leading axes reads are coalesced; accumulators stay in registers.
-__global__ void stage3_thread(Layout L, Ptrs P, Attrs a) {
-  const double *p0 = static_cast<const double *>(P.p[0]);
-  const double *p1 = static_cast<const double *>(P.p[1]);
-  const double *p3 = static_cast<const double *>(P.p[3]);
-  const double *p6 = static_cast<const double *>(P.p[6]);
-  const double *p5 = static_cast<const double *>(P.p[5]);
-  const double *p7 = static_cast<const double *>(P.p[7]);
-  const double *p8 = static_cast<const double *>(P.p[8]);
-  double *q12 = static_cast<double *>(P.p[12]);
-
-  const int64_t count = L.ro_total * L.ri;
-  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < L.o_total * L.inner;
-       t += int64_t(gridDim.x) * blockDim.x) {
-    int64_t base[kOperands], c[kOperands];
-    dev_base(L, t / L.inner, t % L.inner, base);
-    double r0 = 0.0;
-    for (int64_t r = 0; r < count; ++r) {
-      dev_point(L, r, base, c);
-      r0 += s3_r0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p3[c[3]]), fgd::ld(p6[c[6]]), fgd::ld(p5[c[5]]), fgd::ld(p7[c[7]]), fgd::ld(p8[c[8]]), a);
-    }
-    fgd::put(&q12[base[12]], r0);
-
-  }
-}
-
-// One block per output row (the innermost dim is reduced): threads stride along the row, then
-// a shared-memory tree reduction; thread 0 finishes (mean, casts, epilogue outputs).
-__global__ void stage3_block(Layout L, Ptrs P, Attrs a) {
-  const double *p0 = static_cast<const double *>(P.p[0]);
-  const double *p1 = static_cast<const double *>(P.p[1]);
-  const double *p3 = static_cast<const double *>(P.p[3]);
-  const double *p6 = static_cast<const double *>(P.p[6]);
-  const double *p5 = static_cast<const double *>(P.p[5]);
-  const double *p7 = static_cast<const double *>(P.p[7]);
-  const double *p8 = static_cast<const double *>(P.p[8]);
-  double *q12 = static_cast<double *>(P.p[12]);
-
-  __shared__ double sh0[kBlock];
-  const int64_t count = L.ro_total * L.ri;
-  const int tid = threadIdx.x;
-  for (int64_t o = blockIdx.x; o < L.o_total; o += gridDim.x) {
-    int64_t base[kOperands], c[kOperands];
-    dev_base(L, o, 0, base);
-    double r0 = 0.0;
-    for (int64_t r = tid; r < count; r += kBlock) {
-      dev_point(L, r, base, c);
-      r0 += s3_r0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p3[c[3]]), fgd::ld(p6[c[6]]), fgd::ld(p5[c[5]]), fgd::ld(p7[c[7]]), fgd::ld(p8[c[8]]), a);
-    }
-    sh0[tid] = r0;
-    __syncthreads();
-    for (int step = kBlock / 2; step > 0; step /= 2) {
-      if (tid < step) {
-        sh0[tid] += sh0[tid + step];
-      }
-      __syncthreads();
-    }
-    if (tid == 0) {
-      r0 = sh0[0];
-      fgd::put(&q12[base[12]], r0);
-
-    }
-    __syncthreads();  // the shared arrays are reused by the next row
-  }
-}
-
-// --- stage 4: sum (%31)
-__device__ inline double s4_r0(double v0, double v1, double v3, double v6, double v5, double v7, double v8, const Attrs &a) {
   (void)a;
   const auto t0 = (v8 + a.eps);
   const auto t1 = (1.0 / sqrt(t0));
@@ -1625,7 +1513,7 @@ __device__ inline double s4_r0(double v0, double v1, double v3, double v6, doubl
 
 // One thread per output point (o, i): threads run across the contiguous dim, so the rows a
 // reduction of leading axes reads are coalesced; accumulators stay in registers.
-__global__ void stage4_thread(Layout L, Ptrs P, Attrs a) {
+__global__ void stage3_thread(Layout L, Ptrs P, Attrs a) {
   const double *p0 = static_cast<const double *>(P.p[0]);
   const double *p1 = static_cast<const double *>(P.p[1]);
   const double *p3 = static_cast<const double *>(P.p[3]);
@@ -1643,7 +1531,7 @@ __global__ void stage4_thread(Layout L, Ptrs P, Attrs a) {
     double r0 = 0.0;
     for (int64_t r = 0; r < count; ++r) {
       dev_point(L, r, base, c);
-      r0 += s4_r0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p3[c[3]]), fgd::ld(p6[c[6]]), fgd::ld(p5[c[5]]), fgd::ld(p7[c[7]]), fgd::ld(p8[c[8]]), a);
+      r0 += s3_r0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p3[c[3]]), fgd::ld(p6[c[6]]), fgd::ld(p5[c[5]]), fgd::ld(p7[c[7]]), fgd::ld(p8[c[8]]), a);
     }
     fgd::put(&q10[base[10]], r0);
 
@@ -1652,7 +1540,7 @@ __global__ void stage4_thread(Layout L, Ptrs P, Attrs a) {
 
 // One block per output row (the innermost dim is reduced): threads stride along the row, then
 // a shared-memory tree reduction; thread 0 finishes (mean, casts, epilogue outputs).
-__global__ void stage4_block(Layout L, Ptrs P, Attrs a) {
+__global__ void stage3_block(Layout L, Ptrs P, Attrs a) {
   const double *p0 = static_cast<const double *>(P.p[0]);
   const double *p1 = static_cast<const double *>(P.p[1]);
   const double *p3 = static_cast<const double *>(P.p[3]);
@@ -1671,7 +1559,7 @@ __global__ void stage4_block(Layout L, Ptrs P, Attrs a) {
     double r0 = 0.0;
     for (int64_t r = tid; r < count; r += kBlock) {
       dev_point(L, r, base, c);
-      r0 += s4_r0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p3[c[3]]), fgd::ld(p6[c[6]]), fgd::ld(p5[c[5]]), fgd::ld(p7[c[7]]), fgd::ld(p8[c[8]]), a);
+      r0 += s3_r0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p3[c[3]]), fgd::ld(p6[c[6]]), fgd::ld(p5[c[5]]), fgd::ld(p7[c[7]]), fgd::ld(p8[c[8]]), a);
     }
     sh0[tid] = r0;
     __syncthreads();
@@ -1690,87 +1578,43 @@ __global__ void stage4_block(Layout L, Ptrs P, Attrs a) {
   }
 }
 
-// --- stage 5: sum (%38)
-__device__ inline double s5_r0(double v2, double v9, double v10, const Attrs &a) {
+// --- stage 4: output 0 (%38)
+__device__ inline double s4_w0(double v0, double v1, double v2, double v3, double v9, double v10, double v6, double v5, double v7, double v8, const Attrs &a) {
   (void)a;
-  const auto t0 = (v2 + v10);
-  const auto t1 = (t0 / v9);
-  const auto t2 = t1;
-  return t2;
+  const auto t0 = (v8 + a.eps);
+  const auto t1 = (1.0 / sqrt(t0));
+  const auto t2 = (v1 * t1);
+  const auto t3 = (v3 + v6);
+  const auto t4 = (-0.5 * t3);
+  const auto t5 = (t4 * t1);
+  const auto t6 = (t5 / t0);
+  const auto t7 = (t6 / v7);
+  const auto t8 = t7;
+  const auto t9 = (v0 - v5);
+  const auto t10 = (t8 * t9);
+  const auto t11 = (t2 + t10);
+  const auto t12 = (t11 + t10);
+  const auto t13 = (v2 + v10);
+  const auto t14 = (t13 / v9);
+  const auto t15 = t14;
+  const auto t16 = (t12 + t15);
+  const auto t17 = t16;
+  return t17;
 }
 
 // One thread per output point (o, i): threads run across the contiguous dim, so the rows a
 // reduction of leading axes reads are coalesced; accumulators stay in registers.
-__global__ void stage5_thread(Layout L, Ptrs P, Attrs a) {
+__global__ void stage4_thread(Layout L, Ptrs P, Attrs a) {
+  const double *p0 = static_cast<const double *>(P.p[0]);
+  const double *p1 = static_cast<const double *>(P.p[1]);
   const double *p2 = static_cast<const double *>(P.p[2]);
+  const double *p3 = static_cast<const double *>(P.p[3]);
   const double *p9 = static_cast<const double *>(P.p[9]);
   const double *p10 = static_cast<const double *>(P.p[10]);
-  double *q11 = static_cast<double *>(P.p[11]);
-
-  const int64_t count = L.ro_total * L.ri;
-  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < L.o_total * L.inner;
-       t += int64_t(gridDim.x) * blockDim.x) {
-    int64_t base[kOperands], c[kOperands];
-    dev_base(L, t / L.inner, t % L.inner, base);
-    double r0 = 0.0;
-    for (int64_t r = 0; r < count; ++r) {
-      dev_point(L, r, base, c);
-      r0 += s5_r0(fgd::ld(p2[c[2]]), fgd::ld(p9[c[9]]), fgd::ld(p10[c[10]]), a);
-    }
-    fgd::put(&q11[base[11]], r0);
-
-  }
-}
-
-// One block per output row (the innermost dim is reduced): threads stride along the row, then
-// a shared-memory tree reduction; thread 0 finishes (mean, casts, epilogue outputs).
-__global__ void stage5_block(Layout L, Ptrs P, Attrs a) {
-  const double *p2 = static_cast<const double *>(P.p[2]);
-  const double *p9 = static_cast<const double *>(P.p[9]);
-  const double *p10 = static_cast<const double *>(P.p[10]);
-  double *q11 = static_cast<double *>(P.p[11]);
-
-  __shared__ double sh0[kBlock];
-  const int64_t count = L.ro_total * L.ri;
-  const int tid = threadIdx.x;
-  for (int64_t o = blockIdx.x; o < L.o_total; o += gridDim.x) {
-    int64_t base[kOperands], c[kOperands];
-    dev_base(L, o, 0, base);
-    double r0 = 0.0;
-    for (int64_t r = tid; r < count; r += kBlock) {
-      dev_point(L, r, base, c);
-      r0 += s5_r0(fgd::ld(p2[c[2]]), fgd::ld(p9[c[9]]), fgd::ld(p10[c[10]]), a);
-    }
-    sh0[tid] = r0;
-    __syncthreads();
-    for (int step = kBlock / 2; step > 0; step /= 2) {
-      if (tid < step) {
-        sh0[tid] += sh0[tid + step];
-      }
-      __syncthreads();
-    }
-    if (tid == 0) {
-      r0 = sh0[0];
-      fgd::put(&q11[base[11]], r0);
-
-    }
-    __syncthreads();  // the shared arrays are reused by the next row
-  }
-}
-
-// --- stage 6: output 0 (%40)
-__device__ inline double s6_w0(double v11, double v12, const Attrs &a) {
-  (void)a;
-  const auto t0 = (v12 + v11);
-  const auto t1 = t0;
-  return t1;
-}
-
-// One thread per output point (o, i): threads run across the contiguous dim, so the rows a
-// reduction of leading axes reads are coalesced; accumulators stay in registers.
-__global__ void stage6_thread(Layout L, Ptrs P, Attrs a) {
-  const double *p11 = static_cast<const double *>(P.p[11]);
-  const double *p12 = static_cast<const double *>(P.p[12]);
+  const double *p6 = static_cast<const double *>(P.p[6]);
+  const double *p5 = static_cast<const double *>(P.p[5]);
+  const double *p7 = static_cast<const double *>(P.p[7]);
+  const double *p8 = static_cast<const double *>(P.p[8]);
   double *q4 = static_cast<double *>(P.p[4]);
 
   const int64_t count = L.ro_total * L.ri;
@@ -1780,7 +1624,7 @@ __global__ void stage6_thread(Layout L, Ptrs P, Attrs a) {
     dev_base(L, t / L.inner, t % L.inner, base);
     for (int64_t r = 0; r < count; ++r) {
       dev_point(L, r, base, c);
-      fgd::put(&q4[c[4]], s6_w0(fgd::ld(p11[c[11]]), fgd::ld(p12[c[12]]), a));
+      fgd::put(&q4[c[4]], s4_w0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p2[c[2]]), fgd::ld(p3[c[3]]), fgd::ld(p9[c[9]]), fgd::ld(p10[c[10]]), fgd::ld(p6[c[6]]), fgd::ld(p5[c[5]]), fgd::ld(p7[c[7]]), fgd::ld(p8[c[8]]), a));
     }
   }
 }
@@ -1821,23 +1665,7 @@ void launch(int stage, bool block_mode, const Layout &L, const Ptrs &P, const At
                           stream>>>(L, P, a);
       return;
     case 4:
-      if (block_mode) {
-        stage4_block<<<unsigned(std::min<int64_t>(L.o_total, kMaxGrid)), kBlock, 0, stream>>>(L, P, a);
-        return;
-      }
       stage4_thread<<<unsigned(std::min<int64_t>((threads + kBlock - 1) / kBlock, kMaxGrid)), kBlock, 0,
-                          stream>>>(L, P, a);
-      return;
-    case 5:
-      if (block_mode) {
-        stage5_block<<<unsigned(std::min<int64_t>(L.o_total, kMaxGrid)), kBlock, 0, stream>>>(L, P, a);
-        return;
-      }
-      stage5_thread<<<unsigned(std::min<int64_t>((threads + kBlock - 1) / kBlock, kMaxGrid)), kBlock, 0,
-                          stream>>>(L, P, a);
-      return;
-    case 6:
-      stage6_thread<<<unsigned(std::min<int64_t>((threads + kBlock - 1) / kBlock, kMaxGrid)), kBlock, 0,
                           stream>>>(L, P, a);
       return;
     default:
@@ -1975,7 +1803,7 @@ int call_run(Operands &o, const char **dtypes, const Data &a, cudaStream_t strea
 }
 
 // (float64, float64, float64, float64) -> (float64)
-ffi::Error LayerNormGrad_float64_float64_float64_float64_impl(cudaStream_t stream, ffi::Buffer<ffi::F64> in0, ffi::Buffer<ffi::F64> in1, ffi::Buffer<ffi::F64> in2, ffi::Buffer<ffi::F64> in3, ffi::ResultBuffer<ffi::F64> out0, ffi::ResultBuffer<ffi::U8> out1, ffi::ResultBuffer<ffi::U8> out2, ffi::ResultBuffer<ffi::U8> out3, ffi::ResultBuffer<ffi::U8> out4, ffi::ResultBuffer<ffi::U8> out5, ffi::ResultBuffer<ffi::U8> out6, ffi::ResultBuffer<ffi::U8> out7, ffi::ResultBuffer<ffi::U8> out8, int64_t axis, double eps) {
+ffi::Error LayerNormGrad_float64_float64_float64_float64_impl(cudaStream_t stream, ffi::Buffer<ffi::F64> in0, ffi::Buffer<ffi::F64> in1, ffi::Buffer<ffi::F64> in2, ffi::Buffer<ffi::F64> in3, ffi::ResultBuffer<ffi::F64> out0, ffi::ResultBuffer<ffi::U8> out1, ffi::ResultBuffer<ffi::U8> out2, ffi::ResultBuffer<ffi::U8> out3, ffi::ResultBuffer<ffi::U8> out4, ffi::ResultBuffer<ffi::U8> out5, ffi::ResultBuffer<ffi::U8> out6, int64_t axis, double eps) {
   static const char *const kDtypes[kInputs + kOutputs] = {"float64", "float64", "float64", "float64", "float64"};
   Data a;
   a.axis = axis;
@@ -1992,16 +1820,12 @@ ffi::Error LayerNormGrad_float64_float64_float64_float64_impl(cudaStream_t strea
   o.add(*out4);
   o.add(*out5);
   o.add(*out6);
-  o.add(*out7);
-  o.add(*out8);
   a.workspace.push_back(out1->size_bytes());
   a.workspace.push_back(out2->size_bytes());
   a.workspace.push_back(out3->size_bytes());
   a.workspace.push_back(out4->size_bytes());
   a.workspace.push_back(out5->size_bytes());
   a.workspace.push_back(out6->size_bytes());
-  a.workspace.push_back(out7->size_bytes());
-  a.workspace.push_back(out8->size_bytes());
   return status_to_error(call_run(o, const_cast<const char **>(kDtypes), a, stream));
 }
 
@@ -2015,8 +1839,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(LayerNormGrad_float64_float64_float64_float64, Lay
                                   .Arg<ffi::Buffer<ffi::F64>>()
                                   .Arg<ffi::Buffer<ffi::F64>>()
                                   .Ret<ffi::Buffer<ffi::F64>>()
-                                  .Ret<ffi::Buffer<ffi::U8>>()
-                                  .Ret<ffi::Buffer<ffi::U8>>()
                                   .Ret<ffi::Buffer<ffi::U8>>()
                                   .Ret<ffi::Buffer<ffi::U8>>()
                                   .Ret<ffi::Buffer<ffi::U8>>()

@@ -5,38 +5,37 @@
 // fusegen emits for MindSpore's AOT ABI; every launch goes to the stream XLA passes.
 // The op, as fusegen traced it (%N are nodes; @name are attributes):
 //   op rms_norm_grad(x, w, d_out; eps: float = 1e-06) {
-//     %0 = input d_out
-//     %1 = input w
-//     %2 = mul %0, %1                                # grad.py:250
-//     %3 = input x
-//     %4 = mul %3, %3                                # examples.py:57
-//     %5 = mean %4, axis=-1, keep_dims=True          # examples.py:57
-//     %6 = attr @eps
-//     %7 = add %5, %6                                # examples.py:58
-//     %8 = rsqrt %7                                  # examples.py:58
-//     %9 = mul %2, %8                                # grad.py:250
-//     %10 = mul %3, %8                               # examples.py:58
-//     %11 = mul %10, %1                              # examples.py:58
-//     %12 = sum_to %9, shape of %3                   # grad.py:205
-//     %13 = const -0.5                               # grad.py:237
-//     %14 = mul %2, %3                               # grad.py:250
-//     %15 = mul %13, %14                             # grad.py:237
-//     %16 = mul %15, %8                              # grad.py:237
-//     %17 = div %16, %7                              # grad.py:237
-//     %18 = sum_to %17, shape of %5                  # grad.py:205
-//     %19 = eq %4, %4                                # grad.py:295
-//     %20 = const 1.0                                # grad.py:295
-//     %21 = where %19, %20, %20                      # grad.py:295
-//     %22 = sum %21, axis=-1, keep_dims=True         # grad.py:284
-//     %23 = div %18, %22                             # grad.py:296
-//     %24 = cast %23 to dtype of %18                 # grad.py:296
-//     %25 = mul %24, %3                              # grad.py:250
-//     %26 = add %25, %25                             # grad.py:215
-//     %27 = sum_to %26, shape of %3                  # grad.py:205
-//     %28 = add %12, %27                             # grad.py:215
-//     %29 = cast %28 to dtype of %3                  # grad.py:152
-//     check shape %0 == %11  # cotangent 0 must have the shape of output 0 of rms_norm
-//     return %29
+//     %0 = const -0.5                                # grad.py:237
+//     %1 = input d_out
+//     %2 = input w
+//     %3 = mul %1, %2                                # grad.py:250
+//     %4 = input x
+//     %5 = mul %3, %4                                # grad.py:250
+//     %6 = mul %0, %5                                # grad.py:237
+//     %7 = mul %4, %4                                # examples.py:57
+//     %8 = mean %7, axis=-1, keep_dims=True          # examples.py:57
+//     %9 = attr @eps
+//     %10 = add %8, %9                               # examples.py:58
+//     %11 = rsqrt %10                                # examples.py:58
+//     %12 = mul %6, %11                              # grad.py:237
+//     %13 = div %12, %10                             # grad.py:237
+//     %14 = mul %4, %11                              # examples.py:58
+//     %15 = mul %14, %2                              # examples.py:58
+//     %16 = sum_to %13, shape of %8                  # grad.py:205
+//     %17 = eq %7, %7                                # grad.py:295
+//     %18 = const 1.0                                # grad.py:295
+//     %19 = where %17, %18, %18                      # grad.py:295
+//     %20 = sum %19, axis=-1, keep_dims=True         # grad.py:284
+//     %21 = div %16, %20                             # grad.py:296
+//     %22 = cast %21 to dtype of %16                 # grad.py:296
+//     %23 = mul %22, %4                              # grad.py:250
+//     %24 = add %23, %23                             # grad.py:215
+//     %25 = mul %3, %11                              # grad.py:250
+//     %26 = sum_to %25, shape of %4                  # grad.py:205
+//     %27 = add %24, %26                             # grad.py:215
+//     %28 = cast %27 to dtype of %4                  # grad.py:152
+//     check shape %1 == %15  # cotangent 0 must have the shape of output 0 of rms_norm
+//     return %28
 //   }
 //
 // Build (no -fvisibility=hidden: the handler macro adds no visibility attribute):
@@ -54,17 +53,16 @@
 //       jax.ShapeDtypeStruct((<workspace 1 bytes>,), np.uint8),  # scratch: allocate, then ignore
 //       jax.ShapeDtypeStruct((<workspace 2 bytes>,), np.uint8),  # scratch: allocate, then ignore
 //       jax.ShapeDtypeStruct((<workspace 3 bytes>,), np.uint8),  # scratch: allocate, then ignore
-//       jax.ShapeDtypeStruct((<workspace 4 bytes>,), np.uint8),  # scratch: allocate, then ignore
 //   ], vmap_method="sequential")(x, w, d_out, eps=...)
 // Register under a name that contains a hash of this file: XLA refuses a second registration of a
 // name, and keeps the first handler.
 //
 // Handlers (inputs -> outputs + scratch):
-//   RmsNormGrad_float16_float16_float16: (F16, F16, F16) -> (F16, U8, U8, U8, U8, U8)
+//   RmsNormGrad_float16_float16_float16: (F16, F16, F16) -> (F16, U8, U8, U8, U8)
 //
 // Attributes (all must be passed; pass the default where the op has one):
 //   eps: float as double (default 1e-06)
-// Scratch: 5 extra u8 result(s) in device memory, the reductions later stages read (results, as
+// Scratch: 4 extra u8 result(s) in device memory, the reductions later stages read (results, as
 // on the CPU, so one calling convention serves both); each must hold numel(node) * itemsize bytes
 // (fusegen.xla_emit.workspace_bytes).
 //
@@ -916,11 +914,11 @@ namespace {
 
 constexpr int kInputs = 3;
 constexpr int kOutputs = 1;
-constexpr int kWorkspaces = 5;
-constexpr int kOperands = 9;
-constexpr int kNodes = 30;
-constexpr int kStages = 5;
-constexpr int kOutputNode[kOutputs] = {29};
+constexpr int kWorkspaces = 4;
+constexpr int kOperands = 8;
+constexpr int kNodes = 29;
+constexpr int kStages = 4;
+constexpr int kOutputNode[kOutputs] = {28};
 
 // Attribute values (read once by RmsNormGradInit) and the workspace sizes Init chose.
 struct RmsNormGradData final : public AotKernelData {
@@ -942,134 +940,129 @@ struct Shapes {
 
 int infer_shapes(const fg::Shape *in, const RmsNormGradData &a, Shapes *s) {
   (void)a;
-  // %0 = input d_out
-  s->node[0] = in[2];
-  // %1 = input w
-  s->node[1] = in[1];
-  // %2 = mul %0, %1
+  // %0 = const -0.5
+  s->node[0] = fg::Shape{};
+  // %1 = input d_out
+  s->node[1] = in[2];
+  // %2 = input w
+  s->node[2] = in[1];
+  // %3 = mul %1, %2
   {
-    const fg::Shape *src[] = {&s->node[0], &s->node[1]};
-    FG_TRY(fg::broadcast(src, 2, &s->node[2]));
+    const fg::Shape *src[] = {&s->node[1], &s->node[2]};
+    FG_TRY(fg::broadcast(src, 2, &s->node[3]));
   }
-  // %3 = input x
-  s->node[3] = in[0];
-  // %4 = mul %3, %3
+  // %4 = input x
+  s->node[4] = in[0];
+  // %5 = mul %3, %4
   {
-    const fg::Shape *src[] = {&s->node[3], &s->node[3]};
-    FG_TRY(fg::broadcast(src, 2, &s->node[4]));
+    const fg::Shape *src[] = {&s->node[3], &s->node[4]};
+    FG_TRY(fg::broadcast(src, 2, &s->node[5]));
   }
-  // %5 = mean %4, axis=-1, keep_dims=True
+  // %6 = mul %0, %5
   {
-    const int64_t axes[] = {-1};
-    FG_TRY(fg::reduce(s->node[4], axes, 1, false, true, &s->node[5], &s->mask[5]));
+    const fg::Shape *src[] = {&s->node[0], &s->node[5]};
+    FG_TRY(fg::broadcast(src, 2, &s->node[6]));
   }
-  // %6 = attr @eps
-  s->node[6] = fg::Shape{};
-  // %7 = add %5, %6
-  {
-    const fg::Shape *src[] = {&s->node[5], &s->node[6]};
-    FG_TRY(fg::broadcast(src, 2, &s->node[7]));
-  }
-  // %8 = rsqrt %7
-  {
-    const fg::Shape *src[] = {&s->node[7]};
-    FG_TRY(fg::broadcast(src, 1, &s->node[8]));
-  }
-  // %9 = mul %2, %8
-  {
-    const fg::Shape *src[] = {&s->node[2], &s->node[8]};
-    FG_TRY(fg::broadcast(src, 2, &s->node[9]));
-  }
-  // %10 = mul %3, %8
-  {
-    const fg::Shape *src[] = {&s->node[3], &s->node[8]};
-    FG_TRY(fg::broadcast(src, 2, &s->node[10]));
-  }
-  // %11 = mul %10, %1
-  {
-    const fg::Shape *src[] = {&s->node[10], &s->node[1]};
-    FG_TRY(fg::broadcast(src, 2, &s->node[11]));
-  }
-  // %12 = sum_to %9, shape of %3
-  {
-    const fg::Shape *src[] = {&s->node[9], &s->node[3], &s->node[11]};
-    FG_TRY(fg::sum_to(src, 3, &s->node[12], &s->mask[12]));
-  }
-  // %13 = const -0.5
-  s->node[13] = fg::Shape{};
-  // %14 = mul %2, %3
-  {
-    const fg::Shape *src[] = {&s->node[2], &s->node[3]};
-    FG_TRY(fg::broadcast(src, 2, &s->node[14]));
-  }
-  // %15 = mul %13, %14
-  {
-    const fg::Shape *src[] = {&s->node[13], &s->node[14]};
-    FG_TRY(fg::broadcast(src, 2, &s->node[15]));
-  }
-  // %16 = mul %15, %8
-  {
-    const fg::Shape *src[] = {&s->node[15], &s->node[8]};
-    FG_TRY(fg::broadcast(src, 2, &s->node[16]));
-  }
-  // %17 = div %16, %7
-  {
-    const fg::Shape *src[] = {&s->node[16], &s->node[7]};
-    FG_TRY(fg::broadcast(src, 2, &s->node[17]));
-  }
-  // %18 = sum_to %17, shape of %5
-  {
-    const fg::Shape *src[] = {&s->node[17], &s->node[5], &s->node[11]};
-    FG_TRY(fg::sum_to(src, 3, &s->node[18], &s->mask[18]));
-  }
-  // %19 = eq %4, %4
+  // %7 = mul %4, %4
   {
     const fg::Shape *src[] = {&s->node[4], &s->node[4]};
-    FG_TRY(fg::broadcast(src, 2, &s->node[19]));
+    FG_TRY(fg::broadcast(src, 2, &s->node[7]));
   }
-  // %20 = const 1.0
-  s->node[20] = fg::Shape{};
-  // %21 = where %19, %20, %20
-  {
-    const fg::Shape *src[] = {&s->node[19], &s->node[20], &s->node[20]};
-    FG_TRY(fg::broadcast(src, 3, &s->node[21]));
-  }
-  // %22 = sum %21, axis=-1, keep_dims=True
+  // %8 = mean %7, axis=-1, keep_dims=True
   {
     const int64_t axes[] = {-1};
-    FG_TRY(fg::reduce(s->node[21], axes, 1, false, true, &s->node[22], &s->mask[22]));
+    FG_TRY(fg::reduce(s->node[7], axes, 1, false, true, &s->node[8], &s->mask[8]));
   }
-  // %23 = div %18, %22
+  // %9 = attr @eps
+  s->node[9] = fg::Shape{};
+  // %10 = add %8, %9
   {
-    const fg::Shape *src[] = {&s->node[18], &s->node[22]};
+    const fg::Shape *src[] = {&s->node[8], &s->node[9]};
+    FG_TRY(fg::broadcast(src, 2, &s->node[10]));
+  }
+  // %11 = rsqrt %10
+  {
+    const fg::Shape *src[] = {&s->node[10]};
+    FG_TRY(fg::broadcast(src, 1, &s->node[11]));
+  }
+  // %12 = mul %6, %11
+  {
+    const fg::Shape *src[] = {&s->node[6], &s->node[11]};
+    FG_TRY(fg::broadcast(src, 2, &s->node[12]));
+  }
+  // %13 = div %12, %10
+  {
+    const fg::Shape *src[] = {&s->node[12], &s->node[10]};
+    FG_TRY(fg::broadcast(src, 2, &s->node[13]));
+  }
+  // %14 = mul %4, %11
+  {
+    const fg::Shape *src[] = {&s->node[4], &s->node[11]};
+    FG_TRY(fg::broadcast(src, 2, &s->node[14]));
+  }
+  // %15 = mul %14, %2
+  {
+    const fg::Shape *src[] = {&s->node[14], &s->node[2]};
+    FG_TRY(fg::broadcast(src, 2, &s->node[15]));
+  }
+  // %16 = sum_to %13, shape of %8
+  {
+    const fg::Shape *src[] = {&s->node[13], &s->node[8], &s->node[15]};
+    FG_TRY(fg::sum_to(src, 3, &s->node[16], &s->mask[16]));
+  }
+  // %17 = eq %7, %7
+  {
+    const fg::Shape *src[] = {&s->node[7], &s->node[7]};
+    FG_TRY(fg::broadcast(src, 2, &s->node[17]));
+  }
+  // %18 = const 1.0
+  s->node[18] = fg::Shape{};
+  // %19 = where %17, %18, %18
+  {
+    const fg::Shape *src[] = {&s->node[17], &s->node[18], &s->node[18]};
+    FG_TRY(fg::broadcast(src, 3, &s->node[19]));
+  }
+  // %20 = sum %19, axis=-1, keep_dims=True
+  {
+    const int64_t axes[] = {-1};
+    FG_TRY(fg::reduce(s->node[19], axes, 1, false, true, &s->node[20], &s->mask[20]));
+  }
+  // %21 = div %16, %20
+  {
+    const fg::Shape *src[] = {&s->node[16], &s->node[20]};
+    FG_TRY(fg::broadcast(src, 2, &s->node[21]));
+  }
+  // %22 = cast %21 to dtype of %16
+  s->node[22] = s->node[21];
+  // %23 = mul %22, %4
+  {
+    const fg::Shape *src[] = {&s->node[22], &s->node[4]};
     FG_TRY(fg::broadcast(src, 2, &s->node[23]));
   }
-  // %24 = cast %23 to dtype of %18
-  s->node[24] = s->node[23];
-  // %25 = mul %24, %3
+  // %24 = add %23, %23
   {
-    const fg::Shape *src[] = {&s->node[24], &s->node[3]};
+    const fg::Shape *src[] = {&s->node[23], &s->node[23]};
+    FG_TRY(fg::broadcast(src, 2, &s->node[24]));
+  }
+  // %25 = mul %3, %11
+  {
+    const fg::Shape *src[] = {&s->node[3], &s->node[11]};
     FG_TRY(fg::broadcast(src, 2, &s->node[25]));
   }
-  // %26 = add %25, %25
+  // %26 = sum_to %25, shape of %4
   {
-    const fg::Shape *src[] = {&s->node[25], &s->node[25]};
-    FG_TRY(fg::broadcast(src, 2, &s->node[26]));
+    const fg::Shape *src[] = {&s->node[25], &s->node[4], &s->node[15]};
+    FG_TRY(fg::sum_to(src, 3, &s->node[26], &s->mask[26]));
   }
-  // %27 = sum_to %26, shape of %3
+  // %27 = add %24, %26
   {
-    const fg::Shape *src[] = {&s->node[26], &s->node[3], &s->node[4]};
-    FG_TRY(fg::sum_to(src, 3, &s->node[27], &s->mask[27]));
+    const fg::Shape *src[] = {&s->node[24], &s->node[26]};
+    FG_TRY(fg::broadcast(src, 2, &s->node[27]));
   }
-  // %28 = add %12, %27
-  {
-    const fg::Shape *src[] = {&s->node[12], &s->node[27]};
-    FG_TRY(fg::broadcast(src, 2, &s->node[28]));
-  }
-  // %29 = cast %28 to dtype of %3
-  s->node[29] = s->node[28];
+  // %28 = cast %27 to dtype of %4
+  s->node[28] = s->node[27];
   // check: cotangent 0 must have the shape of output 0 of rms_norm
-  if (!fg::same_shape(s->node[0], s->node[11])) return fg::FG_ERR_OUT_SHAPE;
+  if (!fg::same_shape(s->node[1], s->node[15])) return fg::FG_ERR_OUT_SHAPE;
   return fg::FG_OK;
 }
 
@@ -1080,35 +1073,29 @@ int check_nonempty(const Shapes &s) {
 }
 
 // The plan: each stage is one pass over its domain (fusegen.plan). Operand ids: inputs 0..2,
-// outputs 3..3, workspaces 4..8.
+// outputs 3..3, workspaces 4..7.
 const fg::StageInfo kStageInfo[kStages] = {
-    // stage 0: mean (%5), sum (%22)
-    {1, {3}, 5,
-     1, {0}, {3},
-     2, {4, 6}, {5, 22},
+    // stage 0: mean (%8), sum (%20)
+    {1, {4}, 8,
+     1, {0}, {4},
+     2, {4, 7}, {8, 20},
      0, {}, {},
      0, {}, 2},
-    // stage 1: sum (%12)
-    {5, {1, 0, 5, 3, 11}, 12,
-     3, {1, 2, 4}, {1, 0, 5},
-     1, {7}, {12},
+    // stage 1: sum (%16)
+    {5, {4, 2, 1, 8, 15}, 16,
+     4, {0, 1, 2, 4}, {4, 2, 1, 8},
+     1, {6}, {16},
      0, {}, {},
      0, {}, 1},
-    // stage 2: sum (%18)
-    {5, {3, 1, 0, 5, 11}, 18,
-     4, {0, 1, 2, 4}, {3, 1, 0, 5},
-     1, {5}, {18},
+    // stage 2: sum (%26)
+    {5, {2, 1, 8, 4, 15}, 26,
+     3, {1, 2, 4}, {2, 1, 8},
+     1, {5}, {26},
      0, {}, {},
      0, {}, 1},
-    // stage 3: sum (%27)
-    {4, {3, 18, 22, 4}, 27,
-     3, {0, 5, 6}, {3, 18, 22},
-     1, {8}, {27},
-     0, {}, {},
-     0, {}, 1},
-    // stage 4: output 0 (%29)
-    {2, {12, 27}, -1,
-     2, {7, 8}, {12, 27},
+    // stage 3: output 0 (%28)
+    {4, {4, 26, 16, 20}, -1,
+     4, {0, 5, 6, 7}, {4, 26, 16, 20},
      0, {}, {},
      0, {}, {},
      1, {3}, 0},
@@ -1133,9 +1120,9 @@ int find_combo(const char **dtypes, int count) {
 }
 
 const int64_t kWorkspaceItemsize[][kWorkspaces + 1] = {
-    {4, 4, 8, 4, 4, 0},
+    {4, 4, 4, 8, 0},
 };
-const int kWorkspaceNode[kWorkspaces] = {5, 18, 22, 12, 27};
+const int kWorkspaceNode[kWorkspaces] = {8, 26, 16, 20};
 
 int read_inputs(int *ndims, int64_t **shapes, fg::Shape *in) {
   for (int i = 0; i < kInputs; ++i) FG_TRY(fg::read_shape(ndims[i], shapes[i], &in[i]));
@@ -1198,7 +1185,7 @@ __device__ inline void dev_point(const Layout &L, int64_t r, const int64_t *base
 // =============================================================================================
 namespace k_float16_float16_float16 {
 
-// --- stage 0: mean (%5), sum (%22)
+// --- stage 0: mean (%8), sum (%20)
 __device__ inline float s0_r0(float v0, const Attrs &a) {
   (void)a;
   const auto t0 = (v0 * v0);
@@ -1217,7 +1204,7 @@ __device__ inline double s0_r1(float v0, const Attrs &a) {
 __global__ void stage0_thread(Layout L, Ptrs P, Attrs a) {
   const __half *p0 = static_cast<const __half *>(P.p[0]);
   float *q4 = static_cast<float *>(P.p[4]);
-  double *q6 = static_cast<double *>(P.p[6]);
+  double *q7 = static_cast<double *>(P.p[7]);
 
   const int64_t count = L.ro_total * L.ri;
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < L.o_total * L.inner;
@@ -1233,7 +1220,7 @@ __global__ void stage0_thread(Layout L, Ptrs P, Attrs a) {
     }
     r0 = r0 / float(L.ro_total * L.ri);
     fgd::put(&q4[base[4]], r0);
-    fgd::put(&q6[base[6]], r1);
+    fgd::put(&q7[base[7]], r1);
 
   }
 }
@@ -1243,7 +1230,7 @@ __global__ void stage0_thread(Layout L, Ptrs P, Attrs a) {
 __global__ void stage0_block(Layout L, Ptrs P, Attrs a) {
   const __half *p0 = static_cast<const __half *>(P.p[0]);
   float *q4 = static_cast<float *>(P.p[4]);
-  double *q6 = static_cast<double *>(P.p[6]);
+  double *q7 = static_cast<double *>(P.p[7]);
 
   __shared__ float sh0[kBlock];
   __shared__ double sh1[kBlock];
@@ -1274,84 +1261,15 @@ __global__ void stage0_block(Layout L, Ptrs P, Attrs a) {
       r1 = sh1[0];
       r0 = r0 / float(L.ro_total * L.ri);
       fgd::put(&q4[base[4]], r0);
-      fgd::put(&q6[base[6]], r1);
+      fgd::put(&q7[base[7]], r1);
 
     }
     __syncthreads();  // the shared arrays are reused by the next row
   }
 }
 
-// --- stage 1: sum (%12)
-__device__ inline float s1_r0(float v1, float v2, float v4, const Attrs &a) {
-  (void)a;
-  const auto t0 = (v2 * v1);
-  const auto t1 = (v4 + (float)(a.eps));
-  const auto t2 = (1.0f / sqrt(t1));
-  const auto t3 = (t0 * t2);
-  return t3;
-}
-
-// One thread per output point (o, i): threads run across the contiguous dim, so the rows a
-// reduction of leading axes reads are coalesced; accumulators stay in registers.
-__global__ void stage1_thread(Layout L, Ptrs P, Attrs a) {
-  const __half *p1 = static_cast<const __half *>(P.p[1]);
-  const __half *p2 = static_cast<const __half *>(P.p[2]);
-  const float *p4 = static_cast<const float *>(P.p[4]);
-  float *q7 = static_cast<float *>(P.p[7]);
-
-  const int64_t count = L.ro_total * L.ri;
-  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < L.o_total * L.inner;
-       t += int64_t(gridDim.x) * blockDim.x) {
-    int64_t base[kOperands], c[kOperands];
-    dev_base(L, t / L.inner, t % L.inner, base);
-    float r0 = 0.0f;
-    for (int64_t r = 0; r < count; ++r) {
-      dev_point(L, r, base, c);
-      r0 += s1_r0(fgd::ld(p1[c[1]]), fgd::ld(p2[c[2]]), fgd::ld(p4[c[4]]), a);
-    }
-    fgd::put(&q7[base[7]], r0);
-
-  }
-}
-
-// One block per output row (the innermost dim is reduced): threads stride along the row, then
-// a shared-memory tree reduction; thread 0 finishes (mean, casts, epilogue outputs).
-__global__ void stage1_block(Layout L, Ptrs P, Attrs a) {
-  const __half *p1 = static_cast<const __half *>(P.p[1]);
-  const __half *p2 = static_cast<const __half *>(P.p[2]);
-  const float *p4 = static_cast<const float *>(P.p[4]);
-  float *q7 = static_cast<float *>(P.p[7]);
-
-  __shared__ float sh0[kBlock];
-  const int64_t count = L.ro_total * L.ri;
-  const int tid = threadIdx.x;
-  for (int64_t o = blockIdx.x; o < L.o_total; o += gridDim.x) {
-    int64_t base[kOperands], c[kOperands];
-    dev_base(L, o, 0, base);
-    float r0 = 0.0f;
-    for (int64_t r = tid; r < count; r += kBlock) {
-      dev_point(L, r, base, c);
-      r0 += s1_r0(fgd::ld(p1[c[1]]), fgd::ld(p2[c[2]]), fgd::ld(p4[c[4]]), a);
-    }
-    sh0[tid] = r0;
-    __syncthreads();
-    for (int step = kBlock / 2; step > 0; step /= 2) {
-      if (tid < step) {
-        sh0[tid] += sh0[tid + step];
-      }
-      __syncthreads();
-    }
-    if (tid == 0) {
-      r0 = sh0[0];
-      fgd::put(&q7[base[7]], r0);
-
-    }
-    __syncthreads();  // the shared arrays are reused by the next row
-  }
-}
-
-// --- stage 2: sum (%18)
-__device__ inline float s2_r0(float v0, float v1, float v2, float v4, const Attrs &a) {
+// --- stage 1: sum (%16)
+__device__ inline float s1_r0(float v0, float v1, float v2, float v4, const Attrs &a) {
   (void)a;
   const auto t0 = (v2 * v1);
   const auto t1 = (t0 * v0);
@@ -1365,8 +1283,78 @@ __device__ inline float s2_r0(float v0, float v1, float v2, float v4, const Attr
 
 // One thread per output point (o, i): threads run across the contiguous dim, so the rows a
 // reduction of leading axes reads are coalesced; accumulators stay in registers.
-__global__ void stage2_thread(Layout L, Ptrs P, Attrs a) {
+__global__ void stage1_thread(Layout L, Ptrs P, Attrs a) {
   const __half *p0 = static_cast<const __half *>(P.p[0]);
+  const __half *p1 = static_cast<const __half *>(P.p[1]);
+  const __half *p2 = static_cast<const __half *>(P.p[2]);
+  const float *p4 = static_cast<const float *>(P.p[4]);
+  float *q6 = static_cast<float *>(P.p[6]);
+
+  const int64_t count = L.ro_total * L.ri;
+  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < L.o_total * L.inner;
+       t += int64_t(gridDim.x) * blockDim.x) {
+    int64_t base[kOperands], c[kOperands];
+    dev_base(L, t / L.inner, t % L.inner, base);
+    float r0 = 0.0f;
+    for (int64_t r = 0; r < count; ++r) {
+      dev_point(L, r, base, c);
+      r0 += s1_r0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p2[c[2]]), fgd::ld(p4[c[4]]), a);
+    }
+    fgd::put(&q6[base[6]], r0);
+
+  }
+}
+
+// One block per output row (the innermost dim is reduced): threads stride along the row, then
+// a shared-memory tree reduction; thread 0 finishes (mean, casts, epilogue outputs).
+__global__ void stage1_block(Layout L, Ptrs P, Attrs a) {
+  const __half *p0 = static_cast<const __half *>(P.p[0]);
+  const __half *p1 = static_cast<const __half *>(P.p[1]);
+  const __half *p2 = static_cast<const __half *>(P.p[2]);
+  const float *p4 = static_cast<const float *>(P.p[4]);
+  float *q6 = static_cast<float *>(P.p[6]);
+
+  __shared__ float sh0[kBlock];
+  const int64_t count = L.ro_total * L.ri;
+  const int tid = threadIdx.x;
+  for (int64_t o = blockIdx.x; o < L.o_total; o += gridDim.x) {
+    int64_t base[kOperands], c[kOperands];
+    dev_base(L, o, 0, base);
+    float r0 = 0.0f;
+    for (int64_t r = tid; r < count; r += kBlock) {
+      dev_point(L, r, base, c);
+      r0 += s1_r0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p2[c[2]]), fgd::ld(p4[c[4]]), a);
+    }
+    sh0[tid] = r0;
+    __syncthreads();
+    for (int step = kBlock / 2; step > 0; step /= 2) {
+      if (tid < step) {
+        sh0[tid] += sh0[tid + step];
+      }
+      __syncthreads();
+    }
+    if (tid == 0) {
+      r0 = sh0[0];
+      fgd::put(&q6[base[6]], r0);
+
+    }
+    __syncthreads();  // the shared arrays are reused by the next row
+  }
+}
+
+// --- stage 2: sum (%26)
+__device__ inline float s2_r0(float v1, float v2, float v4, const Attrs &a) {
+  (void)a;
+  const auto t0 = (v2 * v1);
+  const auto t1 = (v4 + (float)(a.eps));
+  const auto t2 = (1.0f / sqrt(t1));
+  const auto t3 = (t0 * t2);
+  return t3;
+}
+
+// One thread per output point (o, i): threads run across the contiguous dim, so the rows a
+// reduction of leading axes reads are coalesced; accumulators stay in registers.
+__global__ void stage2_thread(Layout L, Ptrs P, Attrs a) {
   const __half *p1 = static_cast<const __half *>(P.p[1]);
   const __half *p2 = static_cast<const __half *>(P.p[2]);
   const float *p4 = static_cast<const float *>(P.p[4]);
@@ -1380,7 +1368,7 @@ __global__ void stage2_thread(Layout L, Ptrs P, Attrs a) {
     float r0 = 0.0f;
     for (int64_t r = 0; r < count; ++r) {
       dev_point(L, r, base, c);
-      r0 += s2_r0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p2[c[2]]), fgd::ld(p4[c[4]]), a);
+      r0 += s2_r0(fgd::ld(p1[c[1]]), fgd::ld(p2[c[2]]), fgd::ld(p4[c[4]]), a);
     }
     fgd::put(&q5[base[5]], r0);
 
@@ -1390,7 +1378,6 @@ __global__ void stage2_thread(Layout L, Ptrs P, Attrs a) {
 // One block per output row (the innermost dim is reduced): threads stride along the row, then
 // a shared-memory tree reduction; thread 0 finishes (mean, casts, epilogue outputs).
 __global__ void stage2_block(Layout L, Ptrs P, Attrs a) {
-  const __half *p0 = static_cast<const __half *>(P.p[0]);
   const __half *p1 = static_cast<const __half *>(P.p[1]);
   const __half *p2 = static_cast<const __half *>(P.p[2]);
   const float *p4 = static_cast<const float *>(P.p[4]);
@@ -1405,7 +1392,7 @@ __global__ void stage2_block(Layout L, Ptrs P, Attrs a) {
     float r0 = 0.0f;
     for (int64_t r = tid; r < count; r += kBlock) {
       dev_point(L, r, base, c);
-      r0 += s2_r0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p2[c[2]]), fgd::ld(p4[c[4]]), a);
+      r0 += s2_r0(fgd::ld(p1[c[1]]), fgd::ld(p2[c[2]]), fgd::ld(p4[c[4]]), a);
     }
     sh0[tid] = r0;
     __syncthreads();
@@ -1424,14 +1411,16 @@ __global__ void stage2_block(Layout L, Ptrs P, Attrs a) {
   }
 }
 
-// --- stage 3: sum (%27)
-__device__ inline float s3_r0(float v0, float v5, double v6, const Attrs &a) {
+// --- stage 3: output 0 (%28)
+__device__ inline float s3_w0(float v0, float v5, float v6, double v7, const Attrs &a) {
   (void)a;
-  const auto t0 = ((double)(v5) / v6);
+  const auto t0 = ((double)(v6) / v7);
   const auto t1 = (float)(t0);
   const auto t2 = (t1 * v0);
   const auto t3 = (t2 + t2);
-  return t3;
+  const auto t4 = (t3 + v5);
+  const auto t5 = t4;
+  return t5;
 }
 
 // One thread per output point (o, i): threads run across the contiguous dim, so the rows a
@@ -1439,73 +1428,8 @@ __device__ inline float s3_r0(float v0, float v5, double v6, const Attrs &a) {
 __global__ void stage3_thread(Layout L, Ptrs P, Attrs a) {
   const __half *p0 = static_cast<const __half *>(P.p[0]);
   const float *p5 = static_cast<const float *>(P.p[5]);
-  const double *p6 = static_cast<const double *>(P.p[6]);
-  float *q8 = static_cast<float *>(P.p[8]);
-
-  const int64_t count = L.ro_total * L.ri;
-  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < L.o_total * L.inner;
-       t += int64_t(gridDim.x) * blockDim.x) {
-    int64_t base[kOperands], c[kOperands];
-    dev_base(L, t / L.inner, t % L.inner, base);
-    float r0 = 0.0f;
-    for (int64_t r = 0; r < count; ++r) {
-      dev_point(L, r, base, c);
-      r0 += s3_r0(fgd::ld(p0[c[0]]), fgd::ld(p5[c[5]]), fgd::ld(p6[c[6]]), a);
-    }
-    fgd::put(&q8[base[8]], r0);
-
-  }
-}
-
-// One block per output row (the innermost dim is reduced): threads stride along the row, then
-// a shared-memory tree reduction; thread 0 finishes (mean, casts, epilogue outputs).
-__global__ void stage3_block(Layout L, Ptrs P, Attrs a) {
-  const __half *p0 = static_cast<const __half *>(P.p[0]);
-  const float *p5 = static_cast<const float *>(P.p[5]);
-  const double *p6 = static_cast<const double *>(P.p[6]);
-  float *q8 = static_cast<float *>(P.p[8]);
-
-  __shared__ float sh0[kBlock];
-  const int64_t count = L.ro_total * L.ri;
-  const int tid = threadIdx.x;
-  for (int64_t o = blockIdx.x; o < L.o_total; o += gridDim.x) {
-    int64_t base[kOperands], c[kOperands];
-    dev_base(L, o, 0, base);
-    float r0 = 0.0f;
-    for (int64_t r = tid; r < count; r += kBlock) {
-      dev_point(L, r, base, c);
-      r0 += s3_r0(fgd::ld(p0[c[0]]), fgd::ld(p5[c[5]]), fgd::ld(p6[c[6]]), a);
-    }
-    sh0[tid] = r0;
-    __syncthreads();
-    for (int step = kBlock / 2; step > 0; step /= 2) {
-      if (tid < step) {
-        sh0[tid] += sh0[tid + step];
-      }
-      __syncthreads();
-    }
-    if (tid == 0) {
-      r0 = sh0[0];
-      fgd::put(&q8[base[8]], r0);
-
-    }
-    __syncthreads();  // the shared arrays are reused by the next row
-  }
-}
-
-// --- stage 4: output 0 (%29)
-__device__ inline float s4_w0(float v7, float v8, const Attrs &a) {
-  (void)a;
-  const auto t0 = (v7 + v8);
-  const auto t1 = t0;
-  return t1;
-}
-
-// One thread per output point (o, i): threads run across the contiguous dim, so the rows a
-// reduction of leading axes reads are coalesced; accumulators stay in registers.
-__global__ void stage4_thread(Layout L, Ptrs P, Attrs a) {
-  const float *p7 = static_cast<const float *>(P.p[7]);
-  const float *p8 = static_cast<const float *>(P.p[8]);
+  const float *p6 = static_cast<const float *>(P.p[6]);
+  const double *p7 = static_cast<const double *>(P.p[7]);
   __half *q3 = static_cast<__half *>(P.p[3]);
 
   const int64_t count = L.ro_total * L.ri;
@@ -1515,7 +1439,7 @@ __global__ void stage4_thread(Layout L, Ptrs P, Attrs a) {
     dev_base(L, t / L.inner, t % L.inner, base);
     for (int64_t r = 0; r < count; ++r) {
       dev_point(L, r, base, c);
-      fgd::put(&q3[c[3]], s4_w0(fgd::ld(p7[c[7]]), fgd::ld(p8[c[8]]), a));
+      fgd::put(&q3[c[3]], s3_w0(fgd::ld(p0[c[0]]), fgd::ld(p5[c[5]]), fgd::ld(p6[c[6]]), fgd::ld(p7[c[7]]), a));
     }
   }
 }
@@ -1548,15 +1472,7 @@ void launch(int stage, bool block_mode, const Layout &L, const Ptrs &P, const At
                           stream>>>(L, P, a);
       return;
     case 3:
-      if (block_mode) {
-        stage3_block<<<unsigned(std::min<int64_t>(L.o_total, kMaxGrid)), kBlock, 0, stream>>>(L, P, a);
-        return;
-      }
       stage3_thread<<<unsigned(std::min<int64_t>((threads + kBlock - 1) / kBlock, kMaxGrid)), kBlock, 0,
-                          stream>>>(L, P, a);
-      return;
-    case 4:
-      stage4_thread<<<unsigned(std::min<int64_t>((threads + kBlock - 1) / kBlock, kMaxGrid)), kBlock, 0,
                           stream>>>(L, P, a);
       return;
     default:
@@ -1693,7 +1609,7 @@ int call_run(Operands &o, const char **dtypes, const Data &a, cudaStream_t strea
 }
 
 // (float16, float16, float16) -> (float16)
-ffi::Error RmsNormGrad_float16_float16_float16_impl(cudaStream_t stream, ffi::Buffer<ffi::F16> in0, ffi::Buffer<ffi::F16> in1, ffi::Buffer<ffi::F16> in2, ffi::ResultBuffer<ffi::F16> out0, ffi::ResultBuffer<ffi::U8> out1, ffi::ResultBuffer<ffi::U8> out2, ffi::ResultBuffer<ffi::U8> out3, ffi::ResultBuffer<ffi::U8> out4, ffi::ResultBuffer<ffi::U8> out5, double eps) {
+ffi::Error RmsNormGrad_float16_float16_float16_impl(cudaStream_t stream, ffi::Buffer<ffi::F16> in0, ffi::Buffer<ffi::F16> in1, ffi::Buffer<ffi::F16> in2, ffi::ResultBuffer<ffi::F16> out0, ffi::ResultBuffer<ffi::U8> out1, ffi::ResultBuffer<ffi::U8> out2, ffi::ResultBuffer<ffi::U8> out3, ffi::ResultBuffer<ffi::U8> out4, double eps) {
   static const char *const kDtypes[kInputs + kOutputs] = {"float16", "float16", "float16", "float16"};
   Data a;
   a.eps = static_cast<float>(eps);
@@ -1706,12 +1622,10 @@ ffi::Error RmsNormGrad_float16_float16_float16_impl(cudaStream_t stream, ffi::Bu
   o.add(*out2);
   o.add(*out3);
   o.add(*out4);
-  o.add(*out5);
   a.workspace.push_back(out1->size_bytes());
   a.workspace.push_back(out2->size_bytes());
   a.workspace.push_back(out3->size_bytes());
   a.workspace.push_back(out4->size_bytes());
-  a.workspace.push_back(out5->size_bytes());
   return status_to_error(call_run(o, const_cast<const char **>(kDtypes), a, stream));
 }
 
@@ -1724,7 +1638,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(RmsNormGrad_float16_float16_float16, RmsNormGrad_f
                                   .Arg<ffi::Buffer<ffi::F16>>()
                                   .Arg<ffi::Buffer<ffi::F16>>()
                                   .Ret<ffi::Buffer<ffi::F16>>()
-                                  .Ret<ffi::Buffer<ffi::U8>>()
                                   .Ret<ffi::Buffer<ffi::U8>>()
                                   .Ret<ffi::Buffer<ffi::U8>>()
                                   .Ret<ffi::Buffer<ffi::U8>>()

@@ -19,23 +19,21 @@
 //     %11 = sum_to %10, shape of %5                  # grad.py:205
 //     %12 = add %6, %11                              # grad.py:215
 //     %13 = mul %12, %4                              # grad.py:234
-//     %14 = sum_to %13, shape of %1                  # grad.py:205
-//     %15 = eq %1, %2                                # grad.py:301
-//     %16 = neg %13                                  # grad.py:249
-//     %17 = sum_to %16, shape of %2                  # grad.py:205
-//     %18 = const 1.0                                # grad.py:302
-//     %19 = const 0.0                                # grad.py:302
-//     %20 = where %15, %18, %19                      # grad.py:302
-//     %21 = sum %20, axis=@axis, keep_dims=True      # grad.py:302
-//     %22 = div %17, %21                             # grad.py:303
-//     %23 = cast %22 to dtype of %17                 # grad.py:303
-//     %24 = const 0                                  # grad.py:303
-//     %25 = where %15, %23, %24                      # grad.py:303
-//     %26 = sum_to %25, shape of %1                  # grad.py:205
-//     %27 = add %14, %26                             # grad.py:215
-//     %28 = cast %27 to dtype of %1                  # grad.py:152
+//     %14 = eq %1, %2                                # grad.py:301
+//     %15 = neg %13                                  # grad.py:249
+//     %16 = sum_to %15, shape of %2                  # grad.py:205
+//     %17 = const 1.0                                # grad.py:302
+//     %18 = const 0.0                                # grad.py:302
+//     %19 = where %14, %17, %18                      # grad.py:302
+//     %20 = sum %19, axis=@axis, keep_dims=True      # grad.py:302
+//     %21 = div %16, %20                             # grad.py:303
+//     %22 = cast %21 to dtype of %16                 # grad.py:303
+//     %23 = const 0                                  # grad.py:303
+//     %24 = where %14, %22, %23                      # grad.py:303
+//     %25 = add %13, %24                             # grad.py:215
+//     %26 = cast %25 to dtype of %1                  # grad.py:152
 //     check shape %0 == %8  # cotangent 0 must have the shape of output 0 of softmax
-//     return %28
+//     return %26
 //   }
 //
 // Build (no -fvisibility=hidden: the handler macro adds no visibility attribute):
@@ -54,18 +52,16 @@
 //       jax.ShapeDtypeStruct((<workspace 2 bytes>,), np.uint8),  # scratch: allocate, then ignore
 //       jax.ShapeDtypeStruct((<workspace 3 bytes>,), np.uint8),  # scratch: allocate, then ignore
 //       jax.ShapeDtypeStruct((<workspace 4 bytes>,), np.uint8),  # scratch: allocate, then ignore
-//       jax.ShapeDtypeStruct((<workspace 5 bytes>,), np.uint8),  # scratch: allocate, then ignore
-//       jax.ShapeDtypeStruct((<workspace 6 bytes>,), np.uint8),  # scratch: allocate, then ignore
 //   ], vmap_method="sequential")(x, d_out, axis=...)
 // Register under a name that contains a hash of this file: XLA refuses a second registration of a
 // name, and keeps the first handler.
 //
 // Handlers (inputs -> outputs + scratch):
-//   SoftmaxGrad_float32_float32: (F32, F32) -> (F32, U8, U8, U8, U8, U8, U8, U8)
+//   SoftmaxGrad_float32_float32: (F32, F32) -> (F32, U8, U8, U8, U8, U8)
 //
 // Attributes (all must be passed; pass the default where the op has one):
 //   axis: int as int64_t (default -1)
-// Scratch: 7 extra u8 result(s) in device memory, the reductions later stages read (results, as
+// Scratch: 5 extra u8 result(s) in device memory, the reductions later stages read (results, as
 // on the CPU, so one calling convention serves both); each must hold numel(node) * itemsize bytes
 // (fusegen.xla_emit.workspace_bytes).
 //
@@ -917,11 +913,11 @@ namespace {
 
 constexpr int kInputs = 2;
 constexpr int kOutputs = 1;
-constexpr int kWorkspaces = 7;
-constexpr int kOperands = 10;
-constexpr int kNodes = 29;
-constexpr int kStages = 7;
-constexpr int kOutputNode[kOutputs] = {28};
+constexpr int kWorkspaces = 5;
+constexpr int kOperands = 8;
+constexpr int kNodes = 27;
+constexpr int kStages = 5;
+constexpr int kOutputNode[kOutputs] = {26};
 
 // Attribute values (read once by SoftmaxGradInit) and the workspace sizes Init chose.
 struct SoftmaxGradData final : public AotKernelData {
@@ -1007,66 +1003,56 @@ int infer_shapes(const fg::Shape *in, const SoftmaxGradData &a, Shapes *s) {
     const fg::Shape *src[] = {&s->node[12], &s->node[4]};
     FG_TRY(fg::broadcast(src, 2, &s->node[13]));
   }
-  // %14 = sum_to %13, shape of %1
-  {
-    const fg::Shape *src[] = {&s->node[13], &s->node[1], &s->node[8], &s->node[4]};
-    FG_TRY(fg::sum_to(src, 4, &s->node[14], &s->mask[14]));
-  }
-  // %15 = eq %1, %2
+  // %14 = eq %1, %2
   {
     const fg::Shape *src[] = {&s->node[1], &s->node[2]};
-    FG_TRY(fg::broadcast(src, 2, &s->node[15]));
+    FG_TRY(fg::broadcast(src, 2, &s->node[14]));
   }
-  // %16 = neg %13
+  // %15 = neg %13
   {
     const fg::Shape *src[] = {&s->node[13]};
-    FG_TRY(fg::broadcast(src, 1, &s->node[16]));
+    FG_TRY(fg::broadcast(src, 1, &s->node[15]));
   }
-  // %17 = sum_to %16, shape of %2
+  // %16 = sum_to %15, shape of %2
   {
-    const fg::Shape *src[] = {&s->node[16], &s->node[2], &s->node[8], &s->node[4]};
-    FG_TRY(fg::sum_to(src, 4, &s->node[17], &s->mask[17]));
+    const fg::Shape *src[] = {&s->node[15], &s->node[2], &s->node[3]};
+    FG_TRY(fg::sum_to(src, 3, &s->node[16], &s->mask[16]));
   }
-  // %18 = const 1.0
+  // %17 = const 1.0
+  s->node[17] = fg::Shape{};
+  // %18 = const 0.0
   s->node[18] = fg::Shape{};
-  // %19 = const 0.0
-  s->node[19] = fg::Shape{};
-  // %20 = where %15, %18, %19
+  // %19 = where %14, %17, %18
   {
-    const fg::Shape *src[] = {&s->node[15], &s->node[18], &s->node[19]};
-    FG_TRY(fg::broadcast(src, 3, &s->node[20]));
+    const fg::Shape *src[] = {&s->node[14], &s->node[17], &s->node[18]};
+    FG_TRY(fg::broadcast(src, 3, &s->node[19]));
   }
-  // %21 = sum %20, axis=@axis, keep_dims=True
+  // %20 = sum %19, axis=@axis, keep_dims=True
   {
     const int64_t axes[] = {a.axis};
-    FG_TRY(fg::reduce(s->node[20], axes, 1, false, true, &s->node[21], &s->mask[21]));
+    FG_TRY(fg::reduce(s->node[19], axes, 1, false, true, &s->node[20], &s->mask[20]));
   }
-  // %22 = div %17, %21
+  // %21 = div %16, %20
   {
-    const fg::Shape *src[] = {&s->node[17], &s->node[21]};
-    FG_TRY(fg::broadcast(src, 2, &s->node[22]));
+    const fg::Shape *src[] = {&s->node[16], &s->node[20]};
+    FG_TRY(fg::broadcast(src, 2, &s->node[21]));
   }
-  // %23 = cast %22 to dtype of %17
-  s->node[23] = s->node[22];
-  // %24 = const 0
-  s->node[24] = fg::Shape{};
-  // %25 = where %15, %23, %24
+  // %22 = cast %21 to dtype of %16
+  s->node[22] = s->node[21];
+  // %23 = const 0
+  s->node[23] = fg::Shape{};
+  // %24 = where %14, %22, %23
   {
-    const fg::Shape *src[] = {&s->node[15], &s->node[23], &s->node[24]};
-    FG_TRY(fg::broadcast(src, 3, &s->node[25]));
+    const fg::Shape *src[] = {&s->node[14], &s->node[22], &s->node[23]};
+    FG_TRY(fg::broadcast(src, 3, &s->node[24]));
   }
-  // %26 = sum_to %25, shape of %1
+  // %25 = add %13, %24
   {
-    const fg::Shape *src[] = {&s->node[25], &s->node[1], &s->node[1]};
-    FG_TRY(fg::sum_to(src, 3, &s->node[26], &s->mask[26]));
+    const fg::Shape *src[] = {&s->node[13], &s->node[24]};
+    FG_TRY(fg::broadcast(src, 2, &s->node[25]));
   }
-  // %27 = add %14, %26
-  {
-    const fg::Shape *src[] = {&s->node[14], &s->node[26]};
-    FG_TRY(fg::broadcast(src, 2, &s->node[27]));
-  }
-  // %28 = cast %27 to dtype of %1
-  s->node[28] = s->node[27];
+  // %26 = cast %25 to dtype of %1
+  s->node[26] = s->node[25];
   // check: cotangent 0 must have the shape of output 0 of softmax
   if (!fg::same_shape(s->node[0], s->node[8])) return fg::FG_ERR_OUT_SHAPE;
   return fg::FG_OK;
@@ -1082,7 +1068,7 @@ int check_nonempty(const Shapes &s) {
 }
 
 // The plan: each stage is one pass over its domain (fusegen.plan). Operand ids: inputs 0..1,
-// outputs 2..2, workspaces 3..9.
+// outputs 2..2, workspaces 3..7.
 const fg::StageInfo kStageInfo[kStages] = {
     // stage 0: max (%2)
     {1, {1}, 2,
@@ -1090,10 +1076,10 @@ const fg::StageInfo kStageInfo[kStages] = {
      1, {3}, {2},
      0, {}, {},
      0, {}, 1},
-    // stage 1: sum (%5), sum (%21)
+    // stage 1: sum (%5), sum (%20)
     {2, {1, 2}, 5,
      2, {0, 3}, {1, 2},
-     2, {4, 6}, {5, 21},
+     2, {4, 6}, {5, 20},
      0, {}, {},
      0, {}, 2},
     // stage 2: sum (%11)
@@ -1102,27 +1088,15 @@ const fg::StageInfo kStageInfo[kStages] = {
      1, {5}, {11},
      0, {}, {},
      0, {}, 1},
-    // stage 3: sum (%14)
-    {7, {1, 0, 2, 5, 11, 8, 4}, 14,
+    // stage 3: sum (%16)
+    {6, {1, 0, 2, 5, 11, 3}, 16,
      5, {0, 1, 3, 4, 5}, {1, 0, 2, 5, 11},
-     1, {8}, {14},
+     1, {7}, {16},
      0, {}, {},
      0, {}, 1},
-    // stage 4: sum (%17)
-    {7, {1, 0, 2, 5, 11, 8, 4}, 17,
-     5, {0, 1, 3, 4, 5}, {1, 0, 2, 5, 11},
-     1, {7}, {17},
-     0, {}, {},
-     0, {}, 1},
-    // stage 5: sum (%26)
-    {4, {1, 2, 21, 17}, 26,
-     4, {0, 3, 6, 7}, {1, 2, 21, 17},
-     1, {9}, {26},
-     0, {}, {},
-     0, {}, 1},
-    // stage 6: output 0 (%28)
-    {2, {14, 26}, -1,
-     2, {8, 9}, {14, 26},
+    // stage 4: output 0 (%26)
+    {7, {1, 0, 2, 5, 11, 20, 16}, -1,
+     7, {0, 1, 3, 4, 5, 6, 7}, {1, 0, 2, 5, 11, 20, 16},
      0, {}, {},
      0, {}, {},
      1, {2}, 0},
@@ -1147,9 +1121,9 @@ int find_combo(const char **dtypes, int count) {
 }
 
 const int64_t kWorkspaceItemsize[][kWorkspaces + 1] = {
-    {4, 4, 4, 8, 4, 4, 4, 0},
+    {4, 4, 4, 8, 4, 0},
 };
-const int kWorkspaceNode[kWorkspaces] = {2, 5, 11, 21, 17, 14, 26};
+const int kWorkspaceNode[kWorkspaces] = {2, 5, 11, 20, 16};
 
 int read_inputs(int *ndims, int64_t **shapes, fg::Shape *in) {
   for (int i = 0; i < kInputs; ++i) FG_TRY(fg::read_shape(ndims[i], shapes[i], &in[i]));
@@ -1273,7 +1247,7 @@ __global__ void stage0_block(Layout L, Ptrs P, Attrs a) {
   }
 }
 
-// --- stage 1: sum (%5), sum (%21)
+// --- stage 1: sum (%5), sum (%20)
 __device__ inline float s1_r0(float v0, float v3, const Attrs &a) {
   (void)a;
   const auto t0 = (v0 - v3);
@@ -1429,82 +1403,8 @@ __global__ void stage2_block(Layout L, Ptrs P, Attrs a) {
   }
 }
 
-// --- stage 3: sum (%14)
+// --- stage 3: sum (%16)
 __device__ inline float s3_r0(float v0, float v1, float v3, float v4, float v5, const Attrs &a) {
-  (void)a;
-  const auto t0 = (v1 / v4);
-  const auto t1 = (t0 + v5);
-  const auto t2 = (v0 - v3);
-  const auto t3 = exp(t2);
-  const auto t4 = (t1 * t3);
-  return t4;
-}
-
-// One thread per output point (o, i): threads run across the contiguous dim, so the rows a
-// reduction of leading axes reads are coalesced; accumulators stay in registers.
-__global__ void stage3_thread(Layout L, Ptrs P, Attrs a) {
-  const float *p0 = static_cast<const float *>(P.p[0]);
-  const float *p1 = static_cast<const float *>(P.p[1]);
-  const float *p3 = static_cast<const float *>(P.p[3]);
-  const float *p4 = static_cast<const float *>(P.p[4]);
-  const float *p5 = static_cast<const float *>(P.p[5]);
-  float *q8 = static_cast<float *>(P.p[8]);
-
-  const int64_t count = L.ro_total * L.ri;
-  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < L.o_total * L.inner;
-       t += int64_t(gridDim.x) * blockDim.x) {
-    int64_t base[kOperands], c[kOperands];
-    dev_base(L, t / L.inner, t % L.inner, base);
-    float r0 = 0.0f;
-    for (int64_t r = 0; r < count; ++r) {
-      dev_point(L, r, base, c);
-      r0 += s3_r0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p3[c[3]]), fgd::ld(p4[c[4]]), fgd::ld(p5[c[5]]), a);
-    }
-    fgd::put(&q8[base[8]], r0);
-
-  }
-}
-
-// One block per output row (the innermost dim is reduced): threads stride along the row, then
-// a shared-memory tree reduction; thread 0 finishes (mean, casts, epilogue outputs).
-__global__ void stage3_block(Layout L, Ptrs P, Attrs a) {
-  const float *p0 = static_cast<const float *>(P.p[0]);
-  const float *p1 = static_cast<const float *>(P.p[1]);
-  const float *p3 = static_cast<const float *>(P.p[3]);
-  const float *p4 = static_cast<const float *>(P.p[4]);
-  const float *p5 = static_cast<const float *>(P.p[5]);
-  float *q8 = static_cast<float *>(P.p[8]);
-
-  __shared__ float sh0[kBlock];
-  const int64_t count = L.ro_total * L.ri;
-  const int tid = threadIdx.x;
-  for (int64_t o = blockIdx.x; o < L.o_total; o += gridDim.x) {
-    int64_t base[kOperands], c[kOperands];
-    dev_base(L, o, 0, base);
-    float r0 = 0.0f;
-    for (int64_t r = tid; r < count; r += kBlock) {
-      dev_point(L, r, base, c);
-      r0 += s3_r0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p3[c[3]]), fgd::ld(p4[c[4]]), fgd::ld(p5[c[5]]), a);
-    }
-    sh0[tid] = r0;
-    __syncthreads();
-    for (int step = kBlock / 2; step > 0; step /= 2) {
-      if (tid < step) {
-        sh0[tid] += sh0[tid + step];
-      }
-      __syncthreads();
-    }
-    if (tid == 0) {
-      r0 = sh0[0];
-      fgd::put(&q8[base[8]], r0);
-
-    }
-    __syncthreads();  // the shared arrays are reused by the next row
-  }
-}
-
-// --- stage 4: sum (%17)
-__device__ inline float s4_r0(float v0, float v1, float v3, float v4, float v5, const Attrs &a) {
   (void)a;
   const auto t0 = (v1 / v4);
   const auto t1 = (t0 + v5);
@@ -1517,7 +1417,7 @@ __device__ inline float s4_r0(float v0, float v1, float v3, float v4, float v5, 
 
 // One thread per output point (o, i): threads run across the contiguous dim, so the rows a
 // reduction of leading axes reads are coalesced; accumulators stay in registers.
-__global__ void stage4_thread(Layout L, Ptrs P, Attrs a) {
+__global__ void stage3_thread(Layout L, Ptrs P, Attrs a) {
   const float *p0 = static_cast<const float *>(P.p[0]);
   const float *p1 = static_cast<const float *>(P.p[1]);
   const float *p3 = static_cast<const float *>(P.p[3]);
@@ -1533,7 +1433,7 @@ __global__ void stage4_thread(Layout L, Ptrs P, Attrs a) {
     float r0 = 0.0f;
     for (int64_t r = 0; r < count; ++r) {
       dev_point(L, r, base, c);
-      r0 += s4_r0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p3[c[3]]), fgd::ld(p4[c[4]]), fgd::ld(p5[c[5]]), a);
+      r0 += s3_r0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p3[c[3]]), fgd::ld(p4[c[4]]), fgd::ld(p5[c[5]]), a);
     }
     fgd::put(&q7[base[7]], r0);
 
@@ -1542,7 +1442,7 @@ __global__ void stage4_thread(Layout L, Ptrs P, Attrs a) {
 
 // One block per output row (the innermost dim is reduced): threads stride along the row, then
 // a shared-memory tree reduction; thread 0 finishes (mean, casts, epilogue outputs).
-__global__ void stage4_block(Layout L, Ptrs P, Attrs a) {
+__global__ void stage3_block(Layout L, Ptrs P, Attrs a) {
   const float *p0 = static_cast<const float *>(P.p[0]);
   const float *p1 = static_cast<const float *>(P.p[1]);
   const float *p3 = static_cast<const float *>(P.p[3]);
@@ -1559,7 +1459,7 @@ __global__ void stage4_block(Layout L, Ptrs P, Attrs a) {
     float r0 = 0.0f;
     for (int64_t r = tid; r < count; r += kBlock) {
       dev_point(L, r, base, c);
-      r0 += s4_r0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p3[c[3]]), fgd::ld(p4[c[4]]), fgd::ld(p5[c[5]]), a);
+      r0 += s3_r0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p3[c[3]]), fgd::ld(p4[c[4]]), fgd::ld(p5[c[5]]), a);
     }
     sh0[tid] = r0;
     __syncthreads();
@@ -1578,90 +1478,33 @@ __global__ void stage4_block(Layout L, Ptrs P, Attrs a) {
   }
 }
 
-// --- stage 5: sum (%26)
-__device__ inline float s5_r0(float v0, float v3, double v6, float v7, const Attrs &a) {
+// --- stage 4: output 0 (%26)
+__device__ inline float s4_w0(float v0, float v1, float v3, float v4, float v5, double v6, float v7, const Attrs &a) {
   (void)a;
-  const auto t0 = (v0 == v3);
-  const auto t1 = ((double)(v7) / v6);
-  const auto t2 = (float)(t1);
-  const auto t3 = (t0 ? t2 : (float)(INT64_C(0)));
-  return t3;
+  const auto t0 = (v1 / v4);
+  const auto t1 = (t0 + v5);
+  const auto t2 = (v0 - v3);
+  const auto t3 = exp(t2);
+  const auto t4 = (t1 * t3);
+  const auto t5 = (v0 == v3);
+  const auto t6 = ((double)(v7) / v6);
+  const auto t7 = (float)(t6);
+  const auto t8 = (t5 ? t7 : (float)(INT64_C(0)));
+  const auto t9 = (t4 + t8);
+  const auto t10 = t9;
+  return t10;
 }
 
 // One thread per output point (o, i): threads run across the contiguous dim, so the rows a
 // reduction of leading axes reads are coalesced; accumulators stay in registers.
-__global__ void stage5_thread(Layout L, Ptrs P, Attrs a) {
+__global__ void stage4_thread(Layout L, Ptrs P, Attrs a) {
   const float *p0 = static_cast<const float *>(P.p[0]);
+  const float *p1 = static_cast<const float *>(P.p[1]);
   const float *p3 = static_cast<const float *>(P.p[3]);
+  const float *p4 = static_cast<const float *>(P.p[4]);
+  const float *p5 = static_cast<const float *>(P.p[5]);
   const double *p6 = static_cast<const double *>(P.p[6]);
   const float *p7 = static_cast<const float *>(P.p[7]);
-  float *q9 = static_cast<float *>(P.p[9]);
-
-  const int64_t count = L.ro_total * L.ri;
-  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < L.o_total * L.inner;
-       t += int64_t(gridDim.x) * blockDim.x) {
-    int64_t base[kOperands], c[kOperands];
-    dev_base(L, t / L.inner, t % L.inner, base);
-    float r0 = 0.0f;
-    for (int64_t r = 0; r < count; ++r) {
-      dev_point(L, r, base, c);
-      r0 += s5_r0(fgd::ld(p0[c[0]]), fgd::ld(p3[c[3]]), fgd::ld(p6[c[6]]), fgd::ld(p7[c[7]]), a);
-    }
-    fgd::put(&q9[base[9]], r0);
-
-  }
-}
-
-// One block per output row (the innermost dim is reduced): threads stride along the row, then
-// a shared-memory tree reduction; thread 0 finishes (mean, casts, epilogue outputs).
-__global__ void stage5_block(Layout L, Ptrs P, Attrs a) {
-  const float *p0 = static_cast<const float *>(P.p[0]);
-  const float *p3 = static_cast<const float *>(P.p[3]);
-  const double *p6 = static_cast<const double *>(P.p[6]);
-  const float *p7 = static_cast<const float *>(P.p[7]);
-  float *q9 = static_cast<float *>(P.p[9]);
-
-  __shared__ float sh0[kBlock];
-  const int64_t count = L.ro_total * L.ri;
-  const int tid = threadIdx.x;
-  for (int64_t o = blockIdx.x; o < L.o_total; o += gridDim.x) {
-    int64_t base[kOperands], c[kOperands];
-    dev_base(L, o, 0, base);
-    float r0 = 0.0f;
-    for (int64_t r = tid; r < count; r += kBlock) {
-      dev_point(L, r, base, c);
-      r0 += s5_r0(fgd::ld(p0[c[0]]), fgd::ld(p3[c[3]]), fgd::ld(p6[c[6]]), fgd::ld(p7[c[7]]), a);
-    }
-    sh0[tid] = r0;
-    __syncthreads();
-    for (int step = kBlock / 2; step > 0; step /= 2) {
-      if (tid < step) {
-        sh0[tid] += sh0[tid + step];
-      }
-      __syncthreads();
-    }
-    if (tid == 0) {
-      r0 = sh0[0];
-      fgd::put(&q9[base[9]], r0);
-
-    }
-    __syncthreads();  // the shared arrays are reused by the next row
-  }
-}
-
-// --- stage 6: output 0 (%28)
-__device__ inline float s6_w0(float v8, float v9, const Attrs &a) {
-  (void)a;
-  const auto t0 = (v8 + v9);
-  const auto t1 = t0;
-  return t1;
-}
-
-// One thread per output point (o, i): threads run across the contiguous dim, so the rows a
-// reduction of leading axes reads are coalesced; accumulators stay in registers.
-__global__ void stage6_thread(Layout L, Ptrs P, Attrs a) {
-  const float *p8 = static_cast<const float *>(P.p[8]);
-  const float *p9 = static_cast<const float *>(P.p[9]);
   float *q2 = static_cast<float *>(P.p[2]);
 
   const int64_t count = L.ro_total * L.ri;
@@ -1671,7 +1514,7 @@ __global__ void stage6_thread(Layout L, Ptrs P, Attrs a) {
     dev_base(L, t / L.inner, t % L.inner, base);
     for (int64_t r = 0; r < count; ++r) {
       dev_point(L, r, base, c);
-      fgd::put(&q2[c[2]], s6_w0(fgd::ld(p8[c[8]]), fgd::ld(p9[c[9]]), a));
+      fgd::put(&q2[c[2]], s4_w0(fgd::ld(p0[c[0]]), fgd::ld(p1[c[1]]), fgd::ld(p3[c[3]]), fgd::ld(p4[c[4]]), fgd::ld(p5[c[5]]), fgd::ld(p6[c[6]]), fgd::ld(p7[c[7]]), a));
     }
   }
 }
@@ -1712,23 +1555,7 @@ void launch(int stage, bool block_mode, const Layout &L, const Ptrs &P, const At
                           stream>>>(L, P, a);
       return;
     case 4:
-      if (block_mode) {
-        stage4_block<<<unsigned(std::min<int64_t>(L.o_total, kMaxGrid)), kBlock, 0, stream>>>(L, P, a);
-        return;
-      }
       stage4_thread<<<unsigned(std::min<int64_t>((threads + kBlock - 1) / kBlock, kMaxGrid)), kBlock, 0,
-                          stream>>>(L, P, a);
-      return;
-    case 5:
-      if (block_mode) {
-        stage5_block<<<unsigned(std::min<int64_t>(L.o_total, kMaxGrid)), kBlock, 0, stream>>>(L, P, a);
-        return;
-      }
-      stage5_thread<<<unsigned(std::min<int64_t>((threads + kBlock - 1) / kBlock, kMaxGrid)), kBlock, 0,
-                          stream>>>(L, P, a);
-      return;
-    case 6:
-      stage6_thread<<<unsigned(std::min<int64_t>((threads + kBlock - 1) / kBlock, kMaxGrid)), kBlock, 0,
                           stream>>>(L, P, a);
       return;
     default:
@@ -1865,7 +1692,7 @@ int call_run(Operands &o, const char **dtypes, const Data &a, cudaStream_t strea
 }
 
 // (float32, float32) -> (float32)
-ffi::Error SoftmaxGrad_float32_float32_impl(cudaStream_t stream, ffi::Buffer<ffi::F32> in0, ffi::Buffer<ffi::F32> in1, ffi::ResultBuffer<ffi::F32> out0, ffi::ResultBuffer<ffi::U8> out1, ffi::ResultBuffer<ffi::U8> out2, ffi::ResultBuffer<ffi::U8> out3, ffi::ResultBuffer<ffi::U8> out4, ffi::ResultBuffer<ffi::U8> out5, ffi::ResultBuffer<ffi::U8> out6, ffi::ResultBuffer<ffi::U8> out7, int64_t axis) {
+ffi::Error SoftmaxGrad_float32_float32_impl(cudaStream_t stream, ffi::Buffer<ffi::F32> in0, ffi::Buffer<ffi::F32> in1, ffi::ResultBuffer<ffi::F32> out0, ffi::ResultBuffer<ffi::U8> out1, ffi::ResultBuffer<ffi::U8> out2, ffi::ResultBuffer<ffi::U8> out3, ffi::ResultBuffer<ffi::U8> out4, ffi::ResultBuffer<ffi::U8> out5, int64_t axis) {
   static const char *const kDtypes[kInputs + kOutputs] = {"float32", "float32", "float32"};
   Data a;
   a.axis = axis;
@@ -1878,15 +1705,11 @@ ffi::Error SoftmaxGrad_float32_float32_impl(cudaStream_t stream, ffi::Buffer<ffi
   o.add(*out3);
   o.add(*out4);
   o.add(*out5);
-  o.add(*out6);
-  o.add(*out7);
   a.workspace.push_back(out1->size_bytes());
   a.workspace.push_back(out2->size_bytes());
   a.workspace.push_back(out3->size_bytes());
   a.workspace.push_back(out4->size_bytes());
   a.workspace.push_back(out5->size_bytes());
-  a.workspace.push_back(out6->size_bytes());
-  a.workspace.push_back(out7->size_bytes());
   return status_to_error(call_run(o, const_cast<const char **>(kDtypes), a, stream));
 }
 
@@ -1898,8 +1721,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(SoftmaxGrad_float32_float32, SoftmaxGrad_float32_f
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
-                                  .Ret<ffi::Buffer<ffi::U8>>()
-                                  .Ret<ffi::Buffer<ffi::U8>>()
                                   .Ret<ffi::Buffer<ffi::U8>>()
                                   .Ret<ffi::Buffer<ffi::U8>>()
                                   .Ret<ffi::Buffer<ffi::U8>>()
