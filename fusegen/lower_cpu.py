@@ -175,14 +175,7 @@ class GroupSource:
         if needs_r:
             self._unravel(p2, "ro", "nRO", "nO + ", "c", moving)
         if self.mode == "row":
-            # Slice views per row: indexing a view with the loop counter lets LLVM drop
-            # the negative-index check and vectorize (a computed base does not).
-            for o in moving:
-                at = f"c_{o.name} + {index_text(o.ri, 'r_lo', o.name + '_sri')}"
-                w(f"{p2}{view_text(o, o.ri, at, o.name + '_sri', cpu_scans.view_prefix(o, written))}" if o.kind == "array"
-                  else f"{p2}q_{o.name} = {at}")
-                if o.key in self.g.operands:
-                    w(f"{p2}ga_{o.name} = {at}")
+            self.lines += cpu_scans.row_views(self, moving, written, "r_lo", p2)   # slice views per row
             p3 = p2 + "    "
             self.fills.begin(lambda n, ctx: self._load(n, ctx, "row"), f"r{st.index}_", "row", "ri", "r_hi - r_lo")
             ew = ExprWriter(self.spec, PYTHON, lambda n, ctx: self._load(n, ctx, "row"), prefix=f"s{st.index}_",
@@ -191,7 +184,10 @@ class GroupSource:
             vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
             outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.writes]
             self.lines += self.fills.end(p2)
-            w(f"{p2}for ri in range(r_hi - r_lo):")
+            blocked = st.is_scan and cpu_scans.blocked(self, st)   # (the line's last stretch below)
+            if blocked:
+                self.lines += cpu_scans.blocked_lines(self, accs, vals, ew.lines, reads, written, p2)
+            w(f"{p2}for ri in range(r_hi - r_lo{' - pos' if blocked else ''}):")
             for name, expr in ew.lines:
                 w(f"{p3}{name} = {expr}")
             for j, ((r, acc), v) in enumerate(zip(accs, vals)):
