@@ -7,7 +7,7 @@ then, after ``carry_lines`` turned those into each chunk's carry, a ``"write"`` 
 is a chain of dependent adds (4 cycles each, whatever the memory does), so a line's piece of up
 to ``SCAN_PIECE`` elements is cut into ``SCAN_BLOCKS`` blocks: their values evaluated into a
 scratch row (vectorized), the blocks scanned side by side (``SCAN_BLOCKS`` independent chains,
-in place), then each block combined with the carry into it on the way out (vectorized). Exact
+in place, ``SCAN_STEPS`` steps of a chain at a time), then each block combined with the carry into it on the way out (vectorized). Exact
 for integers, max and min; for floats a sum's rounding changes only in that the carry is added
 to each block's partial sums instead of element by element (``|error| <= (k + 1) u sum |x|``
 for the k-th element, as the sequential scan's bound).
@@ -21,6 +21,9 @@ from .pysource import combine
 
 #: Blocks scanned side by side: enough independent chains to keep both adders busy.
 SCAN_BLOCKS = 8
+#: Steps of one chain written one after another: their stores fill a cache line together (a
+#: store per step to eight lines in turn ran at one a cycle, half the speed).
+SCAN_STEPS = 4
 #: Elements per piece: its scratch row (8 KiB of float32) stays in L1 with the piece's input.
 SCAN_PIECE = 2048
 #: Shorter lines (and a line's last few elements) are scanned as one chain.
@@ -86,7 +89,7 @@ def blocked_lines(gs, accs, vals: list[str], ew_lines, reads, written, pad: str)
            f"{pad}if r_hi - r_lo >= {SCAN_MIN}:"]
     out += [f"{p1}sv{j} = np.empty({K * S}, dtype=np.{acc.name})" for j, (_, acc) in enumerate(accs)]
     out += [f"{p1}while r_hi - r_lo - pos >= {SCAN_MIN}:",
-            f"{p2}pb = min({SCAN_PIECE}, r_hi - r_lo - pos) // {K}",
+            f"{p2}pb = min({SCAN_PIECE}, r_hi - r_lo - pos) // {K * SCAN_STEPS} * {SCAN_STEPS}",
             f"{p2}# each block's values into its scratch row (vectorized)",
             f"{p2}for kb in range({K}):",
             f"{p3}b0 = pos + kb * pb"]
@@ -99,10 +102,12 @@ def blocked_lines(gs, accs, vals: list[str], ew_lines, reads, written, pad: str)
         out += [f"{p2}h{j}_{k} = _fg_row(sv{j}, {k * S})" for k in range(K)]
         out.append(f"{p2}{' = '.join(f'a{j}_{k}' for k in range(K))} = "
                    f"{PYTHON.literal(reduce_identity(r.arg.kind, acc), acc)}")
-    out.append(f"{p2}for ri in range(pb):")
+    out += [f"{p2}for ri in range(0, pb, {SCAN_STEPS}):"]
     for k in range(K):
         for j, (r, _) in enumerate(accs):
-            out += [f"{p3}{combine(r.arg.kind, f'a{j}_{k}', f'h{j}_{k}[ri]')}", f"{p3}h{j}_{k}[ri] = a{j}_{k}"]
+            for u in range(SCAN_STEPS):
+                at = f"h{j}_{k}[ri + {u}]" if u else f"h{j}_{k}[ri]"
+                out += [f"{p3}{combine(r.arg.kind, f'a{j}_{k}', at)}", f"{p3}{at} = a{j}_{k}"]
     out += [f"{p2}# each block combined with the carry into it (vectorized)",
             f"{p2}for kb in range({K}):",
             f"{p3}b0 = pos + kb * pb"]
