@@ -77,6 +77,8 @@ def test_generated_source_carries_the_running_value():
     # the col mode: a carry per element of the tile, advanced a row at a time
     assert "float acc0[fg::kTile];" in src and re.search(r"a0\[i\] \+= s\d+_r0\(v0\[i\], a\);", src)
     assert "fg::fg_logaddexp(acc" in src
+    # along the contiguous axis, blocks scanned side by side: independent chains a0_0 .. a0_7
+    assert "if (m >= fg::kScanMin) {" in src and re.search(r"a\d+_7 \+= sv\d+\[7\]\[i \+ 3\];", src)
     # no composition: the op's text has no masks or iotas
     assert " iota " not in src and "where" not in src.split("kStageInfo")[0].split("fusegen's kernel runtime")[0]
 
@@ -103,6 +105,13 @@ def test_aot_a_long_line_is_o_n():
     np.testing.assert_allclose(got[1], np.cumsum(x), rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(got[4], np.maximum.accumulate(x))
     np.testing.assert_allclose(got[7], np.logaddexp.accumulate(x), rtol=1e-9)
+    # the blocked scan's edges (kScanMin 64, blocks of 4-step multiples, chunks of 2048), NaN
+    # propagating from the middle of a block on
+    rng = np.random.default_rng(7)
+    for n in [63, 64, 65, 95, 96, 97, 2047, 2048, 2049, 4099]:
+        x = rng.standard_normal((2, n))
+        x[1, n // 2] = np.nan
+        _close(k(x), _lines_ref(x), f"lines float64 (2, {n})")
 
 
 @needs("g++")
