@@ -21,6 +21,10 @@ from .pysource import combine
 
 #: Blocks scanned side by side: enough independent chains to keep both adders busy.
 SCAN_BLOCKS = 8
+#: The most scans of one stage run blocked: their chains (``SCAN_BLOCKS`` accumulators and
+#: scratch pointers each) still fit in registers, and the source stays quick to compile (a stage
+#: of four scans took twice as long); more run as one chain each.
+SCAN_FOLDS = 2
 #: Steps of one chain written one after another: their stores fill a cache line together (a
 #: store per step to eight lines in turn ran at one a cycle, half the speed).
 SCAN_STEPS = 4
@@ -61,8 +65,9 @@ def store_lines(gs, accs, pad: str, end_pad: str | None, var: str, acc: str) -> 
 
 def blocked(gs, st) -> bool:
     """Whether a row-mode scan stage's lines run blocked: not its totals pass (a plain fold), not
-    with gathers or random numbers in the loop body (whose per-element state assumes one pass)."""
-    return (gs.mode == "row" and gs.scan_pass != "totals" and not gs.g.nodes
+    with gathers or random numbers in the loop body (whose per-element state assumes one pass),
+    and not for more than ``SCAN_FOLDS`` scans at once."""
+    return (gs.mode == "row" and gs.scan_pass != "totals" and not gs.g.nodes and len(st.reductions) <= SCAN_FOLDS
             and not any(n.op is Op.RANDOM for n in nodes_of([r.srcs[0] for r in st.reductions])))
 
 
@@ -103,11 +108,10 @@ def blocked_lines(gs, accs, vals: list[str], ew_lines, reads, written, pad: str)
         out.append(f"{p2}{' = '.join(f'a{j}_{k}' for k in range(K))} = "
                    f"{PYTHON.literal(reduce_identity(r.arg.kind, acc), acc)}")
     out += [f"{p2}for ri in range(0, pb, {SCAN_STEPS}):"]
-    for k in range(K):
+    for k in range(K):   # (LLVM unrolls each constant-length loop: the source stays short to compile)
         for j, (r, _) in enumerate(accs):
-            for u in range(SCAN_STEPS):
-                at = f"h{j}_{k}[ri + {u}]" if u else f"h{j}_{k}[ri]"
-                out += [f"{p3}{combine(r.arg.kind, f'a{j}_{k}', at)}", f"{p3}{at} = a{j}_{k}"]
+            out += [f"{p3}for u in range(ri, ri + {SCAN_STEPS}):",
+                    f"{p4}{combine(r.arg.kind, f'a{j}_{k}', f'h{j}_{k}[u]')}", f"{p4}h{j}_{k}[u] = a{j}_{k}"]
     out += [f"{p2}# each block combined with the carry into it (vectorized)",
             f"{p2}for kb in range({K}):",
             f"{p3}b0 = pos + kb * pb"]
