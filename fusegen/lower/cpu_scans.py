@@ -21,10 +21,10 @@ from .pysource import combine
 
 #: Blocks scanned side by side: enough independent chains to keep both adders busy.
 SCAN_BLOCKS = 8
-#: The most scans of one stage run blocked: their chains (``SCAN_BLOCKS`` accumulators and
-#: scratch pointers each) still fit in registers, and the source stays quick to compile (a stage
-#: of four scans took twice as long); more run as one chain each.
-SCAN_FOLDS = 2
+#: The most scans of one stage run blocked: one scan's chains (``SCAN_BLOCKS`` accumulators and
+#: scratch pointers) fill the registers, and the source stays quick to compile (a stage of four
+#: blocked scans took twice as long, a parallel one of two 2.5 times); more run one chain each.
+SCAN_FOLDS = 1
 #: Steps of one chain written one after another: their stores fill a cache line together (a
 #: store per step to eight lines in turn ran at one a cycle, half the speed).
 SCAN_STEPS = 4
