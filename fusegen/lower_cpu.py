@@ -207,16 +207,9 @@ class GroupSource:
         if needs_r:
             self._unravel(p2, "ro", "nRO", "nO + ", "c", moving)
         if self.mode == "row":
-            # Slice views per row: indexing a view with the loop counter lets LLVM drop
-            # the negative-index check and vectorize (a computed base does not).
-            for o in moving:
-                at = f"c_{o.name} + {index_text(o.ri, 'r_lo', o.name + '_sri')}"
-                w(f"{p2}{view_text(o, o.ri, at, o.name + '_sri', cpu_scans.view_prefix(o, written))}" if o.kind == "array"
-                  else f"{p2}q_{o.name} = {at}")
-                if o.key in self.g.operands:
-                    w(f"{p2}ga_{o.name} = {at}")
+            self.lines += cpu_scans.row_views(self, moving, written, "r_lo", p2)   # slice views per row
             p3 = p2 + "    "
-            self._hot_loops(st, accs, "row", p2, kept, pair)
+            self._hot_loops(st, accs, "row", p2, kept, pair, (reads, written))
             if st.is_scan:   # every running value is a result: stored at each step, no epilogue
                 self.lines += cpu_scans.store_lines(self, accs, p3, pad, "ri", "acc{j}")
             elif self.split:
@@ -246,10 +239,11 @@ class GroupSource:
             elif not self.split:
                 self._finalize_col(st, accs, pad)
 
-    def _hot_loops(self, st, accs, mode: str, pad: str, kept, pair: CenteredPair | None = None) -> None:
+    def _hot_loops(self, st, accs, mode: str, pad: str, kept, pair: CenteredPair | None = None, moved=()) -> None:
         """The stage's innermost loop at ``pad`` (``ri``: row mode, ``i``: col mode), one per interval
         of an index-set split (``lower/cpu_splits``); ``kept``: values stored once and read back
-        (``plan.shared``); ``pair`` (row mode): sums of the pivot-shifted values and their squares."""
+        (``plan.shared``); ``pair`` (row mode): sums of the pivot-shifted values and their squares;
+        ``moved`` (row mode): the (reads, written) operands a blocked scan re-views (``cpu_scans``)."""
         w = self.lines.append
         var, count, acc_at = ("ri", "r_hi - r_lo", "acc{j}") if mode == "row" else ("i", "n", "acc{j}[i]")
         body = pad + "    "
@@ -268,7 +262,10 @@ class GroupSource:
                 vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
             outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.writes + st.keeps]
             self.lines += self.fills.end(pad)
-            w(f"{pad}for {var} in range({rng}):")
+            blocked = moved and st.is_scan and len(loops) == 1 and cpu_scans.blocked(self, st)
+            if blocked:   # (the line's last stretch: the loop below, from pos)
+                self.lines += cpu_scans.blocked_lines(self, accs, vals, ew.lines, *moved, pad)
+            w(f"{pad}for {var} in range({rng}{' - pos' if blocked else ''}):")
             for name, expr in ew.lines:
                 w(f"{body}{name} = {expr}")
             if pair is not None:

@@ -142,6 +142,87 @@ def test_a_long_axis_is_o_n():
         assert "(totals pass)" in src and "an exclusive scan of the chunk totals" in src and "(write pass)" in src
 
 
+# --- the blocked scan of a contiguous line (fusegen.lower.cpu_scans.blocked_lines) ---------------
+@fg.op
+def lines(x):
+    """A scan along the last (contiguous) axis (one per stage runs blocked: SCAN_FOLDS), a
+    reduction fused after: the blocked path's shapes."""
+    c = fg.cummax(x, axis=-1)
+    return c, fg.sum(c * x, axis=-1)
+
+
+@fg.op
+def int_lines(x):
+    return fg.cumulative_sum(x, axis=-1)
+
+
+LINES = fg.compile(lines)
+INT_LINES = fg.compile(int_lines)
+#: around the blocked path's edges: SCAN_MIN (256) +-1, a block (32 at 256, 256 in a full piece)
+#: +-1, a piece (2048) +-1, and primes across two and three pieces
+EDGES = [1, 255, 256, 257, 263, 2047, 2048, 2049, 2311, 4099]
+
+
+def _lines_ref(x):
+    c = np.maximum.accumulate(x, -1)
+    return c, (c * x).sum(-1)
+
+
+def test_blocked_lines_every_kind_at_the_block_edges():
+    rng = np.random.default_rng(7)
+    for n in EDGES:
+        x = rng.standard_normal((2, n))
+        x[0, n // 2] = np.nan                          # NaN propagates from there on, not before
+        got = LINES(x)
+        with np.errstate(invalid="ignore"):
+            want = _lines_ref(x)
+        for k, (g, w) in enumerate(zip(got, want)):
+            np.testing.assert_allclose(g, w, rtol=1e-12, atol=0, err_msg=f"n={n}: output {k}")
+        assert np.isnan(got[0][0, n // 2:]).all() and not np.isnan(got[0][0, :n // 2]).any()
+    src = "\n".join(LINES.sources().values())
+    assert "8 independent chains" in src and "a0_7 = _fmax(a0_7, h0_7[u])" in src
+
+
+@pytest.mark.parametrize("dtype", ["int8", pytest.param("int64", marks=pytest.mark.extended)])
+def test_blocked_lines_integer_sums_are_exact(dtype):
+    rng = np.random.default_rng(8)
+    for n in EDGES[::3] + [4099]:
+        x = rng.integers(-100, 100, (3, n)).astype(dtype)
+        got, want = INT_LINES(x), np.cumsum(x, -1)
+        assert got.dtype == want.dtype == np.int64   # the standard's accumulation dtype for signed ints
+        np.testing.assert_array_equal(got, want, err_msg=f"n={n}")
+
+
+@pytest.mark.extended   # (a kernel per kind)
+@pytest.mark.parametrize("kind", ["prod", "min", "logaddexp"])
+def test_blocked_lines_other_kinds(kind):
+    scan = {"prod": lambda x: fg.cumulative_prod(x, axis=-1, include_initial=True),
+            "min": lambda x: fg.cummin(x, axis=-1), "logaddexp": lambda x: fg.logcumsumexp(x, axis=-1)}[kind]
+    k = fg.compile(fg.op(scan, name=f"blocked_{kind}"))
+    rng = np.random.default_rng(10)
+    for n in EDGES:
+        x = 1 + rng.standard_normal((2, n)) / 1000    # products stay near 1
+        want = {"prod": lambda: _init(np.cumprod(x, -1), -1, 1), "min": lambda: np.minimum.accumulate(x, -1),
+                "logaddexp": lambda: np.logaddexp.accumulate(x, -1)}[kind]()
+        np.testing.assert_allclose(k(x), want, rtol=1e-12, err_msg=f"n={n}")
+
+
+@pytest.mark.extended   # (a kernel per dtype; the default run has float64's in the test above)
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
+def test_blocked_sum_error_bound(dtype):
+    # a sum in blocks rounds differently from the sequential one, within the same bound:
+    # |error| <= (k + 1) u sum_{i<=k} |x_i| for the k-th element (u: the unit roundoff)
+    x = np.random.default_rng(9).standard_normal((2, 4099)).astype(dtype)
+    got = fg.compile(fg.op(lambda x: fg.cumulative_sum(x, axis=-1), name=f"cs_{dtype}"))(x)
+    assert got.dtype == x.dtype
+    exact = np.cumsum(x.astype(np.float64), -1)
+    u = np.finfo(np.float32 if dtype == "float16" else dtype).eps / 2   # float16 accumulates in float32
+    bound = np.arange(1, x.shape[1] + 1) * u * np.cumsum(np.abs(x.astype(np.float64)), -1)
+    if dtype == "float16":
+        bound += np.abs(exact) * np.finfo(np.float16).eps   # and is rounded once, at the store
+    assert (np.abs(got - exact) <= bound).all()
+
+
 @fg.op
 def running(x, w):
     return fg.sum(fg.cumulative_sum(x, axis=1) * w)

@@ -77,6 +77,11 @@ def test_generated_source_carries_the_running_value():
     # the col mode: a carry per element of the tile, advanced a row at a time
     assert "float acc0[fg::kTile];" in src and re.search(r"a0\[i\] \+= s\d+_r0\(v0\[i\], a\);", src)
     assert "fg::fg_logaddexp(acc" in src
+    # along the contiguous axis, a stage of one scan in blocks scanned side by side: independent
+    # chains a0_0 .. a0_7, four steps of each stored as one
+    src = fg.emit(pair, abi="mindspore-aot", device="cpu", dtypes="float32").source
+    assert "if (m >= fg::kScanMin) {" in src and "a0_7 = fg::fg_logaddexp(a0_7, sv0[7][i + 3]);" in src
+    assert "std::memcpy(&sv0[7][i], run, sizeof run);" in src
     # no composition: the op's text has no masks or iotas
     assert " iota " not in src and "where" not in src.split("kStageInfo")[0].split("fusegen's kernel runtime")[0]
 
@@ -103,6 +108,31 @@ def test_aot_a_long_line_is_o_n():
     np.testing.assert_allclose(got[1], np.cumsum(x), rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(got[4], np.maximum.accumulate(x))
     np.testing.assert_allclose(got[7], np.logaddexp.accumulate(x), rtol=1e-9)
+
+
+@fg.op
+def pair(x):
+    """A scan along the contiguous axis (a stage of one: the emitted C++ scans it in blocks), a
+    reduction fused after."""
+    c = fg.logcumsumexp(x, axis=-1)
+    return c, fg.max(c, axis=-1)
+
+
+@needs("g++")
+@pytest.mark.extended   # (a library of its own)
+def test_aot_blocked_scan_edges():
+    # kScanMin (64) +-1, blocks of a multiple of 4 steps, chunks of 2048 +-1; NaN propagates from
+    # the middle of a block on
+    k = fg.compile(pair, backend="aot", dtypes="float64")
+    rng = np.random.default_rng(7)
+    for n in [63, 64, 65, 95, 96, 97, 2047, 2048, 2049, 4099]:
+        x = rng.standard_normal((2, n))
+        x[1, n // 2] = np.nan
+        with np.errstate(invalid="ignore"):
+            c = np.logaddexp.accumulate(x, -1)
+            want = (c, c.max(-1))
+        for g, w in zip(k(x), want):
+            np.testing.assert_allclose(g, w, rtol=1e-12, err_msg=f"n={n}")
 
 
 @needs("g++")

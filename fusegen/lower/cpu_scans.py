@@ -1,11 +1,40 @@
 """The Numba CPU lowering's scan pieces (``fusegen.lower_cpu``): a scan stage is a reduction
 stage whose accumulators are stored at every step of the carried loop; a split one (the blocked
 scan) runs its tasks twice, a ``"totals"`` pass that keeps each chunk's fold in the partial rows,
-then, after ``carry_lines`` turned those into each chunk's carry, a ``"write"`` pass."""
+then, after ``carry_lines`` turned those into each chunk's carry, a ``"write"`` pass.
+
+**A line along the contiguous axis is scanned in blocks** (``blocked_lines``): one running value
+is a chain of dependent adds (4 cycles each, whatever the memory does), so a line's piece of up
+to ``SCAN_PIECE`` elements is cut into ``SCAN_BLOCKS`` blocks: their values evaluated into a
+scratch row (vectorized), the blocks scanned side by side (``SCAN_BLOCKS`` independent chains,
+in place, ``SCAN_STEPS`` steps of a chain at a time), then each block combined with the carry into it on the way out (vectorized). Exact
+for integers, max and min; for floats a sum's rounding changes only in that the carry is added
+to each block's partial sums instead of element by element (``|error| <= (k + 1) u sum |x|``
+for the k-th element, as the sequential scan's bound).
+"""
 from __future__ import annotations
 
+from ..ir import Op, nodes_of
 from ..plan.exprs import PYTHON, reduce_identity, reg_dtype
+from .cpu_layout import index_text, view_text
 from .pysource import combine
+
+#: Blocks scanned side by side: enough independent chains to keep both adders busy.
+SCAN_BLOCKS = 8
+#: The most scans of one stage run blocked: one scan's chains (``SCAN_BLOCKS`` accumulators and
+#: scratch pointers) fill the registers, and the source stays quick to compile (a stage of four
+#: blocked scans took twice as long, a parallel one of two 2.5 times); more run one chain each.
+SCAN_FOLDS = 1
+#: Steps of one chain written one after another: their stores fill a cache line together (a
+#: store per step to eight lines in turn ran at one a cycle, half the speed).
+SCAN_STEPS = 4
+#: Elements per piece: its scratch row (8 KiB of float32) stays in L1 with the piece's input.
+SCAN_PIECE = 2048
+#: Shorter lines (and a line's last few elements) are scanned as one chain.
+SCAN_MIN = 256
+#: A block's place in the scratch row: 16 times an odd number of elements apart, so no two
+#: blocks lie a multiple of 4 KiB apart (a load would wait on an unrelated store: 4K aliasing).
+SCAN_STRIDE = (SCAN_PIECE // SCAN_BLOCKS // 32) * 32 + 16
 
 
 def carry_lines(st, spec) -> list[str]:
@@ -32,6 +61,69 @@ def store_lines(gs, accs, pad: str, end_pad: str | None, var: str, acc: str) -> 
         return [f"{end_pad}part{j}[t, 0] = acc{j}" for j in range(len(accs))] if end_pad is not None else []
     return [f"{pad}v_{dst.name}[{var}] = {gs.store_result(r, dst, acc.format(j=j))}"
             for j, (r, _) in enumerate(accs) for dst in gs.result_targets(r)]
+
+
+def blocked(gs, st) -> bool:
+    """Whether a row-mode scan stage's lines run blocked: not its totals pass (a plain fold), not
+    with gathers or random numbers in the loop body (whose per-element state assumes one pass),
+    and not for more than ``SCAN_FOLDS`` scans at once."""
+    return (gs.mode == "row" and gs.scan_pass != "totals" and not gs.g.nodes and len(st.reductions) <= SCAN_FOLDS
+            and not any(n.op is Op.RANDOM for n in nodes_of([r.srcs[0] for r in st.reductions])))
+
+
+def row_views(gs, ops, written: list, start: str, pad: str) -> list[str]:
+    """Each operand's view of the line from index ``start`` on. (Indexing a view with the loop
+    counter lets LLVM drop the negative-index check and vectorize; a computed base does not.)"""
+    out = []
+    for o in ops:
+        at = f"c_{o.name} + {index_text(o.ri, start, o.name + '_sri')}"
+        out.append(f"{pad}{view_text(o, o.ri, at, o.name + '_sri', view_prefix(o, written))}" if o.kind == "array"
+                   else f"{pad}q_{o.name} = {at}")
+        if o.key in gs.g.operands:
+            out.append(f"{pad}ga_{o.name} = {at}")
+    return out
+
+
+def blocked_lines(gs, accs, vals: list[str], ew_lines, reads, written, pad: str) -> list[str]:
+    """The blocked scan of the line ``[r_lo, r_hi)`` (module docstring) up to ``pos``, the start
+    of its last stretch (shorter than ``SCAN_MIN``), which the caller's loop scans from there."""
+    K, S = SCAN_BLOCKS, SCAN_STRIDE
+    p1, p2, p3, p4 = (pad + "    " * k for k in range(1, 5))
+    out = [f"{pad}# the blocked scan: pieces of {SCAN_PIECE}, each cut into {K} blocks scanned side by side",
+           f"{pad}pos = 0",
+           f"{pad}if r_hi - r_lo >= {SCAN_MIN}:"]
+    out += [f"{p1}sv{j} = np.empty({K * S}, dtype=np.{acc.name})" for j, (_, acc) in enumerate(accs)]
+    out += [f"{p1}while r_hi - r_lo - pos >= {SCAN_MIN}:",
+            f"{p2}pb = min({SCAN_PIECE}, r_hi - r_lo - pos) // {K * SCAN_STEPS} * {SCAN_STEPS}",
+            f"{p2}# each block's values into its scratch row (vectorized)",
+            f"{p2}for kb in range({K}):",
+            f"{p3}b0 = pos + kb * pb"]
+    out += row_views(gs, reads, written, "(r_lo + b0)", p3)
+    out += [f"{p3}w{j} = _fg_row(sv{j}, kb * {S})" for j in range(len(accs))]
+    out += [f"{p3}for ri in range(pb):"] + [f"{p4}{name} = {expr}" for name, expr in ew_lines]
+    out += [f"{p4}w{j}[ri] = {v}" for j, v in enumerate(vals)]
+    out.append(f"{p2}# the blocks scanned in place, side by side: {K} independent chains")
+    for j, (r, acc) in enumerate(accs):
+        out += [f"{p2}h{j}_{k} = _fg_row(sv{j}, {k * S})" for k in range(K)]
+        out.append(f"{p2}{' = '.join(f'a{j}_{k}' for k in range(K))} = "
+                   f"{PYTHON.literal(reduce_identity(r.arg.kind, acc), acc)}")
+    out += [f"{p2}for ri in range(0, pb, {SCAN_STEPS}):"]
+    for k in range(K):   # (LLVM unrolls each constant-length loop: the source stays short to compile)
+        for j, (r, _) in enumerate(accs):
+            out += [f"{p3}for u in range(ri, ri + {SCAN_STEPS}):",
+                    f"{p4}{combine(r.arg.kind, f'a{j}_{k}', f'h{j}_{k}[u]')}", f"{p4}h{j}_{k}[u] = a{j}_{k}"]
+    out += [f"{p2}# each block combined with the carry into it (vectorized)",
+            f"{p2}for kb in range({K}):",
+            f"{p3}b0 = pos + kb * pb"]
+    out += row_views(gs, written, written, "(r_lo + b0)", p3)
+    out += [f"{p3}w{j} = _fg_row(sv{j}, kb * {S})" for j in range(len(accs))]
+    out.append(f"{p3}for ri in range(pb):")
+    for j, (r, _) in enumerate(accs):
+        out += [f"{p4}t{j} = acc{j}", f"{p4}{combine(r.arg.kind, f't{j}', f'w{j}[ri]')}"]
+    out += store_lines(gs, accs, p4, None, "ri", "t{j}")
+    out += [f"{p3}{combine(r.arg.kind, f'acc{j}', f'w{j}[pb - 1]')}" for j, (r, _) in enumerate(accs)]
+    out.append(f"{p2}pos += {K} * pb")
+    return out + row_views(gs, list(reads) + list(written), written, "(r_lo + pos)", pad)
 
 
 def view_prefix(o, written: list) -> str:
