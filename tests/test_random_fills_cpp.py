@@ -17,6 +17,7 @@ import pytest
 import fusegen as fg
 import fusegen.examples as ex
 from _optional import needs_gxx, needs_jax
+from test_random_ops import case_inputs
 from fusegen.native import build
 
 R = fg.random.reference
@@ -70,11 +71,7 @@ CASES = [((3, 5), 0, 0, 0.5), ((1, 7), 123456789, 5, 0.25), ((4, 33), U64 - 1, U
 
 def run_cases(kernel, what: str, cases=CASES) -> None:
     for shape, seed, offset, p in cases:
-        x = np.ones(shape, np.float32)
-        pt = np.linspace(0, 1, shape[1], dtype=np.float32)
-        st = np.array(seed ^ 0x5555, np.uint64)
-        attrs = dict(seed=seed - U64 if seed >= 1 << 63 else seed,
-                     offset=offset - U64 if offset >= 1 << 63 else offset, p=p)
+        x, pt, st, attrs = case_inputs(shape, seed, offset, p)
         got = kernel(x, pt, st, **attrs)
         for k, (g, w) in enumerate(zip(got, expected(shape, seed, offset, p, pt, st))):
             g = np.asarray(g)

@@ -86,14 +86,20 @@ def check_many(got, shape, seed, offset, p, pt, st, what: str) -> None:
     np.testing.assert_allclose(got[14], u.sum(axis=0), rtol=1e-5, err_msg=what)
 
 
+def case_inputs(shape, seed: int, offset: int, p: float):
+    """The (x, p tensor, seed tensor) inputs and the attributes of one random-op case."""
+    x = np.ones(shape, np.float32)
+    pt = np.linspace(0, 1, shape[1], dtype=np.float32)
+    st = np.array(seed ^ 0x5555, np.uint64)
+    # seeds and offsets >= 2^63 travel as int64 attributes (taken modulo 2^64)
+    attrs = dict(seed=seed - U64 if seed >= 1 << 63 else seed,
+                 offset=offset - U64 if offset >= 1 << 63 else offset, p=p)
+    return x, pt, st, attrs
+
+
 def run_many(kernel, what: str, cases=CASES) -> None:
     for shape, seed, offset, p in cases:
-        x = np.ones(shape, np.float32)
-        pt = np.linspace(0, 1, shape[1], dtype=np.float32)
-        st = np.array(seed ^ 0x5555, np.uint64)
-        # seeds and offsets >= 2^63 travel as int64 attributes (taken modulo 2^64)
-        attrs = dict(seed=seed - U64 if seed >= 1 << 63 else seed,
-                     offset=offset - U64 if offset >= 1 << 63 else offset, p=p)
+        x, pt, st, attrs = case_inputs(shape, seed, offset, p)
         got = kernel(x, pt, st, **attrs)
         check_many(got, shape, seed, offset, p, pt, st, f"{what} {shape} seed={seed} offset={offset}")
 
