@@ -346,6 +346,22 @@ EXTENDED_TESTS = {
     "test_complex.py::test_each_backend_calls_the_complex_helpers",      # the complex functions' tables
     "test_elementwise.py::test_each_backend_spells_the_special_cases_with_its_helpers",
     "test_numeric_cpu.py::test_large_softmax",                           # test_lower_cpu's prange run
+    # the emitted gather loops' values: test_gathers_emitted's AOT calls run the same loops
+    "test_gathers_fast_cpp.py::test_every_index_dtype_and_negative_indices",
+    "test_gathers_fast_cpp.py::test_non_contiguous_inputs",
+    "test_gathers_fast_cpp.py::test_out_of_range_in_each_mode",
+    "test_gathers_fast_cpp.py::test_size_zero",
+    # the one-pass norm statistics: test_numeric_cpu's twin (Numba); the C++ pair runs in every
+    # default AOT layer_norm call (test_aot_backend, test_perf_ops)
+    "test_aot_backend.py::test_layer_norm_one_pass_statistics_do_not_cancel",
+    # blocked scans: test_blocked_lines_every_kind_at_the_block_edges (the same loops, float64)
+    "test_scan_stage.py::test_blocked_lines_integer_sums_are_exact",
+    # the O(n) scan adjoints on a long line: test_scan_stage's adjoint rules on Numba; the
+    # emitted scan stage runs in test_scans_emitted's other AOT calls
+    "test_scans_emitted.py::test_o_n_adjoints_match_finite_differences",
+    # errors through the small-call extension: every default test_aot_backend::test_error_code
+    # call is small, so it takes that path
+    "test_small_calls.py::test_small_call_path_reports_kernel_errors",
 }
 
 
