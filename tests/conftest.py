@@ -359,9 +359,6 @@ EXTENDED_TESTS = {
     # the O(n) scan adjoints on a long line: test_scan_stage's adjoint rules on Numba; the
     # emitted scan stage runs in test_scans_emitted's other AOT calls
     "test_scans_emitted.py::test_o_n_adjoints_match_finite_differences",
-    # errors through the small-call extension: every default test_aot_backend::test_error_code
-    # call is small, so it takes that path
-    "test_small_calls.py::test_small_call_path_reports_kernel_errors",
 }
 
 
