@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from . import vmath
 from .ir import Node, Op, Spec, nodes_of
-from .lower import cpu_fold, cpu_moments, cpu_scans, cpu_splits
+from .lower import cpu_fold, cpu_inplace, cpu_moments, cpu_scans, cpu_splits
 from .lower import rng as rnglower
 from .lower.cpu_layout import HEADER, OperandSlot, index_text, meta_array, stride_pattern, view_text  # noqa: F401  (HEADER, meta_array: part of the face)
 from .lower.gathers import GatherSlots
@@ -249,6 +249,7 @@ class GroupSource:
         body = pad + "    "
         bounds, loops = cpu_splits.segments(self, st, mode, count, pad)
         self.lines += bounds
+        alias, start = cpu_inplace.aliases(self, st, mode, accs), len(self.lines)
         for rng, choice in loops:
             self.fills.begin(lambda n, ctx: self._load(n, ctx, mode), f"r{st.index}_", mode, var, count)
             ew = ExprWriter(self.spec, PYTHON, lambda n, ctx: self._load(n, ctx, mode),
@@ -274,6 +275,8 @@ class GroupSource:
                 w(f"{body}{combine('sum' if pair else r.arg.kind, acc_at.format(j=j), v)}")
             for o, n, v in outs:
                 w(f"{body}v_{o.name}[{var}] = {v}")
+        if alias:
+            self.lines[start:] = cpu_inplace.versioned(self.lines[start:], alias, pad)
 
     def _unravel(self, pad: str, index: str, ndims: str, offset: str, target: str, ops) -> None:
         """Add the offsets of flat ``index`` over ``ndims`` dims (extents and strides at

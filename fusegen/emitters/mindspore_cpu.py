@@ -68,7 +68,10 @@ def combo_data(op: OpDef, plan: Plan, combo: tuple[DType, ...], ranks=None) -> d
                                targets=[of(a.slot) for a in st.stores if a.node is r]))
         for k, n in st.writes:
             out = reg_dtype(dt.materialize(spec.of(n).dtype))
-            values.append(dict(kind="write", fn=f"s{st.index}_w{k}", op=of(("out", k)),
+            # alias: the input this output may be written over (@fg.op(inplace=...)), read here
+            src = op.inplace.get(k) if getattr(op, "inplace", None) else None
+            alias = next((f"v{of(a.slot)}" for a in st.reads if a.slot == ("in", src)), None)
+            values.append(dict(kind="write", fn=f"s{st.index}_w{k}", op=of(("out", k)), alias=alias,
                                reg=CPP.type_name(out), body=expr_fn(spec, n, out, names, ExprWriter.outputs_read(spec, st))))
         finals = []
         for k, n in st.finals:

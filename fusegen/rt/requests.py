@@ -11,6 +11,8 @@ reason otherwise.
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from ..errors import ArgumentError, DTypeError, ShapeError
@@ -107,18 +109,25 @@ def inplace_hazard(plan: Plan, k: int, i: int) -> str | None:
     return None
 
 
+#: kernel -> {output: why it may not be written in place, or None}
+_HAZARDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def _inplace_outputs(kernel, arrays, outs: list, skip: frozenset) -> list:
     op = kernel.op
     pairs = getattr(op, "inplace", {})
     if not pairs:
         raise ArgumentError(f"op {op.name}: inplace=True, but the op declares no output that may share an "
                             "input's memory (@fg.op(inplace={output: 'input'}))")
-    plan = getattr(kernel, "plan", None) or build_plan(op)
+    hazards = _HAZARDS.get(kernel)
+    if hazards is None:   # the plan's part depends on the kernel alone: found once, not per call
+        plan = getattr(kernel, "plan", None) or build_plan(op)
+        hazards = _HAZARDS[kernel] = {k: inplace_hazard(plan, k, i) for k, i in pairs.items()}
     outs = list(outs)
     for k, i in pairs.items():
         if k in skip:
             continue
-        why = inplace_hazard(plan, k, i)
+        why = hazards[k]
         a = arrays[i]
         if why is None and outs[k] is not None:
             why = f"out[{k}] is given as well"
