@@ -262,7 +262,7 @@ class GroupSource:
             else:
                 vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
             outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in st.writes + st.keeps]
-            self.lines += self.fills.end(pad)
+            self.lines += self.fills.end(pad) + (cpu_moments.late_pivot(st, pair, ew.lines, e, pad) if pair else [])
             blocked = moved and st.is_scan and len(loops) == 1 and cpu_scans.blocked(self, st)
             if blocked:   # (the line's last stretch: the loop below, from pos)
                 self.lines += cpu_scans.blocked_lines(self, accs, vals, ew.lines, *moved, pad)

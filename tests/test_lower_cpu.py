@@ -134,6 +134,13 @@ def test_norm_statistics_are_one_pass_however_the_square_is_spelled():
         assert src.count("for ri in range(") == 2, src
         assert re.search(r"^ +dv0 = .* - piv0\n +acc0 \+= dv0\n +acc1 \+= dv0 \* dv0$", src, re.M), src
         assert "_fmax(acc1 / np.float32(count) - mq0 * mq0, np.float32(0.0))" in src
+    # dropout then layer norm: the stage writing h between the mean and the variance does not
+    # keep them apart, and the pivot is h at the row's first element, from the same random numbers
+    k = fg.compile(ex.dropout_add_layer_norm)
+    k(*(np.ones(s, np.float32) for s in [(4, 8), (4, 8), (8,), (8,)]))
+    src = k.source
+    assert "and stage 2, its centered mean of squares, in the same pass" in src
+    assert src.count("for ri in range(r_hi - r_lo):") == 3 and "for ri in range(min(1, r_hi - r_lo)):" in src, src
     # a variance of another mean (not of the same values) keeps its own pass
     @fg.op
     def other(x, y):

@@ -22,7 +22,9 @@ The plan is unchanged: the stages, their accesses and workspaces stay as they ar
 renderer that does not fuse the pair (or runs where it cannot, e.g. the GPU's) runs them as
 two passes. Only ``e`` built from inputs, constants and attributes through elementwise ops is
 taken (through views, but no pieces, gathers or random numbers: its pivot is read at one
-address per operand).
+address per operand), unless the renderer asks for random numbers too (``random=True``: the Numba
+CPU lowering evaluates the pivot in the row pass itself, from the same random numbers, as a
+dropout-then-layer-norm needs).
 """
 from __future__ import annotations
 
@@ -58,14 +60,16 @@ def _squared(n: Node) -> Node | None:
 _NOT_PLAIN = frozenset({Op.REDUCE, Op.IOTA, Op.GATHER, Op.RANDOM}) | PIECEWISE
 
 
-def _plain(e: Node) -> bool:
-    """``e`` is made of inputs, constants and attributes through elementwise ops and views only
-    (a view is a strided read: its pivot is still one address per operand)."""
-    return all(n.op not in _NOT_PLAIN for n in nodes_of([e]))
+def _plain(e: Node, random: bool = False) -> bool:
+    """``e`` is made of inputs, constants and attributes (and random numbers and their counters'
+    iotas, with ``random``) through elementwise ops and views only (a view is a strided read: its pivot is still one
+    address per operand)."""
+    return all(n.op not in _NOT_PLAIN or (random and n.op in (Op.RANDOM, Op.IOTA)) for n in nodes_of([e]))
 
 
-def centered_pairs(plan: Plan) -> dict[int, CenteredPair]:
-    """The centered second moments of ``plan``, keyed by the variance's stage index."""
+def centered_pairs(plan: Plan, random: bool = False) -> dict[int, CenteredPair]:
+    """The centered second moments of ``plan``, keyed by the variance's stage index (``random``:
+    also where ``e`` holds random numbers)."""
     out: dict[int, CenteredPair] = {}
     for t in plan.stages:
         if len(t.reductions) != 1 or t.writes or t.keeps or t.is_scan:   # (keeps: plan.shared)
@@ -78,7 +82,7 @@ def centered_pairs(plan: Plan) -> dict[int, CenteredPair]:
             continue
         e, mean = d.srcs
         if mean.op is not Op.REDUCE or mean.arg.kind != "mean" or mean.arg.scan or mean.srcs[0] is not e \
-                or mean.arg.axes != var.arg.axes or not mean.arg.keep_dims or not _plain(e):
+                or mean.arg.axes != var.arg.axes or not mean.arg.keep_dims or not _plain(e, random):
             continue
         s = plan.stage_of(mean)
         if len(s.reductions) != 1 or s.writes or s.keeps or s.is_scan:
