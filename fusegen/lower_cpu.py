@@ -25,7 +25,7 @@ from . import vmath
 from .ir import Node, Op, Spec, nodes_of
 from .lower import cpu_fold, cpu_moments, cpu_scans, cpu_splits
 from .lower import rng as rnglower
-from .lower.cpu_layout import HEADER, OperandSlot, index_text, meta_array, stride_pattern, unravel_lines, view_text  # noqa: F401  (HEADER, meta_array: part of the face)
+from .lower.cpu_layout import HEADER, OperandSlot, index_text, meta_array, stride_pattern, view_text  # noqa: F401  (HEADER, meta_array: part of the face)
 from .lower.gathers import GatherSlots
 from .lower.pyhelpers import COMPLEX_HELPER_NAMES, COMPLEX_HELPERS, vmath_imports
 from .lower.pysource import CPU_PRELUDE, INNER_HELPER, combine, general_maps, group_params, import_source, operand_name
@@ -49,7 +49,6 @@ class GroupSource:
         # few outputs to give every thread a contiguous share (e.g. a column sum).
         self.split = split
         self.scan_pass = None   # a split scan's pass: "totals" or "write" (emit)
-        self.row_var = None     # col mode: which of the rows a scan steps through the loads read (_load)
         inners = run.inners or [None] * len(run.operands)
         self.ops = {key: OperandSlot(operand_name(key), key, p[0], p[1], k,
                              "iota" if key[0] == "iota" else ("modular" if inner is not None else "array"))
@@ -154,7 +153,7 @@ class GroupSource:
                 w(f"        b_{o.name} = meta[SB + {len(self.ops)} * W + {o.k}] + i0 * meta[SB + {o.k} * W + nO + nRO + 1]")
             else:
                 w(f"        b_{o.name} = i0 * meta[SB + {o.k} * W + nO + nRO + 1]")
-        self.lines += unravel_lines("        ", "o", "nO", "", "b", self.ops.values())
+        self._unravel("        ", "o", "nO", "", "b", self.ops.values())
         self.lines += self.g.cpu_lines("task start")
         done = {p.var_stage for p in self.pairs.values()}   # computed with their mean's stage
         for st in self._stages():
@@ -206,7 +205,7 @@ class GroupSource:
         for o in moving[len(reads):]:
             w(f"{p2}c_{o.name} = b_{o.name}")
         if needs_r:
-            self.lines += unravel_lines(p2, "ro", "nRO", "nO + ", "c", moving)
+            self._unravel(p2, "ro", "nRO", "nO + ", "c", moving)
         if self.mode == "row":
             self.lines += cpu_scans.row_views(self, moving, written, "r_lo", p2)   # slice views per row
             p3 = p2 + "    "
@@ -225,12 +224,8 @@ class GroupSource:
             if accs and not st.writes and not st.keeps and not st.is_scan and all(o.i == 1 and o.kind == "array" for o in moving) and not self.g.nodes:
                 self.lines += cpu_fold.fold4(self, st, accs, moving, p2)
                 r_start = "ri"
-            p3, rows = p2 + "    ", cpu_scans.col_rows(self, st, moving)
-            if rows > 1:   # a scan's rows in steps of `rows`, the running values in registers
-                self.lines += cpu_scans.col_rows_head(moving, rows, p2)
-                self._hot_loops(st, accs, "col", p3, kept, rows=rows)
-                r_start = "r_step"
             w(f"{p2}for ri in range({r_start}, r_hi):")
+            p3 = p2 + "    "
             for o in moving:
                 at = f"c_{o.name} + {index_text(o.ri, 'ri', o.name + '_sri')}"
                 w(f"{p3}{view_text(o, o.i, at, o.name + '_si', cpu_scans.view_prefix(o, written))}" if o.kind == "array"
@@ -244,13 +239,11 @@ class GroupSource:
             elif not self.split:
                 self._finalize_col(st, accs, pad)
 
-    def _hot_loops(self, st, accs, mode: str, pad: str, kept, pair: CenteredPair | None = None, moved=(),
-                   rows: int = 1) -> None:
+    def _hot_loops(self, st, accs, mode: str, pad: str, kept, pair: CenteredPair | None = None, moved=()) -> None:
         """The stage's innermost loop at ``pad`` (``ri``: row mode, ``i``: col mode), one per interval
         of an index-set split (``lower/cpu_splits``); ``kept``: values stored once and read back
         (``plan.shared``); ``pair`` (row mode): sums of the pivot-shifted values and their squares;
-        ``moved`` (row mode): the (reads, written) operands a blocked scan re-views (``cpu_scans``);
-        ``rows`` (col mode, a scan): rows ``ri`` .. ``ri + rows - 1`` per step (``cpu_scans.col_rows``)."""
+        ``moved`` (row mode): the (reads, written) operands a blocked scan re-views (``cpu_scans``)."""
         w = self.lines.append
         var, count, acc_at = ("ri", "r_hi - r_lo", "acc{j}") if mode == "row" else ("i", "n", "acc{j}[i]")
         body = pad + "    "
@@ -258,16 +251,10 @@ class GroupSource:
         self.lines += bounds
         for rng, choice in loops:
             self.fills.begin(lambda n, ctx: self._load(n, ctx, mode), f"r{st.index}_", mode, var, count)
-
-            def writer(tag: str = "") -> ExprWriter:   # (tag: a row's, cpu_scans.col_rows_lines)
-                self._ew = ExprWriter(self.spec, PYTHON, lambda n, ctx: self._load(n, ctx, mode),
-                                      prefix=f"s{st.index}{_tag(choice)}{tag}_", variant={**(self.run.variant or {}), **choice},
-                                      gather=self.g.cpu_index, random=self.rng, stored=kept)
-                return self._ew
-            if rows > 1:
-                self.lines += self.fills.end(pad) + cpu_scans.col_rows_lines(self, accs, writer, rows, pad)
-                continue
-            ew = writer()
+            ew = ExprWriter(self.spec, PYTHON, lambda n, ctx: self._load(n, ctx, mode),
+                            prefix=f"s{st.index}{_tag(choice)}_", variant={**(self.run.variant or {}), **choice},
+                            gather=self.g.cpu_index, random=self.rng, stored=kept)
+            self._ew = ew
             if pair is not None:
                 e = ew.value(pair.e, accs[0][1])
                 vals = cpu_moments.loop_values(st)
@@ -288,6 +275,19 @@ class GroupSource:
             for o, n, v in outs:
                 w(f"{body}v_{o.name}[{var}] = {v}")
 
+    def _unravel(self, pad: str, index: str, ndims: str, offset: str, target: str, ops) -> None:
+        """Add the offsets of flat ``index`` over ``ndims`` dims (extents and strides at
+        ``offset`` in meta) to each operand's ``<target>_<name>`` base."""
+        w = self.lines.append
+        w(f"{pad}rem = {index}")
+        w(f"{pad}for d in range({ndims} - 1, -1, -1):")
+        w(f"{pad}    e = meta[{HEADER} + {offset}d]")
+        w(f"{pad}    q = rem // e")
+        w(f"{pad}    ix = rem - q * e")
+        w(f"{pad}    rem = q")
+        for o in ops:
+            w(f"{pad}    {target}_{o.name} += ix * meta[SB + {o.k} * W + {offset}d]")
+
     def _combine_partials(self, st):
         """After the split tasks: fold each output's partial accumulators, then finish as
         col mode does (mean, casts, finals)."""
@@ -297,7 +297,7 @@ class GroupSource:
         w("    for o in range(meta[6]):")
         for o in self.ops.values():
             w(f"        b_{o.name} = " + (f"meta[SB + {len(self.ops)} * W + {o.k}]" if self.general else "0"))
-        self.lines += unravel_lines("        ", "o", "nO", "", "b", self.ops.values())
+        self._unravel("        ", "o", "nO", "", "b", self.ops.values())
         accs = []
         for j, r in enumerate(st.reductions):
             accs.append((r, reg_dtype(self.spec.of(r).acc)))
@@ -405,8 +405,8 @@ class GroupSource:
                 self.g.refuse(self.plan.opdef.name)
             step = {0: "", 1: f" + {var}"}.get(cls, f" + {var} * {o.name}_s{var}")
             return f"{o.name}_[ga_{o.name}{step}{terms}]"
-        if o.kind == "array":   # (out: a slice; row_var: row ri + row_var's view, cpu_scans.col_rows)
-            return f"s_{o.name}" if cls == 0 and o.key[0] != "out" else f"{cpu_scans.row_view(o, self.row_var)}[{var}]"
+        if o.kind == "array":
+            return f"s_{o.name}" if cls == 0 and o.key[0] != "out" else f"v_{o.name}[{var}]"   # (out: a slice)
         stride = f"{o.name}_s{var}"
         lin = f"q_{o.name}" if cls == 0 else (f"(q_{o.name} + {var})" if cls == 1 else f"(q_{o.name} + {var} * {stride})")
         if o.kind == "iota":

@@ -122,20 +122,6 @@ def test_fused_pipeline():
     _close(AROUND(x, y), (c + y, (c + y).sum(1), np.maximum.accumulate(x, -1) - x), "around")
 
 
-def test_col_mode_rows_in_pairs():
-    # along an axis that is not the contiguous one, the loop takes two rows a step, the running
-    # value in a register (cpu_scans.col_rows), then the odd row: 1, 2, 5 and 7 rows along the
-    # scanned axis; integer values, so every result is exact
-    rng = np.random.default_rng(13)
-    for shape in [(2, 1, 3), (1, 2, 4), (2, 5, 3), (1, 7, 40)]:
-        x, y = rng.integers(-3, 4, (2,) + shape).astype(np.float32)
-        c = np.cumsum(x * 2, axis=1)
-        for k, (g, w) in enumerate(zip(AROUND(x, y), (c + y, (c + y).sum(1), np.maximum.accumulate(x, -1) - x))):
-            np.testing.assert_array_equal(g, w, err_msg=f"{shape}: output {k}")
-    src = "\n".join(AROUND.sources().values())
-    assert "for ri in range(r_lo, r_step, 2):" in src and "a0 += s0q1_" in src
-
-
 @pytest.mark.extended
 def test_middle_axis():
     x = np.random.default_rng(3).standard_normal((2, 5, 3)).astype(np.float32)

@@ -66,11 +66,3 @@ def view_text(o: OperandSlot, cls, at: str, stride: str, prefix: str = "") -> st
 
 def index_text(cls, var: str, stride: str) -> str:
     return "0" if cls == 0 else (var if cls == 1 else f"{var} * {stride}")
-
-
-def unravel_lines(pad: str, index: str, ndims: str, offset: str, target: str, ops) -> list[str]:
-    """The lines adding the offsets of flat ``index`` over ``ndims`` dims (extents and strides at
-    ``offset`` in meta) to each operand's ``<target>_<name>`` base."""
-    return [f"{pad}rem = {index}", f"{pad}for d in range({ndims} - 1, -1, -1):", f"{pad}    e = meta[{HEADER} + {offset}d]",
-            f"{pad}    q = rem // e", f"{pad}    ix = rem - q * e", f"{pad}    rem = q"] + \
-        [f"{pad}    {target}_{o.name} += ix * meta[SB + {o.k} * W + {offset}d]" for o in ops]

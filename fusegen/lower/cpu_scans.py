@@ -33,9 +33,6 @@ SCAN_PIECE = 2048
 #: Col mode (the scanned axis not the contiguous one): rows of the tile a running value advances
 #: through in a register before it goes back to the carry row, so that many rows stream at once.
 SCAN_ROWS = 4
-#: The same on the Numba CPU backend (``col_rows``): LLVM vectorizes a step of two rows; one of
-#: four has too many pointers for its run-time alias checks, and its loop stayed scalar.
-SCAN_ROWS_NUMBA = 2
 #: A split scan's chunk along its lines (``fusegen.rt.policy``, ``fg::scan_split``): long enough
 #: that its write pass, which reads the chunk again after the totals pass, streams.
 SCAN_SPLIT_CHUNK = 1 << 13
@@ -139,47 +136,3 @@ def view_prefix(o, written: list) -> str:
     """The view prefix of an operand the loop writes (a view even where its stride is 0: a scan's
     workspace over a size-1 dim), "" for one it reads."""
     return "v" if any(o is w for w in written) else ""
-
-
-def col_rows(gs, st, moving) -> int:
-    """Rows a col-mode scan steps through at a time (1: one, the general loop): ``SCAN_ROWS_NUMBA``
-    where every operand is an array read with unit stride across the tile and the loop computes
-    nothing per element but the scans' values (no gathers, random numbers or other outputs)."""
-    if gs.mode != "col" or not st.is_scan or gs.scan_pass == "totals" or gs.g.nodes or st.writes or st.keeps:
-        return 1
-    if any(n.op is Op.RANDOM for n in nodes_of([r.srcs[0] for r in st.reductions])):
-        return 1
-    return SCAN_ROWS_NUMBA if all(o.kind == "array" and o.i == 1 for o in moving) else 1
-
-
-def row_view(o, q) -> str:
-    """The name of operand ``o``'s view of row ``ri + q`` (``q``: None or 0, row ``ri``'s)."""
-    return f"v{q or ''}_{o.name}"
-
-
-def col_rows_head(moving, rows: int, pad: str) -> list[str]:
-    """The loop over steps of ``rows`` rows (up to ``r_step``) and each operand's view of each row."""
-    out = [f"{pad}r_step = r_lo + (r_hi - r_lo) // {rows} * {rows}", f"{pad}for ri in range(r_lo, r_step, {rows}):"]
-    for q in range(rows):
-        out += [f"{pad}    {row_view(o, q)} = _fg_row({o.name}_, c_{o.name} + "
-                f"{index_text(o.ri, f'(ri + {q})' if q else 'ri', o.name + '_sri')})" for o in moving]
-    return out
-
-
-def col_rows_lines(gs, accs, writer, rows: int, pad: str) -> list[str]:
-    """The loop across the tile for rows ``ri + q`` (``q < rows``), each row's values through its
-    own views (``writer(tag)``: an expression writer whose loads read the view ``gs.row_var``
-    names): each running value loaded from the carry row once, advanced and stored through the
-    rows in a register, written back."""
-    p1 = pad + "    "
-    out = [f"{pad}for i in range(n):"] + [f"{p1}a{j} = acc{j}[i]" for j in range(len(accs))]
-    for q in range(rows):
-        gs.row_var = q
-        ew = writer(f"q{q}")
-        vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
-        out += [f"{p1}{name} = {expr}" for name, expr in ew.lines]
-        for j, ((r, _), v) in enumerate(zip(accs, vals)):
-            out.append(f"{p1}{combine(r.arg.kind, f'a{j}', v)}")
-            out += [f"{p1}{row_view(dst, q)}[i] = {gs.store_result(r, dst, f'a{j}')}" for dst in gs.result_targets(r)]
-    gs.row_var = None
-    return out + [f"{p1}acc{j}[i] = a{j}" for j in range(len(accs))]
