@@ -110,6 +110,42 @@ def test_aot_a_long_line_is_o_n():
     np.testing.assert_allclose(got[7], np.logaddexp.accumulate(x), rtol=1e-9)
 
 
+@needs("g++")
+def test_aot_few_long_lines_split_across_threads():
+    # fewer lines than threads, each long: the two-pass scan (fg::run_scan_split) cuts each into
+    # chunks (8 here, 20481 or 7501 long: odd, not a multiple of a piece), their totals, then each
+    # chunk from its carry; row mode (1-d) and col mode (3 lines side by side). Integer values:
+    # every sum, product, max and min is exact in float64, so a wrong carry or chunk edge shows
+    k = fg.compile(lines, backend="aot", dtypes="float64")   # test_aot_lines_match_numpy's library
+    src = fg.emit(lines, abi="mindspore-aot", device="cpu", dtypes="float64").source
+    assert "run_scan_split<NOPS>(fns[first]" in src and "void carry0(" in src and "kCombines[kStages] = {carry0," in src
+    rng = np.random.default_rng(11)
+    for shape in [(163_841,), (60_007, 3)]:
+        x = rng.integers(-3, 4, shape).astype(np.float64)
+        got = k(x)
+        for j in (0, 2, 3):   # along axis 0: the split lines (products: zeros early on, exact)
+            np.testing.assert_array_equal(got[j], _lines_ref(x)[j], err_msg=f"{shape}: output {j}")
+        np.testing.assert_allclose(got[6], np.logaddexp.accumulate(x, 0), rtol=1e-12, err_msg=f"{shape}")
+        if x.ndim == 1:   # (a 1-d line is also the last axis: cummin, and the sum's total)
+            np.testing.assert_array_equal(got[5], np.minimum.accumulate(x), err_msg=f"{shape}")
+            assert got[8] == 2 * np.cumsum(x).sum()
+
+
+@needs("g++")
+def test_aot_col_mode_rows_at_a_time():
+    # along the first axis, kScanRows (4) rows per step with the running value in a register:
+    # row counts around a multiple of 4 (the rows left over go one at a time), a tile wider than
+    # a chunk (1500: 512 + 256 per task), one row, one column; integer values, so exact
+    k = fg.compile(lines, backend="aot", dtypes="float64")   # test_aot_lines_match_numpy's library
+    rng = np.random.default_rng(12)
+    for shape in [(4, 3), (5, 1), (7, 2), (9, 1500), (1, 6)]:
+        x = rng.integers(-3, 4, shape).astype(np.float64)
+        got, want = k(x), _lines_ref(x)
+        for j in (0, 2, 3):
+            np.testing.assert_array_equal(got[j], want[j], err_msg=f"{shape}: output {j}")
+        np.testing.assert_allclose(got[6], want[6], rtol=1e-12, err_msg=f"{shape}")
+
+
 @fg.op
 def pair(x):
     """A scan along the contiguous axis (a stage of one: the emitted C++ scans it in blocks), a

@@ -30,6 +30,12 @@ SCAN_FOLDS = 1
 SCAN_STEPS = 4
 #: Elements per piece: its scratch row (8 KiB of float32) stays in L1 with the piece's input.
 SCAN_PIECE = 2048
+#: Col mode (the scanned axis not the contiguous one): rows of the tile a running value advances
+#: through in a register before it goes back to the carry row, so that many rows stream at once.
+SCAN_ROWS = 4
+#: A split scan's chunk along its lines (``fusegen.rt.policy``, ``fg::scan_split``): long enough
+#: that its write pass, which reads the chunk again after the totals pass, streams.
+SCAN_SPLIT_CHUNK = 1 << 13
 #: Shorter lines (and a line's last few elements) are scanned as one chain.
 SCAN_MIN = 256
 #: A block's place in the scratch row: 16 times an odd number of elements apart, so no two

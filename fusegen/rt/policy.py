@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 
 from ..ir import Op, nodes_of
+from ..lower.cpu_scans import SCAN_SPLIT_CHUNK
 from ..plan import Plan
 
 
@@ -78,7 +79,7 @@ def split_count(plan: Plan, run, nthreads: int) -> int:
 
 
 #: A scan's chunk: long enough that its second pass (which reads the chunk again) streams.
-SCAN_CHUNK = 1 << 13
+SCAN_CHUNK = SCAN_SPLIT_CHUNK
 
 
 def _scan_split(stage, L, nthreads: int) -> int:
