@@ -24,8 +24,8 @@ the loops vectorize as they did. ``_fg_flat(a)`` is ``a.ravel()`` of a C-contigu
 kernels' operands always are: the runner makes them so), a view, for the same reason.
 
 ``_fg_maximum(a, b)``/``_fg_minimum`` are LLVM's ``llvm.maximum``/``llvm.minimum`` of two floats of
-one type: NaN-propagating like ``_fmax`` (a NaN in either gives NaN), +0 above -0 (``_fmax`` keeps
-whichever comes second of two zeros; NumPy's reductions the first). The row loops' max and min
+one type: NaN-propagating like ``_fmax`` (a NaN in either gives NaN), +0 above -0 (``_fmax``, like
+NumPy's reductions, keeps the later of two zeros). The row loops' max and min
 reductions fold with them because LLVM vectorizes a reduction of these (several vector
 accumulators, as for a sum) and not one of ``_fmax``'s compare-and-select, which it may not
 reorder without the no-NaN flag: a scalar chain, ten times slower (a softmax's max pass was most
