@@ -272,7 +272,7 @@ class GroupSource:
             if pair is not None:
                 w(f"{body}dv{st.index} = {e} - piv{st.index}")
             for j, ((r, acc), v) in enumerate(zip(accs, vals)):
-                w(f"{body}{combine('sum' if pair else r.arg.kind, acc_at.format(j=j), v)}")
+                w(f"{body}{combine('sum' if pair else r.arg.kind, acc_at.format(j=j), v, mode == 'row' and acc.is_float)}")
             for o, n, v in outs:
                 w(f"{body}v_{o.name}[{var}] = {v}")
         if alias:

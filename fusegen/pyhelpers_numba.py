@@ -22,12 +22,21 @@ and it was half the compile time of a small kernel. The loops' starts are offset
 computed inside the array, so the view is the same pointer, extent and stride LLVM saw before, and
 the loops vectorize as they did. ``_fg_flat(a)`` is ``a.ravel()`` of a C-contiguous array (the
 kernels' operands always are: the runner makes them so), a view, for the same reason.
+
+``_fg_maximum(a, b)``/``_fg_minimum`` are LLVM's ``llvm.maximum``/``llvm.minimum`` of two floats of
+one type: NaN-propagating like ``_fmax`` (a NaN in either gives NaN), +0 above -0 (``_fmax``, like
+NumPy's reductions, keeps the later of two zeros). The row loops' max and min
+reductions fold with them because LLVM vectorizes a reduction of these (several vector
+accumulators, as for a sum) and not one of ``_fmax``'s compare-and-select, which it may not
+reorder without the no-NaN flag: a scalar chain, ten times slower (a softmax's max pass was most
+of its time).
 """
 from __future__ import annotations
 
 import hashlib
 from pathlib import Path
 
+from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
 from numba.core.imputils import impl_ret_borrowed
@@ -43,7 +52,7 @@ DIGEST = hashlib.sha256((_TEXT + Path(__file__).read_text(encoding="utf-8")).enc
 #: the helpers compiled from the text below
 HELPERS = ("_fmax", "_fmin") + HELPER_NAMES
 #: every name a generated CPU kernel imports from here
-NAMES = HELPERS + ("_fg_row", "_fg_flat")
+NAMES = HELPERS + ("_fg_row", "_fg_flat", "_fg_maximum", "_fg_minimum")
 
 
 def _jit_helpers(module) -> None:
@@ -96,3 +105,21 @@ def _fg_flat(typingctx, a):
         return impl_ret_borrowed(context, builder, sig.return_type, view._getvalue())
 
     return types.Array(a.dtype, 1, "C")(a), codegen
+
+
+def _ieee_minmax(name: str):
+    @intrinsic
+    def minmax(typingctx, a, b):
+        if not (isinstance(a, types.Float) and a == b):
+            return None
+
+        def codegen(context, builder, sig, args):
+            t = context.get_value_type(sig.args[0])
+            return builder.call(builder.module.declare_intrinsic(name, [t], ir.FunctionType(t, [t, t])), args)
+
+        return a(a, b), codegen
+    return minmax
+
+
+_fg_maximum = _ieee_minmax("llvm.maximum")
+_fg_minimum = _ieee_minmax("llvm.minimum")

@@ -34,8 +34,12 @@ def _fmin(a, b):
 '''
 
 
-def combine(kind: str, acc: str, v: str) -> str:
-    """The statement that folds value ``v`` into accumulator ``acc`` for a reduction kind."""
+def combine(kind: str, acc: str, v: str, ieee: bool = False) -> str:
+    """The statement that folds value ``v`` into accumulator ``acc`` for a reduction kind;
+    ``ieee``: a float max or min as ``llvm.maximum``/``minimum`` (``pyhelpers_numba``), which LLVM
+    vectorizes as a reduction (the CPU row loops)."""
+    if ieee and kind in ("max", "min"):
+        return f"{acc} = _fg_{kind}imum({acc}, {v})"
     if kind in ("sum", "mean"):
         return f"{acc} += {v}"
     if kind == "prod":

@@ -1097,6 +1097,11 @@ void stage0(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
         const float *v1 = fg::view(p1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], m, pk1);
         int64_t i = 0;
         for (; i + fg::kLanes <= m; i += fg::kLanes) {
+#if defined(__GNUC__) && !defined(__clang__)
+          // Kept a loop, which g++ 12 vectorizes (fg_max's compare-and-blend on a vector of
+          // lanes); unrolled, its lanes stay scalar compares and branches, 10x slower.
+#pragma GCC unroll 1
+#endif
           for (int l = 0; l < fg::kLanes; ++l) {
             acc0[l] = fg::fg_max(acc0[l], s0_r0(v0[i + l], v1[i + l], a));
           }
@@ -1426,6 +1431,11 @@ void stage0(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
         const double *v1 = fg::view(p1 + c[1] + r0 * L.ri_str[1], L.ri_str[1], m, pk1);
         int64_t i = 0;
         for (; i + fg::kLanes <= m; i += fg::kLanes) {
+#if defined(__GNUC__) && !defined(__clang__)
+          // Kept a loop, which g++ 12 vectorizes (fg_max's compare-and-blend on a vector of
+          // lanes); unrolled, its lanes stay scalar compares and branches, 10x slower.
+#pragma GCC unroll 1
+#endif
           for (int l = 0; l < fg::kLanes; ++l) {
             acc0[l] = fg::fg_max(acc0[l], s0_r0(v0[i + l], v1[i + l], a));
           }

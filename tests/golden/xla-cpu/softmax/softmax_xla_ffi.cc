@@ -1029,6 +1029,11 @@ void stage0(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
         const _Float16 *v0 = fg::view(p0 + c[0] + r0 * L.ri_str[0], L.ri_str[0], m, pk0);
         int64_t i = 0;
         for (; i + fg::kLanes <= m; i += fg::kLanes) {
+#if defined(__GNUC__) && !defined(__clang__)
+          // Kept a loop, which g++ 12 vectorizes (fg_max's compare-and-blend on a vector of
+          // lanes); unrolled, its lanes stay scalar compares and branches, 10x slower.
+#pragma GCC unroll 1
+#endif
           for (int l = 0; l < fg::kLanes; ++l) {
             acc0[l] = fg::fg_max(acc0[l], s0_r0(v0[i + l], a));
           }
@@ -1355,6 +1360,11 @@ void stage0(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
         const float *v0 = fg::view(p0 + c[0] + r0 * L.ri_str[0], L.ri_str[0], m, pk0);
         int64_t i = 0;
         for (; i + fg::kLanes <= m; i += fg::kLanes) {
+#if defined(__GNUC__) && !defined(__clang__)
+          // Kept a loop, which g++ 12 vectorizes (fg_max's compare-and-blend on a vector of
+          // lanes); unrolled, its lanes stay scalar compares and branches, 10x slower.
+#pragma GCC unroll 1
+#endif
           for (int l = 0; l < fg::kLanes; ++l) {
             acc0[l] = fg::fg_max(acc0[l], s0_r0(v0[i + l], a));
           }
@@ -1681,6 +1691,11 @@ void stage0(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
         const double *v0 = fg::view(p0 + c[0] + r0 * L.ri_str[0], L.ri_str[0], m, pk0);
         int64_t i = 0;
         for (; i + fg::kLanes <= m; i += fg::kLanes) {
+#if defined(__GNUC__) && !defined(__clang__)
+          // Kept a loop, which g++ 12 vectorizes (fg_max's compare-and-blend on a vector of
+          // lanes); unrolled, its lanes stay scalar compares and branches, 10x slower.
+#pragma GCC unroll 1
+#endif
           for (int l = 0; l < fg::kLanes; ++l) {
             acc0[l] = fg::fg_max(acc0[l], s0_r0(v0[i + l], a));
           }
