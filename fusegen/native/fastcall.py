@@ -85,6 +85,18 @@ def small_call(kernel, signature, nbytes: int, call_main, kernel_error):
     return mod.call, prepared, error
 
 
+def fresh_outputs(n_inputs: int, outputs) -> tuple | None:
+    """``(fresh, prepared)`` for a Numba runner whose signature has ``n_inputs`` inputs and
+    ``outputs`` (``(shape, dtype)`` each): ``fresh(prepared, *inputs)`` returns fresh outputs
+    (uninitialized, as ``np.empty``'s; one array or a tuple) when every input is an ndarray,
+    C-contiguous and aligned, else False with nothing allocated. None where the extension is not
+    available (the runner then allocates with ``np.empty``)."""
+    mod = module()
+    if mod is None or not outputs:
+        return None
+    return mod.fresh, mod.prepare_fresh(n_inputs, [(tuple(s), np.dtype(d)) for s, d in outputs])
+
+
 def ctypes_address(function) -> int:
     """The address of a ctypes foreign function."""
     import ctypes
