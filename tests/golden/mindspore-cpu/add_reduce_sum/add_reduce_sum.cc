@@ -842,6 +842,14 @@ inline void execute(const StageInfo *stages, const StageFn<NOPS> *fns, const Com
   if (nstages > first) run_group<NOPS>(stages, fns, combines, pairs, first, nstages, gdom, gmask, node, ptr, attrs);
 }
 
+// A float attribute's float64 value from the bits fusegen's host passes beside the ABI's float32
+// (an int64 attribute "<name>:f64"; the ABI has no double attribute).
+inline double f64_from_bits(int64_t bits) {
+  double v;
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
+}
+
 // The ABI's dtype strings, with the aliases the MindSpore guides list.
 inline bool dtype_is(const char *got, const char *want) {
   if (got == nullptr) return false;

@@ -880,6 +880,14 @@ inline void execute(const StageInfo *stages, const StageFn<NOPS> *fns, const Com
   if (nstages > first) run_group<NOPS>(stages, fns, combines, pairs, first, nstages, gdom, gmask, node, ptr, attrs);
 }
 
+// A float attribute's float64 value from the bits fusegen's host passes beside the ABI's float32
+// (an int64 attribute "<name>:f64"; the ABI has no double attribute).
+inline double f64_from_bits(int64_t bits) {
+  double v;
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
+}
+
 // The ABI's dtype strings, with the aliases the MindSpore guides list.
 inline bool dtype_is(const char *got, const char *want) {
   if (got == nullptr) return false;
@@ -904,7 +912,7 @@ constexpr int kOutputNode[kOutputs] = {38};
 // Attribute values (read once by LayerNormGradInit) and the workspace sizes Init chose.
 struct LayerNormGradData final : public AotKernelData {
   int64_t axis = INT64_C(-1);
-  float eps = 1e-05f;
+  double eps = 1e-05;
   int combo = -1;
   std::vector<size_t> workspace;  // bytes per workspace, as Init asked the host for them
   // Set when Init saw unknown dims (MindSpore calls Init once, with -1 dims, under dynamic
@@ -1172,6 +1180,8 @@ int read_attrs(AotExtra *extra, LayerNormGradData *a) {
   }
   if (extra != nullptr && extra->HasAttr("eps")) {
     a->eps = extra->Attr<float>("eps");
+    // the float64 value, where the host gives it (fusegen's does; Attr<float> is float32)
+    if (extra->HasAttr("eps:f64")) a->eps = fg::f64_from_bits(extra->Attr<int64_t>("eps:f64"));
   }
   return fg::FG_OK;
 }
@@ -1185,7 +1195,7 @@ using Data = LayerNormGradData;
 // ran 4x slower).
 struct ScalarAttrs {
   int64_t axis;
-  float eps;
+  double eps;
 };
 
 FG_INLINE ScalarAttrs scalar_attrs(const void *attrs) {

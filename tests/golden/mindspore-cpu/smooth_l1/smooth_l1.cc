@@ -852,6 +852,14 @@ inline void execute(const StageInfo *stages, const StageFn<NOPS> *fns, const Com
   if (nstages > first) run_group<NOPS>(stages, fns, combines, pairs, first, nstages, gdom, gmask, node, ptr, attrs);
 }
 
+// A float attribute's float64 value from the bits fusegen's host passes beside the ABI's float32
+// (an int64 attribute "<name>:f64"; the ABI has no double attribute).
+inline double f64_from_bits(int64_t bits) {
+  double v;
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
+}
+
 // The ABI's dtype strings, with the aliases the MindSpore guides list.
 inline bool dtype_is(const char *got, const char *want) {
   if (got == nullptr) return false;
@@ -875,7 +883,7 @@ constexpr int kOutputNode[kOutputs] = {15};
 
 // Attribute values (read once by SmoothL1Init) and the workspace sizes Init chose.
 struct SmoothL1Data final : public AotKernelData {
-  float sigma = 1.0f;
+  double sigma = 1.0;
   int combo = -1;
   std::vector<size_t> workspace;  // bytes per workspace, as Init asked the host for them
   // Set when Init saw unknown dims (MindSpore calls Init once, with -1 dims, under dynamic
@@ -1013,6 +1021,8 @@ int read_inputs(int *ndims, int64_t **shapes, fg::Shape *in) {
 int read_attrs(AotExtra *extra, SmoothL1Data *a) {
   if (extra != nullptr && extra->HasAttr("sigma")) {
     a->sigma = extra->Attr<float>("sigma");
+    // the float64 value, where the host gives it (fusegen's does; Attr<float> is float32)
+    if (extra->HasAttr("sigma:f64")) a->sigma = fg::f64_from_bits(extra->Attr<int64_t>("sigma:f64"));
   }
   return fg::FG_OK;
 }
@@ -1025,7 +1035,7 @@ using Data = SmoothL1Data;
 // re-read it and recomputed everything derived from it per element, unvectorized (smooth_l1
 // ran 4x slower).
 struct ScalarAttrs {
-  float sigma;
+  double sigma;
 };
 
 FG_INLINE ScalarAttrs scalar_attrs(const void *attrs) {

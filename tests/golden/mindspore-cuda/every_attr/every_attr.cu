@@ -856,6 +856,14 @@ inline void execute(const StageInfo *stages, const StageFn<NOPS> *fns, const Com
   if (nstages > first) run_group<NOPS>(stages, fns, combines, pairs, first, nstages, gdom, gmask, node, ptr, attrs);
 }
 
+// A float attribute's float64 value from the bits fusegen's host passes beside the ABI's float32
+// (an int64 attribute "<name>:f64"; the ABI has no double attribute).
+inline double f64_from_bits(int64_t bits) {
+  double v;
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
+}
+
 // The ABI's dtype strings, with the aliases the MindSpore guides list.
 inline bool dtype_is(const char *got, const char *want) {
   if (got == nullptr) return false;
@@ -911,7 +919,7 @@ constexpr int kOutputNode[kOutputs] = {12, 14};
 // Attribute values (read once by EveryAttrInit) and the workspace sizes Init chose.
 struct EveryAttrData final : public AotKernelData {
   std::vector<int64_t> axes = {INT64_C(0)};
-  float scale = 2.0f;
+  double scale = 2.0;
   bool keep = true;
   int64_t shift = INT64_C(3);
   std::string tag = "t";
@@ -1060,6 +1068,8 @@ int read_attrs(AotExtra *extra, EveryAttrData *a) {
   }
   if (extra != nullptr && extra->HasAttr("scale")) {
     a->scale = extra->Attr<float>("scale");
+    // the float64 value, where the host gives it (fusegen's does; Attr<float> is float32)
+    if (extra->HasAttr("scale:f64")) a->scale = fg::f64_from_bits(extra->Attr<int64_t>("scale:f64"));
   }
   if (extra != nullptr && extra->HasAttr("keep")) {
     a->keep = extra->Attr<bool>("keep");
@@ -1084,7 +1094,7 @@ constexpr int64_t kMaxGrid = 65535;   // the kernels grid-stride beyond this
 
 // The scalar attributes device code reads (Data holds std:: containers: host only).
 struct Attrs {
-  float scale;
+  double scale;
   bool keep;
   int64_t shift;
   int unused_;

@@ -860,6 +860,14 @@ inline void execute(const StageInfo *stages, const StageFn<NOPS> *fns, const Com
   if (nstages > first) run_group<NOPS>(stages, fns, combines, pairs, first, nstages, gdom, gmask, node, ptr, attrs);
 }
 
+// A float attribute's float64 value from the bits fusegen's host passes beside the ABI's float32
+// (an int64 attribute "<name>:f64"; the ABI has no double attribute).
+inline double f64_from_bits(int64_t bits) {
+  double v;
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
+}
+
 // The ABI's dtype strings, with the aliases the MindSpore guides list.
 inline bool dtype_is(const char *got, const char *want) {
   if (got == nullptr) return false;
@@ -914,7 +922,7 @@ constexpr int kOutputNode[kOutputs] = {28};
 
 // Attribute values (read once by RmsNormGradInit) and the workspace sizes Init chose.
 struct RmsNormGradData final : public AotKernelData {
-  float eps = 1e-06f;
+  double eps = 1e-06;
   int combo = -1;
   std::vector<size_t> workspace;  // bytes per workspace, as Init asked the host for them
   // Set when Init saw unknown dims (MindSpore calls Init once, with -1 dims, under dynamic
@@ -1125,6 +1133,8 @@ int read_inputs(int *ndims, int64_t **shapes, fg::Shape *in) {
 int read_attrs(AotExtra *extra, RmsNormGradData *a) {
   if (extra != nullptr && extra->HasAttr("eps")) {
     a->eps = extra->Attr<float>("eps");
+    // the float64 value, where the host gives it (fusegen's does; Attr<float> is float32)
+    if (extra->HasAttr("eps:f64")) a->eps = fg::f64_from_bits(extra->Attr<int64_t>("eps:f64"));
   }
   return fg::FG_OK;
 }
@@ -1137,7 +1147,7 @@ constexpr int64_t kMaxGrid = 65535;   // the kernels grid-stride beyond this
 
 // The scalar attributes device code reads (Data holds std:: containers: host only).
 struct Attrs {
-  float eps;
+  double eps;
   int unused_;
 };
 

@@ -893,6 +893,14 @@ inline void execute(const StageInfo *stages, const StageFn<NOPS> *fns, const Com
   if (nstages > first) run_group<NOPS>(stages, fns, combines, pairs, first, nstages, gdom, gmask, node, ptr, attrs);
 }
 
+// A float attribute's float64 value from the bits fusegen's host passes beside the ABI's float32
+// (an int64 attribute "<name>:f64"; the ABI has no double attribute).
+inline double f64_from_bits(int64_t bits) {
+  double v;
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
+}
+
 // The ABI's dtype strings, with the aliases the MindSpore guides list.
 inline bool dtype_is(const char *got, const char *want) {
   if (got == nullptr) return false;
@@ -917,7 +925,7 @@ constexpr int kOutputNode[kOutputs] = {38};
 // Attribute values (read once by LayerNormGradInit) and the workspace sizes Init chose.
 struct LayerNormGradData final : public AotKernelData {
   int64_t axis = INT64_C(-1);
-  float eps = 1e-05f;
+  double eps = 1e-05;
   int combo = -1;
   std::vector<size_t> workspace;  // bytes per workspace, as Init asked the host for them
   // Set when Init saw unknown dims (MindSpore calls Init once, with -1 dims, under dynamic
@@ -1188,7 +1196,7 @@ using Data = LayerNormGradData;
 // ran 4x slower).
 struct ScalarAttrs {
   int64_t axis;
-  float eps;
+  double eps;
 };
 
 FG_INLINE ScalarAttrs scalar_attrs(const void *attrs) {
@@ -2088,7 +2096,7 @@ ffi::Error LayerNormGrad_float64_float64_float64_float64_impl(ffi::Buffer<ffi::F
   static const char *const kDtypes[kInputs + kOutputs] = {"float64", "float64", "float64", "float64", "float64"};
   Data a;
   a.axis = axis;
-  a.eps = static_cast<float>(eps);
+  a.eps = eps;
   Operands o;
   o.add(in0);
   o.add(in1);
@@ -2182,7 +2190,7 @@ int read_opaque(const char *opaque, size_t len, int64_t (*dims)[fg::kMaxRank], i
     for (int64_t k = 0; k < rank; ++k) dims[j][k] = r.i64();
   }
   a->axis = r.i64();
-  a->eps = static_cast<float>(r.f64());
+  a->eps = r.f64();
   return r.ok ? fg::FG_OK : fg::FG_ERR_ATTR;
 }
 

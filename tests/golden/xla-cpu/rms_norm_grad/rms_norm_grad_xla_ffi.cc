@@ -878,6 +878,14 @@ inline void execute(const StageInfo *stages, const StageFn<NOPS> *fns, const Com
   if (nstages > first) run_group<NOPS>(stages, fns, combines, pairs, first, nstages, gdom, gmask, node, ptr, attrs);
 }
 
+// A float attribute's float64 value from the bits fusegen's host passes beside the ABI's float32
+// (an int64 attribute "<name>:f64"; the ABI has no double attribute).
+inline double f64_from_bits(int64_t bits) {
+  double v;
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
+}
+
 // The ABI's dtype strings, with the aliases the MindSpore guides list.
 inline bool dtype_is(const char *got, const char *want) {
   if (got == nullptr) return false;
@@ -901,7 +909,7 @@ constexpr int kOutputNode[kOutputs] = {28};
 
 // Attribute values (read once by RmsNormGradInit) and the workspace sizes Init chose.
 struct RmsNormGradData final : public AotKernelData {
-  float eps = 1e-06f;
+  double eps = 1e-06;
   int combo = -1;
   std::vector<size_t> workspace;  // bytes per workspace, as Init asked the host for them
   // Set when Init saw unknown dims (MindSpore calls Init once, with -1 dims, under dynamic
@@ -1117,7 +1125,7 @@ using Data = RmsNormGradData;
 // re-read it and recomputed everything derived from it per element, unvectorized (smooth_l1
 // ran 4x slower).
 struct ScalarAttrs {
-  float eps;
+  double eps;
 };
 
 FG_INLINE ScalarAttrs scalar_attrs(const void *attrs) {
@@ -1773,7 +1781,7 @@ int call_run(Operands &o, const char **dtypes, const Data &a) {
 ffi::Error RmsNormGrad_float16_float16_float16_impl(ffi::Buffer<ffi::F16> in0, ffi::Buffer<ffi::F16> in1, ffi::Buffer<ffi::F16> in2, ffi::ResultBuffer<ffi::F16> out0, ffi::ResultBuffer<ffi::U8> out1, ffi::ResultBuffer<ffi::U8> out2, ffi::ResultBuffer<ffi::U8> out3, ffi::ResultBuffer<ffi::U8> out4, double eps) {
   static const char *const kDtypes[kInputs + kOutputs] = {"float16", "float16", "float16", "float16"};
   Data a;
-  a.eps = static_cast<float>(eps);
+  a.eps = eps;
   Operands o;
   o.add(in0);
   o.add(in1);
@@ -1861,7 +1869,7 @@ int read_opaque(const char *opaque, size_t len, int64_t (*dims)[fg::kMaxRank], i
     ndims[j] = int(rank);
     for (int64_t k = 0; k < rank; ++k) dims[j][k] = r.i64();
   }
-  a->eps = static_cast<float>(r.f64());
+  a->eps = r.f64();
   return r.ok ? fg::FG_OK : fg::FG_ERR_ATTR;
 }
 

@@ -860,6 +860,14 @@ inline void execute(const StageInfo *stages, const StageFn<NOPS> *fns, const Com
   if (nstages > first) run_group<NOPS>(stages, fns, combines, pairs, first, nstages, gdom, gmask, node, ptr, attrs);
 }
 
+// A float attribute's float64 value from the bits fusegen's host passes beside the ABI's float32
+// (an int64 attribute "<name>:f64"; the ABI has no double attribute).
+inline double f64_from_bits(int64_t bits) {
+  double v;
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
+}
+
 // The ABI's dtype strings, with the aliases the MindSpore guides list.
 inline bool dtype_is(const char *got, const char *want) {
   if (got == nullptr) return false;
@@ -883,7 +891,7 @@ constexpr int kOutputNode[kOutputs] = {15};
 
 // Attribute values (read once by SmoothL1Init) and the workspace sizes Init chose.
 struct SmoothL1Data final : public AotKernelData {
-  float sigma = 1.0f;
+  double sigma = 1.0;
   int combo = -1;
   std::vector<size_t> workspace;  // bytes per workspace, as Init asked the host for them
   // Set when Init saw unknown dims (MindSpore calls Init once, with -1 dims, under dynamic
@@ -1026,7 +1034,7 @@ using Data = SmoothL1Data;
 // re-read it and recomputed everything derived from it per element, unvectorized (smooth_l1
 // ran 4x slower).
 struct ScalarAttrs {
-  float sigma;
+  double sigma;
 };
 
 FG_INLINE ScalarAttrs scalar_attrs(const void *attrs) {
@@ -1389,7 +1397,7 @@ int call_run(Operands &o, const char **dtypes, const Data &a) {
 ffi::Error SmoothL1_float16_float16_impl(ffi::Buffer<ffi::F16> in0, ffi::Buffer<ffi::F16> in1, ffi::ResultBuffer<ffi::F16> out0, double sigma) {
   static const char *const kDtypes[kInputs + kOutputs] = {"float16", "float16", "float16"};
   Data a;
-  a.sigma = static_cast<float>(sigma);
+  a.sigma = sigma;
   Operands o;
   o.add(in0);
   o.add(in1);
@@ -1401,7 +1409,7 @@ ffi::Error SmoothL1_float16_float16_impl(ffi::Buffer<ffi::F16> in0, ffi::Buffer<
 ffi::Error SmoothL1_float32_float32_impl(ffi::Buffer<ffi::F32> in0, ffi::Buffer<ffi::F32> in1, ffi::ResultBuffer<ffi::F32> out0, double sigma) {
   static const char *const kDtypes[kInputs + kOutputs] = {"float32", "float32", "float32"};
   Data a;
-  a.sigma = static_cast<float>(sigma);
+  a.sigma = sigma;
   Operands o;
   o.add(in0);
   o.add(in1);
@@ -1413,7 +1421,7 @@ ffi::Error SmoothL1_float32_float32_impl(ffi::Buffer<ffi::F32> in0, ffi::Buffer<
 ffi::Error SmoothL1_float64_float64_impl(ffi::Buffer<ffi::F64> in0, ffi::Buffer<ffi::F64> in1, ffi::ResultBuffer<ffi::F64> out0, double sigma) {
   static const char *const kDtypes[kInputs + kOutputs] = {"float64", "float64", "float64"};
   Data a;
-  a.sigma = static_cast<float>(sigma);
+  a.sigma = sigma;
   Operands o;
   o.add(in0);
   o.add(in1);
@@ -1492,7 +1500,7 @@ int read_opaque(const char *opaque, size_t len, int64_t (*dims)[fg::kMaxRank], i
     ndims[j] = int(rank);
     for (int64_t k = 0; k < rank; ++k) dims[j][k] = r.i64();
   }
-  a->sigma = static_cast<float>(r.f64());
+  a->sigma = r.f64();
   return r.ok ? fg::FG_OK : fg::FG_ERR_ATTR;
 }
 

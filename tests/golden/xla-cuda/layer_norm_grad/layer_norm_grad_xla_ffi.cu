@@ -889,6 +889,14 @@ inline void execute(const StageInfo *stages, const StageFn<NOPS> *fns, const Com
   if (nstages > first) run_group<NOPS>(stages, fns, combines, pairs, first, nstages, gdom, gmask, node, ptr, attrs);
 }
 
+// A float attribute's float64 value from the bits fusegen's host passes beside the ABI's float32
+// (an int64 attribute "<name>:f64"; the ABI has no double attribute).
+inline double f64_from_bits(int64_t bits) {
+  double v;
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
+}
+
 // The ABI's dtype strings, with the aliases the MindSpore guides list.
 inline bool dtype_is(const char *got, const char *want) {
   if (got == nullptr) return false;
@@ -946,7 +954,7 @@ constexpr int kOutputNode[kOutputs] = {38};
 // Attribute values (read once by LayerNormGradInit) and the workspace sizes Init chose.
 struct LayerNormGradData final : public AotKernelData {
   int64_t axis = INT64_C(-1);
-  float eps = 1e-05f;
+  double eps = 1e-05;
   int combo = -1;
   std::vector<size_t> workspace;  // bytes per workspace, as Init asked the host for them
   // Set when Init saw unknown dims (MindSpore calls Init once, with -1 dims, under dynamic
@@ -1217,7 +1225,7 @@ constexpr int64_t kMaxGrid = 65535;   // the kernels grid-stride beyond this
 // The scalar attributes device code reads (Data holds std:: containers: host only).
 struct Attrs {
   int64_t axis;
-  float eps;
+  double eps;
   int unused_;
 };
 
@@ -1815,7 +1823,7 @@ ffi::Error LayerNormGrad_float64_float64_float64_float64_impl(cudaStream_t strea
   static const char *const kDtypes[kInputs + kOutputs] = {"float64", "float64", "float64", "float64", "float64"};
   Data a;
   a.axis = axis;
-  a.eps = static_cast<float>(eps);
+  a.eps = eps;
   Operands o;
   o.add(in0);
   o.add(in1);

@@ -874,6 +874,14 @@ inline void execute(const StageInfo *stages, const StageFn<NOPS> *fns, const Com
   if (nstages > first) run_group<NOPS>(stages, fns, combines, pairs, first, nstages, gdom, gmask, node, ptr, attrs);
 }
 
+// A float attribute's float64 value from the bits fusegen's host passes beside the ABI's float32
+// (an int64 attribute "<name>:f64"; the ABI has no double attribute).
+inline double f64_from_bits(int64_t bits) {
+  double v;
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
+}
+
 // The ABI's dtype strings, with the aliases the MindSpore guides list.
 inline bool dtype_is(const char *got, const char *want) {
   if (got == nullptr) return false;
@@ -930,7 +938,7 @@ constexpr int kOutputNode[kOutputs] = {28};
 
 // Attribute values (read once by RmsNormGradInit) and the workspace sizes Init chose.
 struct RmsNormGradData final : public AotKernelData {
-  float eps = 1e-06f;
+  double eps = 1e-06;
   int combo = -1;
   std::vector<size_t> workspace;  // bytes per workspace, as Init asked the host for them
   // Set when Init saw unknown dims (MindSpore calls Init once, with -1 dims, under dynamic
@@ -1146,7 +1154,7 @@ constexpr int64_t kMaxGrid = 65535;   // the kernels grid-stride beyond this
 
 // The scalar attributes device code reads (Data holds std:: containers: host only).
 struct Attrs {
-  float eps;
+  double eps;
   int unused_;
 };
 
@@ -1620,7 +1628,7 @@ int call_run(Operands &o, const char **dtypes, const Data &a, cudaStream_t strea
 ffi::Error RmsNormGrad_float16_float16_float16_impl(cudaStream_t stream, ffi::Buffer<ffi::F16> in0, ffi::Buffer<ffi::F16> in1, ffi::Buffer<ffi::F16> in2, ffi::ResultBuffer<ffi::F16> out0, ffi::ResultBuffer<ffi::U8> out1, ffi::ResultBuffer<ffi::U8> out2, ffi::ResultBuffer<ffi::U8> out3, ffi::ResultBuffer<ffi::U8> out4, double eps) {
   static const char *const kDtypes[kInputs + kOutputs] = {"float16", "float16", "float16", "float16"};
   Data a;
-  a.eps = static_cast<float>(eps);
+  a.eps = eps;
   Operands o;
   o.add(in0);
   o.add(in1);
