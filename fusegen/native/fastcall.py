@@ -1,10 +1,10 @@
-"""The AOT backend's small-call path: ``host/fastcall.cc``, a CPython extension built once into
-fusegen's build cache (content-keyed like every build: its source, the compiler, and the Python
-and NumPy it is built against) and loaded from there.
+"""The AOT backend's small-call path and the Numba runners' fresh outputs: ``host/fastcall.cc``, a
+CPython extension built once into fusegen's build cache (content-keyed like every build: its
+source, the compiler, and the Python and NumPy it is built against) and loaded from there.
 
 ``module()`` is the loaded extension, or None where it cannot be had (no compiler, no Python
 headers, a build or load error, or ``FUSEGEN_FASTCALL=0``): the callers then keep the ctypes
-path, which gives the same results and the same errors, only slower.
+path (AOT) or ``np.empty`` (Numba), which give the same results and the same errors, only slower.
 """
 from __future__ import annotations
 
@@ -41,7 +41,8 @@ def _build():
 
 
 def module():
-    """The extension (``call``), or None where it is not available (see the module docstring)."""
+    """The extension (``call``, ``fresh``), or None where it is not available (see the module
+    docstring)."""
     if _state:
         return _state[0]
     with _lock:
