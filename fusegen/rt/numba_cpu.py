@@ -43,6 +43,7 @@ class NumbaCpuCall(Call):
     ws: list = field(default_factory=list)       # workspace (shape, dtype) per plan buffer
     groups: list = field(default_factory=list)
     pool: list = field(default_factory=list)     # workspace sets, reused between calls
+    fresh: tuple | None = None     # (fresh, prepared): the runner's output allocation (fastcall.fresh_outputs)
 
 
 class NumbaCpuExecutor(Executor):
@@ -126,6 +127,7 @@ def make_runner(op, call: NumbaCpuCall):
     if call.reg_out_dtypes == call.out_dtypes and all(conv is None for conv in call.in_reg):
         fresh = fastcall.fresh_outputs(nin, list(zip(call.out_shapes, call.out_dtypes)))
     pad = "    "
+    call.fresh = fresh
     if fresh is not None:
         g["_fresh"], g["_F"] = fresh
         lines.append(f"    r = _fresh(_F{''.join(f', a{i}' for i in range(nin))}) if out is None else False")
