@@ -34,7 +34,6 @@ from fusegen.native import host
 from fusegen.native import build
 from fusegen.abi_emit import ERROR_CODES, ERRORS, c_name, emit
 from fusegen.native.aot_kernel import TYPE_IDS, AotKernel
-from fusegen.dtypes import AttrType
 from fusegen.errors import (ArgumentError, AttrError, DTypeError, FusegenError, KernelError, LibraryError,
                             ShapeError)
 from fusegen.plan import build_plan
@@ -165,13 +164,9 @@ def make_inputs(name: str, shapes, dtype: str, rng: np.random.Generator) -> list
 
 
 def reference(name: str, arrays, attrs: dict):
-    """NumPy's result with the op's bound attributes. A float attribute reaches the kernel as a C++
-    ``float`` (``Attr<float>`` is the only float type the ABI has), so the reference uses its float32
-    value; see test_float_attributes_travel_as_float32."""
-    op = OPS[name]
-    bound = op.bind_attrs(attrs)
-    bound = {k: float(np.float32(v)) if op.attrs[k].type is AttrType.FLOAT else v for k, v in bound.items()}
-    return np_ref(REFS[name], *arrays, **bound)
+    """NumPy's result with the op's bound attributes (a float attribute reaches the kernel with
+    its float64 value through fusegen's host; see test_float_attributes_keep_float64_through_fusegens_host)."""
+    return np_ref(REFS[name], *arrays, **OPS[name].bind_attrs(attrs))
 
 
 def summation_tol(name: str, arrays, attrs: dict) -> dict:
@@ -393,14 +388,24 @@ def test_non_contiguous_inputs(kernels, name, kind, rng):
         check(kernels(name)(*views, **attrs), reference(name, arrays, attrs), f"{name} {dtype} {kind}")
 
 
-def test_float_attributes_travel_as_float32(kernels):
-    """``Attr<float>`` is the ABI's only float attribute type: a float64 kernel sees eps=1e-5 as the
-    float32 nearest to it. On constant rows (var = 0) rstd is exactly 1/sqrt(eps) and shows it."""
+def test_float_attributes_keep_float64_through_fusegens_host(kernels, monkeypatch):
+    """``Attr<float>`` is the ABI's only float attribute type, but a Python float attribute's value
+    is float64: fusegen's host passes its bits beside it (``eps:f64``) and the emitted Init reads
+    them, so a float64 kernel sees eps=1e-5 itself, as NumPy and the Numba backend do. A host that
+    gives only the float (MindSpore's) leaves the float32 nearest to it. On constant rows (var = 0)
+    rstd is exactly 1/sqrt(eps) and shows which."""
+    from fusegen.native import aot_kernel
     x = np.ones((2, 4), np.float64)
-    _, _, rstd = kernels("layer_norm")(x)
+    k = kernels("layer_norm")
+    _, _, rstd = k(x)
+    np.testing.assert_allclose(rstd, 1.0 / math.sqrt(1e-5), rtol=1e-12)
+    monkeypatch.setattr(aot_kernel, "set_float64_attrs", lambda *args: None)   # MindSpore's host
+    only_float = aot_kernel.AotKernel(k.func, attrs={"axis": -1, "eps": 1e-5}, n_outputs=3)
+    _, _, rstd = only_float(x)
     f32 = float(np.float32(1e-5))
     np.testing.assert_allclose(rstd, 1.0 / math.sqrt(f32), rtol=1e-12)
     assert abs(rstd[0, 0] - 1.0 / math.sqrt(1e-5)) > 1e-6
+    only_float.close()
 
 
 def test_layer_norm_one_pass_statistics_do_not_cancel(kernels, rng):

@@ -118,3 +118,62 @@ def test_no_small_call_extension_without_a_compiler(monkeypatch):
     monkeypatch.setattr(fastcall, "_state", [])
     monkeypatch.setenv("FUSEGEN_FASTCALL", "0")
     assert fastcall.module() is None
+
+
+@needs_gxx
+def test_numpy_scalars_where_a_0d_tensor_is_expected():
+    """A NumPy scalar has the dtype and shape of a 0-d array, so a call with one matches the 0-d
+    array's cached signature; every backend converts it as np.asarray does (the AOT runner's
+    ctypes path once failed on the second call: 'numpy.float32' object has no attribute 'ctypes')."""
+    want = (X + 2, X * 2, X / 2)
+    for backend, options in (("numba", {}), ("aot", {"dtypes": "float32"})):
+        k = fg.compile(ex.add_mul_div, backend=backend, **options)
+        for y in (np.array(2.0, np.float32), np.float32(2.0), np.float32(2.0), np.array(2.0, np.float32)):
+            got = k(X, y)
+            assert len(k._calls) == 1, backend
+            for w, g in zip(want, got):
+                assert g.dtype == np.float32 and np.array_equal(w, g), (backend, type(y))
+        got = k(np.float32(3.0), np.float32(2.0))      # every input a scalar: 0-d results
+        assert [g.shape for g in got] == [()] * 3 and float(got[2]) == 1.5
+
+
+@pytest.mark.extended
+def test_python_scalars_where_a_0d_tensor_is_expected():
+    """A Python scalar input is a 0-d tensor of np.asarray's dtype (a float is float64, an int
+    int64), on every backend alike (an input is not a weak scalar: only op-level constants and
+    attributes are)."""
+    for backend in ("numba", "aot"):
+        k = fg.compile(ex.add_mul_div, backend=backend)
+        for y, dtype in ((2.0, np.float64), (2, np.float64), (True, np.float32)):
+            for _ in range(2):
+                got = k(X, y)
+                want = (X + np.asarray(y), X * np.asarray(y), X / np.asarray(y))
+                for w, g in zip(want, got):
+                    assert g.dtype == dtype and np.array_equal(w, g), (backend, y)
+
+
+def test_numba_runner_fresh_outputs_and_the_general_path_agree(monkeypatch):
+    """The Numba runner allocates fresh outputs in one C call (``fastcall.fresh_outputs``) where
+    every input is a C-contiguous, aligned ndarray; other inputs (Fortran order, misaligned, an
+    ndarray subclass) and ``out=`` take the general path, with the same results."""
+    k = fg.compile(ex.add_mul_div)
+    want = k(X, Y)
+    run = k._calls[k.key(X, Y)].run
+    if fastcall.module() is not None:
+        assert "_fresh(" in run.source
+    buf = np.empty(X.nbytes + 1, np.uint8)[1:].view(np.float32).reshape(X.shape)   # misaligned
+    buf[...] = X
+    assert not buf.flags.aligned
+    for x in (X, np.asfortranarray(X), buf, X.view(np.matrix)):
+        for w, g in zip(want, k(x, Y)):
+            assert type(g) is np.ndarray and g.flags.c_contiguous and np.array_equal(w, g)
+    outs = tuple(np.empty_like(X) for _ in range(3))
+    assert all(o is g for o, g in zip(outs, k(X, Y, out=outs)))
+    assert all(np.array_equal(w, o) for w, o in zip(want, outs))
+    a, b = k(X, Y), k(X, Y)
+    assert all(p is not q and not np.shares_memory(p, q) for p, q in zip(a, b))   # fresh every call
+    monkeypatch.setattr(fastcall, "_state", [None])    # no extension: np.empty in the runner
+    slow = fg.compile(ex.add_mul_div)
+    for w, g in zip(want, slow(X, Y)):
+        assert np.array_equal(w, g)
+    assert "_fresh(" not in slow._calls[slow.key(X, Y)].run.source

@@ -4,9 +4,10 @@ shows where it is.
 A call at the small shape is split into what a *signature* costs once (validation: the inputs
 classified, checked and the attributes bound; shape inference: the IR's rules evaluated) and
 what *every* call costs: the signature lookup (the key built from dtypes, shapes and attributes,
-and the dict lookup), allocation (the fresh outputs), dispatch (the generated runner's checks
-and argument passing: Numba's compiled entry points, the AOT argument block through ctypes) and
-the native code itself (the compiled functions called directly on prepared arrays). Each figure
+and the dict lookup), allocation (the fresh outputs; where the Numba runner has one, its C call
+that checks the inputs and allocates), dispatch (the generated runner's checks and argument
+passing: Numba's compiled entry points, the AOT argument block through ctypes) and the native
+code itself (the compiled functions called directly on prepared arrays). Each figure
 is the minimum over rounds of many calls (robust to a busy machine's interruptions), so the
 parts add up to about the whole, not exactly.
 """
@@ -80,10 +81,13 @@ def breakdown(spec: OpBench, backend: str, shape: tuple[int, ...], dtype: str = 
     dtypes, shapes = [a.dtype for a in arrays], [a.shape for a in arrays]
     native = (_aot_native if backend == "aot" else _numba_native)(call, arrays)
     allocs = [(tuple(s), np.dtype(d)) for s, d in zip(call.out_shapes, call.out_dtypes)]
+    fresh = getattr(call, "fresh", None)   # the Numba runner allocates in one C call where it can
+    allocate = (lambda: fresh[0](fresh[1], *arrays)) if fresh is not None else \
+        (lambda: [np.empty(s, d) for s, d in allocs])
     run = call.run
     t = {"validation (once)": best_us(validate, number, rounds),
          "shape inference (once)": best_us(lambda: infer(op, dtypes, shapes, bound), number, rounds),
-         "allocation": best_us(lambda: [np.empty(s, d) for s, d in allocs], number, rounds),
+         "allocation": best_us(allocate, number, rounds),
          "native": best_us(native, number, rounds),
          "runner": best_us(lambda: run(arrays, None), number, rounds),
          "call": best_us(lambda: kernel(*arrays, **attrs), number, rounds)}

@@ -227,7 +227,13 @@ def _attr_data(op: OpDef) -> list[dict]:
     out = []
     for s in op.attrs.values():
         default = None if s.required else _cpp_attr_literal(s.type, s.default)
-        out.append(dict(name=s.name, cpp=s.type.cpp, default=default, required=s.required,
+        # ``cpp``: the ABI's type (``Attr<cpp>``); ``store``: the kernel data's. A float attribute
+        # is a Python float, so its value is float64 (NumPy computes ``1.0 - beta2`` in float64
+        # before it meets a float32 tensor); the ABI's ``Attr<float>`` rounds it to float32, and
+        # Init then reads the exact value where the host gives it (``name:f64``, see
+        # native/host.set_float64_attrs; MindSpore gives only the float).
+        store = "double" if s.type is AttrType.FLOAT else s.type.cpp
+        out.append(dict(name=s.name, cpp=s.type.cpp, store=store, default=default, required=s.required,
                         py_type=s.type.value, py_default=None if s.required else repr(
                             list(s.default) if isinstance(s.default, tuple) else s.default)))
     return out
@@ -239,7 +245,7 @@ def _cpp_attr_literal(t: AttrType, v) -> str:
     if t is AttrType.INT:
         return f"INT64_C({v})"
     if t is AttrType.FLOAT:
-        return repr(float(v)) + "f"
+        return repr(float(v))   # stored as double (_attr_data)
     if t is AttrType.STR:
         return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
     if t in (AttrType.INTS, AttrType.FLOATS):

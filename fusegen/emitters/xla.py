@@ -38,7 +38,7 @@ FFI_DTYPES: dict[str, str] = {
 FFI_ATTRS: dict[AttrType, tuple[str, str]] = {
     AttrType.BOOL: ("bool", "{v}"),
     AttrType.INT: ("int64_t", "{v}"),
-    AttrType.FLOAT: ("double", "static_cast<float>({v})"),
+    AttrType.FLOAT: ("double", "{v}"),   # stored as double (common._attr_data)
     AttrType.STR: ("std::string_view", "std::string({v})"),
     AttrType.INTS: ("ffi::Span<const int64_t>", "std::vector<int64_t>({v}.begin(), {v}.end())"),
     AttrType.FLOATS: ("ffi::Span<const double>", "std::vector<float>({v}.begin(), {v}.end())"),

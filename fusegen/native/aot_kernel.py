@@ -44,7 +44,7 @@ from . import aot_cuda, build, fastcall
 from .buffers import DeviceBuffer, GuardedBuffer, GuardedCalls, aligned_workspace, guard_default
 from .host import (NAMES_BY_ID, FgCall, as_np_dtype, canonical_attrs, canonical_dtypes, canonical_shapes,
                    detect_string_abi, dtype_name, host_shim, is_function, positional_arity, set_attrs,
-                   shape_block)
+                   set_float64_attrs, shape_block)
 from .library import Loaded, Signature, pin_dependencies
 
 __all__ = ["AotKernel", "detect_string_abi", "TYPE_IDS"]
@@ -219,6 +219,7 @@ class AotKernel(aot_cuda.DeviceCalls, GuardedCalls):
         loaded.extras.append(extra)
         try:
             set_attrs(shim, extra, self.attrs)
+            set_float64_attrs(shim, extra, self.attrs)
             out_shapes = self._output_shapes(in_shapes, extra)
             for k, shape in enumerate(out_shapes):
                 if int(np.prod(shape, dtype=object)) >= 2 ** 62:

@@ -1,10 +1,10 @@
-"""The AOT backend's small-call path: ``host/fastcall.cc``, a CPython extension built once into
-fusegen's build cache (content-keyed like every build: its source, the compiler, and the Python
-and NumPy it is built against) and loaded from there.
+"""The AOT backend's small-call path and the Numba runners' fresh outputs: ``host/fastcall.cc``, a
+CPython extension built once into fusegen's build cache (content-keyed like every build: its
+source, the compiler, and the Python and NumPy it is built against) and loaded from there.
 
 ``module()`` is the loaded extension, or None where it cannot be had (no compiler, no Python
 headers, a build or load error, or ``FUSEGEN_FASTCALL=0``): the callers then keep the ctypes
-path, which gives the same results and the same errors, only slower.
+path (AOT) or ``np.empty`` (Numba), which give the same results and the same errors, only slower.
 """
 from __future__ import annotations
 
@@ -41,7 +41,8 @@ def _build():
 
 
 def module():
-    """The extension (``call``), or None where it is not available (see the module docstring)."""
+    """The extension (``call``, ``fresh``), or None where it is not available (see the module
+    docstring)."""
     if _state:
         return _state[0]
     with _lock:
@@ -83,6 +84,18 @@ def small_call(kernel, signature, nbytes: int, call_main, kernel_error):
         block = entry[0]
         return kernel_error(kernel.function, status, block.result, block.error)
     return mod.call, prepared, error
+
+
+def fresh_outputs(n_inputs: int, outputs) -> tuple | None:
+    """``(fresh, prepared)`` for a Numba runner whose signature has ``n_inputs`` inputs and
+    ``outputs`` (``(shape, dtype)`` each): ``fresh(prepared, *inputs)`` returns fresh outputs
+    (uninitialized, as ``np.empty``'s; one array or a tuple) when every input is an ndarray,
+    C-contiguous and aligned, else False with nothing allocated. None where the extension is not
+    available (the runner then allocates with ``np.empty``)."""
+    mod = module()
+    if mod is None or not outputs:
+        return None
+    return mod.fresh, mod.prepare_fresh(n_inputs, [(tuple(s), np.dtype(d)) for s, d in outputs])
 
 
 def ctypes_address(function) -> int:

@@ -11,6 +11,7 @@ import ctypes
 import inspect
 import operator
 import os
+import struct
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -221,6 +222,19 @@ def _attr_value(name: str, value: Any) -> tuple[str, Any]:
                 return "floatvec", [float(v) for v in value]
     raise AttrError(f"attribute {name!r}: {type(value).__name__} value {value!r} is not one of the AOT attribute "
                     "types (bool, int, float, str, list of int/float, list of lists of int/float)")
+
+
+def set_float64_attrs(shim: ctypes.CDLL, extra: int, attrs: dict[str, tuple[str, Any]]) -> None:
+    """Each float attribute's float64 value beside it, as its IEEE-754 bits in an int64 attribute
+    ``name:f64``: the ABI's only float attribute is ``Attr<float>`` (float32), and a Python
+    float's value is float64 (``1.0 - beta2`` in float64 is what NumPy computes). fusegen's
+    emitted Init reads it where present (``fg::f64_from_bits``); under MindSpore, which gives
+    only the float, the kernel computes with the float32 value. Other kernels never ask for it."""
+    for name, (kind, value) in attrs.items():
+        if kind == "float":
+            bits = struct.unpack("<q", struct.pack("<d", float(value)))[0]
+            if shim.fg_extra_set_int(extra, (name + ":f64").encode(), bits):
+                raise AttrError(f"attribute {name!r}: the host shim could not store it")
 
 
 def set_attrs(shim: ctypes.CDLL, extra: int, attrs: dict[str, tuple[str, Any]]) -> None:

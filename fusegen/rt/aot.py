@@ -284,14 +284,18 @@ class AotExecutor(Executor):
                 res = kernel(*arrays, out=out)
                 return (res,) if one_tuple else res
             return run
-        # The hot path, generated for this signature's input count (see numba_cpu.make_runner): a
-        # non-contiguous input is copied by AotKernel itself. A small call with fresh outputs
-        # goes through the small-call extension where it is built (``native.fastcall``): one C
-        # call instead of np.empty calls, a ctypes call and the Python that fills its block.
+        # The hot path, generated for this signature's input count (see numba_cpu.make_runner):
+        # anything but a C-contiguous ndarray (a non-contiguous array; a NumPy or Python scalar
+        # where a 0-d tensor is expected, which has the dtype and shape of the key it matched but
+        # no buffer the block can point to) goes through AotKernel's own call, which converts it
+        # as np.asarray does. A small call with fresh outputs goes through the small-call
+        # extension where it is built (``native.fastcall``): one C call instead of np.empty calls,
+        # a ctypes call and the Python that fills its block.
         n = len(self.op.inputs)
-        contiguous = " and ".join(f"arrays[{i}].flags.c_contiguous" for i in range(n)) or "True"
+        contiguous = " and ".join(f"type(arrays[{i}]) is _nd and arrays[{i}].flags.c_contiguous"
+                                  for i in range(n)) or "True"
         wrap = ("(", ",)") if one_tuple else ("", "")
-        g = {"_run_prepared": run_prepared, "_signature": signature, "_kernel": kernel}
+        g = {"_run_prepared": run_prepared, "_signature": signature, "_kernel": kernel, "_nd": np.ndarray}
         lines = ["def run(arrays, out):"]
         small = call.small = kernel.small_call(signature)
         if small is not None:

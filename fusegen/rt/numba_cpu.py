@@ -19,6 +19,7 @@ import numpy as np
 from ..lower_cpu import compile_group, meta_array
 from ..plan import schedule
 from ..plan.exprs import reg_dtype
+from ..native import fastcall
 from .cpu import finish, host_outputs
 from .policy import PARALLEL_THRESHOLD, choose_block, num_threads, split_count
 from .call import Call, Executor
@@ -42,6 +43,7 @@ class NumbaCpuCall(Call):
     ws: list = field(default_factory=list)       # workspace (shape, dtype) per plan buffer
     groups: list = field(default_factory=list)
     pool: list = field(default_factory=list)     # workspace sets, reused between calls
+    fresh: tuple | None = None     # (fresh, prepared): the runner's output allocation (fastcall.fresh_outputs)
 
 
 class NumbaCpuExecutor(Executor):
@@ -117,24 +119,39 @@ def make_runner(op, call: NumbaCpuCall):
                                        reg_dtypes=call.reg_out_dtypes),
          "_finish": functools.partial(finish, dtypes=call.out_dtypes, multi=op.multi_output)}
     ins = ", ".join(f"a{i}" for i in range(nin)) + ("," if nin == 1 else "")
+    outs = ", ".join(f"o{k}" for k in range(nout)) + ("," if nout == 1 else "")
     lines = ["def run(arrays, out):", f"    {ins} = arrays"]
+    # Fresh outputs for inputs the entry points take as they are: one C call checks the inputs
+    # and allocates (``native.fastcall.fresh_outputs``); anything else takes the general path.
+    fresh = None
+    if call.reg_out_dtypes == call.out_dtypes and all(conv is None for conv in call.in_reg):
+        fresh = fastcall.fresh_outputs(nin, list(zip(call.out_shapes, call.out_dtypes)))
+    pad = "    "
+    call.fresh = fresh
+    if fresh is not None:
+        g["_fresh"], g["_F"] = fresh
+        lines.append(f"    r = _fresh(_F{''.join(f', a{i}' for i in range(nin))}) if out is None else False")
+        lines.append("    if r is False:")
+        pad = "        "
     for i, conv in enumerate(call.in_reg):
-        lines.append(f"    if type(a{i}) is not _nd:")
-        lines.append(f"        a{i} = np.asarray(a{i})")
+        lines.append(f"{pad}if type(a{i}) is not _nd:")
+        lines.append(f"{pad}    a{i} = np.asarray(a{i})")
         if conv is not None:  # float16: Numba has no CPU float16, the kernel reads float32
             g[f"_c{i}"] = conv
-            lines.append(f"    a{i} = a{i}.astype(_c{i}, order=\"C\")  # what the entry point is typed for")
+            lines.append(f"{pad}a{i} = a{i}.astype(_c{i}, order=\"C\")  # what the entry point is typed for")
         else:
-            lines.append(f"    f{i} = a{i}.flags")
-            lines.append(f"    if not (f{i}.c_contiguous and f{i}.aligned):")
-            lines.append(f"        a{i} = _behaved(a{i})")
-    outs = ", ".join(f"o{k}" for k in range(nout)) + ("," if nout == 1 else "")
-    lines.append("    if out is None:")
+            lines.append(f"{pad}f{i} = a{i}.flags")
+            lines.append(f"{pad}if not (f{i}.c_contiguous and f{i}.aligned):")
+            lines.append(f"{pad}    a{i} = _behaved(a{i})")
+    lines.append(f"{pad}if out is None:")
     for k, (shp, d) in enumerate(zip(call.out_shapes, call.reg_out_dtypes)):
         g[f"_S{k}"], g[f"_D{k}"] = tuple(shp), d
-        lines.append(f"        o{k} = _empty(_S{k}, _D{k})")
-    lines.append("    else:")
-    lines.append(f"        {outs} = _outputs(out)")
+        lines.append(f"{pad}    o{k} = _empty(_S{k}, _D{k})")
+    lines.append(f"{pad}else:")
+    lines.append(f"{pad}    {outs} = _outputs(out)")
+    if fresh is not None:
+        lines.append("    else:")
+        lines.append(f"        {'o0' if nout == 1 else outs} = r")
     if call.ws:
         lines.append("    try:")  # pop, not check-then-pop: another thread may empty the pool between
         lines.append("        ws = _pool.pop()")

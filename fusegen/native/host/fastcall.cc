@@ -9,6 +9,9 @@
 // from those checks to the kernel's return, so no other thread can close the kernel, evict the
 // signature or use the block in between; hence it serves only calls small enough that holding
 // the GIL costs others less than a thread switch would.
+//
+// The Numba backend's runners use `fresh` (below): the same input checks and output allocation,
+// without a kernel call (theirs is a Numba entry point, called from Python).
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
@@ -34,6 +37,59 @@ struct Output {
   PyArray_Descr *descr;
 };
 
+// Reads [(shape, dtype), ...] into `outputs`; false with a Python error set on bad input.
+bool parse_outputs(PyObject *list, std::vector<Output> *outputs) {
+  for (Py_ssize_t k = 0; k < PyList_GET_SIZE(list); ++k) {
+    PyObject *shape, *dtype;
+    if (!PyArg_ParseTuple(PyList_GET_ITEM(list, k), "OO", &shape, &dtype)) return false;
+    Output o{{}, nullptr};
+    if (!PyArray_DescrConverter(dtype, &o.descr)) return false;
+    outputs->push_back(o);
+    PyObject *seq = PySequence_Fast(shape, "an output shape must be a sequence");
+    if (seq == nullptr) return false;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); ++i)
+      outputs->back().dims.push_back(PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(seq, i)));
+    Py_DECREF(seq);
+    if (PyErr_Occurred()) return false;
+  }
+  return true;
+}
+
+void release_outputs(std::vector<Output> *outputs) {
+  for (Output &o : *outputs) Py_XDECREF(o.descr);
+}
+
+// Fresh (uninitialized, as np.empty's) arrays for `outputs`: one array, or a tuple of them;
+// `data[k]` gets output k's data pointer when `data` is given. nullptr with an error set.
+PyObject *allocate(const std::vector<Output> &outputs, void **data) {
+  Py_ssize_t n_out = static_cast<Py_ssize_t>(outputs.size());
+  PyObject *result = n_out == 1 ? nullptr : PyTuple_New(n_out);
+  if (n_out != 1 && result == nullptr) return nullptr;
+  for (Py_ssize_t k = 0; k < n_out; ++k) {
+    const Output &o = outputs[k];
+    Py_INCREF(o.descr);   // PyArray_Empty steals it
+    PyObject *array = PyArray_Empty(static_cast<int>(o.dims.size()), const_cast<npy_intp *>(o.dims.data()),
+                                    o.descr, 0);
+    if (array == nullptr) return Py_XDECREF(result), nullptr;
+    if (data != nullptr) data[k] = PyArray_DATA(reinterpret_cast<PyArrayObject *>(array));
+    if (n_out == 1)
+      result = array;
+    else
+      PyTuple_SET_ITEM(result, k, array);
+  }
+  return result;
+}
+
+// Whether every one of `n` objects is an ndarray (exactly: a subclass may not be what it seems)
+// with all of `flags` (C-contiguous; aligned too where compiled code is typed for it).
+bool plain_arrays(PyObject *const *objects, Py_ssize_t n, int flags) {
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    if (!PyArray_CheckExact(objects[i]) || !PyArray_CHKFLAGS(reinterpret_cast<PyArrayObject *>(objects[i]), flags))
+      return false;
+  }
+  return true;
+}
+
 // What one signature's calls share (the capsule ``prepare`` returns).
 struct Prepared {
   PyObject *kernel, *signature;   // for the closed / evicted checks
@@ -51,7 +107,7 @@ void destroy(PyObject *capsule) {
   if (p == nullptr) return;
   Py_XDECREF(p->kernel);
   Py_XDECREF(p->signature);
-  for (Output &o : p->outputs) Py_XDECREF(o.descr);
+  release_outputs(&p->outputs);
   delete p;
 }
 
@@ -77,19 +133,7 @@ PyObject *prepare(PyObject *, PyObject *args) {
     PyErr_SetString(PyExc_ValueError, "prepare needs the call_main and block addresses");
     return Py_DECREF(capsule), nullptr;
   }
-  for (Py_ssize_t k = 0; k < PyList_GET_SIZE(outputs); ++k) {
-    PyObject *shape, *dtype;
-    if (!PyArg_ParseTuple(PyList_GET_ITEM(outputs, k), "OO", &shape, &dtype)) return Py_DECREF(capsule), nullptr;
-    Output o{{}, nullptr};
-    if (!PyArray_DescrConverter(dtype, &o.descr)) return Py_DECREF(capsule), nullptr;
-    p->outputs.push_back(o);
-    PyObject *seq = PySequence_Fast(shape, "an output shape must be a sequence");
-    if (seq == nullptr) return Py_DECREF(capsule), nullptr;
-    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); ++i)
-      p->outputs.back().dims.push_back(PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(seq, i)));
-    Py_DECREF(seq);
-    if (PyErr_Occurred()) return Py_DECREF(capsule), nullptr;
-  }
+  if (!parse_outputs(outputs, &p->outputs)) return Py_DECREF(capsule), nullptr;
   if (p->n_inputs < 0 || p->n_inputs + static_cast<Py_ssize_t>(p->outputs.size()) > p->block->nparam) {
     PyErr_SetString(PyExc_ValueError, "the argument block has fewer parameters than inputs and outputs");
     return Py_DECREF(capsule), nullptr;
@@ -116,29 +160,13 @@ PyObject *call(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "call(prepared, *inputs)");
     return nullptr;
   }
-  if (nargs - 1 != p->n_inputs) Py_RETURN_FALSE;
-  for (Py_ssize_t i = 0; i < p->n_inputs; ++i) {
-    PyObject *a = args[1 + i];
-    if (!PyArray_CheckExact(a) || !PyArray_IS_C_CONTIGUOUS(reinterpret_cast<PyArrayObject *>(a))) Py_RETURN_FALSE;
-  }
+  if (nargs - 1 != p->n_inputs || !plain_arrays(args + 1, p->n_inputs, NPY_ARRAY_C_CONTIGUOUS)) Py_RETURN_FALSE;
   bool open = false, evicted = true;
   if (!attribute_true(p->kernel, open_name, &open) || !attribute_true(p->signature, evicted_name, &evicted))
     return nullptr;
   if (!open || evicted) Py_RETURN_FALSE;
-  Py_ssize_t n_out = static_cast<Py_ssize_t>(p->outputs.size());
-  PyObject *result = n_out == 1 ? nullptr : PyTuple_New(n_out);
-  if (n_out != 1 && result == nullptr) return nullptr;
-  for (Py_ssize_t k = 0; k < n_out; ++k) {
-    Output &o = p->outputs[k];
-    Py_INCREF(o.descr);   // PyArray_Empty steals it
-    PyObject *array = PyArray_Empty(static_cast<int>(o.dims.size()), o.dims.data(), o.descr, 0);
-    if (array == nullptr) return Py_XDECREF(result), nullptr;
-    p->block->params[p->n_inputs + k] = PyArray_DATA(reinterpret_cast<PyArrayObject *>(array));
-    if (n_out == 1)
-      result = array;
-    else
-      PyTuple_SET_ITEM(result, k, array);
-  }
+  PyObject *result = allocate(p->outputs, p->block->params + p->n_inputs);
+  if (result == nullptr) return nullptr;
   for (Py_ssize_t i = 0; i < p->n_inputs; ++i)
     p->block->params[i] = PyArray_DATA(reinterpret_cast<PyArrayObject *>(args[1 + i]));
   int status = p->main(p->block);
@@ -147,11 +175,63 @@ PyObject *call(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
   return PyLong_FromLong(status);
 }
 
+// --- the Numba backend's runners (fusegen.rt.numba_cpu): fresh outputs in one C call -------------
+// A runner's compiled functions are typed for C-contiguous, aligned arrays; where every input is
+// one, `fresh` allocates the outputs (np.empty's arrays, without np.empty's argument parsing: a
+// third of a small call's cost for three outputs) in the call that checks them.
+const char *const kFreshCapsule = "fusegen.fastcall.Fresh";
+
+struct Fresh {
+  Py_ssize_t n_inputs;
+  std::vector<Output> outputs;
+};
+
+void destroy_fresh(PyObject *capsule) {
+  auto *p = static_cast<Fresh *>(PyCapsule_GetPointer(capsule, kFreshCapsule));
+  if (p == nullptr) return;
+  release_outputs(&p->outputs);
+  delete p;
+}
+
+// prepare_fresh(n_inputs, [(shape, dtype), ...]) -> capsule
+PyObject *prepare_fresh(PyObject *, PyObject *args) {
+  PyObject *outputs;
+  Py_ssize_t n_inputs;
+  if (!PyArg_ParseTuple(args, "nO!", &n_inputs, &PyList_Type, &outputs)) return nullptr;
+  auto *p = new Fresh{n_inputs, {}};
+  PyObject *capsule = PyCapsule_New(p, kFreshCapsule, destroy_fresh);
+  if (capsule == nullptr) {
+    delete p;
+    return nullptr;
+  }
+  if (n_inputs < 0 || PyList_GET_SIZE(outputs) < 1) {
+    PyErr_SetString(PyExc_ValueError, "prepare_fresh needs n_inputs >= 0 and at least one output");
+    return Py_DECREF(capsule), nullptr;
+  }
+  if (!parse_outputs(outputs, &p->outputs)) return Py_DECREF(capsule), nullptr;
+  return capsule;
+}
+
+// fresh(prepared, *inputs): the outputs (one array, or a tuple) when every input is an ndarray
+// (exactly), C-contiguous and aligned; False otherwise, with nothing allocated.
+PyObject *fresh(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+  auto *p = nargs > 0 ? static_cast<Fresh *>(PyCapsule_GetPointer(args[0], kFreshCapsule)) : nullptr;
+  if (p == nullptr) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "fresh(prepared, *inputs)");
+    return nullptr;
+  }
+  if (nargs - 1 != p->n_inputs || !plain_arrays(args + 1, p->n_inputs, NPY_ARRAY_CARRAY_RO)) Py_RETURN_FALSE;
+  return allocate(p->outputs, nullptr);
+}
+
 PyMethodDef methods[] = {
     {"prepare", prepare, METH_VARARGS,
      "prepare(kernel, signature, call_main, block, n_inputs, [(shape, dtype), ...]) -> prepared"},
     {"call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(call)), METH_FASTCALL,
      "call(prepared, *inputs) -> outputs | False | status"},
+    {"prepare_fresh", prepare_fresh, METH_VARARGS, "prepare_fresh(n_inputs, [(shape, dtype), ...]) -> prepared"},
+    {"fresh", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(fresh)), METH_FASTCALL,
+     "fresh(prepared, *inputs) -> outputs | False"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module = {PyModuleDef_HEAD_INIT, "fusegen_fastcall", nullptr, -1, methods,

@@ -714,6 +714,24 @@ inline int64_t split_count(const Layout<NOPS> &L, int64_t ntiles, int threads) {
   return std::max<int64_t>(1, std::min(per, L.ri / 32));
 }
 
+// Runs body(t) for t in [0, n): on OpenMP's threads where `parallel`, else inline. A `#pragma omp
+// parallel for if (false)` still enters libgomp, which builds and frees a one-thread team (a
+// memalign, a free and a futex syscall per loop: most of a small call's time), so the serial
+// case takes no OpenMP path at all.
+template <class Body>
+FG_INLINE void for_tasks(bool parallel, int64_t n, const Body &body) {
+#ifdef _OPENMP
+  if (parallel) {
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < n; ++t) body(t);
+    return;
+  }
+#else
+  (void)parallel;
+#endif
+  for (int64_t t = 0; t < n; ++t) body(t);
+}
+
 // Runs stages [first, last) fused: one parallel loop over tasks, every stage per task.
 template <int NOPS>
 inline void run_group(const StageInfo *stages, const StageFn<NOPS> *fns, const CombineFn<NOPS> *combines,
@@ -745,7 +763,6 @@ inline void run_group(const StageInfo *stages, const StageFn<NOPS> *fns, const C
   const int64_t ntiles = L.inner > 1 ? (L.inner + tile - 1) / tile : 1;
   const int64_t ntasks = L.o_total * ntiles;
   const bool parallel = big && ntasks * nsplit > 1;
-  (void)parallel;
   if (nsplit > 1) {
     // Split mode: task (t, s) accumulates rows [s * chunk, (s + 1) * chunk) of tile t into
     // partial slot t * nsplit + s; then each tile folds its nsplit slots and finishes.
@@ -754,10 +771,7 @@ inline void run_group(const StageInfo *stages, const StageFn<NOPS> *fns, const C
     const int64_t stride = (tile * 8 + 63) / 64 * 64;  // bytes per reduction per slot (8: widest acc)
     const int64_t span = stride * S0.n_reductions;
     std::vector<unsigned char> part(size_t(slots * span));
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (parallel)
-#endif
-    for (int64_t u = 0; u < slots; ++u) {
+    for_tasks(parallel, slots, [&](int64_t u) {
       const int64_t t = u / nsplit;
       const int64_t o = t / ntiles;
       const int64_t i0 = (t - o * ntiles) * tile;
@@ -767,24 +781,18 @@ inline void run_group(const StageInfo *stages, const StageFn<NOPS> *fns, const C
       task_base(L, o, i0, base);
       fns[first](L, base, n, ptr, attrs, std::min(r_lo, L.ri), std::min(r_lo + chunk, L.ri),
                  part.data() + u * span, stride);
-    }
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (parallel && ntasks > 1)
-#endif
-    for (int64_t t = 0; t < ntasks; ++t) {
+    });
+    for_tasks(parallel && ntasks > 1, ntasks, [&](int64_t t) {
       const int64_t o = t / ntiles;
       const int64_t i0 = (t - o * ntiles) * tile;
       const int64_t n = L.inner > 1 ? std::min(tile, L.inner - i0) : 1;
       int64_t base[NOPS];
       task_base(L, o, i0, base);
       combines[first](L, base, n, ptr, attrs, part.data() + t * nsplit * span, nsplit, span, stride);
-    }
+    });
     return;
   }
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (parallel)
-#endif
-  for (int64_t t = 0; t < ntasks; ++t) {
+  for_tasks(parallel, ntasks, [&](int64_t t) {
     const int64_t o = t / ntiles;
     const int64_t i0 = (t - o * ntiles) * tile;
     const int64_t n = L.inner > 1 ? std::min(tile, L.inner - i0) : 1;
@@ -799,7 +807,7 @@ inline void run_group(const StageInfo *stages, const StageFn<NOPS> *fns, const C
       }
       fns[s](L, base, n, ptr, attrs, 0, L.ri, nullptr, 0);
     }
-  }
+  });
 }
 
 // Groups consecutive stages that share a domain and reduced axes and read each other's
@@ -838,6 +846,14 @@ inline void execute(const StageInfo *stages, const StageFn<NOPS> *fns, const Com
     for (int j = 0; j < S.n_rwrites; ++j) written |= uint64_t(1) << S.rwrite_op[j];
   }
   if (nstages > first) run_group<NOPS>(stages, fns, combines, pairs, first, nstages, gdom, gmask, node, ptr, attrs);
+}
+
+// A float attribute's float64 value from the bits fusegen's host passes beside the ABI's float32
+// (an int64 attribute "<name>:f64"; the ABI has no double attribute).
+inline double f64_from_bits(int64_t bits) {
+  double v;
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
 }
 
 // The ABI's dtype strings, with the aliases the MindSpore guides list.

@@ -722,6 +722,24 @@ inline int64_t split_count(const Layout<NOPS> &L, int64_t ntiles, int threads) {
   return std::max<int64_t>(1, std::min(per, L.ri / 32));
 }
 
+// Runs body(t) for t in [0, n): on OpenMP's threads where `parallel`, else inline. A `#pragma omp
+// parallel for if (false)` still enters libgomp, which builds and frees a one-thread team (a
+// memalign, a free and a futex syscall per loop: most of a small call's time), so the serial
+// case takes no OpenMP path at all.
+template <class Body>
+FG_INLINE void for_tasks(bool parallel, int64_t n, const Body &body) {
+#ifdef _OPENMP
+  if (parallel) {
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < n; ++t) body(t);
+    return;
+  }
+#else
+  (void)parallel;
+#endif
+  for (int64_t t = 0; t < n; ++t) body(t);
+}
+
 // Runs stages [first, last) fused: one parallel loop over tasks, every stage per task.
 template <int NOPS>
 inline void run_group(const StageInfo *stages, const StageFn<NOPS> *fns, const CombineFn<NOPS> *combines,
@@ -753,7 +771,6 @@ inline void run_group(const StageInfo *stages, const StageFn<NOPS> *fns, const C
   const int64_t ntiles = L.inner > 1 ? (L.inner + tile - 1) / tile : 1;
   const int64_t ntasks = L.o_total * ntiles;
   const bool parallel = big && ntasks * nsplit > 1;
-  (void)parallel;
   if (nsplit > 1) {
     // Split mode: task (t, s) accumulates rows [s * chunk, (s + 1) * chunk) of tile t into
     // partial slot t * nsplit + s; then each tile folds its nsplit slots and finishes.
@@ -762,10 +779,7 @@ inline void run_group(const StageInfo *stages, const StageFn<NOPS> *fns, const C
     const int64_t stride = (tile * 8 + 63) / 64 * 64;  // bytes per reduction per slot (8: widest acc)
     const int64_t span = stride * S0.n_reductions;
     std::vector<unsigned char> part(size_t(slots * span));
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (parallel)
-#endif
-    for (int64_t u = 0; u < slots; ++u) {
+    for_tasks(parallel, slots, [&](int64_t u) {
       const int64_t t = u / nsplit;
       const int64_t o = t / ntiles;
       const int64_t i0 = (t - o * ntiles) * tile;
@@ -775,24 +789,18 @@ inline void run_group(const StageInfo *stages, const StageFn<NOPS> *fns, const C
       task_base(L, o, i0, base);
       fns[first](L, base, n, ptr, attrs, std::min(r_lo, L.ri), std::min(r_lo + chunk, L.ri),
                  part.data() + u * span, stride);
-    }
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (parallel && ntasks > 1)
-#endif
-    for (int64_t t = 0; t < ntasks; ++t) {
+    });
+    for_tasks(parallel && ntasks > 1, ntasks, [&](int64_t t) {
       const int64_t o = t / ntiles;
       const int64_t i0 = (t - o * ntiles) * tile;
       const int64_t n = L.inner > 1 ? std::min(tile, L.inner - i0) : 1;
       int64_t base[NOPS];
       task_base(L, o, i0, base);
       combines[first](L, base, n, ptr, attrs, part.data() + t * nsplit * span, nsplit, span, stride);
-    }
+    });
     return;
   }
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (parallel)
-#endif
-  for (int64_t t = 0; t < ntasks; ++t) {
+  for_tasks(parallel, ntasks, [&](int64_t t) {
     const int64_t o = t / ntiles;
     const int64_t i0 = (t - o * ntiles) * tile;
     const int64_t n = L.inner > 1 ? std::min(tile, L.inner - i0) : 1;
@@ -807,7 +815,7 @@ inline void run_group(const StageInfo *stages, const StageFn<NOPS> *fns, const C
       }
       fns[s](L, base, n, ptr, attrs, 0, L.ri, nullptr, 0);
     }
-  }
+  });
 }
 
 // Groups consecutive stages that share a domain and reduced axes and read each other's
@@ -848,6 +856,14 @@ inline void execute(const StageInfo *stages, const StageFn<NOPS> *fns, const Com
   if (nstages > first) run_group<NOPS>(stages, fns, combines, pairs, first, nstages, gdom, gmask, node, ptr, attrs);
 }
 
+// A float attribute's float64 value from the bits fusegen's host passes beside the ABI's float32
+// (an int64 attribute "<name>:f64"; the ABI has no double attribute).
+inline double f64_from_bits(int64_t bits) {
+  double v;
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
+}
+
 // The ABI's dtype strings, with the aliases the MindSpore guides list.
 inline bool dtype_is(const char *got, const char *want) {
   if (got == nullptr) return false;
@@ -871,7 +887,7 @@ constexpr int kOutputNode[kOutputs] = {8};
 
 // Attribute values (read once by RmsNormInit) and the workspace sizes Init chose.
 struct RmsNormData final : public AotKernelData {
-  float eps = 1e-06f;
+  double eps = 1e-06;
   int combo = -1;
   std::vector<size_t> workspace;  // bytes per workspace, as Init asked the host for them
   // Set when Init saw unknown dims (MindSpore calls Init once, with -1 dims, under dynamic
@@ -992,7 +1008,7 @@ using Data = RmsNormData;
 // re-read it and recomputed everything derived from it per element, unvectorized (smooth_l1
 // ran 4x slower).
 struct ScalarAttrs {
-  float eps;
+  double eps;
 };
 
 FG_INLINE ScalarAttrs scalar_attrs(const void *attrs) {
@@ -1723,7 +1739,7 @@ int call_run(Operands &o, const char **dtypes, const Data &a) {
 ffi::Error RmsNorm_float16_float16_impl(ffi::Buffer<ffi::F16> in0, ffi::Buffer<ffi::F16> in1, ffi::ResultBuffer<ffi::F16> out0, ffi::ResultBuffer<ffi::U8> out1, double eps) {
   static const char *const kDtypes[kInputs + kOutputs] = {"float16", "float16", "float16"};
   Data a;
-  a.eps = static_cast<float>(eps);
+  a.eps = eps;
   Operands o;
   o.add(in0);
   o.add(in1);
@@ -1737,7 +1753,7 @@ ffi::Error RmsNorm_float16_float16_impl(ffi::Buffer<ffi::F16> in0, ffi::Buffer<f
 ffi::Error RmsNorm_float32_float32_impl(ffi::Buffer<ffi::F32> in0, ffi::Buffer<ffi::F32> in1, ffi::ResultBuffer<ffi::F32> out0, ffi::ResultBuffer<ffi::U8> out1, double eps) {
   static const char *const kDtypes[kInputs + kOutputs] = {"float32", "float32", "float32"};
   Data a;
-  a.eps = static_cast<float>(eps);
+  a.eps = eps;
   Operands o;
   o.add(in0);
   o.add(in1);
@@ -1751,7 +1767,7 @@ ffi::Error RmsNorm_float32_float32_impl(ffi::Buffer<ffi::F32> in0, ffi::Buffer<f
 ffi::Error RmsNorm_float64_float64_impl(ffi::Buffer<ffi::F64> in0, ffi::Buffer<ffi::F64> in1, ffi::ResultBuffer<ffi::F64> out0, ffi::ResultBuffer<ffi::U8> out1, double eps) {
   static const char *const kDtypes[kInputs + kOutputs] = {"float64", "float64", "float64"};
   Data a;
-  a.eps = static_cast<float>(eps);
+  a.eps = eps;
   Operands o;
   o.add(in0);
   o.add(in1);
@@ -1832,7 +1848,7 @@ int read_opaque(const char *opaque, size_t len, int64_t (*dims)[fg::kMaxRank], i
     ndims[j] = int(rank);
     for (int64_t k = 0; k < rank; ++k) dims[j][k] = r.i64();
   }
-  a->eps = static_cast<float>(r.f64());
+  a->eps = r.f64();
   return r.ok ? fg::FG_OK : fg::FG_ERR_ATTR;
 }
 
