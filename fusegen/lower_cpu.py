@@ -130,6 +130,7 @@ class GroupSource:
         w = self.lines.append
         loop = "prange" if self.parallel else "range"
         w(f"    for t in {loop}(ntasks):")
+        w("        _fg_wide()   # LLVM: 512-bit vectors where the CPU has them (fusegen/pyhelpers_numba.py)")
         if self.block > 1:
             w("        ob = t // (nrb * ntiles)")
             w("        u = t - ob * (nrb * ntiles)")

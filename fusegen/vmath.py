@@ -295,20 +295,28 @@ VMATH_F32: dict[str, dict] = {
     "cbrt": _entry("cbrt_f32", (), 0, "sweep"),
 }
 
+#: Float32-lane functions of a chain of the functions above, not in the array API: what
+#: fusegen/plan/fusedmath.py computes a user's composition with (same fields as VMATH_F32;
+#: tests/test_fusedmath.py measures them).
+FUSED_F32: dict[str, dict] = {
+    "tanh_softplus": _entry("tanh_softplus_f32", ("lanes",), 1, "sweep"),
+}
+
 #: The C++ partial's blocks in the order it defines them (a helper before its users).
-CPP_BLOCKS = ("lanes", "exp", "sigmoid", "tanh", "log1p", "erf", "exp_core", "expm1_core", "expm1", "log_core", "log",
+CPP_BLOCKS = ("lanes", "exp", "sigmoid", "tanh", "tanh_softplus", "log1p", "erf", "exp_core", "expm1_core", "expm1", "log_core", "log",
               "log2", "log10", "trig_core", "sin", "cos", "tan", "atan_core", "atan", "atan2", "asin", "acos",
               "sinh", "cosh", "one_plus", "asinh", "acosh", "atanh", "hypot", "cbrt")
 
 
 def blocks_for(functions) -> list[str]:
     """The _vmath.inc.j2 blocks that define ``functions`` (VMATH_F32 keys), in include order."""
-    unknown = set(functions) - set(VMATH_F32)
+    table = {**VMATH_F32, **FUSED_F32}
+    unknown = set(functions) - set(table)
     if unknown:
-        raise KeyError(f"no vectorized float32 function {sorted(unknown)}; known: {sorted(VMATH_F32)}")
+        raise KeyError(f"no vectorized float32 function {sorted(unknown)}; known: {sorted(table)}")
     need = set(functions)
     for name in functions:
-        need.update(VMATH_F32[name]["deps"])
+        need.update(table[name]["deps"])
     return [b for b in CPP_BLOCKS if b in need]
 
 

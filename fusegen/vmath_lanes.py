@@ -29,7 +29,7 @@ from .vmath import (ERF32_BIG, ERF32_CLAMP, ERF32_SMALL, ERF32_SPLIT, EXP32_LIMI
                     LN2_LO32, LOG1P32_POLY, LOG2E32, SHIFTER32, SHIFTER32_BITS, SQRT_HALF32_BITS, TANH32_CLAMP,
                     TANH32_POLY, TANH32_SMALL)
 
-__all__ = ["exp_f32", "sigmoid_f32", "tanh_f32", "log1p_f32", "erf_f32"]
+__all__ = ["exp_f32", "sigmoid_f32", "tanh_f32", "tanh_softplus_f32", "log1p_f32", "erf_f32"]
 
 
 @intrinsic
@@ -92,7 +92,7 @@ def _fma(typingctx, a, b, c):
 
 _JIT = dict(fastmath=False, forceinline=True, error_model="numpy", nogil=True, cache=True)
 _F = np.float32
-ZERO, HALF, ONE = _F(0.0), _F(0.5), _F(1.0)
+ZERO, HALF, ONE, TWO = _F(0.0), _F(0.5), _F(1.0), _F(2.0)
 INF, NAN = _F(np.inf), _F(np.nan)
 _C = tuple(_F(c) for c in EXP32_POLY)
 C2, C3, C4, C5, C6 = _C
@@ -208,6 +208,32 @@ def tanh_f32(x):
     d_lo = ((ONE - d_hi) + e_hi) + e_lo
     big = _div_pair(n_hi, n_lo, d_hi, d_lo)
     return np.copysign(small if a < SMALL else big, x)   # the sign last: right for -0 flushed
+
+
+@njit(**_JIT)
+def _fast_two_sum(a, b):
+    """(s, e) with s = fl(a + b) and a + b = s + e exactly, for any a, b of which the larger in
+    magnitude is positive (here: both are): the larger is taken first (Fast2Sum)."""
+    s = a + b
+    big = a if a > b else b
+    small = b if a > b else a
+    return s, (big - s) + small
+
+
+@njit(**_JIT)
+def tanh_softplus_f32(x):
+    """tanh(softplus(x)) = tanh(log(1 + e)) = n / (n + 2) with n = e (e + 2), e = exp(x), for a
+    float32 x in float32 lanes (mish's x * tanh(softplus(x)); plan/fusedmath.py finds it): one exp and
+    one division where the composition takes exp, log1p and tanh's exp and division. e as a pair,
+    n and n + 2 as pairs (their rounding errors kept exactly), then one division and a correction
+    from its residual, so the one large rounding is the last (within 1 ulp; t = 1 from x = 9.01 on,
+    where |x| is clamped to TANH32_CLAMP; -inf gives 0, NaN passes)."""
+    e_hi, e_lo = _exp_pair(CLAMP if x > CLAMP else x)
+    p_hi, p_lo = _fast_two_sum(e_hi, TWO)          # e + 2
+    n_hi = _mul(e_hi, p_hi)
+    n_lo = _fma(e_hi, p_lo + e_lo, _fma(e_lo, p_hi, _fma(e_hi, p_hi, -n_hi)))   # e (e + 2) - n_hi
+    d_hi, d_lo = _fast_two_sum(n_hi, TWO)          # n + 2
+    return _div_pair(n_hi, n_lo, d_hi, d_lo + n_lo)
 
 
 @njit(**_JIT)

@@ -15,6 +15,7 @@ from ..dtypes import DType
 from ..errors import FusegenError
 from ..graph.cplx import REAL_RESULT
 from ..ir import PIECEWISE, VIEWS, Node, Op, Spec
+from .fusedmath import TANH_SOFTPLUS, bound_select, fused_row, softplus_of
 from .paths import is_param
 
 # The C-like base table. NaN handling follows NumPy: maximum/minimum propagate NaN,
@@ -263,9 +264,22 @@ class ExprWriter:
                 comp = dt.bool_
                 args = [self.value(s, dt.bool_, ctx) for s in node.srcs]
             else:
-                args = [self.value(s, comp, ctx) for s in node.srcs]
-            expr = _small_power(node, args, comp) or \
-                self.d.row(node.op, comp).format(*args, one=self.d.literal(1, comp), zero=self.d.literal(0, comp))
+                args = None
+            fused = fused_row(node, self.d.typed.get(comp, {})) if comp is dt.float32 else None
+            bound = bound_select(node) if comp.kind == "f" else None
+            if bound is not None:   # max/min with a constant: a comparison and a select (plan/fusedmath.py)
+                cmp, lhs, rhs, c, v = bound
+                cond = self.d.row(cmp, comp).format(self.value(lhs, comp, ctx), self.value(rhs, comp, ctx))
+                expr = self.d.row(Op.WHERE, comp).format(cond, self.value(c, comp, ctx), self.value(v, comp, ctx))
+            elif fused is not None:   # a chain of transcendentals as one function (plan/fusedmath.py)
+                row, operand, scale = fused
+                v = self.value(operand, comp, ctx)
+                k = self.d.literal(scale, comp)
+                expr = row.format(v) if scale == 1 else f"({k} * {row.format(f'({k} * {v})')})"
+            else:
+                args = args if args is not None else [self.value(s, comp, ctx) for s in node.srcs]
+                expr = _small_power(node, args, comp) or \
+                    self.d.row(node.op, comp).format(*args, one=self.d.literal(1, comp), zero=self.d.literal(0, comp))
             result_type = dt.bool_ if node.op in _BOOL_OPS else comp
             if comp.is_complex and node.op in REAL_RESULT:   # abs, real, imag of a complex value
                 result_type = dt.real_of(comp)
@@ -432,16 +446,20 @@ def _vmath_call(prefix: str, name: str) -> str:
 
 PY_F32_ROWS.update({op: _vmath_call("_", n) for op, n in VMATH_OPS.items()})
 CPP_F32_ROWS.update({op: _vmath_call("fg::", n) for op, n in VMATH_OPS.items()})
+# chains computed as one float32-lane function (plan/fusedmath.py; in the C++ "tanh" block)
+PY_F32_ROWS[TANH_SOFTPLUS] = _vmath_call("_", TANH_SOFTPLUS)
+CPP_F32_ROWS[TANH_SOFTPLUS] = _vmath_call("fg::", TANH_SOFTPLUS)
 #: the vmath functions generated Numba sources may import (``_<name>_f32``)
-VMATH_NUMBA_IMPORTS = (*VMATH_BASE.values(), *VMATH_OPS.values())
+VMATH_NUMBA_IMPORTS = (*VMATH_BASE.values(), *VMATH_OPS.values(), TANH_SOFTPLUS)
 
 
 def vmath_functions(nodes) -> tuple[str, ...]:
-    """The vmath functions an op's C++ may call: exp, tanh and sigmoid (the base rows), and those
+    """The vmath functions an op's C++ may call: exp, tanh and sigmoid (the base rows), those
     of its nodes in ``VMATH_OPS`` (whatever their dtype: the emitted file serves every dtype
-    combination)."""
+    combination), and tanh_softplus where a tanh reads a softplus (plan/fusedmath.py)."""
     used = dict.fromkeys(VMATH_BASE.values())
     used.update(dict.fromkeys(VMATH_OPS[n.op] for n in nodes if n.op in VMATH_OPS))
+    used.update(dict.fromkeys(TANH_SOFTPLUS for n in nodes if n.op is Op.TANH and softplus_of(n.srcs[0]) is not None))
     return tuple(used)
 
 

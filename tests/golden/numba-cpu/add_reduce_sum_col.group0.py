@@ -6,7 +6,7 @@
 import math
 import numpy as np
 from numba import prange
-from fusegen.pyhelpers_numba import _fmax, _fmin, _fg_floor_divide, _fg_remainder, _fg_floor_divide_int, _fg_remainder_int, _fg_shl, _fg_shr, _fg_shr_u, _fg_logaddexp, _fg_trunc, _fg_rint, _fg_row, _fg_flat, _fg_maximum, _fg_minimum
+from fusegen.pyhelpers_numba import _fmax, _fmin, _fg_floor_divide, _fg_remainder, _fg_floor_divide_int, _fg_remainder_int, _fg_shl, _fg_shr, _fg_shr_u, _fg_logaddexp, _fg_trunc, _fg_rint, _fg_row, _fg_flat, _fg_wide
 def kernel(x0, x1, out0, meta):
     # stages 0 of op add_reduce_sum, col mode
     x0_ = _fg_flat(x0)
@@ -19,6 +19,7 @@ def kernel(x0, x1, out0, meta):
     x0_sri = meta[SB + 0 * W + nO + nRO]
     x1_sri = meta[SB + 1 * W + nO + nRO]
     for t in range(ntasks):
+        _fg_wide()   # LLVM: 512-bit vectors where the CPU has them (fusegen/pyhelpers_numba.py)
         o = t // (ntiles * nsplit)
         u = t - o * (ntiles * nsplit)
         i0 = (u // nsplit) * TILE

@@ -1049,10 +1049,9 @@ FG_INLINE float s0_w0(float v0, float v1, const ScalarAttrs &a) {
   const auto t4 = (t3 * t0);
   const auto t5 = (t0 + t4);
   const auto t6 = ((float)(0.7978845608028654) * t5);
-  const auto t7 = fg::tanh_f32(t6);
-  const auto t8 = ((float)(1.0) + t7);
-  const auto t9 = (t1 * t8);
-  return t9;
+  const auto t7 = (2.0f * fg::sigmoid_f32((2.0f * t6)));
+  const auto t8 = (t1 * t7);
+  return t8;
 }
 
 void stage0(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
@@ -1130,10 +1129,9 @@ FG_INLINE float s0_w0(float v0, float v1, const ScalarAttrs &a) {
   const auto t4 = (t3 * t0);
   const auto t5 = (t0 + t4);
   const auto t6 = ((float)(0.7978845608028654) * t5);
-  const auto t7 = fg::tanh_f32(t6);
-  const auto t8 = ((float)(1.0) + t7);
-  const auto t9 = (t1 * t8);
-  return t9;
+  const auto t7 = (2.0f * fg::sigmoid_f32((2.0f * t6)));
+  const auto t8 = (t1 * t7);
+  return t8;
 }
 
 void stage0(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
