@@ -276,8 +276,7 @@ class GroupSource:
                 w(f"{body}{combine('sum' if pair else r.arg.kind, acc_at.format(j=j), v, mode == 'row' and acc.is_float)}")
             for o, n, v in outs:
                 w(f"{body}v_{o.name}[{var}] = {v}")
-        if alias:
-            self.lines[start:] = cpu_inplace.versioned(self.lines[start:], alias, pad)
+        self.lines[start:] = cpu_inplace.versioned(self.lines[start:], alias, pad)
 
     def _unravel(self, pad: str, index: str, ndims: str, offset: str, target: str, ops) -> None:
         """Add the offsets of flat ``index`` over ``ndims`` dims (extents and strides at

@@ -36,7 +36,10 @@ def aliases(gs, st, mode: str, accs) -> dict[str, str]:
 def versioned(lines: list[str], alias: dict[str, str], pad: str) -> list[str]:
     """``lines`` (a stage's loop at ``pad``) twice: reading each aliased input through its
     output's view where the two start at the same address, and unchanged otherwise. (The loads
-    are renamed in the generated text: an array operand's element is always ``v_<name>[i]``.)"""
+    are renamed in the generated text: an array operand's element is always ``v_<name>[i]``.)
+    With no aliased operand, ``lines`` as they are."""
+    if not alias:
+        return lines
     same = " and ".join(f"v_{dst}.ctypes.data == v_{src}.ctypes.data" for src, dst in alias.items())
     loads = re.compile(r"\bv_(" + "|".join(map(re.escape, alias)) + r")\[i\]")
     inner = ["    " + line for line in lines]

@@ -6,7 +6,7 @@
 import math
 import numpy as np
 from numba import prange
-from fusegen.pyhelpers_numba import _fmax, _fmin, _fg_floor_divide, _fg_remainder, _fg_floor_divide_int, _fg_remainder_int, _fg_shl, _fg_shr, _fg_shr_u, _fg_logaddexp, _fg_trunc, _fg_rint, _fg_row, _fg_flat, _fg_wide
+from fusegen.pyhelpers_numba import _fmax, _fmin, _fg_floor_divide, _fg_remainder, _fg_floor_divide_int, _fg_remainder_int, _fg_shl, _fg_shr, _fg_shr_u, _fg_logaddexp, _fg_trunc, _fg_rint, _fg_row, _fg_flat, _fg_maximum, _fg_minimum, _fg_wide
 from fusegen.vmath_numba import exp_f32 as _exp_f32
 def kernel(x0, ws0, ws1, out0, meta):
     # stages 0, 1, 2 of op softmax, row mode
@@ -53,7 +53,7 @@ def kernel(x0, ws0, ws1, out0, meta):
                 c_x0 += ix * meta[SB + 0 * W + nO + d]
             v_x0 = _fg_row(x0_, c_x0 + r_lo)
             for ri in range(r_hi - r_lo):
-                acc0 = _fmax(acc0, v_x0[ri])
+                acc0 = _fg_maximum(acc0, v_x0[ri])
         r0 = acc0
         ws0_[b_ws0] = r0
         # stage 1: sum reduction
