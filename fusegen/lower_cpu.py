@@ -27,7 +27,7 @@ from .lower import rng as rnglower
 from .lower.cpu_layout import HEADER, OperandSlot, index_text, meta_array, stride_pattern, view_text  # noqa: F401  (HEADER, meta_array: part of the face)
 from .lower.gathers import GatherSlots
 from .lower.cpu_module import JIT_OPTIONS, GroupKernel, build_module  # noqa: F401  (JIT_OPTIONS: part of the face)
-from .lower.pysource import combine, general_maps, group_params, operand_name
+from .lower.pysource import combine, general_maps, group_params, hoist_invariant, operand_name
 from .plan import CenteredPair, GroupRun, Plan
 from .plan.boxrows import BoxRows
 from .plan.paths import is_param, path_steps
@@ -267,8 +267,12 @@ class GroupSource:
             blocked = moved and st.is_scan and len(loops) == 1 and cpu_scans.blocked(self, st)
             if blocked:   # (the line's last stretch: the loop below, from pos)
                 self.lines += cpu_scans.blocked_lines(self, accs, vals, ew.lines, *moved, pad)
+            lines = ew.lines
+            if not (blocked or st.is_scan or self.rng.used or self.g.nodes):
+                hoisted, lines = hoist_invariant(lines, var)
+                self.lines += [f"{pad}{name} = {expr}" for name, expr in hoisted]
             w(f"{pad}for {var} in range({rng}{' - pos' if blocked else ''}):")
-            for name, expr in ew.lines:
+            for name, expr in lines:
                 w(f"{body}{name} = {expr}")
             if pair is not None:
                 w(f"{body}dv{st.index} = {e} - piv{st.index}")
