@@ -21,26 +21,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import vmath
 from .ir import Node, Op, Spec, nodes_of
-from .lower import cpu_fold, cpu_inplace, cpu_moments, cpu_scans, cpu_splits
+from .lower import cpu_fold, cpu_inplace, cpu_moments, cpu_rows, cpu_scans, cpu_splits
 from .lower import rng as rnglower
 from .lower.cpu_layout import HEADER, OperandSlot, index_text, meta_array, stride_pattern, view_text  # noqa: F401  (HEADER, meta_array: part of the face)
 from .lower.gathers import GatherSlots
-from .lower.pyhelpers import COMPLEX_HELPER_NAMES, COMPLEX_HELPERS, vmath_imports
-from .lower.pysource import CPU_PRELUDE, INNER_HELPER, combine, general_maps, group_params, import_source, operand_name
+from .lower.cpu_module import JIT_OPTIONS, GroupKernel, build_module  # noqa: F401  (JIT_OPTIONS: part of the face)
+from .lower.pysource import combine, general_maps, group_params, hoist_invariant, operand_name
 from .plan import CenteredPair, GroupRun, Plan
+from .plan.boxrows import BoxRows
 from .plan.paths import is_param, path_steps
-from .plan.cexprs import spec_uses_complex
 from .plan.exprs import PYTHON, ExprWriter, reduce_identity, reg_dtype
-from .version import __version__
 
 class GroupSource:
     """Builds the source of one group function."""
 
     def __init__(self, plan: Plan, spec: Spec, run: GroupRun, pattern: tuple, mode: str, parallel: bool,
-                 split: bool = False, block: int = 1):
+                 split: bool = False, block: int = 1, rows: bool = False):
         self.plan, self.spec, self.run, self.mode, self.parallel = plan, spec, run, mode, parallel
+        # rows: one box of a ``plan.boxrows.BoxRows``, run for the row whose offsets (``r_<name>``,
+        # one per operand) its driver passes
+        self.rows = rows
         # block: rows of the last outer dim a task runs on its tile (rt.policy.choose_block), > 1
         # where an operand is read transposed: a square block instead of one long row.
         self.block = block
@@ -63,7 +64,7 @@ class GroupSource:
                 if a.node.op is Op.REDUCE:
                     self.store_slots.setdefault(id(a.node), []).append(run.operand_of[(a.slot, a.steps)])
         # code that reads offsets and digits from meta only for plans whose maps can have them
-        self.general = general_maps(self._stages(), inners)
+        self.general = rows or general_maps(self._stages(), inners)   # (a box's row offsets: from meta)
         self.lines: list[str] = []
         self.attrs: list[str] = sorted({n.arg for st in self._stages() for n in _nodes_of(st) if n.op is Op.ATTR})
         self.params = group_params(self._stages())
@@ -82,7 +83,7 @@ class GroupSource:
     def emit(self, fname: str) -> str:
         args = [o.name for o in self.ops.values() if o.is_array] + ["meta"] + [f"a_{a}" for a in self.attrs]
         args += [self.param_name(n) for n in self.params]
-        args += self.g.args()
+        args += self.g.args() + ([f"r_{o.name}" for o in self.ops.values()] if self.rows else [])
         w = self.lines.append
         w(f"def {fname}({', '.join(args)}):")
         w(f"    # stages {', '.join(str(s) for s in self.run.stages)} of op {self.plan.opdef.name}, "
@@ -151,7 +152,8 @@ class GroupSource:
         body_at = len(self.lines)
         for o in self.ops.values():
             if self.general:  # an offset (a slice's start, a piece's place, an iota's first value)
-                w(f"        b_{o.name} = meta[SB + {len(self.ops)} * W + {o.k}] + i0 * meta[SB + {o.k} * W + nO + nRO + 1]")
+                w(f"        b_{o.name} = meta[SB + {len(self.ops)} * W + {o.k}]{f' + r_{o.name}' if self.rows else ''}"
+                  f" + i0 * meta[SB + {o.k} * W + nO + nRO + 1]")
             else:
                 w(f"        b_{o.name} = i0 * meta[SB + {o.k} * W + nO + nRO + 1]")
         self._unravel("        ", "o", "nO", "", "b", self.ops.values())
@@ -267,8 +269,12 @@ class GroupSource:
             blocked = moved and st.is_scan and len(loops) == 1 and cpu_scans.blocked(self, st)
             if blocked:   # (the line's last stretch: the loop below, from pos)
                 self.lines += cpu_scans.blocked_lines(self, accs, vals, ew.lines, *moved, pad)
+            lines = ew.lines
+            if not (blocked or st.is_scan or self.rng.used or self.g.nodes):
+                hoisted, lines = hoist_invariant(lines, var)
+                self.lines += [f"{pad}{name} = {expr}" for name, expr in hoisted]
             w(f"{pad}for {var} in range({rng}{' - pos' if blocked else ''}):")
-            for name, expr in ew.lines:
+            for name, expr in lines:
                 w(f"{body}{name} = {expr}")
             if pair is not None:
                 w(f"{body}dv{st.index} = {e} - piv{st.index}")
@@ -438,63 +444,29 @@ def _nodes_of(st) -> list[Node]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Compilation: write the source to a content-addressed file so Numba's cache works
+# Compilation (``lower/cpu_module``: the file, its header and the njit wrapping)
 # ---------------------------------------------------------------------------------------------
-#: Options of every generated function. They are written into the source's header, so they
-#: are part of its content hash and of Numba's disk-cache key.
-JIT_OPTIONS = dict(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc"})
-
-
-@dataclass
-class GroupKernel:
-    source: str
-    path: str
-    func: object           # the numba dispatcher
-    attrs: tuple           # attribute names, in the order the function takes them
-    params: tuple = ()     # static scalars (dims) the function takes after the attributes
-    gathers: object = None  # fusegen.lower.gathers.GatherSlots: what the function's gathers take
-
-
 def compile_group(plan: Plan, spec: Spec, run: GroupRun, parallel: bool, split: bool = False,
                   block: int = 1) -> GroupKernel:
     """Generate, write, import and JIT the function for one fused group (``block``: rows per task
     where it runs in blocks, ``rt.policy.choose_block``)."""
-    import numba
-
-    from . import pyhelpers_numba   # (imports numba: on first compile, not at import fusegen)
-    mode = "row" if run.layout.inner == 1 else "col"
-    pattern = stride_pattern(run)
-    gs = GroupSource(plan, spec, run, pattern, mode, parallel, split, block)
+    gs = _source(plan, spec, run, parallel, split, block)
     body = gs.emit("kernel")
-    jit = dict(JIT_OPTIONS, parallel=parallel)
-    shown = {k: sorted(v) if isinstance(v, (set, frozenset)) else v for k, v in jit.items()}  # stable text
-    src = CPU_PRELUDE.format(op=plan.opdef.name, dtypes=", ".join(map(str, spec.dtypes)), version=__version__,
-                         numba_version=numba.__version__, vmath=vmath.source_digest(),
-                         helpers=pyhelpers_numba.DIGEST, helper_names=", ".join(pyhelpers_numba.NAMES),
-                         vmath_imports=vmath_imports(body),
-                         jit=", ".join(f"{k}={v!r}" for k, v in sorted(shown.items()))) + body
-    if gs.rng.used:   # the digest names the RNG's implementation: Numba's cache key
-        src += f"# fusegen.rng_numba {rnglower.digest()}: {', '.join(sorted(gs.rng.used))}\n"
-    if spec_uses_complex(spec):
-        src += COMPLEX_HELPERS
-    modular = any(o.kind == "modular" for o in gs.ops.values())
-    if modular:
-        src += INNER_HELPER
-
-    rng_fns = rnglower.cpu_bindings(gs.rng.used)   # before import_source: it takes the same lock
-
-    # The helpers are inlined by LLVM (forceinline: alwaysinline), before its loop vectorizer
-    # runs, not by Numba's IR inliner (inline="always"), which types each helper again at every
-    # call site: that made a group's compile several times slower, for the same machine code.
-    helper = numba.njit(forceinline=True, error_model="numpy", nogil=True)
-
-    def setup(mod):
-        for name in COMPLEX_HELPER_NAMES if hasattr(mod, "_fg_cmul") else ():
-            setattr(mod, name, helper(getattr(mod, name)))
-        if modular:
-            mod._inner = helper(mod._inner)
-        vars(mod).update(rng_fns)
-        mod.kernel = numba.njit(**jit)(mod.kernel)
-
-    mod = import_source(src, "numba", "fusegen_k", setup)
+    src, mod = build_module(plan, spec, body, [gs], parallel)
     return GroupKernel(src, mod.__file__, mod.kernel, tuple(gs.attrs), tuple(gs.params), gs.g)
+
+
+def compile_rows(plan: Plan, spec: Spec, rows: BoxRows, parallel: bool) -> GroupKernel:
+    """The function running an elementwise group's boxes a row at a time (``plan.boxrows``): one
+    function per box over the dims after the rows, called for each row by a parallel driver."""
+    gss = [_source(plan, spec, run, False, rows=True) for run in rows.boxes]
+    body = "".join(gs.emit(f"box{b}") for b, gs in enumerate(gss))
+    body += cpu_rows.driver(plan, rows, gss[0], parallel)
+    src, mod = build_module(plan, spec, body, gss, parallel, boxes=len(gss))
+    gs = gss[0]
+    return GroupKernel(src, mod.__file__, mod.kernel, tuple(gs.attrs), tuple(gs.params), gs.g)
+
+
+def _source(plan, spec, run, parallel, split=False, block=1, rows=False) -> GroupSource:
+    mode = "row" if run.layout.inner == 1 else "col"
+    return GroupSource(plan, spec, run, stride_pattern(run), mode, parallel, split, block, rows)

@@ -96,3 +96,75 @@ def test_split_bounds_text_matches_its_oracle():
                 want = [i for i in range(n) if d0 + i * ds >= 0]
                 got = list(range(env["sp_lo"], env["sp_hi"]))
                 assert got == want and true_range(d0, ds, n) == (env["sp_lo"], env["sp_hi"]), (n, d0, ds)
+
+
+# --- boxes a row at a time, a stage over a reshaped domain, a masked value stored once ----------
+@fg.op
+def _rope_halves(x, cos, sin, w):
+    """RoPE spelled on halves (its concat cuts the last dim), and a pad cutting two dims."""
+    h = x.shape[-1] // 2
+    x1, x2 = x[..., :h], x[..., h:]
+    r = fg.concat([x1 * cos[:, :h] - x2 * sin[:, :h], x2 * cos[:, h:] + x1 * sin[:, h:]], axis=-1)
+    return r, fg.pad(w, ((0, 0), (1, 2), (3, 1)), constant_values=5.0) * 2.0
+
+
+@fg.op
+def _group_norm_5d(x, gamma, beta, *, groups: int = 4):
+    """Group norm spelled another way: statistics over (N, G, C/G, H*W), gamma broadcast as (C, 1)."""
+    n, c = x.shape[0], x.shape[1]
+    g = x.reshape(n, groups, c // groups, -1)
+    m = fg.mean(fg.mean(g, axis=-1, keepdims=True), axis=-2, keepdims=True)
+    d = g.reshape(n, groups, -1) - m.reshape(n, groups, 1)
+    v = fg.mean(d * d, axis=-1, keepdims=True)
+    y = (d / fg.sqrt(v + 1e-5)).reshape(n, c, -1)
+    return y * gamma[:, None] + beta[:, None]
+
+
+_ROPE = fg.compile(_rope_halves)
+
+
+def test_boxes_run_a_row_at_a_time_and_match_numpy():
+    from fusegen.plan.boxrows import MIN_ROWS
+    for rows in (MIN_ROWS + 6, 3):   # enough rows: one task per row; fewer: box by box
+        x, c, s, w = _r(2, rows // 2, 8), _r(rows // 2, 8), _r(rows // 2, 8), _r(rows, 3, 4)
+        got = _ROPE(x, c, s, w)
+        want_r = np.concatenate([x[..., :4] * c[:, :4] - x[..., 4:] * s[:, :4],
+                                 x[..., 4:] * c[:, 4:] + x[..., :4] * s[:, 4:]], -1)
+        np.testing.assert_allclose(got[0], want_r, rtol=1e-6, atol=1e-6)
+        np.testing.assert_array_equal(got[1], np.pad(w, ((0, 0), (1, 2), (3, 1)), constant_values=5.0) * 2.0)
+        # (each output's group is its own function: both run a row at a time, or neither)
+        assert _ROPE.source.count("boxes a row at a time") == (2 if rows > MIN_ROWS else 0), _ROPE.source
+
+
+def _np_group_norm(x, gamma, beta, groups):
+    g = x.astype(np.float64).reshape(x.shape[0], groups, -1)
+    y = (g - g.mean(-1, keepdims=True)) / np.sqrt(g.var(-1, keepdims=True) + 1e-5)
+    return y.reshape(x.shape[0], x.shape[1], -1) * gamma[:, None] + beta[:, None]
+
+
+def test_group_norm_output_runs_with_its_statistics():
+    """The output stage, over (N, C, H*W), runs over the statistics' domain (N, G, C/G*H*W): one
+    function for every stage of the reference op (one pass of statistics, one of output)."""
+    from fusegen import examples
+    k = fg.compile(examples.group_norm)
+    x, gamma, beta = _r(3, 8, 5, 3), _r(8), _r(8)
+    np.testing.assert_allclose(k(x, gamma, beta, groups=4),
+                               _np_group_norm(x, gamma, beta, 4).reshape(x.shape), rtol=2e-5, atol=2e-5)
+    assert len(k._last.groups) == 1 and "stages 0, 1, 2 of op group_norm" in k.source, k.source
+    k5 = fg.compile(_group_norm_5d)   # two statistics domains: the output joins the last one
+    np.testing.assert_allclose(k5(x.reshape(3, 8, 15), gamma, beta), _np_group_norm(x, gamma, beta, 4),
+                               rtol=2e-5, atol=2e-5)
+
+
+def test_causal_mask_value_is_stored_once():
+    from fusegen import examples
+    from fusegen.plan import build_plan
+    text = str(build_plan(examples.causal_softmax))
+    assert "stored once: %12 (exp) in out0" in text, text
+    assert "split" not in text.split("\n  stage ")[3], text   # the output stage reads it back: no where
+    k = fg.compile(examples.causal_softmax)
+    x = _r(2, 7, 9)
+    keep = np.arange(7)[:, None] >= np.arange(9)[None, :]
+    z = np.where(keep, x.astype(np.float64), -np.inf)
+    e = np.exp(z - z.max(-1, keepdims=True))
+    np.testing.assert_allclose(k(x), e / e.sum(-1, keepdims=True), rtol=2e-6, atol=1e-9)

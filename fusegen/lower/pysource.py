@@ -114,6 +114,23 @@ def layout_tail(run, start: int) -> list[int]:
     return tail + pos + digits
 
 
+def hoist_invariant(lines: list, var: str) -> tuple[list, list]:
+    """Split a loop body's ``(name, expression)`` lines into those that do not depend on the loop
+    counter ``var`` (computed once, before the loop) and the rest, each list in order. A masked
+    branch's ``exp(-inf - max)`` or a norm's ``rsqrt(var + eps)`` is then one evaluation per
+    loop, not one per element, whether or not LLVM would have hoisted it (it cannot always tell
+    that an inlined math function is pure)."""
+    import re
+    before, inside, varying = [], [], {var}
+    for name, expr in lines:
+        if varying & set(re.findall(r"[A-Za-z_]\w*", expr)):
+            inside.append((name, expr))
+            varying.add(name)
+        else:
+            before.append((name, expr))
+    return before, inside
+
+
 def operand_name(key: tuple) -> str:
     """The variable of a group operand: its slot's name (x0, out1, ws0, iota5), suffixed when one
     array is read through several maps (x0_1)."""

@@ -19,9 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ShapeError
-from ..ir import UNKNOWN_DIM, Op, Spec, broadcast_shapes
+from ..ir import UNKNOWN_DIM, Op, Spec, broadcast_shapes, nodes_of
 from . import views as V
 from .access import Access, Broadcast, Gather, Piece, Reduced, View
+from .boxrows import BoxRows, row_dims, split_rows
 from .stages import Plan, Stage
 
 
@@ -123,8 +124,13 @@ def evaluate(steps: tuple, v: V.View, spec: Spec | None, dom: tuple[int, ...], a
     return v
 
 
-def access_view(a: Access, spec: Spec, dom: tuple[int, ...], axes: tuple[int, ...]) -> V.View:
-    """Access ``a`` for the signature ``spec``, evaluated over ``dom`` (reducing ``axes``)."""
+def access_view(a: Access, spec: Spec, dom: tuple[int, ...], axes: tuple[int, ...],
+                own: tuple[int, ...] | None = None) -> V.View:
+    """Access ``a`` for the signature ``spec``, evaluated over ``dom`` (reducing ``axes``). With
+    ``own``: ``a`` belongs to an elementwise stage whose domain is ``own``, run over ``dom`` (the
+    same elements in C order, ``regroup``), so its view over ``own`` is reshaped to ``dom``."""
+    if own is not None and own != dom:
+        return V.reshape(access_view(a, spec, own, ()), dom)
     start = dom if a.steps == () else spec.of(a.node).shape
     return evaluate(a.steps, V.contiguous(start), spec, dom, axes)
 
@@ -220,9 +226,13 @@ def stage_domain(spec: Spec, stage: Stage) -> tuple[int, ...]:
     return broadcast_shapes(shapes, lambda m: (_ for _ in ()).throw(ShapeError(m)))
 
 
-def schedule(plan: Plan, spec: Spec) -> list[GroupRun]:
+def schedule(plan: Plan, spec: Spec, regroup: bool = False, rows: bool = False) -> list:
     """Group the plan's stages for concrete shapes and compute each group's layout: one
-    ``GroupRun`` per box where pieces cut the domain, else one per group."""
+    ``GroupRun`` per box where pieces cut the domain, else one per group. With ``regroup``, an
+    elementwise stage over another domain of as many elements may join the group before it by
+    running over that group's domain (``regroup_ok``): a group norm's output, over (N, C, H, W),
+    joins its statistics over (N, groups, C/groups * H * W), so a group is read while in cache.
+    With ``rows``, an elementwise group's boxes may come as one ``BoxRows`` (``plan.boxrows``)."""
     groups: list[dict] = []
     for st in plan.stages:
         dom = stage_domain(spec, st)
@@ -235,12 +245,30 @@ def schedule(plan: Plan, spec: Spec) -> list[GroupRun]:
         if groups and joins(groups[-1]):
             groups[-1]["stages"].append(st)
             continue
+        if regroup and groups and regroup_ok(st, groups[-1], dom) and _strided_over(spec, st, groups[-1]["dom"], dom) \
+                and _aligned(spec, st, groups[-1], groups[-1]["dom"], dom):
+            groups[-1]["stages"].append(st)
+            groups[-1].setdefault("own", {})[st.index] = dom
+            continue
         g = _earlier_group(groups, st, joins)
         if g is not None:
             g["stages"].append(st)
             continue
         groups.append(dict(stages=[st], dom=dom, axes=axes if axes is not None else ()))
-    return [run for g in groups for run in _group_runs(spec, g)]
+    if any("own" in g for g in groups):
+        try:
+            return [run for g in groups for run in _group_runs(spec, g, rows)]
+        except V.MapError:   # (the operands' groupings of a dim do not nest: each stage its own domain)
+            return schedule(plan, spec, rows=rows)
+    return [run for g in groups for run in _group_runs(spec, g, rows)]
+
+
+def _strided_over(spec: Spec, st: Stage, dom, own) -> bool:
+    """Every access of stage ``st`` (domain ``own``) stays strided over ``dom``: no modular map."""
+    try:
+        return all(access_view(a, spec, dom, (), own).inner is None for a in st.reads + st.stores)
+    except V.MapError:
+        return False
 
 
 def _earlier_group(groups: list[dict], st: Stage, joins) -> dict | None:
@@ -270,28 +298,42 @@ def strides_of(v: V.View) -> tuple:
     return v.offset, tuple(0 if a.extent == 1 else [d for d in a.sub if d[0] != 1][0][1] for a in v.dims)
 
 
-def _aligned(spec: Spec, st: Stage, g: dict, dom) -> bool:
+def regroup_ok(st: Stage, g: dict, dom) -> bool:
+    """Whether elementwise stage ``st`` over ``dom`` may run over group ``g``'s other domain of as
+    many elements (then ``_aligned`` decides on the maps): no reduction, piece, gather, iota or
+    random number in it (their loops are laid out by the stage's own domain), and the group no
+    scan (a scan's results are not workspaces read per element)."""
+    if st.reductions or st.instances or g["dom"] == dom or _prod(g["dom"]) != _prod(dom):
+        return False
+    if any(s.is_scan for s in g["stages"]) or any(a.slot[0] == "iota" for a in st.reads):
+        return False
+    return not any(n.op in (Op.GATHER, Op.RANDOM) for n in nodes_of([n for _, n in st.writes]))
+
+
+def _aligned(spec: Spec, st: Stage, g: dict, dom, own=None) -> bool:
     """A stage may join a group if every workspace it reads that the group writes is read
-    at exactly the index where it was written (keep_dims, or leading reduced axes)."""
+    at exactly the index where it was written (keep_dims, or leading reduced axes); ``own``:
+    the stage's own domain where it runs over the group's (``regroup_ok``)."""
     written = {a.slot: a for s in g["stages"] for a in s.stores if a.slot[0] == "buf"}
     for a in st.reads:
         w = written.get(a.slot)
         if w is None:
             continue
-        r, wv = access_view(a, spec, dom, g["axes"]), access_view(w, spec, dom, g["axes"])
+        r, wv = access_view(a, spec, dom, g["axes"], own), access_view(w, spec, dom, g["axes"])
         if r.inner is not None or strides_of(r) is None or strides_of(r) != strides_of(wv):
             return False
     return True
 
 
-def _group_runs(spec: Spec, g: dict) -> list[GroupRun]:
+def _group_runs(spec: Spec, g: dict, rows: bool = False) -> list:
     dom, axes = g["dom"], g["axes"]
     keys: list[tuple] = []
     views: list[V.View] = []
     operand_of: dict = {}
+    own = g.get("own", {})
     for st in g["stages"]:
         for a in st.reads + st.stores:
-            v = access_view(a, spec, dom, axes)
+            v = access_view(a, spec, dom, axes, own.get(st.index))
             k = next((i for i, (key, w) in enumerate(zip(keys, views))
                       if key[:2] == a.slot and v.inner is None and w.inner is None
                       and strides_of(v) is not None and strides_of(v) == strides_of(w)
@@ -314,16 +356,21 @@ def _group_runs(spec: Spec, g: dict) -> list[GroupRun]:
     nops = len(views)
     runs = []
     boxes = V.boxes(nest, dom)
+    # rows: the leading refined dims a backend runs outside the boxes (``plan.boxrows``)
+    jk = split_rows(nest, row_dims(g["stages"], boxes, dom, axes, nest.inners[:nops])) if rows else 0
     for ranges, active in boxes:
         ext, offs = V.box_layout(nest, ranges)
         variant = {}
         for inst, first, count in instances:
             on = [p for p in range(count) if active[nops + first + p]]
             variant[inst] = on[0] if on else None
-        lay = collapse(tuple(ext), reduced, [list(s) for s in nest.strides[:nops]])
-        runs.append(GroupRun(tuple(s.index for s in g["stages"]), tuple(ext), reduced, keys, lay, offs[:nops],
+        lay = collapse(tuple(ext[jk:]), tuple(j - jk for j in reduced), [list(s[jk:]) for s in nest.strides[:nops]])
+        runs.append(GroupRun(tuple(s.index for s in g["stages"]), tuple(ext[jk:]), reduced, keys, lay, offs[:nops],
                              operand_of, nest.inners[:nops], active[:nops], variant,
                              tuple(ranges) if len(boxes) > 1 else ()))
+    if jk:
+        return [BoxRows(runs[0].stages, tuple(nest.extents[:jk]), [list(s[:jk]) for s in nest.strides[:nops]],
+                        runs, keys)]
     return runs
 
 

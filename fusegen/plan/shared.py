@@ -12,8 +12,10 @@ over ``e``): no workspace and no extra memory traffic, and when the two stages f
 same domain) the row is still in cache when it is read back. The rules, each for a reason:
 
 * the value is a maximal shared subtree of the later stage's expression that holds an expensive
-  op (``EXPENSIVE``: exp, log, tanh, ...), read through elementwise ops only (no views, pieces,
-  gathers, iotas or random numbers: its index is the domain's, in both stages);
+  op (``EXPENSIVE``: exp, log, tanh, ...), a pure function of its leaves at the domain's index:
+  no pieces, gathers or random numbers. Views and iotas may be among its leaves (a causal mask's
+  ``where(i >= j, x, -inf)``): views sit right above the leaves once pushed down, and the value's
+  shape atoms are both stages' leaves, so both evaluate the same element at the same index;
 * both stages have the value's shape atoms as their own (the value has the domain's shape, and
   the store and the read are the same element);
 * the output is reached from the value through float arithmetic only (``+ - * /``, negation),
@@ -40,9 +42,11 @@ EXPENSIVE = frozenset({
 })
 #: Ops through which an output keeps its value's float dtype (or a wider one) and its index.
 _ARITH = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.NEG})
-#: Ops a stored value may not contain: its index would not be the domain's, or it is not a
-#: pure function of its leaves' values at that index.
-_OPAQUE = frozenset({Op.IOTA, Op.GATHER, Op.RANDOM}) | VIEWS | PIECEWISE
+#: Ops a stored value may not contain: not a pure function of its leaves' values at the domain's
+#: index (a gather's index is data, a random stream's counter is the loop's), or a piece, whose
+#: value changes from box to box with the variant. (Views and iotas are leaves of the domain:
+#: the same access map in both stages.)
+_OPAQUE = frozenset({Op.GATHER, Op.RANDOM}) | PIECEWISE
 
 
 def _interior(n: Node) -> set[int]:

@@ -38,10 +38,11 @@ def _iota(n: Node, ctx: tuple):
 
 def stage_splits(st) -> list[Split]:
     """The ``where`` nodes of stage ``st`` (outside pieces and gathers) whose predicate is an
-    ordering comparison of two iotas, in first-use order."""
+    ordering comparison of two iotas, in first-use order. A value the stage reads back instead of
+    computing (``Stage.kept``, ``plan.shared``) is not searched: its loop evaluates no ``where``."""
     roots = [r.srcs[0] for r in st.reductions] + [n for _, n in st.writes]
     out: list[Split] = []
-    seen: set = set()
+    seen: set = {(id(n), ()) for _, n in st.kept}
 
     def walk(n: Node, ctx: tuple) -> None:
         if (id(n), ctx) in seen:

@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
-from ..lower_cpu import compile_group, meta_array
+from ..lower.cpu_rows import rows_meta
+from ..lower_cpu import compile_group, compile_rows, meta_array
 from ..plan import schedule
+from ..plan.boxrows import BoxRows
 from ..plan.exprs import reg_dtype
 from ..native import fastcall
 from .cpu import finish, host_outputs
@@ -56,7 +58,13 @@ class NumbaCpuExecutor(Executor):
         plan = self.kernel.plan
         nthreads = num_threads()
         groups = []
-        for run in schedule(plan, spec):
+        for run in schedule(plan, spec, regroup=True, rows=True):
+            if isinstance(run, BoxRows):   # boxes a row at a time: one function, a task per row
+                big = run.rows * sum(int(np.prod(b.dom)) for b in run.boxes) >= PARALLEL_THRESHOLD
+                gk = compile_rows(plan, spec, run, big and nthreads > 1)
+                groups.append(Group(gk.func, rows_meta(run), tuple(k[:2] for k in run.operands if k[0] != "iota"),
+                                    gk.attrs, gk.source, tuple(spec.of(n).value for n in gk.params)))
+                continue
             numel = int(np.prod(run.dom)) if run.dom else 1
             big = numel >= PARALLEL_THRESHOLD and nthreads > 1
             nsplit = split_count(plan, run, nthreads) if big else 1

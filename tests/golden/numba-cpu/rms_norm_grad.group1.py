@@ -58,10 +58,10 @@ def kernel(x1, x2, ws0, ws1, meta, a_eps):
                 v_x1 = _fg_row(x1_, c_x1 + 0)
                 v_x2 = _fg_row(x2_, c_x2 + 0)
                 s_ws0 = ws0_[c_ws0 + 0]
+                s2_1 = (s_ws0 + np.float32(a_eps))
+                s2_2 = (np.float32(1.0) / np.sqrt(s2_1))
                 for i in range(n):
                     s2_0 = (v_x2[i] * v_x1[i])
-                    s2_1 = (s_ws0 + np.float32(a_eps))
-                    s2_2 = (np.float32(1.0) / np.sqrt(s2_1))
                     s2_3 = (s2_0 * s2_2)
                     acc0[i] += s2_3
         f_ws1 = _fg_row(ws1_, b_ws1)

@@ -74,9 +74,9 @@ def kernel(x0, x2, ws0, out1, ws1, ws2, ws3, out0, meta, a_eps):
                 v_x0 = _fg_row(x0_, c_x0 + ri * x0_sri)
                 v_x2 = _fg_row(x2_, c_x2 + ri * x2_sri)
                 s_ws0 = ws0_[c_ws0 + ri]
+                s3_0 = (s_ws0 + np.float32(a_eps))
+                s3_1 = (np.float32(1.0) / np.sqrt(s3_0))
                 for i in range(n):
-                    s3_0 = (s_ws0 + np.float32(a_eps))
-                    s3_1 = (np.float32(1.0) / np.sqrt(s3_0))
                     s3_2 = (v_x0[i] * s3_1)
                     s3_3 = (v_x2[i] * s3_2)
                     acc0[i] += s3_3
@@ -109,9 +109,9 @@ def kernel(x0, x2, ws0, out1, ws1, ws2, ws3, out0, meta, a_eps):
                 s_ws2 = ws2_[c_ws2 + ri]
                 s_ws3 = ws3_[c_ws3 + ri]
                 v_out0 = _fg_row(out0_, c_out0 + ri * out0_sri)
+                s4_0 = (np.float64(s_ws2) / s_ws3)
+                s4_1 = np.float32(s4_0)
                 for i in range(n):
-                    s4_0 = (np.float64(s_ws2) / s_ws3)
-                    s4_1 = np.float32(s4_0)
                     s4_2 = (s4_1 * v_x0[i])
                     s4_3 = (s4_2 + s4_2)
                     s4_4 = (s4_3 + v_ws1[i])
