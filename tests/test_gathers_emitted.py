@@ -161,7 +161,7 @@ def test_generated_text():
     assert "fg::gather_rule(" in src and "fg::views::gather_stride(" in src
     # the flag OR-accumulated per lane (no branch in the loop), one bad value kept per lane
     assert re.search(r"gb0\[l\] \|= tg\d+_\d+b;", src) and "gfail.fail(0, o, gv0[l]);" in src
-    assert "return fg::gather_error(kGatherWhere[gfail.which - 1]" in src
+    assert "return fg::gather_error(kGatherWhere[g.which - 1]" in src
     assert any(v.startswith("FG_ERR_GATHER: ") for v in fg.emit(modes, dtypes="float32,int64").error_table.values())
 
 

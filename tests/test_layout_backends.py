@@ -206,17 +206,18 @@ def test_emitted_layout_source_reads_through_views():
     assert "const fg::Blocks K = fg::blocks<kOps0>(B);" in src   # its tasks: blocks where y is read transposed
     # no test per element: no reshape can make a map modular here, so y is read at its strided
     # address (emitters/layout.may_be_modular); where one can, the loops are compiled twice and
-    # the call without a modular operand takes the copy without the test (run_box(false_type))
+    # the call without a modular operand takes the copy without the test (units<i>(..., false_type))
     assert "fg::at(" not in src and "p1[c[1] + i * B.istr[1]]" in src
     src = fg.emit(fg.op(lambda x: x.reshape((-1,)) + 1.0, name="flat_plus"), dtypes="float32").source
-    assert "run_box(std::false_type{})" in src and "fg::at(p0, modular && mod0," in src
+    assert "std::false_type{}, s, ptr, a, lo, hi" in src and "fg::at(p0, modular && mod0," in src
     # a concat's pieces: one body per piece, chosen per box
     src = fg.emit(_op(True, False), dtypes="float32").source
     assert "// %" in src and "piece 1" in src
     assert "fg::views::place(" in src and "fg::views::pad_piece(" in src
     # the causal softmax's mask splits its loops (three stages: max, sum, the output), each into
-    # three intervals, the masked one without a read of x
-    assert src.count("fg::true_range(") == 3 and "for (int64_t i = sp.lo; i < sp.hi; ++i) {" in src
+    # three intervals, the masked one without a read of x; the reductions' intervals keep lane
+    # accumulators
+    assert src.count("fg::true_range(") == 3 and "int64_t iv = sp.lo;" in src
 
 
 def test_emit_of_a_rank_specializing_op():
@@ -293,3 +294,45 @@ def test_emitted_layout_cu_compiles_with_nvcc(abi, tmp_path):
         cmd[1:1] = ["-isystem", jax.ffi.include_dir()]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+# --- row groups: fused stages of the emitted layout path -------------------------------------
+@fg.op
+def masked_rows(x):
+    """A causal-masked softmax (max, sum and output stages: one row group, its loops split at the
+    mask) and a row result read transposed (a stage that must not join the group: the row it
+    reads is another task's)."""
+    z = fg.where(fg.arange(x.shape[-2])[:, None] >= fg.arange(x.shape[-1])[None, :], x, -np.inf)
+    m = fg.max(z, axis=-1, keepdims=True)
+    e = fg.exp(z - m)
+    return e / fg.sum(e, axis=-1, keepdims=True), x - fg.permute_dims(m[0], (1, 0))
+
+
+def test_row_groups_fuse_only_aligned_stages():
+    rng = np.random.default_rng(3)
+    k = fg.compile(masked_rows, backend="aot")
+    for shape in [(1, 7, 7), (2, 300, 300)]:   # serial, then parallel with several rows per task
+        x = rng.standard_normal(shape).astype(np.float32)
+        z = np.where(np.tril(np.ones(shape[1:], bool)), x, -np.inf)
+        m = z.max(-1, keepdims=True)
+        e = np.exp(z - m)
+        got = k(x)
+        np.testing.assert_allclose(got[0], e / e.sum(-1, keepdims=True), rtol=2e-6, atol=1e-7)
+        np.testing.assert_allclose(got[1], x - m[0].T, rtol=1e-6)
+
+
+@pytest.mark.extended
+@pytest.mark.parametrize("name", ["causal_softmax", "group_norm"])
+def test_reference_row_groups_emitted(name):
+    """The reference ops whose stages run as row groups in the emitted C++, against NumPy."""
+    from test_layout_ops import REFERENCE
+    op, ref, shapes, attrs = next(r for r in REFERENCE if r[0].name == name)
+    rng = np.random.default_rng(0)
+    big = {"causal_softmax": [(2, 3, 70, 70)], "group_norm": [(3, 8, 20, 20), (8,), (8,)]}[name]
+    for sh in (shapes, big):
+        if name == "causal_softmax":
+            ref = lambda x: (lambda z: np.exp(z - z.max(-1, keepdims=True)) / np.exp(
+                z - z.max(-1, keepdims=True)).sum(-1, keepdims=True))(np.where(np.tril(np.ones(x.shape[-2:], bool)), x, -np.inf))
+        xs = [rng.standard_normal(s).astype(np.float32) for s in sh]
+        got = fg.compile(op, backend="aot")(*xs, **attrs)
+        np.testing.assert_allclose(got, ref(*[a.astype(np.float64) for a in xs], **attrs), rtol=2e-5, atol=2e-6)

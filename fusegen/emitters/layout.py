@@ -338,7 +338,7 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
         slot_of = {id(a.node): a.slot for a in st.reads}
         # gathers (issue #17): address terms; the body's writer, the reads of gather indices
         # and those read at the row's start (``fixed``)
-        terms, cur = G.StageTerms(st), dict(index_reads=set(), fixed=set())
+        terms, cur = G.StageTerms(st), dict(index_reads=set(), fixed=set(), consts={})
         # Only a reshape makes a view modular (a div/mod map; slicing or placing a reshaped dim
         # keeps it so): a stage with none reads every operand at its strided address, with no
         # per-element test, so the loops vectorize (CUDA kernels keep the one generic body)
@@ -359,12 +359,19 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
             term = terms.address_terms(n, ctx, cur['w']) if len(terms) else ""
             ptr = f"(p{k}{term})" if term else f"p{k}"
             if not modular:
-                return f"{r['reg']}({ptr}[{at}])"
-            # a modular map (a reshape whose radices do not nest) unravels the linear index: the
-            # slow path; the test is loop-invariant (`modular`: a std::true_type or
-            # std::false_type, so a CPU loop without any modular operand has no test at all)
-            mod, inner = (f"M.mod[{k}]", f"M.inner[{k}]") if device else (f"modular && mod{k}", f"inner{k}")
-            return f"{r['reg']}(fg::at({ptr}, {mod}, {inner}, {at}))"
+                load = f"{ptr}[{at}]"
+            else:
+                # a modular map (a reshape whose radices do not nest) unravels the linear index:
+                # the slow path; the test is loop-invariant (`modular`: a std::true_type or
+                # std::false_type, so a CPU loop without any modular operand has no test at all)
+                mod, inner = (f"M.mod[{k}]", f"M.inner[{k}]") if device else (f"modular && mod{k}", f"inner{k}")
+                load = f"fg::at({ptr}, {mod}, {inner}, {at})"
+            if k in cur["fixed"] and not term:
+                # loaded once before the loop (`rc<k>`): a store in the loop could alias it, so
+                # the compiler would not hoist the load, nor what is computed from it
+                cur["consts"][k] = load
+                return f"{r['reg']}(rc{k})"
+            return f"{r['reg']}({load})"
 
         nreads = len(st.reads)
         stores = []
@@ -372,22 +379,35 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
             stores.append(dict(k=nreads + j, type=types[operand_id(a.slot)], id=operand_id(a.slot),
                                node=g.idx(a.node), kind=a.slot[0]))
         split = None if device or len(terms) else _split(st, index_of, slot_of, reads, g)
-        bodies = []
-        for variant in variants(st):
-            cur["fixed"] = set()
+        # Reads of reduction results (a row's max, mean, variance) are usually constant along
+        # the inner loop: a second body reads them at the row's start (``fixed``, like a
+        # gather's row-constant index), so what depends on them alone (``rsqrt(var + eps)``,
+        # a masked interval's whole value) is computed once per row; the loops take it where
+        # every such read has stride 0 there, as the plain kernels' row mode does (row_const).
+        row_results = {k for k, a in enumerate(st.reads) if a.node.op is Op.REDUCE}
+
+        def make(variant, split=split, st=st, cur=cur):
             body = _body(st, spec, dialect, leaf, variant, stores, op, cur)
-            if cur["index_reads"] and not device:
-                # The gathers' indices are read from operands cur["index_reads"]; where all of
-                # them are constant along the inner loop (an embedding's id per row), the body
-                # reads them at the row's start instead: the index is loop-invariant, and the
-                # gathered read becomes a strided one that vectorizes.
-                cur["fixed"] = set(cur["index_reads"])
-                body["invariant"] = _body(st, spec, dialect, leaf, variant, stores, op, cur)
-                body["invariant"]["reads"] = sorted(cur["fixed"])
-                cur["fixed"] = set()
             if split is not None:   # an index-set split's loop bodies: the mask false, true
                 body["seg"] = [_body(st, spec, dialect, leaf, {**variant, split["key"]: v}, stores, op, cur)
                                for v in (False, True)]
+            return body
+
+        bodies = []
+        for variant in variants(st):
+            cur["fixed"] = set()
+            body = make(variant)
+            # The gathers' indices are read from operands cur["index_reads"]; where all of them
+            # are constant along the inner loop (an embedding's id per row), the invariant body
+            # reads them at the row's start: the index is loop-invariant, and the gathered read
+            # becomes a strided one that vectorizes.
+            fixed = set(cur["index_reads"]) | row_results
+            if fixed and not device:
+                cur["fixed"], cur["consts"] = fixed, {}
+                body["invariant"] = make(variant)
+                body["invariant"]["reads"] = sorted(fixed)
+                body["invariant"]["consts"] = sorted(cur["consts"].items())
+                cur["fixed"] = set()
             bodies.append(dict(body, text=", ".join(f"%{g.idx(n)} {'constant' if p is None else f'piece {p}'}"
                                                     for (n, _), p in variant.items())))
         finals = []

@@ -2415,6 +2415,194 @@ FG_LAYOUT_HD void unravel(int64_t x, int n, const int64_t *ext, const int64_t (*
 
 }  // namespace fg
 
+namespace fg {
+
+// Merges neighbouring loop dims of one class (outer, middle) that stay affine for every
+// operand, and the last of them into the innermost dim where it is affine too (a stage over
+// (N, C, H, W) whose operands all step H and W contiguously runs rows of H * W, not of W).
+// The flat order of the loops, and so every operand's address, is unchanged.
+template <int NOPS>
+inline void merge_dims(int *n, int64_t *ext, int64_t (*str)[views::kMaxLoopDims]) {
+  int m = 0;
+  for (int d = 0; d < *n; ++d) {
+    if (ext[d] == 1) continue;
+    bool affine = m > 0;
+    for (int i = 0; affine && i < NOPS; ++i) affine = str[i][m - 1] == str[i][d] * ext[d];
+    if (affine) {
+      ext[m - 1] *= ext[d];
+      for (int i = 0; i < NOPS; ++i) str[i][m - 1] = str[i][d];
+      continue;
+    }
+    ext[m] = ext[d];
+    for (int i = 0; i < NOPS; ++i) str[i][m] = str[i][d];
+    ++m;
+  }
+  *n = m;
+}
+
+template <int NOPS>
+inline void merge_inner(int *n, int64_t *ext, int64_t (*str)[views::kMaxLoopDims], int64_t *total, BoxLoops<NOPS> *B) {
+  while (*n > 0) {
+    const int d = *n - 1;
+    bool affine = true;
+    for (int i = 0; affine && i < NOPS; ++i) affine = str[i][d] == B->istr[i] * B->inner;
+    if (!affine) return;
+    B->inner *= ext[d];
+    *total /= ext[d];
+    --*n;
+  }
+}
+
+// box_loops, then its dims merged (merge_dims, merge_inner): the CPU nests' loops.
+template <int NOPS>
+inline void cpu_loops(const views::Nest<NOPS> &nest, const views::BoxLayout<NOPS> &L, bool reduction, uint32_t mask,
+                      BoxLoops<NOPS> *B) {
+  box_loops<NOPS>(nest, L, reduction, mask, B);
+  if (B->inner == 0 || B->o_total == 0 || B->m_total == 0) return;  // empty: nothing runs
+  merge_dims<NOPS>(&B->n_o, B->o_ext, B->o_str);
+  merge_dims<NOPS>(&B->n_m, B->m_ext, B->m_str);
+  if (reduction) {
+    merge_inner<NOPS>(&B->n_m, B->m_ext, B->m_str, &B->m_total, B);
+  } else {
+    merge_inner<NOPS>(&B->n_o, B->o_ext, B->o_str, &B->o_total, B);
+  }
+}
+
+// An operand's address as a function of the flat index over its stage's loops, as mixed-radix
+// (extent, stride) digits, outer first, canonical (no extent 1; neighbours merged where
+// affine), so that two accesses touch the same element at every flat index iff they are equal.
+struct FlatMap {
+  int n = 0;
+  int64_t off = 0;
+  int64_t ext[2 * views::kMaxLoopDims + 1] = {}, str[2 * views::kMaxLoopDims + 1] = {};
+
+  void push(int64_t e, int64_t s) {
+    if (e == 1) return;
+    if (n > 0 && str[n - 1] == s * e) {
+      ext[n - 1] *= e;
+      str[n - 1] = s;
+      return;
+    }
+    ext[n] = e;
+    str[n] = s;
+    ++n;
+  }
+
+  bool operator==(const FlatMap &b) const {
+    if (n != b.n || off != b.off) return false;
+    for (int d = 0; d < n; ++d) {
+      if (ext[d] != b.ext[d] || str[d] != b.str[d]) return false;
+    }
+    return true;
+  }
+};
+
+// What deciding a stage's fusion needs: whether it can run a range of its rows on its own
+// (`ok`: one box, no modular operand, not a scan, no transposed blocks; a reduction in row
+// mode, its reduced dims the domain's last), its rows (`units`: a reduction's outer index, an
+// elementwise stage's rows of `unit_len` elements), and per operand its id (-1: an iota or a
+// piece probe), whether it is stored, its pointer and its flat map.
+constexpr int kMaxFuseOps = 24;
+
+struct RowInfo {
+  bool ok = false;
+  bool reduction = false;
+  int rank = 0;
+  int64_t domain[kMaxRank] = {};
+  uint32_t mask = 0;
+  int64_t units = 0, unit_len = 0;
+  int nops = 0;
+  int id[kMaxFuseOps] = {};
+  bool store[kMaxFuseOps] = {};
+  const void *addr[kMaxFuseOps] = {};
+  FlatMap map[kMaxFuseOps];
+};
+
+template <int NOPS>
+inline void row_info(const views::Nest<NOPS> &nest, const BoxLoops<NOPS> &B, int boxes, bool modular, bool reduction,
+                     bool scan, uint32_t mask, const int *ids, const bool *stores, void *const *ptr, RowInfo *I) {
+  I->ok = false;
+  if (boxes != 1 || modular || scan || NOPS > kMaxFuseOps) return;
+  bool seen = false;  // row mode: no kept dim (other than 1) after a reduced one
+  for (int k = 0; k < nest.rank; ++k) {
+    if (nest.domain[k] == 1) continue;
+    const bool r = ((mask >> k) & 1u) != 0;
+    if (seen && !r) return;
+    seen = seen || r;
+  }
+  I->reduction = reduction;
+  I->rank = nest.rank;
+  for (int k = 0; k < nest.rank; ++k) I->domain[k] = nest.domain[k];
+  I->mask = mask;
+  I->units = B.o_total;
+  I->unit_len = B.m_total * B.inner;
+  if (I->units * I->unit_len <= 0) return;
+  I->nops = NOPS;
+  for (int i = 0; i < NOPS; ++i) {
+    I->id[i] = ids[i];
+    I->store[i] = stores[i];
+    I->addr[i] = ids[i] >= 0 ? ptr[ids[i]] : nullptr;
+    FlatMap &f = I->map[i];
+    f = FlatMap();
+    f.off = B.offset[i];
+    for (int d = 0; d < B.n_o; ++d) f.push(B.o_ext[d], B.o_str[i][d]);
+    for (int d = 0; d < B.n_m; ++d) f.push(B.m_ext[d], B.m_str[i][d]);
+    f.push(B.inner, B.istr[i]);
+  }
+  I->ok = true;
+}
+
+// Whether stage `S` may join group `G` (its first stage; `prev`, `n`: the group's stages so
+// far): it runs over the same elements in the same rows (a reduction: the same domain and
+// reduced dims; an elementwise stage: rows that cut the group's rows evenly), and every
+// operand it shares with an earlier stage of the group, by id or by memory (an output bound to
+// an input), where one of the two is stored, is touched at the same element at every flat
+// index: each row then reads what its own task wrote, and no task writes what another reads.
+inline bool joins(const RowInfo &G, const RowInfo *const *prev, int n, const RowInfo &S) {
+  if (!S.ok) return false;
+  if (S.reduction) {
+    if (S.rank != G.rank || S.mask != G.mask || S.units != G.units) return false;
+    for (int k = 0; k < S.rank; ++k) {
+      if (S.domain[k] != G.domain[k]) return false;
+    }
+  } else if (S.units * S.unit_len != G.units * G.unit_len || G.unit_len % S.unit_len != 0) {
+    return false;
+  }
+  for (int j = 0; j < n; ++j) {
+    const RowInfo &P = *prev[j];
+    for (int a = 0; a < P.nops; ++a) {
+      if (P.id[a] < 0) continue;
+      for (int b = 0; b < S.nops; ++b) {
+        if (S.id[b] < 0 || !(P.store[a] || S.store[b])) continue;
+        if ((P.id[a] == S.id[b] || P.addr[a] == S.addr[b]) && !(P.map[a] == S.map[b])) return false;
+      }
+    }
+  }
+  return true;
+}
+
+// This thread's share [lo, hi) of `total` units, as schedule(static) would give it (the calling
+// thread alone outside a parallel region).
+inline void thread_share(int64_t total, int64_t *lo, int64_t *hi) {
+#ifdef _OPENMP
+  const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
+#else
+  const int64_t nt = 1, id = 0;
+#endif
+  *lo = total * id / nt;
+  *hi = total * (id + 1) / nt;
+}
+
+// A group's rows per task: enough elements (kRowChunk) that a task's overhead is small, few
+// enough that the rows stay in L1/L2 between the group's stages.
+constexpr int64_t kRowChunk = 4096;
+
+inline int64_t rows_per_task(const RowInfo &G) {
+  return std::max<int64_t>(1, kRowChunk / std::max<int64_t>(1, G.unit_len));
+}
+
+}  // namespace fg
+
 // ---------------------------------------------------------------------------------------------
 // Gathers (issue #17): the shape rule (the twin of fusegen/graph/shapes.py _gather), the view
 // step (fusegen/plan/layout.py _gather and gather_stride) and the bad-index record. A gathered
@@ -2724,6 +2912,7 @@ int read_attrs(AotExtra *extra, CrossEntropyData *a) {
 }
 
 using Data = CrossEntropyData;
+using Fail = fg::GatherFail;  // a stage's first bad gathered index
 // The scalar attributes the loop bodies read, copied into each stage call. Read through a
 // reference into Data, any float store into an output may alias a float attribute, so g++
 // re-read it and recomputed everything derived from it per element, unvectorized (smooth_l1
@@ -2857,6 +3046,181 @@ int nest3(const Shapes &s, fg::views::Nest<kOps3> *nest, uint32_t *mask, int64_t
 }
 
 
+// A stage's first bad gathered index as the error it returns: the message names the op, node,
+// axis and value.
+inline int gather_status(const Shapes &s, const fg::GatherFail &g) {
+  if (g.which == 0) return fg::FG_OK;
+  const int node = kGatherNode[g.which - 1];
+  return fg::gather_error(kGatherWhere[g.which - 1], g.value, s.prm[node].v[0], s.prm[node].v[1]);
+}
+
+// --- stage 0: max (%1), max (%6)
+// This call's loop nest of the stage; where it is one box, that box's loops, which a row group
+// runs a range of at a time (Run0 is the same for every dtype combination).
+struct Run0 {
+  fg::views::Nest<kOps0> nest;
+  uint32_t mask = 0;
+  int64_t count = 1;
+  int64_t gs[1] = {};
+  int boxes = 0;
+  int variant = 0;
+  bool any_modular = false;
+  fg::BoxLoops<kOps0> B;
+  fg::Blocks K;
+};
+
+// Which stage body box `box` runs: the piece each piecewise node takes there.
+inline int variant0(const fg::views::Box<kOps0> &box, int *out) {
+  (void)box;
+  int variant = 0;
+  *out = variant;
+  return int(fg::FG_OK);
+}
+
+int prep0(const Shapes &s, void *const *ptr, Run0 *R, fg::RowInfo *I) {
+  FG_TRY(nest0(s, &R->nest, &R->mask, &R->count));
+  R->any_modular = R->any_modular || R->nest.op[0].modular;
+  R->boxes = 0;
+  FG_TRY(fg::views::for_each_box(R->nest, [&](const fg::views::Box<kOps0> &box, const fg::views::BoxLayout<kOps0> &L) {
+    if (++R->boxes > 1) return int(fg::FG_OK);
+    FG_TRY(variant0(box, &R->variant));
+    fg::cpu_loops<kOps0>(R->nest, L, true, R->mask, &R->B);
+    R->K = fg::blocks<kOps0>(R->B);
+    return int(fg::FG_OK);
+  }));
+  // operand ids (-1: an iota or a piece probe) and which are stored, for the row groups
+  static const int kIds[kOps0] = {0, 3, 4};
+  static const bool kStored[kOps0] = {false, true, true};
+  fg::row_info<kOps0>(R->nest, R->B, R->boxes, R->any_modular, true, false, R->mask, kIds, kStored, ptr, I);
+  return int(fg::FG_OK);
+}
+
+// --- stage 1: sum (%11)
+// This call's loop nest of the stage; where it is one box, that box's loops, which a row group
+// runs a range of at a time (Run1 is the same for every dtype combination).
+struct Run1 {
+  fg::views::Nest<kOps1> nest;
+  uint32_t mask = 0;
+  int64_t count = 1;
+  int64_t gs[1] = {};
+  int boxes = 0;
+  int variant = 0;
+  bool any_modular = false;
+  fg::BoxLoops<kOps1> B;
+  fg::Blocks K;
+};
+
+// Which stage body box `box` runs: the piece each piecewise node takes there.
+inline int variant1(const fg::views::Box<kOps1> &box, int *out) {
+  (void)box;
+  int variant = 0;
+  *out = variant;
+  return int(fg::FG_OK);
+}
+
+int prep1(const Shapes &s, void *const *ptr, Run1 *R, fg::RowInfo *I) {
+  FG_TRY(nest1(s, &R->nest, &R->mask, &R->count, R->gs));
+  R->any_modular = R->any_modular || R->nest.op[0].modular;
+  R->any_modular = R->any_modular || R->nest.op[1].modular;
+  R->boxes = 0;
+  FG_TRY(fg::views::for_each_box(R->nest, [&](const fg::views::Box<kOps1> &box, const fg::views::BoxLayout<kOps1> &L) {
+    if (++R->boxes > 1) return int(fg::FG_OK);
+    FG_TRY(variant1(box, &R->variant));
+    fg::cpu_loops<kOps1>(R->nest, L, true, R->mask, &R->B);
+    R->K = fg::blocks<kOps1>(R->B);
+    return int(fg::FG_OK);
+  }));
+  // operand ids (-1: an iota or a piece probe) and which are stored, for the row groups
+  static const int kIds[kOps1] = {0, 1, 5};
+  static const bool kStored[kOps1] = {false, false, true};
+  fg::row_info<kOps1>(R->nest, R->B, R->boxes, R->any_modular, true, false, R->mask, kIds, kStored, ptr, I);
+  return int(fg::FG_OK);
+}
+
+// --- stage 2: sum (%4)
+// This call's loop nest of the stage; where it is one box, that box's loops, which a row group
+// runs a range of at a time (Run2 is the same for every dtype combination).
+struct Run2 {
+  fg::views::Nest<kOps2> nest;
+  uint32_t mask = 0;
+  int64_t count = 1;
+  int64_t gs[1] = {};
+  int boxes = 0;
+  int variant = 0;
+  bool any_modular = false;
+  fg::BoxLoops<kOps2> B;
+  fg::Blocks K;
+};
+
+// Which stage body box `box` runs: the piece each piecewise node takes there.
+inline int variant2(const fg::views::Box<kOps2> &box, int *out) {
+  (void)box;
+  int variant = 0;
+  *out = variant;
+  return int(fg::FG_OK);
+}
+
+int prep2(const Shapes &s, void *const *ptr, Run2 *R, fg::RowInfo *I) {
+  FG_TRY(nest2(s, &R->nest, &R->mask, &R->count));
+  R->any_modular = R->any_modular || R->nest.op[0].modular;
+  R->any_modular = R->any_modular || R->nest.op[1].modular;
+  R->boxes = 0;
+  FG_TRY(fg::views::for_each_box(R->nest, [&](const fg::views::Box<kOps2> &box, const fg::views::BoxLayout<kOps2> &L) {
+    if (++R->boxes > 1) return int(fg::FG_OK);
+    FG_TRY(variant2(box, &R->variant));
+    fg::cpu_loops<kOps2>(R->nest, L, true, R->mask, &R->B);
+    R->K = fg::blocks<kOps2>(R->B);
+    return int(fg::FG_OK);
+  }));
+  // operand ids (-1: an iota or a piece probe) and which are stored, for the row groups
+  static const int kIds[kOps2] = {0, 3, 6};
+  static const bool kStored[kOps2] = {false, false, true};
+  fg::row_info<kOps2>(R->nest, R->B, R->boxes, R->any_modular, true, false, R->mask, kIds, kStored, ptr, I);
+  return int(fg::FG_OK);
+}
+
+// --- stage 3: mean (%13)
+// This call's loop nest of the stage; where it is one box, that box's loops, which a row group
+// runs a range of at a time (Run3 is the same for every dtype combination).
+struct Run3 {
+  fg::views::Nest<kOps3> nest;
+  uint32_t mask = 0;
+  int64_t count = 1;
+  int64_t gs[1] = {};
+  int boxes = 0;
+  int variant = 0;
+  bool any_modular = false;
+  fg::BoxLoops<kOps3> B;
+  fg::Blocks K;
+};
+
+// Which stage body box `box` runs: the piece each piecewise node takes there.
+inline int variant3(const fg::views::Box<kOps3> &box, int *out) {
+  (void)box;
+  int variant = 0;
+  *out = variant;
+  return int(fg::FG_OK);
+}
+
+int prep3(const Shapes &s, void *const *ptr, Run3 *R, fg::RowInfo *I) {
+  FG_TRY(nest3(s, &R->nest, &R->mask, &R->count));
+  R->any_modular = R->any_modular || R->nest.op[0].modular;
+  R->any_modular = R->any_modular || R->nest.op[1].modular;
+  R->any_modular = R->any_modular || R->nest.op[2].modular;
+  R->boxes = 0;
+  FG_TRY(fg::views::for_each_box(R->nest, [&](const fg::views::Box<kOps3> &box, const fg::views::BoxLayout<kOps3> &L) {
+    if (++R->boxes > 1) return int(fg::FG_OK);
+    FG_TRY(variant3(box, &R->variant));
+    fg::cpu_loops<kOps3>(R->nest, L, true, R->mask, &R->B);
+    R->K = fg::blocks<kOps3>(R->B);
+    return int(fg::FG_OK);
+  }));
+  // operand ids (-1: an iota or a piece probe) and which are stored, for the row groups
+  static const int kIds[kOps3] = {4, 5, 6, 2};
+  static const bool kStored[kOps3] = {false, false, false, true};
+  fg::row_info<kOps3>(R->nest, R->B, R->boxes, R->any_modular, true, false, R->mask, kIds, kStored, ptr, I);
+  return int(fg::FG_OK);
+}
 
 // =============================================================================================
 // (float32, int64) -> (float32)
@@ -2864,242 +3228,282 @@ int nest3(const Shapes &s, fg::views::Nest<kOps3> *nest, uint32_t *mask, int64_t
 namespace k_float32_int64 {
 
 // --- stage 0: max (%1), max (%6)
-int stage0(const Shapes &s, void *const *ptr, const Data &d) {
-  fg::views::Nest<kOps0> nest;
-  uint32_t mask;
-  int64_t count;
-  FG_TRY(nest0(s, &nest, &mask, &count));
-  const ScalarAttrs a = scalar_attrs(&d);
+// Units [lo, hi) of one box's loops `B` (outer indices) with the body of `variant`, on this
+// thread. `modular`: std::true_type where some operand is read through a modular map (the
+// per-element test); else std::false_type, and the loops have no branch and vectorize.
+template <class Modular>
+void units0(const Run0 &R, const fg::BoxLoops<kOps0> &B, const fg::Blocks &K, int variant, Modular modular,
+            const Shapes &s, void *const *ptr, const ScalarAttrs &a, int64_t lo, int64_t hi, Fail *gf) {
   (void)a;
+  (void)gf;
+  (void)K;
+  (void)modular;
+  const int64_t count = R.count;
   (void)count;
   const float *p0 = static_cast<const float *>(ptr[0]);
   float *q1 = static_cast<float *>(ptr[3]);
   float *q2 = static_cast<float *>(ptr[4]);
-  // Whether some operand is read through a modular map: the loops below are compiled twice, and
-  // where none is, without the per-element test, so they have no branch and vectorize.
-  const bool any_modular = false;
-  (void)any_modular;
-  return fg::views::for_each_box(nest, [&](const fg::views::Box<kOps0> &box, const fg::views::BoxLayout<kOps0> &L) {
-    (void)box;
-    int variant = 0;
-    fg::BoxLoops<kOps0> B;
-    fg::box_loops<kOps0>(nest, L, true, mask, &B);
-    const bool parallel = B.o_total > 1 && B.o_total * B.m_total * B.inner >= fg::kParallelThreshold;
-    (void)parallel;
-    const auto run_box = [&](auto modular) -> int {
-    (void)modular;
-    switch (variant) {
-      case 0: 
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (parallel)
-#endif
-        for (int64_t o = 0; o < B.o_total; ++o) {
-          int64_t base[kOps0];
-          for (int j = 0; j < kOps0; ++j) base[j] = B.offset[j];
-          fg::unravel<kOps0>(o, B.n_o, B.o_ext, B.o_str, base);
-          float lane0[fg::kLanes];
-          std::fill(lane0, lane0 + fg::kLanes, -std::numeric_limits<float>::infinity());
-          float lane1[fg::kLanes];
-          std::fill(lane1, lane1 + fg::kLanes, -std::numeric_limits<float>::infinity());
-          for (int64_t m = 0; m < B.m_total; ++m) {
-            int64_t c[kOps0];
-            for (int j = 0; j < kOps0; ++j) c[j] = base[j];
-            fg::unravel<kOps0>(m, B.n_m, B.m_ext, B.m_str, c);
-            int64_t iv = 0;
-            for (; iv + fg::kLanes <= B.inner; iv += fg::kLanes) {
-              for (int l = 0; l < fg::kLanes; ++l) {
-                const int64_t i = iv + l;
-                lane0[l] = fg::fg_max(lane0[l], float(p0[c[0] + i * B.istr[0]]));
-                lane1[l] = fg::fg_max(lane1[l], float(p0[c[0] + i * B.istr[0]]));
-              }
-            }
-            for (int64_t i = iv; i < B.inner; ++i) {
-              lane0[i - iv] = fg::fg_max(lane0[i - iv], float(p0[c[0] + i * B.istr[0]]));
-              lane1[i - iv] = fg::fg_max(lane1[i - iv], float(p0[c[0] + i * B.istr[0]]));
+
+  switch (variant) {
+    case 0: 
+      for (int64_t o = lo; o < hi; ++o) {
+        int64_t base[kOps0];
+        for (int j = 0; j < kOps0; ++j) base[j] = B.offset[j];
+        fg::unravel<kOps0>(o, B.n_o, B.o_ext, B.o_str, base);
+        float lane0[fg::kLanes];
+        std::fill(lane0, lane0 + fg::kLanes, -std::numeric_limits<float>::infinity());
+        float lane1[fg::kLanes];
+        std::fill(lane1, lane1 + fg::kLanes, -std::numeric_limits<float>::infinity());
+        for (int64_t m = 0; m < B.m_total; ++m) {
+          int64_t c[kOps0];
+          for (int j = 0; j < kOps0; ++j) c[j] = base[j];
+          fg::unravel<kOps0>(m, B.n_m, B.m_ext, B.m_str, c);
+          int64_t iv = 0;
+          for (; iv + fg::kLanes <= B.inner; iv += fg::kLanes) {
+            for (int l = 0; l < fg::kLanes; ++l) {
+              const int64_t i = iv + l;
+              (void)i;
+              lane0[l] = fg::fg_max(lane0[l], float(p0[c[0] + i * B.istr[0]]));
+              lane1[l] = fg::fg_max(lane1[l], float(p0[c[0] + i * B.istr[0]]));
             }
           }
-          float acc0 = lane0[0];
-          for (int l = 1; l < fg::kLanes; ++l) acc0 = fg::fg_max(acc0, lane0[l]);
-          float acc1 = lane1[0];
-          for (int l = 1; l < fg::kLanes; ++l) acc1 = fg::fg_max(acc1, lane1[l]);
-          const float r0 = acc0;
-          q1[base[1]] = float(r0);
-          const float r1 = acc1;
-          q2[base[2]] = float(r1);
+          for (int64_t i = iv; i < B.inner; ++i) {
+            lane0[i - iv] = fg::fg_max(lane0[i - iv], float(p0[c[0] + i * B.istr[0]]));
+            lane1[i - iv] = fg::fg_max(lane1[i - iv], float(p0[c[0] + i * B.istr[0]]));
+          }
         }
-        break;
-      default:
-        return int(fg::FG_ERR_VARIANT);
+        float acc0 = lane0[0];
+        for (int l = 1; l < fg::kLanes; ++l) acc0 = fg::fg_max(acc0, lane0[l]);
+        float acc1 = lane1[0];
+        for (int l = 1; l < fg::kLanes; ++l) acc1 = fg::fg_max(acc1, lane1[l]);
+        const float r0 = acc0;
+        q1[base[1]] = float(r0);
+        const float r1 = acc1;
+        q2[base[2]] = float(r1);
+
+      }
+      break;
+    default:
+      break;  // (variant0 found no other)
+  }
+}
+
+// The whole stage alone, box after box, each box's units split across threads.
+int stage0(const Run0 &R, const Shapes &s, void *const *ptr, const Data &d) {
+  Fail gf;
+  const ScalarAttrs a = scalar_attrs(&d);
+  const int status = fg::views::for_each_box(R.nest, [&](const fg::views::Box<kOps0> &box, const fg::views::BoxLayout<kOps0> &L) {
+    int variant = 0;
+    FG_TRY(variant0(box, &variant));
+    fg::BoxLoops<kOps0> B;
+    fg::cpu_loops<kOps0>(R.nest, L, true, R.mask, &B);
+    const fg::Blocks K = fg::blocks<kOps0>(B);
+    const int64_t units = B.o_total;
+    const bool parallel = units > 1 && B.o_total * B.m_total * B.inner >= fg::kParallelThreshold;
+    (void)parallel;
+#ifdef _OPENMP
+#pragma omp parallel if (parallel)
+#endif
+    {
+      int64_t lo, hi;
+      fg::thread_share(units, &lo, &hi);
+      if (R.any_modular) {
+        units0(R, B, K, variant, std::true_type{}, s, ptr, a, lo, hi, &gf);
+      } else {
+        units0(R, B, K, variant, std::false_type{}, s, ptr, a, lo, hi, &gf);
+      }
     }
     return int(fg::FG_OK);
-    };
-    return any_modular ? run_box(std::true_type{}) : run_box(std::false_type{});
   });
+  FG_TRY(status);
+  return int(fg::FG_OK);
 }
 
 // --- stage 1: sum (%11)
-int stage1(const Shapes &s, void *const *ptr, const Data &d) {
-  fg::views::Nest<kOps1> nest;
-  uint32_t mask;
-  int64_t count;
-  int64_t gs[1];  // the gathered reads' axis strides (issue #17)
-  FG_TRY(nest1(s, &nest, &mask, &count, gs));
-  const int64_t gn10 = s.prm[10].v[1];  // %10 gathers along an axis of this extent
-  fg::GatherFail gfail;  // the first bad index (mode="raise")
-  const ScalarAttrs a = scalar_attrs(&d);
+// Units [lo, hi) of one box's loops `B` (outer indices) with the body of `variant`, on this
+// thread. `modular`: std::true_type where some operand is read through a modular map (the
+// per-element test); else std::false_type, and the loops have no branch and vectorize.
+template <class Modular>
+void units1(const Run1 &R, const fg::BoxLoops<kOps1> &B, const fg::Blocks &K, int variant, Modular modular,
+            const Shapes &s, void *const *ptr, const ScalarAttrs &a, int64_t lo, int64_t hi, Fail *gf) {
   (void)a;
+  (void)gf;
+  (void)K;
+  (void)modular;
+  fg::GatherFail &gfail = *gf;
+  const int64_t gn10 = s.prm[10].v[1];  // %10 gathers along an axis of this extent
+  const int64_t *gs = R.gs;  // the gathered reads' axis strides (issue #17)
+  const int64_t count = R.count;
   (void)count;
   const float *p0 = static_cast<const float *>(ptr[0]);
   const int64_t *p1 = static_cast<const int64_t *>(ptr[1]);
   float *q2 = static_cast<float *>(ptr[5]);
-  // Whether some operand is read through a modular map: the loops below are compiled twice, and
-  // where none is, without the per-element test, so they have no branch and vectorize.
-  const bool any_modular = false;
-  (void)any_modular;
-  const int box_status = fg::views::for_each_box(nest, [&](const fg::views::Box<kOps1> &box, const fg::views::BoxLayout<kOps1> &L) {
-    (void)box;
-    int variant = 0;
-    fg::BoxLoops<kOps1> B;
-    fg::box_loops<kOps1>(nest, L, true, mask, &B);
-    const bool parallel = B.o_total > 1 && B.o_total * B.m_total * B.inner >= fg::kParallelThreshold;
-    (void)parallel;
-    const auto run_box = [&](auto modular) -> int {
-    (void)modular;
-    switch (variant) {
-      case 0: 
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (parallel)
-#endif
-        for (int64_t o = 0; o < B.o_total; ++o) {
-          int64_t base[kOps1];
-          for (int j = 0; j < kOps1; ++j) base[j] = B.offset[j];
-          fg::unravel<kOps1>(o, B.n_o, B.o_ext, B.o_str, base);
-          float lane0[fg::kLanes];
-          std::fill(lane0, lane0 + fg::kLanes, 0.0f);
-          int64_t gb0[fg::kLanes] = {}, gv0[fg::kLanes] = {};  // bad indices of check 0: seen, one value
-          for (int64_t m = 0; m < B.m_total; ++m) {
-            int64_t c[kOps1];
-            for (int j = 0; j < kOps1; ++j) c[j] = base[j];
-            fg::unravel<kOps1>(m, B.n_m, B.m_ext, B.m_str, c);
-            if (B.istr[1] == 0) {  // the gathered indices are constant along the inner loop
-              int64_t iv = 0;
-              for (; iv + fg::kLanes <= B.inner; iv += fg::kLanes) {
-                for (int l = 0; l < fg::kLanes; ++l) {
-                  const int64_t i = iv + l;
-                  const auto tg10_0r = int64_t(int64_t(p1[c[1]]));
-                  const auto tg10_0a = tg10_0r < 0 ? tg10_0r + gn10 : tg10_0r;
-                  const auto tg10_0b = int64_t(tg10_0a < 0) | int64_t(tg10_0a >= gn10);
-                  const auto tg10_0 = std::min(std::max(tg10_0a, int64_t(0)), gn10 - 1);
-                  lane0[l] += float((p0 + tg10_0 * gs[0])[c[0] + i * B.istr[0]]);
-                  gb0[l] |= tg10_0b;
-                  gv0[l] = tg10_0b ? tg10_0r : gv0[l];
-                }
-              }
-              for (int64_t i = iv; i < B.inner; ++i) {
-                const auto tg10_0r = int64_t(int64_t(p1[c[1]]));
-                const auto tg10_0a = tg10_0r < 0 ? tg10_0r + gn10 : tg10_0r;
-                const auto tg10_0b = int64_t(tg10_0a < 0) | int64_t(tg10_0a >= gn10);
-                const auto tg10_0 = std::min(std::max(tg10_0a, int64_t(0)), gn10 - 1);
-                lane0[i - iv] += float((p0 + tg10_0 * gs[0])[c[0] + i * B.istr[0]]);
-                gb0[i - iv] |= tg10_0b;
-                gv0[i - iv] = tg10_0b ? tg10_0r : gv0[i - iv];
-              }
-            } else {
-              int64_t iv = 0;
-              for (; iv + fg::kLanes <= B.inner; iv += fg::kLanes) {
-                for (int l = 0; l < fg::kLanes; ++l) {
-                  const int64_t i = iv + l;
-                  const auto tg10_0r = int64_t(int64_t(p1[c[1] + i * B.istr[1]]));
-                  const auto tg10_0a = tg10_0r < 0 ? tg10_0r + gn10 : tg10_0r;
-                  const auto tg10_0b = int64_t(tg10_0a < 0) | int64_t(tg10_0a >= gn10);
-                  const auto tg10_0 = std::min(std::max(tg10_0a, int64_t(0)), gn10 - 1);
-                  lane0[l] += float((p0 + tg10_0 * gs[0])[c[0] + i * B.istr[0]]);
-                  gb0[l] |= tg10_0b;
-                  gv0[l] = tg10_0b ? tg10_0r : gv0[l];
-                }
-              }
-              for (int64_t i = iv; i < B.inner; ++i) {
-                const auto tg10_0r = int64_t(int64_t(p1[c[1] + i * B.istr[1]]));
-                const auto tg10_0a = tg10_0r < 0 ? tg10_0r + gn10 : tg10_0r;
-                const auto tg10_0b = int64_t(tg10_0a < 0) | int64_t(tg10_0a >= gn10);
-                const auto tg10_0 = std::min(std::max(tg10_0a, int64_t(0)), gn10 - 1);
-                lane0[i - iv] += float((p0 + tg10_0 * gs[0])[c[0] + i * B.istr[0]]);
-                gb0[i - iv] |= tg10_0b;
-                gv0[i - iv] = tg10_0b ? tg10_0r : gv0[i - iv];
-              }
-            }
-          }
-          float acc0 = lane0[0];
-          for (int l = 1; l < fg::kLanes; ++l) acc0 += lane0[l];
-          for (int l = 0; l < fg::kLanes; ++l) {
-            if (gb0[l] != 0) {
-              gfail.fail(0, o, gv0[l]);
-              break;
-            }
-          }
-          const float r0 = acc0;
-          q2[base[2]] = float(r0);
-        }
-        break;
-      default:
-        return int(fg::FG_ERR_VARIANT);
-    }
-    return int(fg::FG_OK);
-    };
-    return any_modular ? run_box(std::true_type{}) : run_box(std::false_type{});
-  });
-  FG_TRY(box_status);
-  if (gfail.which != 0) {  // a bad gathered index: the message names the op, node, axis and value
-    const int node = kGatherNode[gfail.which - 1];
-    return fg::gather_error(kGatherWhere[gfail.which - 1], gfail.value, s.prm[node].v[0], s.prm[node].v[1]);
-  }
-  return int(fg::FG_OK);
-}
 
-// --- stage 2: sum (%4)
-int stage2(const Shapes &s, void *const *ptr, const Data &d) {
-  fg::views::Nest<kOps2> nest;
-  uint32_t mask;
-  int64_t count;
-  FG_TRY(nest2(s, &nest, &mask, &count));
-  const ScalarAttrs a = scalar_attrs(&d);
-  (void)a;
-  (void)count;
-  const float *p0 = static_cast<const float *>(ptr[0]);
-  const float *p1 = static_cast<const float *>(ptr[3]);
-  float *q2 = static_cast<float *>(ptr[6]);
-  // Whether some operand is read through a modular map: the loops below are compiled twice, and
-  // where none is, without the per-element test, so they have no branch and vectorize.
-  const bool any_modular = false;
-  (void)any_modular;
-  return fg::views::for_each_box(nest, [&](const fg::views::Box<kOps2> &box, const fg::views::BoxLayout<kOps2> &L) {
-    (void)box;
-    int variant = 0;
-    fg::BoxLoops<kOps2> B;
-    fg::box_loops<kOps2>(nest, L, true, mask, &B);
-    const bool parallel = B.o_total > 1 && B.o_total * B.m_total * B.inner >= fg::kParallelThreshold;
-    (void)parallel;
-    const auto run_box = [&](auto modular) -> int {
-    (void)modular;
-    switch (variant) {
-      case 0: 
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (parallel)
-#endif
-        for (int64_t o = 0; o < B.o_total; ++o) {
-          int64_t base[kOps2];
-          for (int j = 0; j < kOps2; ++j) base[j] = B.offset[j];
-          fg::unravel<kOps2>(o, B.n_o, B.o_ext, B.o_str, base);
-          float lane0[fg::kLanes];
-          std::fill(lane0, lane0 + fg::kLanes, 0.0f);
-          for (int64_t m = 0; m < B.m_total; ++m) {
-            int64_t c[kOps2];
-            for (int j = 0; j < kOps2; ++j) c[j] = base[j];
-            fg::unravel<kOps2>(m, B.n_m, B.m_ext, B.m_str, c);
+  switch (variant) {
+    case 0: 
+      for (int64_t o = lo; o < hi; ++o) {
+        int64_t base[kOps1];
+        for (int j = 0; j < kOps1; ++j) base[j] = B.offset[j];
+        fg::unravel<kOps1>(o, B.n_o, B.o_ext, B.o_str, base);
+        float lane0[fg::kLanes];
+        std::fill(lane0, lane0 + fg::kLanes, 0.0f);
+        int64_t gb0[fg::kLanes] = {}, gv0[fg::kLanes] = {};  // bad indices of check 0: seen, one value
+        for (int64_t m = 0; m < B.m_total; ++m) {
+          int64_t c[kOps1];
+          for (int j = 0; j < kOps1; ++j) c[j] = base[j];
+          fg::unravel<kOps1>(m, B.n_m, B.m_ext, B.m_str, c);
+          if (B.istr[1] == 0) {  // the row-constant reads have stride 0 along the inner loop
+            const auto rc1 = p1[c[1]];
             int64_t iv = 0;
             for (; iv + fg::kLanes <= B.inner; iv += fg::kLanes) {
               for (int l = 0; l < fg::kLanes; ++l) {
                 const int64_t i = iv + l;
+                (void)i;
+                const auto tg10_0r = int64_t(int64_t(rc1));
+                const auto tg10_0a = tg10_0r < 0 ? tg10_0r + gn10 : tg10_0r;
+                const auto tg10_0b = int64_t(tg10_0a < 0) | int64_t(tg10_0a >= gn10);
+                const auto tg10_0 = std::min(std::max(tg10_0a, int64_t(0)), gn10 - 1);
+                lane0[l] += float((p0 + tg10_0 * gs[0])[c[0] + i * B.istr[0]]);
+                gb0[l] |= tg10_0b;
+                gv0[l] = tg10_0b ? tg10_0r : gv0[l];
+              }
+            }
+            for (int64_t i = iv; i < B.inner; ++i) {
+              const auto tg10_0r = int64_t(int64_t(rc1));
+              const auto tg10_0a = tg10_0r < 0 ? tg10_0r + gn10 : tg10_0r;
+              const auto tg10_0b = int64_t(tg10_0a < 0) | int64_t(tg10_0a >= gn10);
+              const auto tg10_0 = std::min(std::max(tg10_0a, int64_t(0)), gn10 - 1);
+              lane0[i - iv] += float((p0 + tg10_0 * gs[0])[c[0] + i * B.istr[0]]);
+              gb0[i - iv] |= tg10_0b;
+              gv0[i - iv] = tg10_0b ? tg10_0r : gv0[i - iv];
+            }
+          } else {
+            int64_t iv = 0;
+            for (; iv + fg::kLanes <= B.inner; iv += fg::kLanes) {
+              for (int l = 0; l < fg::kLanes; ++l) {
+                const int64_t i = iv + l;
+                (void)i;
+                const auto tg10_0r = int64_t(int64_t(p1[c[1] + i * B.istr[1]]));
+                const auto tg10_0a = tg10_0r < 0 ? tg10_0r + gn10 : tg10_0r;
+                const auto tg10_0b = int64_t(tg10_0a < 0) | int64_t(tg10_0a >= gn10);
+                const auto tg10_0 = std::min(std::max(tg10_0a, int64_t(0)), gn10 - 1);
+                lane0[l] += float((p0 + tg10_0 * gs[0])[c[0] + i * B.istr[0]]);
+                gb0[l] |= tg10_0b;
+                gv0[l] = tg10_0b ? tg10_0r : gv0[l];
+              }
+            }
+            for (int64_t i = iv; i < B.inner; ++i) {
+              const auto tg10_0r = int64_t(int64_t(p1[c[1] + i * B.istr[1]]));
+              const auto tg10_0a = tg10_0r < 0 ? tg10_0r + gn10 : tg10_0r;
+              const auto tg10_0b = int64_t(tg10_0a < 0) | int64_t(tg10_0a >= gn10);
+              const auto tg10_0 = std::min(std::max(tg10_0a, int64_t(0)), gn10 - 1);
+              lane0[i - iv] += float((p0 + tg10_0 * gs[0])[c[0] + i * B.istr[0]]);
+              gb0[i - iv] |= tg10_0b;
+              gv0[i - iv] = tg10_0b ? tg10_0r : gv0[i - iv];
+            }
+          }
+        }
+        float acc0 = lane0[0];
+        for (int l = 1; l < fg::kLanes; ++l) acc0 += lane0[l];
+        for (int l = 0; l < fg::kLanes; ++l) {
+          if (gb0[l] != 0) {
+            gfail.fail(0, o, gv0[l]);
+            break;
+          }
+        }
+        const float r0 = acc0;
+        q2[base[2]] = float(r0);
+
+      }
+      break;
+    default:
+      break;  // (variant1 found no other)
+  }
+}
+
+// The whole stage alone, box after box, each box's units split across threads.
+int stage1(const Run1 &R, const Shapes &s, void *const *ptr, const Data &d) {
+  Fail gf;
+  const ScalarAttrs a = scalar_attrs(&d);
+  const int status = fg::views::for_each_box(R.nest, [&](const fg::views::Box<kOps1> &box, const fg::views::BoxLayout<kOps1> &L) {
+    int variant = 0;
+    FG_TRY(variant1(box, &variant));
+    fg::BoxLoops<kOps1> B;
+    fg::cpu_loops<kOps1>(R.nest, L, true, R.mask, &B);
+    const fg::Blocks K = fg::blocks<kOps1>(B);
+    const int64_t units = B.o_total;
+    const bool parallel = units > 1 && B.o_total * B.m_total * B.inner >= fg::kParallelThreshold;
+    (void)parallel;
+#ifdef _OPENMP
+#pragma omp parallel if (parallel)
+#endif
+    {
+      int64_t lo, hi;
+      fg::thread_share(units, &lo, &hi);
+      if (R.any_modular) {
+        units1(R, B, K, variant, std::true_type{}, s, ptr, a, lo, hi, &gf);
+      } else {
+        units1(R, B, K, variant, std::false_type{}, s, ptr, a, lo, hi, &gf);
+      }
+    }
+    return int(fg::FG_OK);
+  });
+  FG_TRY(status);
+  return gather_status(s, gf);
+}
+
+// --- stage 2: sum (%4)
+// Units [lo, hi) of one box's loops `B` (outer indices) with the body of `variant`, on this
+// thread. `modular`: std::true_type where some operand is read through a modular map (the
+// per-element test); else std::false_type, and the loops have no branch and vectorize.
+template <class Modular>
+void units2(const Run2 &R, const fg::BoxLoops<kOps2> &B, const fg::Blocks &K, int variant, Modular modular,
+            const Shapes &s, void *const *ptr, const ScalarAttrs &a, int64_t lo, int64_t hi, Fail *gf) {
+  (void)a;
+  (void)gf;
+  (void)K;
+  (void)modular;
+  const int64_t count = R.count;
+  (void)count;
+  const float *p0 = static_cast<const float *>(ptr[0]);
+  const float *p1 = static_cast<const float *>(ptr[3]);
+  float *q2 = static_cast<float *>(ptr[6]);
+
+  switch (variant) {
+    case 0: 
+      for (int64_t o = lo; o < hi; ++o) {
+        int64_t base[kOps2];
+        for (int j = 0; j < kOps2; ++j) base[j] = B.offset[j];
+        fg::unravel<kOps2>(o, B.n_o, B.o_ext, B.o_str, base);
+        float lane0[fg::kLanes];
+        std::fill(lane0, lane0 + fg::kLanes, 0.0f);
+        for (int64_t m = 0; m < B.m_total; ++m) {
+          int64_t c[kOps2];
+          for (int j = 0; j < kOps2; ++j) c[j] = base[j];
+          fg::unravel<kOps2>(m, B.n_m, B.m_ext, B.m_str, c);
+          if (B.istr[1] == 0) {  // the row-constant reads have stride 0 along the inner loop
+            const auto rc1 = p1[c[1]];
+            int64_t iv = 0;
+            for (; iv + fg::kLanes <= B.inner; iv += fg::kLanes) {
+              for (int l = 0; l < fg::kLanes; ++l) {
+                const int64_t i = iv + l;
+                (void)i;
+                const auto t0 = (float(p0[c[0] + i * B.istr[0]]) - float(rc1));
+                const auto t1 = fg::exp_f32(t0);
+                lane0[l] += t1;
+              }
+            }
+            for (int64_t i = iv; i < B.inner; ++i) {
+              const auto t0 = (float(p0[c[0] + i * B.istr[0]]) - float(rc1));
+              const auto t1 = fg::exp_f32(t0);
+              lane0[i - iv] += t1;
+            }
+          } else {
+            int64_t iv = 0;
+            for (; iv + fg::kLanes <= B.inner; iv += fg::kLanes) {
+              for (int l = 0; l < fg::kLanes; ++l) {
+                const int64_t i = iv + l;
+                (void)i;
                 const auto t0 = (float(p0[c[0] + i * B.istr[0]]) - float(p1[c[1] + i * B.istr[1]]));
                 const auto t1 = fg::exp_f32(t0);
                 lane0[l] += t1;
@@ -3111,67 +3515,108 @@ int stage2(const Shapes &s, void *const *ptr, const Data &d) {
               lane0[i - iv] += t1;
             }
           }
-          float acc0 = lane0[0];
-          for (int l = 1; l < fg::kLanes; ++l) acc0 += lane0[l];
-          const float r0 = acc0;
-          q2[base[2]] = float(r0);
         }
-        break;
-      default:
-        return int(fg::FG_ERR_VARIANT);
+        float acc0 = lane0[0];
+        for (int l = 1; l < fg::kLanes; ++l) acc0 += lane0[l];
+        const float r0 = acc0;
+        q2[base[2]] = float(r0);
+
+      }
+      break;
+    default:
+      break;  // (variant2 found no other)
+  }
+}
+
+// The whole stage alone, box after box, each box's units split across threads.
+int stage2(const Run2 &R, const Shapes &s, void *const *ptr, const Data &d) {
+  Fail gf;
+  const ScalarAttrs a = scalar_attrs(&d);
+  const int status = fg::views::for_each_box(R.nest, [&](const fg::views::Box<kOps2> &box, const fg::views::BoxLayout<kOps2> &L) {
+    int variant = 0;
+    FG_TRY(variant2(box, &variant));
+    fg::BoxLoops<kOps2> B;
+    fg::cpu_loops<kOps2>(R.nest, L, true, R.mask, &B);
+    const fg::Blocks K = fg::blocks<kOps2>(B);
+    const int64_t units = B.o_total;
+    const bool parallel = units > 1 && B.o_total * B.m_total * B.inner >= fg::kParallelThreshold;
+    (void)parallel;
+#ifdef _OPENMP
+#pragma omp parallel if (parallel)
+#endif
+    {
+      int64_t lo, hi;
+      fg::thread_share(units, &lo, &hi);
+      if (R.any_modular) {
+        units2(R, B, K, variant, std::true_type{}, s, ptr, a, lo, hi, &gf);
+      } else {
+        units2(R, B, K, variant, std::false_type{}, s, ptr, a, lo, hi, &gf);
+      }
     }
     return int(fg::FG_OK);
-    };
-    return any_modular ? run_box(std::true_type{}) : run_box(std::false_type{});
   });
+  FG_TRY(status);
+  return int(fg::FG_OK);
 }
 
 // --- stage 3: mean (%13)
-int stage3(const Shapes &s, void *const *ptr, const Data &d) {
-  fg::views::Nest<kOps3> nest;
-  uint32_t mask;
-  int64_t count;
-  FG_TRY(nest3(s, &nest, &mask, &count));
-  const int64_t gn10 = s.prm[10].v[1];  // %10 gathers along an axis of this extent
-  const ScalarAttrs a = scalar_attrs(&d);
+// Units [lo, hi) of one box's loops `B` (outer indices) with the body of `variant`, on this
+// thread. `modular`: std::true_type where some operand is read through a modular map (the
+// per-element test); else std::false_type, and the loops have no branch and vectorize.
+template <class Modular>
+void units3(const Run3 &R, const fg::BoxLoops<kOps3> &B, const fg::Blocks &K, int variant, Modular modular,
+            const Shapes &s, void *const *ptr, const ScalarAttrs &a, int64_t lo, int64_t hi, Fail *gf) {
   (void)a;
+  (void)gf;
+  (void)K;
+  (void)modular;
+  const int64_t gn10 = s.prm[10].v[1];  // %10 gathers along an axis of this extent
+  const int64_t count = R.count;
   (void)count;
   const float *p0 = static_cast<const float *>(ptr[4]);
   const float *p1 = static_cast<const float *>(ptr[5]);
   const float *p2 = static_cast<const float *>(ptr[6]);
   float *q3 = static_cast<float *>(ptr[2]);
-  // Whether some operand is read through a modular map: the loops below are compiled twice, and
-  // where none is, without the per-element test, so they have no branch and vectorize.
-  const bool any_modular = false;
-  (void)any_modular;
-  return fg::views::for_each_box(nest, [&](const fg::views::Box<kOps3> &box, const fg::views::BoxLayout<kOps3> &L) {
-    (void)box;
-    int variant = 0;
-    fg::BoxLoops<kOps3> B;
-    fg::box_loops<kOps3>(nest, L, true, mask, &B);
-    const bool parallel = B.o_total > 1 && B.o_total * B.m_total * B.inner >= fg::kParallelThreshold;
-    (void)parallel;
-    const auto run_box = [&](auto modular) -> int {
-    (void)modular;
-    switch (variant) {
-      case 0: 
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (parallel)
-#endif
-        for (int64_t o = 0; o < B.o_total; ++o) {
-          int64_t base[kOps3];
-          for (int j = 0; j < kOps3; ++j) base[j] = B.offset[j];
-          fg::unravel<kOps3>(o, B.n_o, B.o_ext, B.o_str, base);
-          float lane0[fg::kLanes];
-          std::fill(lane0, lane0 + fg::kLanes, 0.0f);
-          for (int64_t m = 0; m < B.m_total; ++m) {
-            int64_t c[kOps3];
-            for (int j = 0; j < kOps3; ++j) c[j] = base[j];
-            fg::unravel<kOps3>(m, B.n_m, B.m_ext, B.m_str, c);
+
+  switch (variant) {
+    case 0: 
+      for (int64_t o = lo; o < hi; ++o) {
+        int64_t base[kOps3];
+        for (int j = 0; j < kOps3; ++j) base[j] = B.offset[j];
+        fg::unravel<kOps3>(o, B.n_o, B.o_ext, B.o_str, base);
+        float lane0[fg::kLanes];
+        std::fill(lane0, lane0 + fg::kLanes, 0.0f);
+        for (int64_t m = 0; m < B.m_total; ++m) {
+          int64_t c[kOps3];
+          for (int j = 0; j < kOps3; ++j) c[j] = base[j];
+          fg::unravel<kOps3>(m, B.n_m, B.m_ext, B.m_str, c);
+          if (B.istr[0] == 0 && B.istr[1] == 0 && B.istr[2] == 0) {  // the row-constant reads have stride 0 along the inner loop
+            const auto rc0 = p0[c[0]];
+            const auto rc1 = p1[c[1]];
+            const auto rc2 = p2[c[2]];
             int64_t iv = 0;
             for (; iv + fg::kLanes <= B.inner; iv += fg::kLanes) {
               for (int l = 0; l < fg::kLanes; ++l) {
                 const int64_t i = iv + l;
+                (void)i;
+                const auto t0 = fg::log_f32(float(rc2));
+                const auto t1 = (t0 + float(rc0));
+                const auto t2 = (t1 - float(rc1));
+                lane0[l] += t2;
+              }
+            }
+            for (int64_t i = iv; i < B.inner; ++i) {
+              const auto t0 = fg::log_f32(float(rc2));
+              const auto t1 = (t0 + float(rc0));
+              const auto t2 = (t1 - float(rc1));
+              lane0[i - iv] += t2;
+            }
+          } else {
+            int64_t iv = 0;
+            for (; iv + fg::kLanes <= B.inner; iv += fg::kLanes) {
+              for (int l = 0; l < fg::kLanes; ++l) {
+                const int64_t i = iv + l;
+                (void)i;
                 const auto t0 = fg::log_f32(float(p2[c[2] + i * B.istr[2]]));
                 const auto t1 = (t0 + float(p0[c[0] + i * B.istr[0]]));
                 const auto t2 = (t1 - float(p1[c[1] + i * B.istr[1]]));
@@ -3185,19 +3630,91 @@ int stage3(const Shapes &s, void *const *ptr, const Data &d) {
               lane0[i - iv] += t2;
             }
           }
-          float acc0 = lane0[0];
-          for (int l = 1; l < fg::kLanes; ++l) acc0 += lane0[l];
-          const float r0 = acc0 / float(count);
-          q3[base[3]] = float(r0);
         }
-        break;
-      default:
-        return int(fg::FG_ERR_VARIANT);
+        float acc0 = lane0[0];
+        for (int l = 1; l < fg::kLanes; ++l) acc0 += lane0[l];
+        const float r0 = acc0 / float(count);
+        q3[base[3]] = float(r0);
+
+      }
+      break;
+    default:
+      break;  // (variant3 found no other)
+  }
+}
+
+// The whole stage alone, box after box, each box's units split across threads.
+int stage3(const Run3 &R, const Shapes &s, void *const *ptr, const Data &d) {
+  Fail gf;
+  const ScalarAttrs a = scalar_attrs(&d);
+  const int status = fg::views::for_each_box(R.nest, [&](const fg::views::Box<kOps3> &box, const fg::views::BoxLayout<kOps3> &L) {
+    int variant = 0;
+    FG_TRY(variant3(box, &variant));
+    fg::BoxLoops<kOps3> B;
+    fg::cpu_loops<kOps3>(R.nest, L, true, R.mask, &B);
+    const fg::Blocks K = fg::blocks<kOps3>(B);
+    const int64_t units = B.o_total;
+    const bool parallel = units > 1 && B.o_total * B.m_total * B.inner >= fg::kParallelThreshold;
+    (void)parallel;
+#ifdef _OPENMP
+#pragma omp parallel if (parallel)
+#endif
+    {
+      int64_t lo, hi;
+      fg::thread_share(units, &lo, &hi);
+      if (R.any_modular) {
+        units3(R, B, K, variant, std::true_type{}, s, ptr, a, lo, hi, &gf);
+      } else {
+        units3(R, B, K, variant, std::false_type{}, s, ptr, a, lo, hi, &gf);
+      }
     }
     return int(fg::FG_OK);
-    };
-    return any_modular ? run_box(std::true_type{}) : run_box(std::false_type{});
   });
+  FG_TRY(status);
+  return int(fg::FG_OK);
+}
+
+// Runs stages [first, last) fused: each task a chunk of the first stage's rows, every stage of
+// the group on them in order, while they are in cache.
+int group(const Shapes &s, void *const *ptr, const Data &d, const fg::RowInfo *I, int first, int last, const Run0 &R0, const Run1 &R1, const Run2 &R2, const Run3 &R3) {
+  const ScalarAttrs a = scalar_attrs(&d);
+  Fail gf[4];
+  const fg::RowInfo &G = I[first];
+  const int64_t chunk = fg::rows_per_task(G);
+  const int64_t ntasks = (G.units + chunk - 1) / chunk;
+  const bool parallel = ntasks > 1 && G.units * G.unit_len >= fg::kParallelThreshold;
+  (void)parallel;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (parallel)
+#endif
+  for (int64_t t = 0; t < ntasks; ++t) {
+    const int64_t lo = t * chunk, hi = std::min(G.units, lo + chunk);
+    for (int j = first; j < last; ++j) {
+      const int64_t per = I[j].units / G.units;  // the stage's units per row of the group
+      switch (j) {
+        case 0:
+          units0(R0, R0.B, R0.K, R0.variant, std::false_type{}, s, ptr, a,
+         lo * per, hi * per, &gf[0]);
+          break;
+        case 1:
+          units1(R1, R1.B, R1.K, R1.variant, std::false_type{}, s, ptr, a,
+         lo * per, hi * per, &gf[1]);
+          break;
+        case 2:
+          units2(R2, R2.B, R2.K, R2.variant, std::false_type{}, s, ptr, a,
+         lo * per, hi * per, &gf[2]);
+          break;
+        case 3:
+          units3(R3, R3.B, R3.K, R3.variant, std::false_type{}, s, ptr, a,
+         lo * per, hi * per, &gf[3]);
+          break;
+        default:
+          break;
+      }
+    }
+  }
+  for (int j = first; j < last; ++j) FG_TRY(gather_status(s, gf[j]));
+  return int(fg::FG_OK);
 }
 
 }  // namespace k_float32_int64
@@ -3234,16 +3751,54 @@ int run(int nparam, void **params, int *ndims, int64_t **shapes, const char **dt
     for (int i = 0; i < kInputs + kOutputs; ++i) own[i] = params[i];
     ptr = own;
   }
-  switch (combo) {
-    case 0:
-      FG_TRY(k_float32_int64::stage0(s, ptr, a));
-      FG_TRY(k_float32_int64::stage1(s, ptr, a));
-      FG_TRY(k_float32_int64::stage2(s, ptr, a));
-      FG_TRY(k_float32_int64::stage3(s, ptr, a));
-      return fg::FG_OK;
-    default:
-      return fg::FG_ERR_DTYPE;
+  // Every stage's loop nest for these shapes, then the row groups: consecutive stages that run
+  // over the same rows and touch what they share at the same elements run fused
+  // (fg::joins); a stage that joins none runs alone, over its whole domain.
+  fg::RowInfo info[4];
+  Run0 R0;
+  FG_TRY(prep0(s, ptr, &R0, &info[0]));
+  Run1 R1;
+  FG_TRY(prep1(s, ptr, &R1, &info[1]));
+  Run2 R2;
+  FG_TRY(prep2(s, ptr, &R2, &info[2]));
+  Run3 R3;
+  FG_TRY(prep3(s, ptr, &R3, &info[3]));
+  for (int first = 0; first < 4;) {
+    const fg::RowInfo *prev[4] = {&info[first]};
+    int last = first + 1;
+    while (last < 4 && info[first].ok && fg::joins(info[first], prev, last - first, info[last])) {
+      prev[last - first] = &info[last];
+      ++last;
+    }
+    switch (combo) {
+      case 0:
+        if (last - first > 1) {
+          FG_TRY(k_float32_int64::group(s, ptr, a, info, first, last, R0, R1, R2, R3));
+          break;
+        }
+        switch (first) {
+          case 0:
+            FG_TRY(k_float32_int64::stage0(R0, s, ptr, a));
+            break;
+          case 1:
+            FG_TRY(k_float32_int64::stage1(R1, s, ptr, a));
+            break;
+          case 2:
+            FG_TRY(k_float32_int64::stage2(R2, s, ptr, a));
+            break;
+          case 3:
+            FG_TRY(k_float32_int64::stage3(R3, s, ptr, a));
+            break;
+          default:
+            break;
+        }
+        break;
+      default:
+        return fg::FG_ERR_DTYPE;
+    }
+    first = last;
   }
+  return fg::FG_OK;
 }
 }  // namespace
 
