@@ -30,8 +30,7 @@ from ..errors import TraceError
 from . import vocab as fg
 from .grad_views import view_adjoints
 from .layout import broadcast_like, size_of
-from .nodes import (PIECEWISE, VIEWS, Graph, Node, Op, ReduceArg, ShapeOf, computed_nodes, nodes_of, shape_atoms,
-                    value_srcs)
+from .nodes import PIECEWISE, VIEWS, Graph, Node, Op, ReduceArg, ShapeOf, computed_nodes, shape_atoms, value_srcs
 from .opdef import OpDef
 from .trace import Tensor, cast_like, expect_same_shape, make as _make, sum_to, unreduce, where
 
@@ -42,8 +41,6 @@ _ZERO_GRAD = {Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE, Op.AND, Op.OR, Op.NOT, O
 # one is summed to its shape exactly, like at an input.
 _OWN_SHAPE = {Op.INPUT, Op.REDUCE, Op.IOTA, Op.GATHER} | VIEWS | PIECEWISE
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
-# Nodes that measure shapes at run time (an emitted kernel with one takes its layout path anyway)
-_MEASURES = VIEWS | PIECEWISE | {Op.IOTA, Op.DIM, Op.GATHER}
 
 
 def grad(op: OpDef, wrt=None, *, name: str | None = None) -> OpDef:
@@ -203,40 +200,13 @@ class _Adjoints:
         if len(groups) == 1 and big and n.op not in _OWN_SHAPE:
             return _add(groups[big[0]])   # one larger extent: keep it, sum later
         fitting = groups.pop(frozenset(), [])
-        if n.op is Op.INPUT and fitting and len(groups) == 1:
-            folded = self._folded(n, groups[big[0]], fitting)
-            if folded is not None:
-                return folded, (Tensor(n),)
-        for parts in groups.values():
+        for parts in () if _folded(self, n, groups, fitting) else groups.values():
             g, spans = _add(parts)
             summed = sum_to(g, Tensor(n), spans)
             self.alias[id(summed.node)] = mine
             fitting.append((summed, ()))
         g, _ = _add(fitting)
         return g, (Tensor(n),)
-
-
-    def _folded(self, n: Node, larger: list, fitting: list) -> Tensor | None:
-        """An input's adjoint as *one* sum to its shape: ``sum_to(big + fit / copies, n)``, where
-        ``copies`` is how many times the larger extent holds ``n``'s (``size(big) / size(n)``).
-
-        Summing the larger parts on their own and adding the fitting ones after costs a pass that
-        writes the sum to a workspace of ``n``'s size and one that reads it back (cross-entropy's
-        one-hot: twice the logits' bytes). Folded, the fitting parts ride in the same loop: the sum
-        is the op's output, stored once. ``copies`` is 1 unless ``n`` itself was broadcast in the
-        forward op (a take_along_axis whose x broadcasts against the indices), so ``fit / 1.0`` is
-        exact then; otherwise each fitting value is summed back from its ``copies`` shares. Only
-        where the larger parts already measure shapes (a gather's one-hot compares an iota): the
-        dims are then free, while in an op without layout nodes they would send the emitted C++
-        down its layout path."""
-        big, spans = _add(larger)
-        if spans or not any(m.op in _MEASURES for m in nodes_of((big.node,))):
-            return None
-        fit, _ = _add(fitting)
-        copies = size_of(big) / size_of(Tensor(n))
-        total = sum_to(big + fit / copies, Tensor(n))
-        self.alias[id(total.node)] = self.extent(n)
-        return total
 
 
 def _add(parts: list[tuple[Tensor, tuple]]) -> tuple[Tensor, tuple]:
@@ -320,15 +290,9 @@ def _reduce_rule(r: Node, g: Tensor) -> Tensor:
     if arg.kind == "sum":
         return up(g)
     if arg.kind == "mean":
-        if any(m.op in _MEASURES for m in nodes_of((a.node,))):
-            # The element count from the shapes: no data, so the adjoint waits for no pass (a
-            # mean over everything, a loss, would otherwise wait for the whole loss: a global
-            # reduction between the forward's row passes and the gradient's). Dims cost nothing
-            # where the source measures shapes already (see ``_Adjoints._folded``).
-            return up(cast_like(g / (size_of(a) / size_of(Tensor(r))), g))
-        # The element count as a reduction of ones: it shares r's loop, and compilers fold the
-        # loop body to a constant (no load survives `x == x ? 1 : 1`).
-        count = like_r(where(a == a, 1.0, 1.0))
+        # The element count: from the shapes where the source measures them (``_measures``), else a
+        # reduction of ones sharing r's loop (compilers fold `x == x ? 1 : 1`: no load survives).
+        count = size_of(a) / size_of(Tensor(r)) if _measures(a.node) else like_r(where(a == a, 1.0, 1.0))
         return up(cast_like(g / count, g))
     kept = Tensor(_make(Op.REDUCE, (r.srcs[0],), ReduceArg(arg.kind, arg.axes, True, arg.empty_ok)))
     if arg.kind == "prod":
@@ -465,3 +429,43 @@ def _exactly(acc: _Adjoints, lab: frozenset, mine: frozenset) -> bool:
     """Whether a contribution with extent ``lab`` has exactly the shape of extent ``mine``: it
     has all of ``mine``'s leaves, and the others broadcast into it (``_fits``)."""
     return mine <= lab and _fits(acc, lab, mine)
+
+
+# --- summing an input's adjoint once (issue #17; at the end, so the lines emitted sources cite stay put)
+# Nodes that measure shapes at run time: an emitted kernel with one takes its layout path anyway.
+_MEASURES = VIEWS | PIECEWISE | {Op.IOTA, Op.DIM, Op.GATHER}
+
+
+def _measures(n: Node) -> bool:
+    """Whether ``n``'s expression measures shapes, so a count from dims costs it nothing more.
+
+    A mean's count from the shapes (``size(source) / size(result)``) holds no data: the adjoint
+    waits for no pass (a loss's mean over everything would otherwise wait for the whole loss: a
+    global reduction between the forward's row passes and the gradient's). Elsewhere the dims
+    would send the emitted C++ down its layout path, so the count stays a reduction of ones."""
+    from .nodes import nodes_of
+    return any(m.op in _MEASURES for m in nodes_of((n,)))
+
+
+def _folded(acc: _Adjoints, n: Node, groups: dict, fitting: list) -> bool:
+    """Sum input ``n``'s adjoint once, ``sum_to(larger + fitting / copies, n)``, into ``fitting``
+    (in place: it then holds that one part); False, untouched, where this does not apply.
+
+    ``copies`` is how many times the larger extent holds ``n``'s (``size(larger) / size(n)``):
+    1 unless ``n`` itself was broadcast in the forward op (a take_along_axis whose x broadcasts
+    against the indices), so ``fitting / 1.0`` is exact then; otherwise each fitting value is
+    summed back from its ``copies`` shares. Summing the larger parts alone and adding the fitting
+    ones after costs a pass that writes that sum to a workspace of ``n``'s size and one that reads
+    it back (cross-entropy's one-hot: twice the logits' bytes); folded, the fitting parts (the
+    softmax) ride in the loop that writes the gradient. Only for one larger extent, without spans,
+    that already measures shapes (a gather's one-hot compares an iota: see ``_measures``)."""
+    if n.op is not Op.INPUT or not fitting or len(groups) != 1:
+        return False
+    big, spans = _add(next(iter(groups.values())))
+    if spans or not _measures(big.node):
+        return False
+    fit, _ = _add(fitting)
+    total = sum_to(big + fit / (size_of(big) / size_of(Tensor(n))), Tensor(n))
+    acc.alias[id(total.node)] = acc.extent(n)
+    fitting[:] = [(total, ())]
+    return True
