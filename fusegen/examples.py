@@ -205,6 +205,13 @@ def cumsum_first(x):
 
 GATHER_OPS = [cross_entropy, accuracy, embedding_layer_norm, cumsum_last, cumsum_first]
 
+#: cross_entropy's gradient with respect to the logits (softmax minus the label's one-hot, times
+#: ``d_out / rows``): a ``fusegen bench`` row of its own (not in ``GATHER_OPS``: the backend-wide
+#: suites run the forward ops; the backward is checked by tests/test_examples_i17.py).
+from .graph.grad import grad  # noqa: E402
+
+cross_entropy_grad = grad(cross_entropy, wrt="logits")
+
 
 # --- quantization and activations (#18) -----------------------------------------------------
 @op

@@ -57,9 +57,9 @@ def tiny_run(tmp_path_factory):
 
 # --- the cases --------------------------------------------------------------------------------------
 def test_every_reference_op_has_a_case():
-    from fusegen.examples import ACTIVATION_OPS, GATHER_OPS, LAYOUT_OPS, RANDOM_OPS, REFERENCE_OPS
+    from fusegen.examples import ACTIVATION_OPS, GATHER_OPS, LAYOUT_OPS, RANDOM_OPS, REFERENCE_OPS, cross_entropy_grad
     assert list(bench_cases.OPS) == [op.name for op in REFERENCE_OPS + LAYOUT_OPS + ACTIVATION_OPS + RANDOM_OPS
-                                     + GATHER_OPS]
+                                     + GATHER_OPS + [cross_entropy_grad]]
     for spec in bench_cases.OPS.values():
         assert spec.op.name == spec.name and spec.variants
 
@@ -414,7 +414,8 @@ def test_issue_verdict_needs_both_cuda_backends():
 # The rows the tiny run leaves out and no other test checks against the bench's own reference code
 # (the others: test_perf_ops, test_activations, test_layout_backends), at a small shape, on Numba.
 @pytest.mark.parametrize("name", ["cross_entropy", "accuracy", "embedding_layer_norm", "dropout_add_layer_norm",
-                                  "cumsum_last", "cumsum_first"])
+                                  "cumsum_last", "cumsum_first",
+                                  pytest.param("cross_entropy_grad", marks=pytest.mark.extended)])
 def test_rows_match_their_reference(name):
     spec = bench_cases.OPS[name]
     shape = spec.small_shapes[0] if spec.small_shapes else (6, 40)

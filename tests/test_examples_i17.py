@@ -31,15 +31,15 @@ def test_cross_entropy_and_accuracy():
 def test_cross_entropy_grad_picks_with_a_one_hot():
     """The label's adjoint is the one-hot compare (iota == label) summed to the logits' shape, no
     scatter-add over the labels (the rest of the backward is the softmax, logsumexp's shift a
-    stop-gradient, and mean's adjoint: 11 stages in all today, 15 before that, 16 before the
-    one-hot)."""
+    stop-gradient, and mean's adjoint: 8 stages in all today, 11 before the one-hot and the
+    softmax were summed in one loop, 15 before that, 16 before the one-hot)."""
     from test_gathers import _compare_reductions
     grad = fg.grad(ex.cross_entropy, wrt="logits")
     assert [sum_to for _, sum_to in _compare_reductions(grad, ("float32", "int64", "float32"),
                                                         ((8, 10), (8,), ()))] == [True]
 
 
-@pytest.mark.slow   # the backward is 11 stages today: many compiles
+@pytest.mark.slow   # the backward is 8 stages today: many compiles
 def test_cross_entropy_grad():
     rng = np.random.default_rng(0)
     z64 = rng.standard_normal((16, 40))
@@ -76,3 +76,21 @@ def test_cross_entropy_reads_the_logits_once():
     spec = infer(ex.cross_entropy, [dt.float32, dt.int64], [(64, 100), (64,)], {})
     groups = [run.stages for run in schedule(build_plan(ex.cross_entropy), spec)]
     assert sorted(s for g in groups for s in g) == [0, 1, 2, 3] and (0, 2) in groups
+
+
+def test_cross_entropy_grad_writes_the_logits_gradient_once():
+    """fg.grad(cross_entropy): the one-hot and the softmax parts are summed to the logits' shape
+    in the one loop that writes the gradient (no workspace of the logits' size, which cost a write
+    and a read of their bytes), and the mean's count comes from the shapes (the backward computes
+    no loss: no gather, no pass over the rows' losses)."""
+    from fusegen import dtypes as dt
+    from fusegen.ir import Op, infer
+    from fusegen.plan import build_plan, read_leaves
+    from fusegen.plan.access import Gather
+    g = ex.cross_entropy_grad
+    plan = build_plan(g)
+    spec = infer(g, [dt.float32, dt.int64, dt.float32], [(64, 100), (64,), ()], {})
+    assert [spec.of(b).shape for b in plan.buffers if 100 in spec.of(b).shape] == []
+    assert not any(isinstance(step, Gather) for st in plan.stages for a in st.reads for step in a.steps)
+    # the logits are read by the max, the exp-sum and the stage that writes the gradient
+    assert sum(any(l.op is Op.INPUT and l.arg == 0 for l in read_leaves(st)) for st in plan.stages) == 3

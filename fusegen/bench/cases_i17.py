@@ -1,4 +1,5 @@
-"""``fusegen bench`` rows of issue #17 (gathers, arg-reductions and scans): cross_entropy, accuracy,
+"""``fusegen bench`` rows of issue #17 (gathers, arg-reductions and scans): cross_entropy (and its
+gradient with respect to the logits, ``cross_entropy_grad``: fg.grad's backward op), accuracy,
 embedding_layer_norm, cumsum_last and cumsum_first, each with its obvious NumPy/jax.numpy code and
 a hand-written Numba version (see ``fusegen.bench.cases``). The inputs come from the case's shape
 ``(rows, cols)``: logits of that shape with int64 labels per row; an embedding table of that shape
@@ -21,6 +22,15 @@ def xp_cross_entropy(xp, z, y):
     return xp.mean(lse - xp.take_along_axis(z, y[:, None], axis=-1)[:, 0])
 
 
+def xp_cross_entropy_grad(xp, z, y, d):
+    """d(mean loss)/d(logits): softmax minus the label's one-hot, times d_out / rows (the one-hot
+    as a compare with an arange: what jax.grad and torch's backward compute, written out)."""
+    m = xp.max(z, axis=-1, keepdims=True)
+    e = xp.exp(z - m)
+    p = e / xp.sum(e, axis=-1, keepdims=True)
+    return xp.where(xp.arange(z.shape[-1]) == y[:, None], p - 1.0, p) * (d / z.shape[0])
+
+
 def xp_accuracy(xp, z, y):
     return xp.mean(xp.astype(xp.argmax(z, axis=-1) == y, z.dtype) if hasattr(xp, "astype") else
                    (xp.argmax(z, axis=-1) == y) * 1.0)
@@ -33,20 +43,42 @@ def xp_embedding_layer_norm(xp, table, ids, gamma, beta, *, eps):
     return d / xp.sqrt(xp.mean(d * d, axis=-1, keepdims=True) + eps) * gamma + beta
 
 
+@njit(fastmath=True, cache=True, inline="always")
+def _max_sumexp(zi):  # pragma: no cover - compiled by Numba
+    """A row's max and the sum of ``exp(z - max)``: two passes over the row, in cache."""
+    mx = zi[0]
+    for j in range(zi.shape[0]):
+        mx = max(mx, zi[j])
+    s = _F0
+    for j in range(zi.shape[0]):
+        s += np.exp(zi[j] - mx)
+    return mx, s
+
+
 @njit(**_JIT)
 def nb_cross_entropy(z, y):  # pragma: no cover - compiled by Numba
     n, m = z.shape
     losses = np.empty(n, np.float64)
     for i in prange(n):
         zi = z[i]
-        mx = zi[0]
-        for j in range(m):
-            mx = max(mx, zi[j])
-        s = _F0
-        for j in range(m):
-            s += np.exp(zi[j] - mx)
+        mx, s = _max_sumexp(zi)
         losses[i] = np.log(s) + mx - zi[y[i]]
     return np.float32(losses.mean())
+
+
+@njit(**_JIT)
+def nb_cross_entropy_grad(z, y, d):  # pragma: no cover - compiled by Numba
+    n, m = z.shape
+    out = np.empty_like(z)
+    c = np.float32(d / n)
+    for i in prange(n):
+        zi, oi = z[i], out[i]
+        mx, s = _max_sumexp(zi)
+        r = c / s
+        for j in range(m):
+            oi[j] = np.exp(zi[j] - mx) * r
+        oi[y[i]] -= c
+    return out
 
 
 @njit(**_JIT)
@@ -98,6 +130,15 @@ def _labels(rng, shape, dtype):
 
 def _ids(rng, shape, dtype):
     return rng.integers(0, shape[0], shape[:1], dtype=np.int64)
+
+
+def _scalar(shape):
+    """The input kind of a 0-d value (a cotangent of a scalar loss)."""
+    return ()
+
+
+def _one(rng, shape, dtype):
+    return np.asarray(1.0, dtype)
 
 
 def _uniform(lo: float, hi: float):
@@ -158,4 +199,8 @@ I17_ROWS = (
          inputs=(("x", _uniform(-1.0, 1.0)),), variants=({},), reduced=lambda shape, at: shape[-1]),
     dict(name="cumsum_first", xp_ref=xp_cumsum_first, njit=lambda a, at: (nb_cumsum_first, a),
          inputs=(("x", _uniform(-1.0, 1.0)),), variants=({},), reduced=lambda shape, at: shape[0]),
+    # fg.grad(cross_entropy) (fusegen.examples.cross_entropy_grad): one read of the logits, one write
+    dict(name="cross_entropy_grad", xp_ref=xp_cross_entropy_grad, njit=lambda a, at: (nb_cross_entropy_grad, a),
+         inputs=(("x", _uniform(-8.0, 8.0)), (_whole, _labels), (_scalar, _one)), variants=({},),
+         reduced=lambda shape, at: shape[1], shapes=_ISSUE_SHAPES, small_shapes=_SMALL),
 )

@@ -122,11 +122,13 @@ def gather_adjoint(node, g: Tensor) -> Tensor:
     trailing = _trailing_dims(idx, axis) if kind == "along" and _unit_extent(idx.node, axis) else None
     if trailing is not None:
         # one index per row (cross-entropy's label): the scatter-add is a one-hot compare, no
-        # reduction over the indices (it fuses into the stage that sums it to x's shape)
+        # reduction over the indices. Returned unsummed: fg.grad sums it to x's shape where x's
+        # adjoint is complete, together with x's other parts (cross-entropy's softmax), in one
+        # loop that writes the gradient (no workspace of x's size in between)
         cc = c
         for _ in range(trailing):
             cc = cc[:, None]                                                              # (C, 1, ..., 1)
-        return sum_to(where(_normalized(idx, n, node.arg.mode) == cc, g, 0), x)
+        return where(_normalized(idx, n, node.arg.mode) == cc, g, 0)
     if kind == "along":
         gi = expand_dims(moveaxis(g, axis, -1), axis=-2)                                 # (..., 1, K)
         ii = expand_dims(moveaxis(_normalized(idx, n, node.arg.mode), axis, -1), axis=-2)

@@ -29,7 +29,7 @@ import math
 from ..errors import TraceError
 from . import vocab as fg
 from .grad_views import view_adjoints
-from .layout import broadcast_like
+from .layout import broadcast_like, size_of
 from .nodes import PIECEWISE, VIEWS, Graph, Node, Op, ReduceArg, ShapeOf, computed_nodes, shape_atoms, value_srcs
 from .opdef import OpDef
 from .trace import Tensor, cast_like, expect_same_shape, make as _make, sum_to, unreduce, where
@@ -200,7 +200,7 @@ class _Adjoints:
         if len(groups) == 1 and big and n.op not in _OWN_SHAPE:
             return _add(groups[big[0]])   # one larger extent: keep it, sum later
         fitting = groups.pop(frozenset(), [])
-        for parts in groups.values():
+        for parts in () if _folded(self, n, groups, fitting) else groups.values():
             g, spans = _add(parts)
             summed = sum_to(g, Tensor(n), spans)
             self.alias[id(summed.node)] = mine
@@ -290,9 +290,9 @@ def _reduce_rule(r: Node, g: Tensor) -> Tensor:
     if arg.kind == "sum":
         return up(g)
     if arg.kind == "mean":
-        # The element count as a reduction of ones: it shares r's loop, and compilers fold the
-        # loop body to a constant (no load survives `x == x ? 1 : 1`).
-        count = like_r(where(a == a, 1.0, 1.0))
+        # The element count: from the shapes where the source measures them (``_measures``), else a
+        # reduction of ones sharing r's loop (compilers fold `x == x ? 1 : 1`: no load survives).
+        count = size_of(a) / size_of(Tensor(r)) if _measures(a.node) else like_r(where(a == a, 1.0, 1.0))
         return up(cast_like(g / count, g))
     kept = Tensor(_make(Op.REDUCE, (r.srcs[0],), ReduceArg(arg.kind, arg.axes, True, arg.empty_ok)))
     if arg.kind == "prod":
@@ -429,3 +429,43 @@ def _exactly(acc: _Adjoints, lab: frozenset, mine: frozenset) -> bool:
     """Whether a contribution with extent ``lab`` has exactly the shape of extent ``mine``: it
     has all of ``mine``'s leaves, and the others broadcast into it (``_fits``)."""
     return mine <= lab and _fits(acc, lab, mine)
+
+
+# --- summing an input's adjoint once (issue #17; at the end, so the lines emitted sources cite stay put)
+# Nodes that measure shapes at run time: an emitted kernel with one takes its layout path anyway.
+_MEASURES = VIEWS | PIECEWISE | {Op.IOTA, Op.DIM, Op.GATHER}
+
+
+def _measures(n: Node) -> bool:
+    """Whether ``n``'s expression measures shapes, so a count from dims costs it nothing more.
+
+    A mean's count from the shapes (``size(source) / size(result)``) holds no data: the adjoint
+    waits for no pass (a loss's mean over everything would otherwise wait for the whole loss: a
+    global reduction between the forward's row passes and the gradient's). Elsewhere the dims
+    would send the emitted C++ down its layout path, so the count stays a reduction of ones."""
+    from .nodes import nodes_of
+    return any(m.op in _MEASURES for m in nodes_of((n,)))
+
+
+def _folded(acc: _Adjoints, n: Node, groups: dict, fitting: list) -> bool:
+    """Sum input ``n``'s adjoint once, ``sum_to(larger + fitting / copies, n)``, into ``fitting``
+    (in place: it then holds that one part); False, untouched, where this does not apply.
+
+    ``copies`` is how many times the larger extent holds ``n``'s (``size(larger) / size(n)``):
+    1 unless ``n`` itself was broadcast in the forward op (a take_along_axis whose x broadcasts
+    against the indices), so ``fitting / 1.0`` is exact then; otherwise each fitting value is
+    summed back from its ``copies`` shares. Summing the larger parts alone and adding the fitting
+    ones after costs a pass that writes that sum to a workspace of ``n``'s size and one that reads
+    it back (cross-entropy's one-hot: twice the logits' bytes); folded, the fitting parts (the
+    softmax) ride in the loop that writes the gradient. Only for one larger extent, without spans,
+    that already measures shapes (a gather's one-hot compares an iota: see ``_measures``)."""
+    if n.op is not Op.INPUT or not fitting or len(groups) != 1:
+        return False
+    big, spans = _add(next(iter(groups.values())))
+    if spans or not _measures(big.node):
+        return False
+    fit, _ = _add(fitting)
+    total = sum_to(big + fit / (size_of(big) / size_of(Tensor(n))), Tensor(n))
+    acc.alias[id(total.node)] = acc.extent(n)
+    fitting[:] = [(total, ())]
+    return True
