@@ -323,9 +323,10 @@ print(json.dumps(dict(hits=sum(st.cache_hits.values()), misses=sum(st.cache_miss
 
 # Run first in the probe process: compile with other Numba options than fusegen passes (as an
 # older or newer fusegen would), by rewriting njit's fastmath argument.
+# (patched where the module builder reads them: fusegen.lower.cpu_module, which lower_cpu re-exports)
 OTHER_JIT_OPTIONS = """
-import fusegen.lower_cpu as _L
-_L.JIT_OPTIONS = dict(_L.JIT_OPTIONS, fastmath={"reassoc", "contract", "arcp"})
+import fusegen.lower.cpu_module as _M
+_M.JIT_OPTIONS = dict(_M.JIT_OPTIONS, fastmath={"reassoc", "contract", "arcp"})
 """
 
 
