@@ -195,6 +195,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
             print(f"wrote {_write(args.json, json.dumps(table, indent=1) + chr(10))}")
         return 0
     from .bench import harness as bench, report as bench_report
+    if args.report:  # an earlier run's measurements, judged and tabulated again
+        try:
+            doc = bench.rejudge(json.loads(Path(args.report).read_text()))
+        except (OSError, ValueError, KeyError) as e:
+            return _fail("bench", f"--report {args.report}: {e}", 2)
+        print(bench_report.terminal_report(doc))
+        if args.markdown:
+            print(f"wrote {_write(args.markdown, bench_report.markdown_report(doc, None))}")
+        return 0 if doc["ok"] else 1
     cuda = args.device == "cuda"
     stem = "bench-results/bench" + ("-cuda" if cuda else "")  # the GPU's files beside the CPU's
     png = args.png
@@ -373,6 +382,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--calls", action="store_true",
                    help="instead: a table of where a call at (4, 5) spends its time, per backend (validation, "
                         "shape inference, lookup, allocation, dispatch, native)")
+    b.add_argument("--report", default=None, metavar="JSON",
+                   help="instead of measuring: an earlier run's JSON, judged against today's targets; prints "
+                        "its tables (and writes --markdown PATH)")
     b.add_argument("--compile-times", action="store_true",
                    help="also measure compile time, cold and warm cache, in new processes (minutes)")
     b.add_argument("--fresh-pages", action="store_true",

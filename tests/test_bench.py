@@ -425,3 +425,52 @@ def test_rows_match_their_reference(name):
     err, ok = bench_cases.check(fg.compile(spec.op)(*arrays, **attrs), ref,
                                 bench_cases.tolerance(np.dtype(np.float32), spec.reduced(shape, attrs)))
     assert ok, (name, err)
+
+
+# --- the issues' targets (fusegen.bench.targets): judged on synthetic cases, no timing ----------
+def _case(op, size, medians, fusegen=("numba-cpu", "aot-cpu", "fg-jax-cpu", "numba-cpu-out"), bound=1.0):
+    results = {n: {"median_s": s, "fusegen": n in fusegen, "ok": True} for n, s in medians.items()}
+    return {"op": op, "label": "x", "size": size, "bound_s": bound, "results": results}
+
+
+def test_every_backend_is_held_to_its_issues_bound():
+    from fusegen.bench import targets
+    # softmax: issue #19, 1.3x. The best fusegen method meets it; the AOT backend does not: missed,
+    # and named. out= runs faster still, but only fresh outputs are judged.
+    case = bench.rank_case(_case("softmax", "large", {"numba-cpu": 1.2, "aot-cpu": 1.5, "fg-jax-cpu": 1.25,
+                                                      "numba-cpu-out": 1.0, "numpy": 9.0}))
+    bound = case["targets"]["bound"]
+    assert (bound["method"], bound["limit"], bound["issue"], bound["met"]) == ("aot-cpu", 1.3, 19, False)
+    assert case["targets"]["ahead"]["method"] == "numba-cpu-out" and case["targets"]["ahead"]["met"]
+    assert "fusegen aot 1.50x the bound (target 1.3x, #19)" in bench_report._target_text(case)
+    # the same medians for an op of issue #16 held to 1.5x: met; an unknown op: the default
+    met = bench.rank_case(_case("causal_softmax", "large", {"numba-cpu": 1.2, "aot-cpu": 1.5, "fg-jax-cpu": 1.4}))
+    assert met["targets"]["bound"]["met"] and bench_report._target_text(met) == "met"
+    other = bench.rank_case(_case("someone_elses", "large", {"numba-cpu": 1.19, "aot-cpu": 1.21}))
+    assert other["targets"]["bound"]["limit"] == targets.DEFAULT_BOUND and not other["targets"]["bound"]["met"]
+
+
+def test_per_call_limits_per_backend_and_xla_against_jax():
+    us = 1e-6
+    within = _case("softmax", "small", {"numba-cpu": 1.4 * us, "aot-cpu": 1.9 * us, "fg-jax-cpu": 9 * us,
+                                        "jax-cpu": 10 * us})
+    assert bench.rank_case(within)["targets"]["per_call"]["met"]
+    # the AOT backend over its 2 us is the worst relative to its limit, though XLA is slower in time
+    slow = bench.rank_case(_case("softmax", "small", {"numba-cpu": 1.4 * us, "aot-cpu": 2.6 * us,
+                                                      "fg-jax-cpu": 9 * us, "jax-cpu": 10 * us}))
+    assert slow["targets"]["per_call"]["method"] == "aot-cpu" and not slow["targets"]["per_call"]["met"]
+    behind_jax = bench.rank_case(_case("softmax", "small", {"numba-cpu": 1 * us, "aot-cpu": 1 * us,
+                                                            "fg-jax-cpu": 12 * us, "jax-cpu": 10 * us}))
+    p = behind_jax["targets"]["per_call"]
+    assert (p["method"], p["limit_method"], p["met"]) == ("fg-jax-cpu", "jax-cpu", False)
+    assert "jax.jit's 10.00 us" in bench_report._target_text(behind_jax)
+
+
+def test_report_rejudges_an_earlier_run(tmp_path):
+    doc = {"schema": bench.SCHEMA, "cases": [_case("rms_norm", "large", {"numba-cpu": 1.1, "aot-cpu": 1.2})],
+           "targets": {"bound_ratio": 9.0}}
+    again = bench.rejudge(json.loads(json.dumps(doc)))
+    assert again["targets"]["per_op"]["rms_norm"] == {"issue": 19, "bound_ratio": 1.15}
+    assert not again["cases"][0]["targets"]["bound"]["met"]
+    with pytest.raises(ValueError, match="schema"):
+        bench.rejudge({"schema": "fusegen-bench-cuda/1", "cases": []})

@@ -51,7 +51,8 @@ from ..lower_cuda import simulator
 from . import harness as bench
 from .cases import OPS, Method, OpBench, Thunk
 from .cuda_methods import Placed, competitor_methods, fusegen_methods, gpu_info, to_host
-from .harness import BenchConfig, Case, Progress, Targets, calls_for
+from .harness import BenchConfig, Case, Progress, calls_for
+from .targets import Targets
 from .machine import BANDWIDTH_BYTES, SPREAD_LIMIT, Bandwidth, machine_info, round_spread
 from .report import fmt_bytes
 

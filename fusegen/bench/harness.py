@@ -47,36 +47,11 @@ from .cases import OPS, Method, OpBench, Thunk, check, competitor_methods, refer
 from .machine import (BANDWIDTH_BYTES, SPREAD_LIMIT, Bandwidth, copy_bandwidth, gbps, machine_info, noise_warnings,  # noqa: F401
                       read_bandwidth, read_pass, reused_pages, round_spread, time_interleaved)
 from .methods import cuda_available, cuda_unavailable, discover, fg_jax_method, gxx_works, why  # noqa: F401
+from .targets import CPU_TARGETS, Targets, judge
 from .variants import ALL_OPS
 from .report import case_bandwidth
 
 SCHEMA = "fusegen-bench/2"
-#: The issue's targets: the best fusegen backend within this multiple of the bound (large
-#: shapes), and at most this many seconds per call (the small shape).
-TARGET_BOUND_RATIO = 1.2
-TARGET_PER_CALL_S = 3e-6
-
-
-@dataclass(frozen=True)
-class Targets:
-    """What the cases of a run are held to. Large cases: fusegen's median at most ``bound_ratio``
-    times the bound; small cases: at most ``per_call_s`` (None: no per-call target); both: faster
-    than the fastest of ``ahead_of`` (None: of every other method). The fusegen method judged is
-    the best one, or with ``every_fusegen`` the slowest one (every backend must meet them)."""
-
-    bound_ratio: float
-    per_call_s: float | None
-    every_fusegen: bool = False
-    ahead_of: tuple[str, ...] | None = None
-    ahead_label: str = "best fusegen vs best other"   # the report's column for the "ahead" margin
-
-    def as_json(self) -> dict:
-        return {"bound_ratio": self.bound_ratio, "per_call_s": self.per_call_s,
-                "every_fusegen": self.every_fusegen, "ahead_of": list(self.ahead_of) if self.ahead_of else None,
-                "ahead_label": self.ahead_label}
-
-
-CPU_TARGETS = Targets(TARGET_BOUND_RATIO, TARGET_PER_CALL_S)
 
 Progress = Callable[[int, int, str], None]
 
@@ -206,13 +181,19 @@ def finish_case(doc: dict, bw: Bandwidth | None, targets: Targets = CPU_TARGETS)
     uses the bandwidth of the case's own rounds when it was probed, else ``bw``."""
     probed = case_bandwidth(doc)
     doc["bound_s"] = bound = doc["bytes"] / (probed["bytes_per_s"] if probed else bw.bytes_per_s)
-    timed = {n: e for n, e in doc["results"].items() if "median_s" in e}
-    for e in timed.values():
-        e.update(gbps=gbps(doc["bytes"], e["median_s"]), ratio_to_bound=e["median_s"] / bound,
-                 bandwidth_fraction=bound / e["median_s"])
+    for e in doc["results"].values():
+        if "median_s" in e:
+            e.update(gbps=gbps(doc["bytes"], e["median_s"]), ratio_to_bound=e["median_s"] / bound,
+                     bandwidth_fraction=bound / e["median_s"])
+    return rank_case(doc, targets)
 
-    def fastest(entries: dict, slowest: bool = False) -> str | None:
-        return (max if slowest else min)(entries, key=lambda n: entries[n]["median_s"]) if entries else None
+
+def rank_case(doc: dict, targets: Targets = CPU_TARGETS) -> dict:
+    """The best methods of a case whose bound is known, and how it fares against ``targets``."""
+    timed = {n: e for n, e in doc["results"].items() if "median_s" in e}
+
+    def fastest(entries: dict) -> str | None:
+        return min(entries, key=lambda n: entries[n]["median_s"]) if entries else None
 
     fg = {n: e for n, e in timed.items() if e["fusegen"]}
     # a method that fell back to something else (torch.compile running eager PyTorch) is shown, marked,
@@ -221,22 +202,19 @@ def finish_case(doc: dict, bw: Bandwidth | None, targets: Targets = CPU_TARGETS)
     best = fastest({**fg, **others})
     for e in timed.values() if best is not None else ():
         e["ratio_to_best"] = e["median_s"] / timed[best]["median_s"]
-    doc.update(best=best, best_fusegen=fastest(fg), best_other=fastest(others), targets={})
-    judged = fastest(fg, slowest=targets.every_fusegen)
-    if judged is None:
-        return doc
-    fg_s = timed[judged]["median_s"]
-    if doc["size"] == "large":
-        doc["targets"]["bound"] = {"limit": targets.bound_ratio, "value": fg_s / bound,
-                                   "met": fg_s / bound <= targets.bound_ratio, "method": judged}
-    elif targets.per_call_s is not None:
-        doc["targets"]["per_call"] = {"limit_s": targets.per_call_s, "value_s": fg_s,
-                                      "met": fg_s <= targets.per_call_s, "method": judged}
-    rival = fastest({n: e for n, e in others.items() if targets.ahead_of is None or n in targets.ahead_of})
-    if rival is not None:
-        # > 1: the judged fusegen method is that many times faster than the fastest rival
-        margin = timed[rival]["median_s"] / fg_s
-        doc["targets"]["ahead"] = {"value": margin, "other": rival, "met": margin > 1.0, "method": judged}
+    doc.update(best=best, best_fusegen=fastest(fg), best_other=fastest(others))
+    judge(doc, timed, fg, others, doc["bound_s"], targets)
+    return doc
+
+
+def rejudge(doc: dict) -> dict:
+    """An earlier CPU run's document held to today's targets (``fusegen bench --report``): the
+    measurements are kept, the verdicts recomputed."""
+    if doc.get("schema") != SCHEMA:
+        raise ValueError(f"not a CPU bench document of schema {SCHEMA}: {doc.get('schema')!r}")
+    for case in doc["cases"]:
+        rank_case(case)
+    doc["targets"] = CPU_TARGETS.as_json()
     return doc
 
 
