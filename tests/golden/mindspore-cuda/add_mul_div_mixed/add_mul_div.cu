@@ -383,10 +383,18 @@ FG_INLINE void ro_offsets(const Layout<NOPS> &L, int64_t ro, const int64_t *base
 }
 
 // Hot loops always see unit-stride pointers (so they vectorize): a strided or broadcast
-// operand is packed into a small stack buffer first.
+// operand is packed into a small stack buffer first. A broadcast one (stride 0: a per-tensor
+// scale, a bias along the other axis) is its own loop: with the stride a run-time value, the
+// general loop stays scalar (one element per cycle, as much as the fused work of a cheap op such
+// as a quantizer), where a fill with one value is vector stores.
 template <class T>
 FG_INLINE const T *view(const T *p, int64_t stride, int64_t m, T *buf) {
   if (stride == 1) return p;
+  if (stride == 0) {
+    const T v = p[0];
+    for (int64_t i = 0; i < m; ++i) buf[i] = v;
+    return buf;
+  }
   for (int64_t i = 0; i < m; ++i) buf[i] = p[i * stride];
   return buf;
 }
