@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..plan import GroupRun
 from .pysource import layout_tail
 
@@ -14,7 +16,6 @@ HEADER = 11
 
 def meta_array(run: GroupRun, tile: int, nsplit: int = 1):
     """The int64 ``meta`` block a group function reads its layout from."""
-    import numpy as np
     L = run.layout
     ntiles = -(-L.inner // tile) if L.inner > 1 else 1
     head = [len(L.o_ext), len(L.ro_ext), L.ri, L.inner, ntiles, tile, L.o_total, L.ro_total,

@@ -8,12 +8,13 @@ Its ``meta``: the count of row dims ``nd``, the rows, then where each box's own 
 each operand's strides over them, and the boxes' blocks."""
 from __future__ import annotations
 
+import numpy as np
+
 from .cpu_layout import meta_array
 
 
 def rows_meta(rows):
     """The driver's int64 ``meta`` block (see the module docstring)."""
-    import numpy as np
     nd, nb = len(rows.extents), len(rows.boxes)
     blocks = [meta_array(run, max(1, run.layout.inner)) for run in rows.boxes]
     head = 2 + nb + 1
