@@ -227,6 +227,9 @@ class GroupSource:
             if accs and not st.writes and not st.keeps and not st.is_scan and all(o.i == 1 and o.kind == "array" for o in moving) and not self.g.nodes:
                 self.lines += cpu_fold.fold4(self, st, accs, moving, p2)
                 r_start = "ri"
+            elif cpu_scans.rows_at_once(self, st, moving, kept):   # (the rows left: the loop below)
+                self.lines += cpu_scans.col_rows(self, st, accs, moving, p2)
+                r_start = "ri"
             w(f"{p2}for ri in range({r_start}, r_hi):")
             p3 = p2 + "    "
             for o in moving:

@@ -114,6 +114,58 @@ def test_every_kind_int_and_bool(dtype):
     _close(got, want, dtype)
 
 
+def test_col_mode_rows_at_a_time():
+    # along the first axis, SCAN_ROWS (4) rows per pass, each running value in a register across
+    # them (fusegen.lower.cpu_scans.col_rows): row counts around multiples of 4 (the rows left go
+    # one at a time), a NaN inside a group of rows; integer values, so every sum, product, max and
+    # min is exact and a row skipped or taken twice shows (the kernels of the test above: shapes
+    # of two dims, neither of extent 1, compile nothing new)
+    k = fg.compile(every)
+    rng = np.random.default_rng(13)
+    for shape in [(4, 3), (5, 2), (8, 4), (11, 6)]:
+        x = rng.integers(-2, 3, shape).astype(np.float64)
+        x.flat[x.size // 2 + 1] = np.nan
+        got, want = k(x), _every_ref(x)
+        for j in (0, 2, 4, 6):   # the scans along axis 0
+            np.testing.assert_array_equal(got[j], want[j], err_msg=f"{shape}: output {j}")
+    src = "\n".join(k.sources().values())
+    assert "4 rows per pass" in src and "r0 = acc0[i]" in src and "ri += 4" in src
+
+
+@fg.op
+def firsts(x, w):
+    """Col-mode scans: two in one stage, one reading an operand constant across the tile (``w``:
+    a value per row); and one alone in its stage (so a few long columns split across threads)."""
+    return fg.cumulative_sum(x * w, axis=0), fg.cummax(x, axis=0), fg.logcumsumexp(x, axis=0)
+
+
+@pytest.mark.extended   # (two kernels of their own, and a 60,000-row input)
+def test_col_mode_rows_at_a_time_split_and_broadcast():
+    k = fg.compile(firsts)
+    alone = fg.compile(fg.op(lambda x: fg.cumulative_prod(x, axis=0), name="first_prod"))
+    rng = np.random.default_rng(14)
+    for shape in [(60_007, 3), (7, 5)]:   # a few long columns: the two-pass scan (totals, then
+        x = rng.integers(-3, 4, shape).astype(np.float64)   # each chunk from its carry)
+        w = rng.integers(-2, 3, (shape[0], 1)).astype(np.float64)
+        got = k(x, w)
+        np.testing.assert_array_equal(got[0], np.cumsum(x * w, 0), err_msg=f"{shape}")
+        np.testing.assert_array_equal(got[1], np.maximum.accumulate(x, 0), err_msg=f"{shape}")
+        np.testing.assert_allclose(got[2], np.logaddexp.accumulate(x, 0), rtol=1e-12, err_msg=f"{shape}")
+        y = np.where(rng.random(shape) < 0.5, -1.0, 1.0)   # products of +-1: exact, sign flips anywhere
+        np.testing.assert_array_equal(alone(y), np.cumprod(y, 0), err_msg=f"{shape}")
+    src = "\n".join(k.sources().values())
+    assert "4 rows per pass" in src and "x1_r3 = x1_[" in src
+    src = "\n".join(alone.sources().values())
+    assert "4 rows per pass" in src
+    if fg.runtime.num_threads() > 1:
+        assert "(totals pass)" in src
+    for shape in [(8, 1), (9, 2, 3)]:   # (kernels of their own: one column; a rank-3 input)
+        x = rng.integers(-2, 3, shape).astype(np.float64)
+        got, want = fg.compile(every)(x), _every_ref(x)
+        for j in (0, 2, 4, 6):
+            np.testing.assert_array_equal(got[j], want[j], err_msg=f"{shape}: output {j}")
+
+
 def test_fused_pipeline():
     rng = np.random.default_rng(3)
     x = rng.standard_normal((2, 5, 3)).astype(np.float32)

@@ -21,18 +21,12 @@ def fold4(gs, st, accs, moving, pad) -> list[str]:
             row = f"ri + {k}" if k else "ri"
             at = f"c_{o.name} + {index_text(o.ri, f'({row})', o.name + '_sri')}"
             w(f"{p3}{o.name}_r{k} = _fg_row({o.name}_, {at})")
-        rows.append({o.key: f"{o.name}_r{k}" for o in moving})
+        rows.append({o.key: f"{o.name}_r{k}[i]" for o in moving})
     w(f"{p3}for i in range(n):")
     p4 = p3 + "    "
     per_row = []
-    for k, views in enumerate(rows):
-        def leaf(n, ctx, views=views):
-            if n.op is Op.ATTR:
-                return f"a_{n.arg}"
-            if is_param(n):
-                return gs.param_name(n)
-            return f"{views[gs.operand(n, ctx)]}[i]"
-        ew = ExprWriter(gs.spec, PYTHON, leaf, prefix=f"s{st.index}_k{k}_", variant=gs.run.variant)
+    for k, loads in enumerate(rows):
+        ew = ExprWriter(gs.spec, PYTHON, row_leaf(gs, loads), prefix=f"s{st.index}_k{k}_", variant=gs.run.variant)
         vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
         for name, expr in ew.lines:
             w(f"{p4}{name} = {expr}")
@@ -49,3 +43,15 @@ def fold4(gs, st, accs, moving, pad) -> list[str]:
             w(f"{p4}acc{j}[i] = {f}(acc{j}[i], {f}({f}({v[0]}, {v[1]}), {f}({v[2]}, {v[3]})))")
     w(f"{p3}ri += 4")
     return lines
+
+
+def row_leaf(gs, loads: dict):
+    """The leaf writer of a loop body over several rows at once: an operand's element is the text
+    ``loads[key]`` (its load in one of the rows), an attribute or a static scalar as always."""
+    def leaf(n, ctx):
+        if n.op is Op.ATTR:
+            return f"a_{n.arg}"
+        if is_param(n):
+            return gs.param_name(n)
+        return loads[gs.operand(n, ctx)]
+    return leaf

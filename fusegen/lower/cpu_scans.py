@@ -15,7 +15,8 @@ for the k-th element, as the sequential scan's bound).
 from __future__ import annotations
 
 from ..ir import Op, nodes_of
-from ..plan.exprs import PYTHON, reduce_identity, reg_dtype
+from ..plan.exprs import PYTHON, ExprWriter, reduce_identity, reg_dtype
+from .cpu_fold import row_leaf
 from .cpu_layout import index_text, view_text
 from .pysource import combine
 
@@ -31,7 +32,8 @@ SCAN_STEPS = 4
 #: Elements per piece: its scratch row (8 KiB of float32) stays in L1 with the piece's input.
 SCAN_PIECE = 2048
 #: Col mode (the scanned axis not the contiguous one): rows of the tile a running value advances
-#: through in a register before it goes back to the carry row, so that many rows stream at once.
+#: through in a register before it goes back to the carry row, so that many rows stream at once
+#: (``col_rows``; the emitted C++'s ``fg::kScanRows``).
 SCAN_ROWS = 4
 #: A split scan's chunk along its lines (``fusegen.rt.policy``, ``fg::scan_split``): long enough
 #: that its write pass, which reads the chunk again after the totals pass, streams.
@@ -136,3 +138,53 @@ def view_prefix(o, written: list) -> str:
     """The view prefix of an operand the loop writes (a view even where its stride is 0: a scan's
     workspace over a size-1 dim), "" for one it reads."""
     return "v" if any(o is w for w in written) else ""
+
+
+def rows_at_once(gs, st, moving, kept) -> bool:
+    """Whether a col-mode scan stage advances ``SCAN_ROWS`` rows per pass (``col_rows``): every
+    operand a plain array, the stored ones unit-stride across the tile and the read ones that or
+    constant across it; no gathers, random numbers or values read back in the loop body (whose
+    per-row state the one-row loop sets up), and no elementwise outputs beside the scans."""
+    written = [o for r in st.reductions for o in gs.result_targets(r)]
+    return (gs.mode == "col" and st.is_scan and not st.writes and not st.keeps and not kept
+            and not gs.g.nodes and not gs.rng.used and all(o.kind == "array" for o in moving)
+            and all(o.i == 1 or (o.i == 0 and all(o is not w for w in written)) for o in moving))
+
+
+def col_rows(gs, st, accs, moving, pad: str) -> list[str]:
+    """Col mode, ``SCAN_ROWS`` rows per pass over the tile (what the emitted C++ does): each
+    element's running value goes from the carry row into a register, through that many rows
+    (a load of each row's value, a store of each row's result), and back, so the carry row is
+    read and written once per ``SCAN_ROWS`` rows, and as many input and output rows stream at
+    once. Leaves ``ri`` at the first row left, which the caller's one-row loop takes from there.
+    Each running value takes the rows' values in the same order as the one-row loop does."""
+    K = SCAN_ROWS
+    p1, p2 = pad + "    ", pad + "        "
+    out = [f"{pad}# {K} rows per pass: each running value stays in a register across them (the carry row",
+           f"{pad}# is loaded and stored once per {K} rows), and {K} rows of each operand stream at once",
+           f"{pad}ri = r_lo",
+           f"{pad}while ri + {K} <= r_hi:"]
+    rows = []
+    for k in range(K):
+        row, names = f"(ri + {k})" if k else "ri", {}
+        for o in moving:
+            at = f"c_{o.name} + {index_text(o.ri, row, o.name + '_sri')}"
+            names[o.key] = f"{o.name}_r{k}" + ("[i]" if o.i == 1 else "")
+            out.append(f"{p1}{o.name}_r{k} = " + (f"_fg_row({o.name}_, {at})" if o.i == 1 else f"{o.name}_[{at}]"))
+        rows.append(names)
+    out.append(f"{p1}for i in range(n):")
+    out += [f"{p2}r{j} = acc{j}[i]" for j in range(len(accs))]
+    chain = []   # (every row's values are loaded before the first store)
+    for k, names in enumerate(rows):
+        ew = ExprWriter(gs.spec, PYTHON, row_leaf(gs, names), prefix=f"s{st.index}_k{k}_", variant=gs.run.variant)
+        vals = [ew.value(r.srcs[0], acc) for r, acc in accs]
+        out += [f"{p2}{name} = {expr}" for name, expr in ew.lines]
+        for j, ((r, _), v) in enumerate(zip(accs, vals)):
+            out.append(f"{p2}e{j}_{k} = {v}")
+            chain.append(f"{p2}{combine(r.arg.kind, f'r{j}', f'e{j}_{k}')}")
+            if gs.scan_pass != "totals":
+                chain += [f"{p2}{dst.name}_r{k}[i] = {gs.store_result(r, dst, f'r{j}')}" for dst in gs.result_targets(r)]
+    out += chain
+    out += [f"{p2}acc{j}[i] = r{j}" for j in range(len(accs))]
+    out.append(f"{p1}ri += {K}")
+    return out
