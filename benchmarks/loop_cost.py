@@ -104,7 +104,7 @@ def numba_loop(kernel) -> dict | None:
 
 
 def aot_loop(kernel) -> dict | None:
-    rows = [hot_loop(f) for f in _objdump(str(kernel.lib_path), re.compile(r"k_float32::stage"))]
+    rows = [hot_loop(f) for f in _objdump(str(kernel.lib_path), re.compile(r"k_float32\w*::stage"))]
     rows = [r for r in rows if r]
     return max(rows, key=lambda r: (r["elements"], r["instructions"])) if rows else None
 
