@@ -202,6 +202,18 @@ ERF32_SPLIT = 1.0
 # polynomial inside its fitted range; inf -> 1, and NaN passes.
 ERF32_CLAMP = 3.92
 
+# softplus in float32 lanes (a chain computed as one function, plan/fusedmath.py): max(x, 0) +
+# log1p(e) with e = exp(-|x|) in (0, 1] as a pair hi + lo. e is already inside the polynomial's range,
+# so log1p needs no reduction: log1p(e) = e - e^2/2 + e^3 G(e), e^2/2 as a rounded product and its
+# exact error (fma), the cubic term (at most a sixth of the result) rounded; the small terms are added
+# first, and max(x, 0) + e by Fast2Sum, so the one large rounding is the last. softplus's result is
+# at least its log1p part, so G's error weighs relative to log1p(e).
+#: G(e) ~= (log1p(e) - e + e^2/2) / e^3 for 0 <= e <= 1: vmath_fit's "SOFTPLUS32_POLY" (float32
+#: coefficients): relative error of log1p(e) 1.2e-9 (2^-29.6).
+SOFTPLUS32_POLY = (0.3333309292793274, -0.2499331533908844, 0.19926369190216064, -0.16228516399860382,
+                   0.12679868936538696, -0.08592236787080765, 0.0443015992641449, -0.014683730900287628,
+                   0.0022766876500099897)
+
 # --- log, log1p, log2, log10 -----------------------------------------------------------------
 #: R(z) = z (g1 + g2 z + ... + g7 z^6) ~= 2 atanh(s) / s - 2, z = s^2 <= 0.0295 (|s| <= 0.1716):
 #: the error of log1p(f) it causes is below 2e-18 relative.
@@ -299,11 +311,12 @@ VMATH_F32: dict[str, dict] = {
 #: fusegen/plan/fusedmath.py computes a user's composition with (same fields as VMATH_F32;
 #: tests/test_fusedmath.py measures them).
 FUSED_F32: dict[str, dict] = {
-    "tanh_softplus": _entry("tanh_softplus_f32", ("lanes",), 1, "sweep"),
+    "tanh_softplus": _entry("tanh_softplus_f32", ("lanes", "fast_two_sum"), 1, "sweep"),
+    "softplus": _entry("softplus_f32", ("lanes", "fast_two_sum"), 1, "sweep"),
 }
 
 #: The C++ partial's blocks in the order it defines them (a helper before its users).
-CPP_BLOCKS = ("lanes", "exp", "sigmoid", "tanh", "tanh_softplus", "log1p", "erf", "exp_core", "expm1_core", "expm1", "log_core", "log",
+CPP_BLOCKS = ("lanes", "exp", "sigmoid", "tanh", "fast_two_sum", "tanh_softplus", "softplus", "log1p", "erf", "exp_core", "expm1_core", "expm1", "log_core", "log",
               "log2", "log10", "trig_core", "sin", "cos", "tan", "atan_core", "atan", "atan2", "asin", "acos",
               "sinh", "cosh", "one_plus", "asinh", "acosh", "atanh", "hypot", "cbrt")
 
@@ -337,6 +350,7 @@ def template_data(functions=("exp", "tanh", "sigmoid")) -> dict:
         exp32_limit=lit(EXP32_LIMIT), tanh32_poly=lits32(TANH32_POLY),
         tanh32_small=lit(TANH32_SMALL), tanh32_clamp=lit(TANH32_CLAMP), log1p32_poly=lits32(LOG1P32_POLY),
         sqrt_half32_bits=hex(SQRT_HALF32_BITS), erf32_small=lits32(ERF32_SMALL),
+        softplus32_poly2=lits32(2.0 * c for c in SOFTPLUS32_POLY),   # 2 G: the doubling is exact
         erf32_big=lits32(ERF32_BIG), erf32_big_lo=lit(_f32(ERF32_BIG[0] - _f32(ERF32_BIG[0]))),
         erf32_split=lit(ERF32_SPLIT), erf32_clamp=lit(ERF32_CLAMP),
         exp_poly=lits(EXP_POLY), expm1_poly=lits(EXPM1_POLY), log_poly=lits(LOG_POLY),

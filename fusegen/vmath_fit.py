@@ -83,6 +83,10 @@ def _fits() -> dict[str, Fit]:
         "ERF32_BIG": Fit(lambda t: mp.log(mp.erfc(t)), _powers(0, 7, 1.0), lambda t: mp.erfc(t) / mp.erf(t), 1.0, 3.92,
                          "erf(t) = 1 - exp(L(t - 1)), L ~= log(erfc), 1 <= t <= 3.92 (float32 lanes): relative "
                          "error of erf", float32=True, pair_first=True),
+        "SOFTPLUS32_POLY": Fit(lambda e: (mp.log1p(e) - e + e * e / 2) / e ** 3 if e else mp.mpf(1) / 3,
+                               _powers(0, 9), lambda e: e ** 3 / mp.log1p(e) if e else 0, 0.0, 1.0,
+                               "log1p(e) = e - e^2/2 + e^3 G(e), 0 <= e <= 1 (softplus's e = exp(-|x|), float32 "
+                               "lanes): relative error of log1p(e)", float32=True),
         "SIN_POLY": Fit(lambda z: sqrt_or(z, lambda r: (mp.sin(r) - r) / r ** 3, -mp.mpf(1) / 6), _powers(0, 6),
                         lambda z: sqrt_or(z, lambda r: r ** 3 / mp.sin(r), 0), 0.0, pio4 ** 2,
                         "sin(r) = r + r^3 S(r^2), |r| <= pi/4: relative error of sin"),

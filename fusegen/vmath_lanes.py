@@ -26,10 +26,10 @@ from numba import njit, types
 from numba.extending import intrinsic
 
 from .vmath import (ERF32_BIG, ERF32_CLAMP, ERF32_SMALL, ERF32_SPLIT, EXP32_LIMIT, EXP32_POLY, LN2_HI32,
-                    LN2_LO32, LOG1P32_POLY, LOG2E32, SHIFTER32, SHIFTER32_BITS, SQRT_HALF32_BITS, TANH32_CLAMP,
-                    TANH32_POLY, TANH32_SMALL)
+                    LN2_LO32, LOG1P32_POLY, LOG2E32, SHIFTER32, SHIFTER32_BITS, SOFTPLUS32_POLY, SQRT_HALF32_BITS,
+                    TANH32_CLAMP, TANH32_POLY, TANH32_SMALL)
 
-__all__ = ["exp_f32", "sigmoid_f32", "tanh_f32", "tanh_softplus_f32", "log1p_f32", "erf_f32"]
+__all__ = ["exp_f32", "sigmoid_f32", "tanh_f32", "tanh_softplus_f32", "softplus_f32", "log1p_f32", "erf_f32"]
 
 
 @intrinsic
@@ -94,6 +94,7 @@ _JIT = dict(fastmath=False, forceinline=True, error_model="numpy", nogil=True, c
 _F = np.float32
 ZERO, HALF, ONE, TWO = _F(0.0), _F(0.5), _F(1.0), _F(2.0)
 INF, NAN = _F(np.inf), _F(np.nan)
+FLT_MAX = _F(np.finfo(np.float32).max)
 _C = tuple(_F(c) for c in EXP32_POLY)
 C2, C3, C4, C5, C6 = _C
 _T = tuple(_F(c) for c in TANH32_POLY)
@@ -123,6 +124,7 @@ def horner(coeffs, dtype=np.float32, fma=_fma):
 _log1p_poly = horner(LOG1P32_POLY)
 _erf_small = horner(ERF32_SMALL)
 _erf_big = horner(ERF32_BIG)
+_softplus_g2 = horner(tuple(2.0 * c for c in SOFTPLUS32_POLY))   # 2 G (the doubling is exact)
 
 
 @njit(**_JIT)
@@ -234,6 +236,25 @@ def tanh_softplus_f32(x):
     n_lo = _fma(e_hi, p_lo + e_lo, _fma(e_lo, p_hi, _fma(e_hi, p_hi, -n_hi)))   # e (e + 2) - n_hi
     d_hi, d_lo = _fast_two_sum(n_hi, TWO)          # n + 2
     return _div_pair(n_hi, n_lo, d_hi, d_lo + n_lo)
+
+
+@njit(**_JIT)
+def softplus_f32(x):
+    """log(1 + exp(x)) for a float32 x in float32 lanes: max(x, 0) + log1p(e), e = exp(-|x|) in (0, 1]
+    as a pair, where log1p needs no reduction: e - e^2/2 + e^3 G(e), e^2/2 as a rounded product and
+    its exact error, then max(x, 0) + e by Fast2Sum with the small terms added first, so the last
+    addition is the one large rounding (plan/fusedmath.py finds softplus however it is spelled;
+    +inf -> inf, -inf -> 0, NaN passes)."""
+    e_hi, e_lo = _exp_pair(-abs(x))           # NaN passes
+    hs = HALF * e_hi                          # exact
+    sq = _mul(hs, e_hi)                       # e^2/2, rounded
+    sq_err = _fma(hs, e_hi, -sq)              # and its rounding error, exactly
+    a = e_hi - sq                             # e - e^2/2 (at least half the result)
+    a_err = (e_hi - a) - sq                   # and its rounding error (Fast2Sum: e >= e^2/2)
+    h = _mul(e_hi, _softplus_g2(e_hi))        # 2 e G: e^3 G = (e^2/2) h, a sixth of the result at most
+    small = _fma(sq, h, (a_err - sq_err) + e_lo)
+    s, err = _fast_two_sum(x if x > ZERO else ZERO, a)
+    return s + (err + small) if s <= FLT_MAX else s   # x = +inf: inf - inf in the sum's error
 
 
 @njit(**_JIT)

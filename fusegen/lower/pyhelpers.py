@@ -11,13 +11,15 @@ backend wraps every name in ``HELPER_NAMES`` as an inlined device or njit functi
 """
 from __future__ import annotations
 
+import re
+
 from ..plan.exprs import VMATH_NUMBA_IMPORTS
 
 def vmath_imports(body: str) -> str:
     """The import line of fusegen.vmath's float32 functions that a generated CPU ``body`` calls
     (``_<name>_f32(``), or "" when it calls none: a kernel without them never imports (and
     decorates) the vmath module, 15 ms of a warm start."""
-    used = [n for n in VMATH_NUMBA_IMPORTS if f"_{n}_f32(" in body]
+    used = [n for n in VMATH_NUMBA_IMPORTS if re.search(rf"(?<!\w)_{n}_f32\(", body)]   # (not tanh_softplus for softplus)
     if not used:
         return ""
     return "from fusegen.vmath_numba import " + ", ".join(f"{n}_f32 as _{n}_f32" for n in used) + "\n"

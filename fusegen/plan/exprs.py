@@ -15,7 +15,7 @@ from ..dtypes import DType
 from ..errors import FusegenError
 from ..graph.cplx import REAL_RESULT
 from ..ir import PIECEWISE, VIEWS, Node, Op, Spec
-from .fusedmath import TANH_SOFTPLUS, bound_select, fused_row, softplus_of
+from .fusedmath import SOFTPLUS, TANH_SOFTPLUS, bound_select, fused_row, softplus_of
 from .paths import is_param
 
 # The C-like base table. NaN handling follows NumPy: maximum/minimum propagate NaN,
@@ -446,20 +446,23 @@ def _vmath_call(prefix: str, name: str) -> str:
 
 PY_F32_ROWS.update({op: _vmath_call("_", n) for op, n in VMATH_OPS.items()})
 CPP_F32_ROWS.update({op: _vmath_call("fg::", n) for op, n in VMATH_OPS.items()})
-# chains computed as one float32-lane function (plan/fusedmath.py; in the C++ "tanh" block)
-PY_F32_ROWS[TANH_SOFTPLUS] = _vmath_call("_", TANH_SOFTPLUS)
-CPP_F32_ROWS[TANH_SOFTPLUS] = _vmath_call("fg::", TANH_SOFTPLUS)
+# chains computed as one float32-lane function (plan/fusedmath.py; vmath.FUSED_F32)
+for _name in (TANH_SOFTPLUS, SOFTPLUS):
+    PY_F32_ROWS[_name] = _vmath_call("_", _name)
+    CPP_F32_ROWS[_name] = _vmath_call("fg::", _name)
 #: the vmath functions generated Numba sources may import (``_<name>_f32``)
-VMATH_NUMBA_IMPORTS = (*VMATH_BASE.values(), *VMATH_OPS.values(), TANH_SOFTPLUS)
+VMATH_NUMBA_IMPORTS = (*VMATH_BASE.values(), *VMATH_OPS.values(), TANH_SOFTPLUS, SOFTPLUS)
 
 
 def vmath_functions(nodes) -> tuple[str, ...]:
     """The vmath functions an op's C++ may call: exp, tanh and sigmoid (the base rows), those
     of its nodes in ``VMATH_OPS`` (whatever their dtype: the emitted file serves every dtype
-    combination), and tanh_softplus where a tanh reads a softplus (plan/fusedmath.py)."""
+    combination), softplus where a node is one, and tanh_softplus where a tanh reads one
+    (plan/fusedmath.py)."""
     used = dict.fromkeys(VMATH_BASE.values())
     used.update(dict.fromkeys(VMATH_OPS[n.op] for n in nodes if n.op in VMATH_OPS))
     used.update(dict.fromkeys(TANH_SOFTPLUS for n in nodes if n.op is Op.TANH and softplus_of(n.srcs[0]) is not None))
+    used.update(dict.fromkeys(SOFTPLUS for n in nodes if softplus_of(n) is not None))
     return tuple(used)
 
 

@@ -11,6 +11,12 @@ no intermediate rounding to amplify.
   ``vmath_lanes.tanh_softplus_f32``. softplus may be spelled ``max(x, 0) + log1p(exp(-|x|))`` (in
   either order, ``relu(x)`` for the max), ``log1p(exp(x))``, ``log(1 + exp(x))`` or
   ``logaddexp(x, 0)``.
+* ``softplus(x)`` itself, in the same spellings (softplus, mish's outside the tanh):
+  ``vmath_lanes.softplus_f32``, ``max(x, 0) + log1p(e)`` with ``e = exp(-|x|)`` in (0, 1], where
+  log1p needs no argument reduction (``e - e^2/2 + e^3 G(e)``): one exp and one polynomial where the
+  composition takes exp, then log1p's reduction, polynomial and special cases. The spellings that
+  overflow in float32 (``log1p(exp(x))``, ``log(1 + exp(x))``: inf from x = 88.7 on) give x there,
+  as the float64 composition does.
 * ``1 + tanh(u)`` (the tanh GELU's) = ``2 sigmoid(2u)``: the scalings by 2 are exact, so the
   result is sigmoid's (within 1 ulp), where adding 1 to a rounded tanh loses the digits 1 + tanh
   cancels for negative u; and sigmoid costs less than tanh.
@@ -24,8 +30,9 @@ from __future__ import annotations
 
 from ..ir import Node, Op
 
-#: the row key of tanh(softplus(x)) in a dialect's float32 rows
+#: the row keys of tanh(softplus(x)) and softplus(x) in a dialect's float32 rows
 TANH_SOFTPLUS = "tanh_softplus"
+SOFTPLUS = "softplus"
 
 
 def _const(n: Node, value: float) -> bool:
@@ -75,6 +82,10 @@ def fused_row(node: Node, f32_rows: dict) -> tuple[str, Node, float] | None:
         x = softplus_of(node.srcs[0])
         if x is not None:
             return f32_rows[TANH_SOFTPLUS], x, 1.0
+    if SOFTPLUS in f32_rows:
+        x = softplus_of(node)
+        if x is not None:
+            return f32_rows[SOFTPLUS], x, 1.0
     if node.op is Op.ADD and Op.SIGMOID in f32_rows:
         t = _other(node, lambda s: _const(s, 1))
         if t is not None and t.op is Op.TANH:
