@@ -8,11 +8,9 @@ import numpy as np
 from numba import prange
 from fusegen.pyhelpers_numba import _fmax, _fmin, _fg_floor_divide, _fg_remainder, _fg_floor_divide_int, _fg_remainder_int, _fg_shl, _fg_shr, _fg_shr_u, _fg_logaddexp, _fg_trunc, _fg_rint, _fg_row, _fg_flat, _fg_maximum, _fg_minimum, _fg_wide
 from fusegen.vmath_numba import exp_f32 as _exp_f32
-def kernel(x0, ws0, ws1, out0, meta):
+def kernel(x0, out0, meta):
     # stages 0, 1, 2 of op softmax, row mode
     x0_ = _fg_flat(x0)
-    ws0_ = _fg_flat(ws0)
-    ws1_ = _fg_flat(ws1)
     out0_ = _fg_flat(out0)
     nO = meta[0]; nRO = meta[1]; RI = meta[2]; I = meta[3]
     ntiles = meta[4]; TILE = meta[5]; ROT = meta[7]; count = meta[8]
@@ -55,7 +53,7 @@ def kernel(x0, ws0, ws1, out0, meta):
             for ri in range(r_hi - r_lo):
                 acc0 = _fg_maximum(acc0, v_x0[ri])
         r0 = acc0
-        ws0_[b_ws0] = r0
+        k_ws0 = r0
         # stage 1: sum reduction
         acc0 = np.float32(0.0)
         for ro in range(ROT):
@@ -72,7 +70,7 @@ def kernel(x0, ws0, ws1, out0, meta):
                 c_ws0 += ix * meta[SB + 1 * W + nO + d]
                 c_out0 += ix * meta[SB + 3 * W + nO + d]
             v_x0 = _fg_row(x0_, c_x0 + r_lo)
-            s_ws0 = ws0_[c_ws0 + 0]
+            s_ws0 = k_ws0
             v_out0 = _fg_row(out0_, c_out0 + r_lo)
             for ri in range(r_hi - r_lo):
                 s1_0 = (v_x0[ri] - s_ws0)
@@ -80,7 +78,7 @@ def kernel(x0, ws0, ws1, out0, meta):
                 acc0 += s1_1
                 v_out0[ri] = s1_1
         r0 = acc0
-        ws1_[b_ws1] = r0
+        k_ws1 = r0
         # stage 2: output 0
         for ro in range(ROT):
             c_ws1 = b_ws1
@@ -93,7 +91,7 @@ def kernel(x0, ws0, ws1, out0, meta):
                 rem = q
                 c_ws1 += ix * meta[SB + 2 * W + nO + d]
                 c_out0 += ix * meta[SB + 3 * W + nO + d]
-            s_ws1 = ws1_[c_ws1 + 0]
+            s_ws1 = k_ws1
             v_out0 = _fg_row(out0_, c_out0 + r_lo)
             for ri in range(r_hi - r_lo):
                 s2_0 = (v_out0[ri] / s_ws1)
