@@ -145,12 +145,18 @@ class GroupSource:
             w("        i0 = (u - (u // ntiles) * ntiles) * TILE")
             w("        r_lo = 0")
             w("        r_hi = RI")
-        else:
+        elif self.split:
             w("        o = t // (ntiles * nsplit)")
             w("        u = t - o * (ntiles * nsplit)")
             w("        i0 = (u // nsplit) * TILE")
             w("        r_lo = (u - (u // nsplit) * nsplit) * chunk")
             w("        r_hi = min(RI, r_lo + chunk)")
+        else:   # (nsplit is 1: no divisions for it, a few per task that count at a tiny shape)
+            # (row mode: one tile; a copy, not an alias: parfors refuse a write to the loop index)
+            w("        o = t + 0" if self.mode == "row" else "        o = t // ntiles")
+            w("        i0 = 0" if self.mode == "row" else "        i0 = (t - o * ntiles) * TILE")
+            w("        r_lo = 0")
+            w("        r_hi = RI")
         w("        n = min(TILE, I - i0)")
         alloc_at = len(self.lines)
         if self.block > 1:   # the block's rows, each run as a task of one row would be
@@ -294,14 +300,18 @@ class GroupSource:
         """Add the offsets of flat ``index`` over ``ndims`` dims (extents and strides at
         ``offset`` in meta) to each operand's ``<target>_<name>`` base."""
         w = self.lines.append
-        w(f"{pad}rem = {index}")
-        w(f"{pad}for d in range({ndims} - 1, -1, -1):")
-        w(f"{pad}    e = meta[{HEADER} + {offset}d]")
-        w(f"{pad}    q = rem // e")
-        w(f"{pad}    ix = rem - q * e")
-        w(f"{pad}    rem = q")
+        w(f"{pad}if {ndims} == 1:   # (the common case, without a division)")
         for o in ops:
-            w(f"{pad}    {target}_{o.name} += ix * meta[SB + {o.k} * W + {offset}d]")
+            w(f"{pad}    {target}_{o.name} += {index} * meta[SB + {o.k} * W + {offset}0]")
+        w(f"{pad}else:")
+        w(f"{pad}    rem = {index}")
+        w(f"{pad}    for d in range({ndims} - 1, -1, -1):")
+        w(f"{pad}        e = meta[{HEADER} + {offset}d]")
+        w(f"{pad}        q = rem // e")
+        w(f"{pad}        ix = rem - q * e")
+        w(f"{pad}        rem = q")
+        for o in ops:
+            w(f"{pad}        {target}_{o.name} += ix * meta[SB + {o.k} * W + {offset}d]")
 
     def _combine_partials(self, st):
         """After the split tasks: fold each output's partial accumulators, then finish as
