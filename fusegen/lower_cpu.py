@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .ir import Node, Op, Spec, nodes_of
-from .lower import cpu_fold, cpu_inplace, cpu_moments, cpu_rows, cpu_scans, cpu_splits
+from .lower import cpu_fold, cpu_inplace, cpu_kept, cpu_moments, cpu_rows, cpu_scans, cpu_splits
 from .lower import rng as rnglower
 from .lower.cpu_layout import HEADER, OperandSlot, index_text, meta_array, stride_pattern, view_text  # noqa: F401  (HEADER, meta_array: part of the face)
 from .lower.gathers import GatherSlots
@@ -37,7 +37,7 @@ class GroupSource:
     """Builds the source of one group function."""
 
     def __init__(self, plan: Plan, spec: Spec, run: GroupRun, pattern: tuple, mode: str, parallel: bool,
-                 split: bool = False, block: int = 1, rows: bool = False):
+                 split: bool = False, block: int = 1, rows: bool = False, single: frozenset = frozenset()):
         self.plan, self.spec, self.run, self.mode, self.parallel = plan, spec, run, mode, parallel
         # rows: one box of a ``plan.boxrows.BoxRows``, run for the row whose offsets (``r_<name>``,
         # one per operand) its driver passes
@@ -55,6 +55,7 @@ class GroupSource:
                              "iota" if key[0] == "iota" else ("modular" if inner is not None else "array"))
                     for k, (key, p, inner) in enumerate(zip(run.operands, pattern, inners))}
         self.active = run.active or [True] * len(run.operands)
+        self.invariant = [p[2] for p in pattern]
         # the group's accesses: which operand a loaded leaf is in its view context, where a
         # reduction's result goes
         self.slot_of = {id(a.node): a.slot for st in self._stages() for a in st.reads}
@@ -73,6 +74,11 @@ class GroupSource:
         self.fills = rnglower.LoopFills(spec, run.variant, self._counter_operand)
         self.rng = self.fills.text
         self.pairs = cpu_moments.group_pairs(self) if mode == "row" and not split else {}
+        # workspaces this group alone writes and reads back in the same task: locals, not arrays
+        # (``single``: those no other group names; ``lower/cpu_kept``)
+        self.kept = cpu_kept.candidates(self, single)
+        for key in self.kept:
+            self.ops[key].kept = True
 
     def _stages(self):
         return [self.plan.stages[i] for i in self.run.stages]
@@ -81,7 +87,7 @@ class GroupSource:
         return f"p_{self.plan.opdef.graph.idx(n)}"
 
     def emit(self, fname: str) -> str:
-        args = [o.name for o in self.ops.values() if o.is_array] + ["meta"] + [f"a_{a}" for a in self.attrs]
+        args = [o.name for o in self.ops.values() if o.is_array and not o.kept] + ["meta"] + [f"a_{a}" for a in self.attrs]
         args += [self.param_name(n) for n in self.params]
         args += self.g.args() + ([f"r_{o.name}" for o in self.ops.values()] if self.rows else [])
         w = self.lines.append
@@ -94,7 +100,7 @@ class GroupSource:
                 f"%{self.plan.opdef.graph.idx(n)} {'constant' if p is None else f'source {p}'}"
                 for (n, _), p in self.run.variant.items()))
         for o in self.ops.values():
-            if o.is_array:
+            if o.is_array and not o.kept:
                 w(f"    {o.name}_ = _fg_flat({o.name})")
         w("    nO = meta[0]; nRO = meta[1]; RI = meta[2]; I = meta[3]")
         w("    ntiles = meta[4]; TILE = meta[5]; ROT = meta[7]; count = meta[8]")
@@ -139,12 +145,18 @@ class GroupSource:
             w("        i0 = (u - (u // ntiles) * ntiles) * TILE")
             w("        r_lo = 0")
             w("        r_hi = RI")
-        else:
+        elif self.split:
             w("        o = t // (ntiles * nsplit)")
             w("        u = t - o * (ntiles * nsplit)")
             w("        i0 = (u // nsplit) * TILE")
             w("        r_lo = (u - (u // nsplit) * nsplit) * chunk")
             w("        r_hi = min(RI, r_lo + chunk)")
+        else:   # (nsplit is 1: no divisions for it, a few per task that count at a tiny shape)
+            # (row mode: one tile; a copy, not an alias: parfors refuse a write to the loop index)
+            w("        o = t + 0" if self.mode == "row" else "        o = t // ntiles")
+            w("        i0 = 0" if self.mode == "row" else "        i0 = (t - o * ntiles) * TILE")
+            w("        r_lo = 0")
+            w("        r_hi = RI")
         w("        n = min(TILE, I - i0)")
         alloc_at = len(self.lines)
         if self.block > 1:   # the block's rows, each run as a task of one row would be
@@ -291,14 +303,18 @@ class GroupSource:
         """Add the offsets of flat ``index`` over ``ndims`` dims (extents and strides at
         ``offset`` in meta) to each operand's ``<target>_<name>`` base."""
         w = self.lines.append
-        w(f"{pad}rem = {index}")
-        w(f"{pad}for d in range({ndims} - 1, -1, -1):")
-        w(f"{pad}    e = meta[{HEADER} + {offset}d]")
-        w(f"{pad}    q = rem // e")
-        w(f"{pad}    ix = rem - q * e")
-        w(f"{pad}    rem = q")
+        w(f"{pad}if {ndims} == 1:   # (the common case, without a division)")
         for o in ops:
-            w(f"{pad}    {target}_{o.name} += ix * meta[SB + {o.k} * W + {offset}d]")
+            w(f"{pad}    {target}_{o.name} += {index} * meta[SB + {o.k} * W + {offset}0]")
+        w(f"{pad}else:")
+        w(f"{pad}    rem = {index}")
+        w(f"{pad}    for d in range({ndims} - 1, -1, -1):")
+        w(f"{pad}        e = meta[{HEADER} + {offset}d]")
+        w(f"{pad}        q = rem // e")
+        w(f"{pad}        ix = rem - q * e")
+        w(f"{pad}        rem = q")
+        for o in ops:
+            w(f"{pad}        {target}_{o.name} += ix * meta[SB + {o.k} * W + {offset}d]")
 
     def _combine_partials(self, st):
         """After the split tasks: fold each output's partial accumulators, then finish as
@@ -338,7 +354,8 @@ class GroupSource:
             w(f"{pad}r{j} = {val}")
             results[id(r)] = f"r{j}"
             for dst in self.result_targets(r):
-                w(f"{pad}{dst.name}_[b_{dst.name}] = {self.store_result(r, dst, f'r{j}')}")
+                at = f"k_{dst.name}" if dst.kept else f"{dst.name}_[b_{dst.name}]"
+                w(f"{pad}{at} = {self.store_result(r, dst, f'r{j}')}")
         ew = ExprWriter(self.spec, PYTHON, lambda n, ctx=(): results[id(n)] if n.op is Op.REDUCE else self._attr(n),
                         prefix=f"f{st.index if tag is None else tag}_")
         outs = [(self.ops[("out", k)], n, ew.value(n)) for k, n in (st.finals if finals is None else finals)]
@@ -450,13 +467,17 @@ def _nodes_of(st) -> list[Node]:
 # Compilation (``lower/cpu_module``: the file, its header and the njit wrapping)
 # ---------------------------------------------------------------------------------------------
 def compile_group(plan: Plan, spec: Spec, run: GroupRun, parallel: bool, split: bool = False,
-                  block: int = 1) -> GroupKernel:
+                  block: int = 1, single: frozenset = frozenset()) -> GroupKernel:
     """Generate, write, import and JIT the function for one fused group (``block``: rows per task
-    where it runs in blocks, ``rt.policy.choose_block``)."""
-    gs = _source(plan, spec, run, parallel, split, block)
+    where it runs in blocks, ``rt.policy.choose_block``; ``single``: the workspaces no other group
+    names, which it may keep in locals, ``lower/cpu_kept``; ``GroupKernel.kept`` says which it did)."""
+    gs = _source(plan, spec, run, parallel, split, block, single=single)
     body = gs.emit("kernel")
+    if cpu_kept.leaks(body, [gs.ops[key].name for key in gs.kept]):
+        gs = _source(plan, spec, run, parallel, split, block)
+        body = gs.emit("kernel")
     src, mod = build_module(plan, spec, body, [gs], parallel)
-    return GroupKernel(src, mod.__file__, mod.kernel, tuple(gs.attrs), tuple(gs.params), gs.g)
+    return GroupKernel(src, mod.__file__, mod.kernel, tuple(gs.attrs), tuple(gs.params), gs.g, gs.kept)
 
 
 def compile_rows(plan: Plan, spec: Spec, rows: BoxRows, parallel: bool) -> GroupKernel:
@@ -470,6 +491,6 @@ def compile_rows(plan: Plan, spec: Spec, rows: BoxRows, parallel: bool) -> Group
     return GroupKernel(src, mod.__file__, mod.kernel, tuple(gs.attrs), tuple(gs.params), gs.g)
 
 
-def _source(plan, spec, run, parallel, split=False, block=1, rows=False) -> GroupSource:
+def _source(plan, spec, run, parallel, split=False, block=1, rows=False, single=frozenset()) -> GroupSource:
     mode = "row" if run.layout.inner == 1 else "col"
-    return GroupSource(plan, spec, run, stride_pattern(run), mode, parallel, split, block, rows)
+    return GroupSource(plan, spec, run, stride_pattern(run), mode, parallel, split, block, rows, single)

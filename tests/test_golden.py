@@ -71,6 +71,7 @@ def numba_sources() -> dict[str, str]:
     import fusegen as fg
     import fusegen.examples as ex
     from fusegen import lower_cpu, lower_cuda
+    from fusegen.lower.cpu_kept import shared_counts
     from fusegen.plan import build_plan, schedule
 
     cases = [  # (name, op, dtypes, shapes, attrs, parallel, split)
@@ -87,9 +88,11 @@ def numba_sources() -> dict[str, str]:
     for name, op, dtypes, shapes, attrs, parallel, split in cases:
         plan = build_plan(op)
         spec = fg.infer(op, dtypes, shapes, op.bind_attrs(attrs))
-        runs = schedule(plan, spec)
+        runs = list(schedule(plan, spec))
+        # the workspaces no other group names, as the executor passes them (lower/cpu_kept)
+        single = frozenset(k for k, n in shared_counts(runs).items() if n == 1)
         for g, run in enumerate(runs):
-            gk = lower_cpu.compile_group(plan, spec, run, parallel, split)
+            gk = lower_cpu.compile_group(plan, spec, run, parallel, split, single=single)
             out[f"numba-cpu/{name}.group{g}.py"] = gk.source
         # (numba-cuda plans without stored shared values: fusegen.plan.shared)
         cuda_plan = build_plan(op, share=False)

@@ -132,18 +132,33 @@ def test_list_attributes_are_accepted_uncached(rng):
 
 
 def test_workspaces_are_reused_between_calls(rng):
+    # along axis 0 (col mode) the max and the sum are arrays the later loops read by column
     k = fg.compile(ex.softmax)
     x = sample(rng, (5, 6), "float32")
-    k(x)
+    k(x, axis=0)
     (call,) = k._calls.values()
     assert len(call.ws) == 2                        # max and sum: declared by the plan
     assert len(call.pool) == 1
     ws = call.pool[0]
-    assert [w.shape for w in ws] == [(5, 1), (5, 1)] and all(w.dtype == np.float32 for w in ws)
+    assert [w.shape for w in ws] == [(1, 6), (1, 6)] and all(w.dtype == np.float32 for w in ws)
     ids = [id(w) for w in ws]
     for _ in range(3):
-        assert_close(k(x), np_ref(_softmax, x))
+        assert_close(k(x, axis=0), np_ref(_softmax, x, axis=0))
     assert len(call.pool) == 1 and [id(w) for w in call.pool[0]] == ids  # the same arrays
+
+
+def test_row_statistics_read_back_in_the_same_task_are_locals(rng):
+    """A row-mode group that writes a reduction and reads it back in the same task (softmax's max
+    and sum, a layer norm's mean and variance) keeps it in a local: no workspace array, no pool;
+    one read by another group stays an array (``lower/cpu_kept``)."""
+    for op, shape in ((ex.softmax, (5, 6)), (ex.layer_norm, (3, 7)), (ex.rms_norm, (4, 5))):
+        k = fg.compile(op)
+        args = [sample(rng, shape, "float32")] + ([sample(rng, shape[-1:], "float32")] if op is ex.rms_norm else [])
+        k(*args)
+        (call,) = k._calls.values()
+        assert call.ws == [] and call.pool == [], op.name
+        assert all("ws" not in name for g in call.groups for name in g.source.split("def kernel(")[1].split(")")[0].split(", "))
+    assert_close(k(*args), np_ref(lambda x, w: x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + 1e-6) * w, *args))
 
 
 def test_outputs_are_fresh_arrays_each_call(rng):

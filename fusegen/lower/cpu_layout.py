@@ -48,6 +48,7 @@ class OperandSlot:
     k: int           # operand index in meta
     kind: str = "array"   # "array"; "iota": the address is the value; "modular": the address is a
                           # linear index, unravelled per element over the map's digits
+    kept: bool = False    # a workspace the group keeps in a local, ``k_<name>`` (lower/cpu_kept)
 
     @property
     def is_array(self) -> bool:
@@ -57,7 +58,7 @@ class OperandSlot:
 def view_text(o: OperandSlot, cls, at: str, stride: str, prefix: str = "") -> str:
     """The per-loop view of operand ``o`` whose hot-loop stride class is ``cls``."""
     if cls == 0 and o.key[0] != "out" and not prefix:
-        return f"s_{o.name} = {o.name}_[{at}]"
+        return f"s_{o.name} = {f'k_{o.name}' if o.kept else f'{o.name}_[{at}]'}"
     if cls == "n":
         return f"{prefix or 'v'}_{o.name} = {o.name}_[{at}::{stride}]"
     if cls == 0:

@@ -24,6 +24,7 @@ class GroupKernel:
     attrs: tuple           # attribute names, in the order the function takes them
     params: tuple = ()     # static scalars (dims) the function takes after the attributes
     gathers: object = None  # fusegen.lower.gathers.GatherSlots: what the function's gathers take
+    kept: frozenset = frozenset()   # workspace operands kept in locals: not arguments (lower/cpu_kept)
 
 
 def build_module(plan, spec, body: str, sources: list, parallel: bool, boxes: int = 0):

@@ -59,7 +59,7 @@ def pivot_lines(gs, st, pair: CenteredPair, acc, pad: str) -> list[str]:
         if is_param(n):
             return gs.param_name(n)
         o = gs.ops[gs.operand(n, ctx)]
-        return f"{o.name}_[b_{o.name}]"
+        return f"k_{o.name}" if o.kept else f"{o.name}_[b_{o.name}]"
     ew = ExprWriter(gs.spec, PYTHON, leaf, prefix=f"k{st.index}_")
     k = ew.value(pair.e, acc)
     return [f"{pad}piv{st.index} = {PYTHON.literal(0.0, acc)}", f"{pad}if count > 0:"] + \

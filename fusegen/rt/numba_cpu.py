@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
+from ..lower.cpu_kept import shared_counts
 from ..lower.cpu_rows import rows_meta
 from ..lower_cpu import compile_group, compile_rows, meta_array
 from ..plan import schedule
@@ -58,7 +59,9 @@ class NumbaCpuExecutor(Executor):
         plan = self.kernel.plan
         nthreads = num_threads()
         groups = []
-        for run in schedule(plan, spec, regroup=True, rows=True):
+        runs = list(schedule(plan, spec, regroup=True, rows=True))
+        single = frozenset(k for k, n in shared_counts(runs).items() if n == 1)
+        for run in runs:
             if isinstance(run, BoxRows):   # boxes a row at a time: one function, a task per row
                 big = run.rows * sum(int(np.prod(b.dom)) for b in run.boxes) >= PARALLEL_THRESHOLD
                 gk = compile_rows(plan, spec, run, big and nthreads > 1)
@@ -75,11 +78,16 @@ class NumbaCpuExecutor(Executor):
                 rows = run.layout.o_ext[-1]
                 ntasks = ntasks // rows * -(-rows // block)
             parallel = big and ntasks > 1
-            gk = compile_group(plan, spec, run, parallel, nsplit > 1, block)
-            groups.append(Group(gk.func, meta, tuple(k[:2] for k in run.operands if k[0] != "iota"), gk.attrs,
+            gk = compile_group(plan, spec, run, parallel, nsplit > 1, block, single)
+            groups.append(Group(gk.func, meta, tuple(k[:2] for k in run.operands if k[0] != "iota" and k not in gk.kept),
+                                gk.attrs,
                                 gk.source, tuple(spec.of(n).value for n in gk.params) + gather_args(gk, spec),
                                 gather_error(plan.opdef, spec, tuple(gk.gathers.checks))))
-        ws = [(spec.of(b).shape, reg_dtype(spec.of(b).acc).np) for b in plan.buffers]
+        # the workspaces a group still takes as arrays (the others it keeps in locals), renumbered
+        used = sorted({i for grp in groups for k, i in grp.sources if k == "buf"})
+        ws = [(spec.of(plan.buffers[i]).shape, reg_dtype(spec.of(plan.buffers[i]).acc).np) for i in used]
+        for grp in groups:
+            grp.sources = tuple(("buf", used.index(i)) if k == "buf" else (k, i) for k, i in grp.sources)
         call = NumbaCpuCall(spec.out_shapes, tuple(d.np for d in spec.out_dtypes), bound,
                             reg_out_dtypes=tuple(reg_dtype(d).np for d in spec.out_dtypes),
                             in_reg=tuple(np.dtype(np.float32) if a.dtype == np.float16 else None for a in arrs),
@@ -134,37 +142,54 @@ def make_runner(op, call: NumbaCpuCall):
     fresh = None
     if call.reg_out_dtypes == call.out_dtypes and all(conv is None for conv in call.in_reg):
         fresh = fastcall.fresh_outputs(nin, list(zip(call.out_shapes, call.out_dtypes)))
-    pad = "    "
     call.fresh = fresh
-    if fresh is not None:
+    if fresh is not None:   # the common call: every output fresh, returned as the C call made them
         g["_fresh"], g["_F"] = fresh
-        lines.append(f"    r = _fresh(_F{''.join(f', a{i}' for i in range(nin))}) if out is None else False")
-        lines.append("    if r is False:")
-        pad = "        "
+        lines += ["    if out is None:",
+                  f"        r = _fresh(_F{''.join(f', a{i}' for i in range(nin))})",
+                  "        if r is not False:",
+                  f"            {'o0' if nout == 1 else outs} = r"]
+        lines += _kernel_calls(call, g, "            ")
+        lines.append(f"            return {'(r,)' if op.multi_output and nout == 1 else 'r'}")
     for i, conv in enumerate(call.in_reg):
-        lines.append(f"{pad}if type(a{i}) is not _nd:")
-        lines.append(f"{pad}    a{i} = np.asarray(a{i})")
+        lines.append(f"    if type(a{i}) is not _nd:")
+        lines.append(f"        a{i} = np.asarray(a{i})")
         if conv is not None:  # float16: Numba has no CPU float16, the kernel reads float32
             g[f"_c{i}"] = conv
-            lines.append(f"{pad}a{i} = a{i}.astype(_c{i}, order=\"C\")  # what the entry point is typed for")
+            lines.append(f"    a{i} = a{i}.astype(_c{i}, order=\"C\")  # what the entry point is typed for")
         else:
-            lines.append(f"{pad}f{i} = a{i}.flags")
-            lines.append(f"{pad}if not (f{i}.c_contiguous and f{i}.aligned):")
-            lines.append(f"{pad}    a{i} = _behaved(a{i})")
-    lines.append(f"{pad}if out is None:")
+            lines.append(f"    f{i} = a{i}.flags")
+            lines.append(f"    if not (f{i}.c_contiguous and f{i}.aligned):")
+            lines.append(f"        a{i} = _behaved(a{i})")
+    lines.append("    if out is None:")
     for k, (shp, d) in enumerate(zip(call.out_shapes, call.reg_out_dtypes)):
         g[f"_S{k}"], g[f"_D{k}"] = tuple(shp), d
-        lines.append(f"{pad}    o{k} = _empty(_S{k}, _D{k})")
-    lines.append(f"{pad}else:")
-    lines.append(f"{pad}    {outs} = _outputs(out)")
-    if fresh is not None:
-        lines.append("    else:")
-        lines.append(f"        {'o0' if nout == 1 else outs} = r")
+        lines.append(f"        o{k} = _empty(_S{k}, _D{k})")
+    lines.append("    else:")
+    lines.append(f"        {outs} = _outputs(out)")
+    lines += _kernel_calls(call, g, "    ")
+    if call.reg_out_dtypes != call.out_dtypes:
+        lines.append(f"    return _finish([{outs}], out)")
+    else:
+        lines.append("    if out is not None:")
+        lines.append(f"        return _finish([{outs}], out)")
+        lines.append(f"    return {'(' + outs + ')' if op.multi_output else 'o0'}")
+    src = "\n".join(lines) + "\n"
+    exec(builtins.compile(src, f"<fusegen runner {op.name}>", "exec"), g)
+    run = g["run"]
+    run.source = src
+    return run
+
+
+def _kernel_calls(call: NumbaCpuCall, g: dict, pad: str) -> list[str]:
+    """The runner's calls of its groups' entry points at indent ``pad`` (the names they use set
+    in ``g``), with the workspaces from the pool around them."""
+    lines = []
     if call.ws:
-        lines.append("    try:")  # pop, not check-then-pop: another thread may empty the pool between
-        lines.append("        ws = _pool.pop()")
-        lines.append("    except IndexError:")
-        lines.append("        ws = [np.empty(s, d) for s, d in _call.ws]")
+        lines.append(f"{pad}try:")  # pop, not check-then-pop: another thread may empty the pool between
+        lines.append(f"{pad}    ws = _pool.pop()")
+        lines.append(f"{pad}except IndexError:")
+        lines.append(f"{pad}    ws = [np.empty(s, d) for s, d in _call.ws]")
     names = {"in": "a", "out": "o"}
     for j, grp in enumerate(call.groups):
         g[f"_f{j}"], g[f"_m{j}"] = grp.entry or grp.func, grp.meta
@@ -177,25 +202,15 @@ def make_runner(op, call: NumbaCpuCall):
             g[f"_P{j}_{i}"] = v
             args.append(f"_P{j}_{i}")
         if grp.on_error is None:
-            lines.append(f"    _f{j}({', '.join(args)})")
+            lines.append(f"{pad}_f{j}({', '.join(args)})")
         else:
             g[f"_E{j}"] = grp.on_error
-            lines.append(f"    _r{j} = _f{j}({', '.join(args)})")
-            lines.append(f"    if _r{j}[0]:")
-            lines.append(f"        _E{j}(_r{j})")
+            lines.append(f"{pad}_r{j} = _f{j}({', '.join(args)})")
+            lines.append(f"{pad}if _r{j}[0]:")
+            lines.append(f"{pad}    _E{j}(_r{j})")
     if call.ws:
-        lines.append("    _pool.append(ws)")
-    if call.reg_out_dtypes != call.out_dtypes:
-        lines.append(f"    return _finish([{outs}], out)")
-    else:
-        lines.append("    if out is not None:")
-        lines.append(f"        return _finish([{outs}], out)")
-        lines.append(f"    return {'(' + outs + ')' if op.multi_output else 'o0'}")
-    src = "\n".join(lines) + "\n"
-    exec(builtins.compile(src, f"<fusegen runner {op.name}>", "exec"), g)
-    run = g["run"]
-    run.source = src
-    return run
+        lines.append(f"{pad}_pool.append(ws)")
+    return lines
 
 
 # --- gathers (issue #17) -------------------------------------------------------------------------

@@ -18,37 +18,45 @@ def kernel(x0, x1, out0, meta):
     ntasks = meta[6] * ntiles * nsplit
     for t in range(ntasks):
         _fg_wide()   # LLVM: 512-bit vectors where the CPU has them (fusegen/pyhelpers_numba.py)
-        o = t // (ntiles * nsplit)
-        u = t - o * (ntiles * nsplit)
-        i0 = (u // nsplit) * TILE
-        r_lo = (u - (u // nsplit) * nsplit) * chunk
-        r_hi = min(RI, r_lo + chunk)
+        o = t + 0
+        i0 = 0
+        r_lo = 0
+        r_hi = RI
         n = min(TILE, I - i0)
         b_x0 = i0 * meta[SB + 0 * W + nO + nRO + 1]
         b_x1 = i0 * meta[SB + 1 * W + nO + nRO + 1]
         b_out0 = i0 * meta[SB + 2 * W + nO + nRO + 1]
-        rem = o
-        for d in range(nO - 1, -1, -1):
-            e = meta[11 + d]
-            q = rem // e
-            ix = rem - q * e
-            rem = q
-            b_x0 += ix * meta[SB + 0 * W + d]
-            b_x1 += ix * meta[SB + 1 * W + d]
-            b_out0 += ix * meta[SB + 2 * W + d]
+        if nO == 1:   # (the common case, without a division)
+            b_x0 += o * meta[SB + 0 * W + 0]
+            b_x1 += o * meta[SB + 1 * W + 0]
+            b_out0 += o * meta[SB + 2 * W + 0]
+        else:
+            rem = o
+            for d in range(nO - 1, -1, -1):
+                e = meta[11 + d]
+                q = rem // e
+                ix = rem - q * e
+                rem = q
+                b_x0 += ix * meta[SB + 0 * W + d]
+                b_x1 += ix * meta[SB + 1 * W + d]
+                b_out0 += ix * meta[SB + 2 * W + d]
         # stage 0: sum reduction
         acc0 = np.float32(0.0)
         for ro in range(ROT):
             c_x0 = b_x0
             c_x1 = b_x1
-            rem = ro
-            for d in range(nRO - 1, -1, -1):
-                e = meta[11 + nO + d]
-                q = rem // e
-                ix = rem - q * e
-                rem = q
-                c_x0 += ix * meta[SB + 0 * W + nO + d]
-                c_x1 += ix * meta[SB + 1 * W + nO + d]
+            if nRO == 1:   # (the common case, without a division)
+                c_x0 += ro * meta[SB + 0 * W + nO + 0]
+                c_x1 += ro * meta[SB + 1 * W + nO + 0]
+            else:
+                rem = ro
+                for d in range(nRO - 1, -1, -1):
+                    e = meta[11 + nO + d]
+                    q = rem // e
+                    ix = rem - q * e
+                    rem = q
+                    c_x0 += ix * meta[SB + 0 * W + nO + d]
+                    c_x1 += ix * meta[SB + 1 * W + nO + d]
             v_x0 = _fg_row(x0_, c_x0 + r_lo)
             v_x1 = _fg_row(x1_, c_x1 + r_lo)
             for ri in range(r_hi - r_lo):

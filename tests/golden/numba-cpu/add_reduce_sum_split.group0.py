@@ -29,29 +29,38 @@ def kernel(x0, x1, out0, meta):
         b_x0 = i0 * meta[SB + 0 * W + nO + nRO + 1]
         b_x1 = i0 * meta[SB + 1 * W + nO + nRO + 1]
         b_out0 = i0 * meta[SB + 2 * W + nO + nRO + 1]
-        rem = o
-        for d in range(nO - 1, -1, -1):
-            e = meta[11 + d]
-            q = rem // e
-            ix = rem - q * e
-            rem = q
-            b_x0 += ix * meta[SB + 0 * W + d]
-            b_x1 += ix * meta[SB + 1 * W + d]
-            b_out0 += ix * meta[SB + 2 * W + d]
+        if nO == 1:   # (the common case, without a division)
+            b_x0 += o * meta[SB + 0 * W + 0]
+            b_x1 += o * meta[SB + 1 * W + 0]
+            b_out0 += o * meta[SB + 2 * W + 0]
+        else:
+            rem = o
+            for d in range(nO - 1, -1, -1):
+                e = meta[11 + d]
+                q = rem // e
+                ix = rem - q * e
+                rem = q
+                b_x0 += ix * meta[SB + 0 * W + d]
+                b_x1 += ix * meta[SB + 1 * W + d]
+                b_out0 += ix * meta[SB + 2 * W + d]
         # stage 0: sum reduction
         acc0 = part0[t]
         acc0[:n] = 0.0
         for ro in range(ROT):
             c_x0 = b_x0
             c_x1 = b_x1
-            rem = ro
-            for d in range(nRO - 1, -1, -1):
-                e = meta[11 + nO + d]
-                q = rem // e
-                ix = rem - q * e
-                rem = q
-                c_x0 += ix * meta[SB + 0 * W + nO + d]
-                c_x1 += ix * meta[SB + 1 * W + nO + d]
+            if nRO == 1:   # (the common case, without a division)
+                c_x0 += ro * meta[SB + 0 * W + nO + 0]
+                c_x1 += ro * meta[SB + 1 * W + nO + 0]
+            else:
+                rem = ro
+                for d in range(nRO - 1, -1, -1):
+                    e = meta[11 + nO + d]
+                    q = rem // e
+                    ix = rem - q * e
+                    rem = q
+                    c_x0 += ix * meta[SB + 0 * W + nO + d]
+                    c_x1 += ix * meta[SB + 1 * W + nO + d]
             ri = r_lo
             while ri + 4 <= r_hi:
                 x0_r0 = _fg_row(x0_, c_x0 + (ri) * x0_sri)
@@ -81,15 +90,20 @@ def kernel(x0, x1, out0, meta):
         b_x0 = 0
         b_x1 = 0
         b_out0 = 0
-        rem = o
-        for d in range(nO - 1, -1, -1):
-            e = meta[11 + d]
-            q = rem // e
-            ix = rem - q * e
-            rem = q
-            b_x0 += ix * meta[SB + 0 * W + d]
-            b_x1 += ix * meta[SB + 1 * W + d]
-            b_out0 += ix * meta[SB + 2 * W + d]
+        if nO == 1:   # (the common case, without a division)
+            b_x0 += o * meta[SB + 0 * W + 0]
+            b_x1 += o * meta[SB + 1 * W + 0]
+            b_out0 += o * meta[SB + 2 * W + 0]
+        else:
+            rem = o
+            for d in range(nO - 1, -1, -1):
+                e = meta[11 + d]
+                q = rem // e
+                ix = rem - q * e
+                rem = q
+                b_x0 += ix * meta[SB + 0 * W + d]
+                b_x1 += ix * meta[SB + 1 * W + d]
+                b_out0 += ix * meta[SB + 2 * W + d]
         acc0 = part0[o * nsplit]
         for s in range(1, nsplit):
             q0 = part0[o * nsplit + s]

@@ -23,11 +23,10 @@ def kernel(x0, out1, ws0, ws1, out2, out0, meta, a_eps):
     out0_sri = meta[SB + 5 * W + nO + nRO]
     for t in prange(ntasks):
         _fg_wide()   # LLVM: 512-bit vectors where the CPU has them (fusegen/pyhelpers_numba.py)
-        o = t // (ntiles * nsplit)
-        u = t - o * (ntiles * nsplit)
-        i0 = (u // nsplit) * TILE
-        r_lo = (u - (u // nsplit) * nsplit) * chunk
-        r_hi = min(RI, r_lo + chunk)
+        o = t // ntiles
+        i0 = (t - o * ntiles) * TILE
+        r_lo = 0
+        r_hi = RI
         n = min(TILE, I - i0)
         b_x0 = i0 * meta[SB + 0 * W + nO + nRO + 1]
         b_out1 = i0 * meta[SB + 1 * W + nO + nRO + 1]
@@ -35,29 +34,40 @@ def kernel(x0, out1, ws0, ws1, out2, out0, meta, a_eps):
         b_ws1 = i0 * meta[SB + 3 * W + nO + nRO + 1]
         b_out2 = i0 * meta[SB + 4 * W + nO + nRO + 1]
         b_out0 = i0 * meta[SB + 5 * W + nO + nRO + 1]
-        rem = o
-        for d in range(nO - 1, -1, -1):
-            e = meta[11 + d]
-            q = rem // e
-            ix = rem - q * e
-            rem = q
-            b_x0 += ix * meta[SB + 0 * W + d]
-            b_out1 += ix * meta[SB + 1 * W + d]
-            b_ws0 += ix * meta[SB + 2 * W + d]
-            b_ws1 += ix * meta[SB + 3 * W + d]
-            b_out2 += ix * meta[SB + 4 * W + d]
-            b_out0 += ix * meta[SB + 5 * W + d]
+        if nO == 1:   # (the common case, without a division)
+            b_x0 += o * meta[SB + 0 * W + 0]
+            b_out1 += o * meta[SB + 1 * W + 0]
+            b_ws0 += o * meta[SB + 2 * W + 0]
+            b_ws1 += o * meta[SB + 3 * W + 0]
+            b_out2 += o * meta[SB + 4 * W + 0]
+            b_out0 += o * meta[SB + 5 * W + 0]
+        else:
+            rem = o
+            for d in range(nO - 1, -1, -1):
+                e = meta[11 + d]
+                q = rem // e
+                ix = rem - q * e
+                rem = q
+                b_x0 += ix * meta[SB + 0 * W + d]
+                b_out1 += ix * meta[SB + 1 * W + d]
+                b_ws0 += ix * meta[SB + 2 * W + d]
+                b_ws1 += ix * meta[SB + 3 * W + d]
+                b_out2 += ix * meta[SB + 4 * W + d]
+                b_out0 += ix * meta[SB + 5 * W + d]
         # stage 0: mean reduction
         acc0 = np.full(n, np.float32(0.0), dtype=np.float32)
         for ro in range(ROT):
             c_x0 = b_x0
-            rem = ro
-            for d in range(nRO - 1, -1, -1):
-                e = meta[11 + nO + d]
-                q = rem // e
-                ix = rem - q * e
-                rem = q
-                c_x0 += ix * meta[SB + 0 * W + nO + d]
+            if nRO == 1:   # (the common case, without a division)
+                c_x0 += ro * meta[SB + 0 * W + nO + 0]
+            else:
+                rem = ro
+                for d in range(nRO - 1, -1, -1):
+                    e = meta[11 + nO + d]
+                    q = rem // e
+                    ix = rem - q * e
+                    rem = q
+                    c_x0 += ix * meta[SB + 0 * W + nO + d]
             ri = r_lo
             while ri + 4 <= r_hi:
                 x0_r0 = _fg_row(x0_, c_x0 + (ri) * x0_sri)
@@ -82,14 +92,18 @@ def kernel(x0, out1, ws0, ws1, out2, out0, meta, a_eps):
         for ro in range(ROT):
             c_x0 = b_x0
             c_ws0 = b_ws0
-            rem = ro
-            for d in range(nRO - 1, -1, -1):
-                e = meta[11 + nO + d]
-                q = rem // e
-                ix = rem - q * e
-                rem = q
-                c_x0 += ix * meta[SB + 0 * W + nO + d]
-                c_ws0 += ix * meta[SB + 2 * W + nO + d]
+            if nRO == 1:   # (the common case, without a division)
+                c_x0 += ro * meta[SB + 0 * W + nO + 0]
+                c_ws0 += ro * meta[SB + 2 * W + nO + 0]
+            else:
+                rem = ro
+                for d in range(nRO - 1, -1, -1):
+                    e = meta[11 + nO + d]
+                    q = rem // e
+                    ix = rem - q * e
+                    rem = q
+                    c_x0 += ix * meta[SB + 0 * W + nO + d]
+                    c_ws0 += ix * meta[SB + 2 * W + nO + d]
             ri = r_lo
             while ri + 4 <= r_hi:
                 x0_r0 = _fg_row(x0_, c_x0 + (ri) * x0_sri)
@@ -132,16 +146,22 @@ def kernel(x0, out1, ws0, ws1, out2, out0, meta, a_eps):
             c_ws0 = b_ws0
             c_ws1 = b_ws1
             c_out0 = b_out0
-            rem = ro
-            for d in range(nRO - 1, -1, -1):
-                e = meta[11 + nO + d]
-                q = rem // e
-                ix = rem - q * e
-                rem = q
-                c_x0 += ix * meta[SB + 0 * W + nO + d]
-                c_ws0 += ix * meta[SB + 2 * W + nO + d]
-                c_ws1 += ix * meta[SB + 3 * W + nO + d]
-                c_out0 += ix * meta[SB + 5 * W + nO + d]
+            if nRO == 1:   # (the common case, without a division)
+                c_x0 += ro * meta[SB + 0 * W + nO + 0]
+                c_ws0 += ro * meta[SB + 2 * W + nO + 0]
+                c_ws1 += ro * meta[SB + 3 * W + nO + 0]
+                c_out0 += ro * meta[SB + 5 * W + nO + 0]
+            else:
+                rem = ro
+                for d in range(nRO - 1, -1, -1):
+                    e = meta[11 + nO + d]
+                    q = rem // e
+                    ix = rem - q * e
+                    rem = q
+                    c_x0 += ix * meta[SB + 0 * W + nO + d]
+                    c_ws0 += ix * meta[SB + 2 * W + nO + d]
+                    c_ws1 += ix * meta[SB + 3 * W + nO + d]
+                    c_out0 += ix * meta[SB + 5 * W + nO + d]
             for ri in range(r_lo, r_hi):
                 v_x0 = _fg_row(x0_, c_x0 + ri * x0_sri)
                 v_ws0 = _fg_row(ws0_, c_ws0 + 0)

@@ -21,11 +21,10 @@ def kernel(x0, ws0, ws3, x1, x2, ws2, meta, a_eps):
     ntasks = meta[6] * ntiles * nsplit
     for t in range(ntasks):
         _fg_wide()   # LLVM: 512-bit vectors where the CPU has them (fusegen/pyhelpers_numba.py)
-        o = t // (ntiles * nsplit)
-        u = t - o * (ntiles * nsplit)
-        i0 = (u // nsplit) * TILE
-        r_lo = (u - (u // nsplit) * nsplit) * chunk
-        r_hi = min(RI, r_lo + chunk)
+        o = t + 0
+        i0 = 0
+        r_lo = 0
+        r_hi = RI
         n = min(TILE, I - i0)
         b_x0 = i0 * meta[SB + 0 * W + nO + nRO + 1]
         b_ws0 = i0 * meta[SB + 1 * W + nO + nRO + 1]
@@ -33,30 +32,41 @@ def kernel(x0, ws0, ws3, x1, x2, ws2, meta, a_eps):
         b_x1 = i0 * meta[SB + 3 * W + nO + nRO + 1]
         b_x2 = i0 * meta[SB + 4 * W + nO + nRO + 1]
         b_ws2 = i0 * meta[SB + 5 * W + nO + nRO + 1]
-        rem = o
-        for d in range(nO - 1, -1, -1):
-            e = meta[11 + d]
-            q = rem // e
-            ix = rem - q * e
-            rem = q
-            b_x0 += ix * meta[SB + 0 * W + d]
-            b_ws0 += ix * meta[SB + 1 * W + d]
-            b_ws3 += ix * meta[SB + 2 * W + d]
-            b_x1 += ix * meta[SB + 3 * W + d]
-            b_x2 += ix * meta[SB + 4 * W + d]
-            b_ws2 += ix * meta[SB + 5 * W + d]
+        if nO == 1:   # (the common case, without a division)
+            b_x0 += o * meta[SB + 0 * W + 0]
+            b_ws0 += o * meta[SB + 1 * W + 0]
+            b_ws3 += o * meta[SB + 2 * W + 0]
+            b_x1 += o * meta[SB + 3 * W + 0]
+            b_x2 += o * meta[SB + 4 * W + 0]
+            b_ws2 += o * meta[SB + 5 * W + 0]
+        else:
+            rem = o
+            for d in range(nO - 1, -1, -1):
+                e = meta[11 + d]
+                q = rem // e
+                ix = rem - q * e
+                rem = q
+                b_x0 += ix * meta[SB + 0 * W + d]
+                b_ws0 += ix * meta[SB + 1 * W + d]
+                b_ws3 += ix * meta[SB + 2 * W + d]
+                b_x1 += ix * meta[SB + 3 * W + d]
+                b_x2 += ix * meta[SB + 4 * W + d]
+                b_ws2 += ix * meta[SB + 5 * W + d]
         # stage 0: mean reduction, sum reduction
         acc0 = np.float32(0.0)
         acc1 = 0.0
         for ro in range(ROT):
             c_x0 = b_x0
-            rem = ro
-            for d in range(nRO - 1, -1, -1):
-                e = meta[11 + nO + d]
-                q = rem // e
-                ix = rem - q * e
-                rem = q
-                c_x0 += ix * meta[SB + 0 * W + nO + d]
+            if nRO == 1:   # (the common case, without a division)
+                c_x0 += ro * meta[SB + 0 * W + nO + 0]
+            else:
+                rem = ro
+                for d in range(nRO - 1, -1, -1):
+                    e = meta[11 + nO + d]
+                    q = rem // e
+                    ix = rem - q * e
+                    rem = q
+                    c_x0 += ix * meta[SB + 0 * W + nO + d]
             v_x0 = _fg_row(x0_, c_x0 + r_lo)
             for ri in range(r_hi - r_lo):
                 s0_0 = (v_x0[ri] * v_x0[ri])
@@ -75,16 +85,22 @@ def kernel(x0, ws0, ws3, x1, x2, ws2, meta, a_eps):
             c_x1 = b_x1
             c_x2 = b_x2
             c_ws0 = b_ws0
-            rem = ro
-            for d in range(nRO - 1, -1, -1):
-                e = meta[11 + nO + d]
-                q = rem // e
-                ix = rem - q * e
-                rem = q
-                c_x0 += ix * meta[SB + 0 * W + nO + d]
-                c_x1 += ix * meta[SB + 3 * W + nO + d]
-                c_x2 += ix * meta[SB + 4 * W + nO + d]
-                c_ws0 += ix * meta[SB + 1 * W + nO + d]
+            if nRO == 1:   # (the common case, without a division)
+                c_x0 += ro * meta[SB + 0 * W + nO + 0]
+                c_x1 += ro * meta[SB + 3 * W + nO + 0]
+                c_x2 += ro * meta[SB + 4 * W + nO + 0]
+                c_ws0 += ro * meta[SB + 1 * W + nO + 0]
+            else:
+                rem = ro
+                for d in range(nRO - 1, -1, -1):
+                    e = meta[11 + nO + d]
+                    q = rem // e
+                    ix = rem - q * e
+                    rem = q
+                    c_x0 += ix * meta[SB + 0 * W + nO + d]
+                    c_x1 += ix * meta[SB + 3 * W + nO + d]
+                    c_x2 += ix * meta[SB + 4 * W + nO + d]
+                    c_ws0 += ix * meta[SB + 1 * W + nO + d]
             v_x0 = _fg_row(x0_, c_x0 + r_lo)
             v_x1 = _fg_row(x1_, c_x1 + r_lo)
             v_x2 = _fg_row(x2_, c_x2 + r_lo)

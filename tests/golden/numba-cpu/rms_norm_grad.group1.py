@@ -19,41 +19,51 @@ def kernel(x1, x2, ws0, ws1, meta, a_eps):
     ntasks = meta[6] * ntiles * nsplit
     for t in range(ntasks):
         _fg_wide()   # LLVM: 512-bit vectors where the CPU has them (fusegen/pyhelpers_numba.py)
-        o = t // (ntiles * nsplit)
-        u = t - o * (ntiles * nsplit)
-        i0 = (u // nsplit) * TILE
-        r_lo = (u - (u // nsplit) * nsplit) * chunk
-        r_hi = min(RI, r_lo + chunk)
+        o = t // ntiles
+        i0 = (t - o * ntiles) * TILE
+        r_lo = 0
+        r_hi = RI
         n = min(TILE, I - i0)
         b_x1 = i0 * meta[SB + 0 * W + nO + nRO + 1]
         b_x2 = i0 * meta[SB + 1 * W + nO + nRO + 1]
         b_ws0 = i0 * meta[SB + 2 * W + nO + nRO + 1]
         b_ws1 = i0 * meta[SB + 3 * W + nO + nRO + 1]
-        rem = o
-        for d in range(nO - 1, -1, -1):
-            e = meta[11 + d]
-            q = rem // e
-            ix = rem - q * e
-            rem = q
-            b_x1 += ix * meta[SB + 0 * W + d]
-            b_x2 += ix * meta[SB + 1 * W + d]
-            b_ws0 += ix * meta[SB + 2 * W + d]
-            b_ws1 += ix * meta[SB + 3 * W + d]
+        if nO == 1:   # (the common case, without a division)
+            b_x1 += o * meta[SB + 0 * W + 0]
+            b_x2 += o * meta[SB + 1 * W + 0]
+            b_ws0 += o * meta[SB + 2 * W + 0]
+            b_ws1 += o * meta[SB + 3 * W + 0]
+        else:
+            rem = o
+            for d in range(nO - 1, -1, -1):
+                e = meta[11 + d]
+                q = rem // e
+                ix = rem - q * e
+                rem = q
+                b_x1 += ix * meta[SB + 0 * W + d]
+                b_x2 += ix * meta[SB + 1 * W + d]
+                b_ws0 += ix * meta[SB + 2 * W + d]
+                b_ws1 += ix * meta[SB + 3 * W + d]
         # stage 2: sum reduction
         acc0 = np.full(n, np.float32(0.0), dtype=np.float32)
         for ro in range(ROT):
             c_x1 = b_x1
             c_x2 = b_x2
             c_ws0 = b_ws0
-            rem = ro
-            for d in range(nRO - 1, -1, -1):
-                e = meta[11 + nO + d]
-                q = rem // e
-                ix = rem - q * e
-                rem = q
-                c_x1 += ix * meta[SB + 0 * W + nO + d]
-                c_x2 += ix * meta[SB + 1 * W + nO + d]
-                c_ws0 += ix * meta[SB + 2 * W + nO + d]
+            if nRO == 1:   # (the common case, without a division)
+                c_x1 += ro * meta[SB + 0 * W + nO + 0]
+                c_x2 += ro * meta[SB + 1 * W + nO + 0]
+                c_ws0 += ro * meta[SB + 2 * W + nO + 0]
+            else:
+                rem = ro
+                for d in range(nRO - 1, -1, -1):
+                    e = meta[11 + nO + d]
+                    q = rem // e
+                    ix = rem - q * e
+                    rem = q
+                    c_x1 += ix * meta[SB + 0 * W + nO + d]
+                    c_x2 += ix * meta[SB + 1 * W + nO + d]
+                    c_ws0 += ix * meta[SB + 2 * W + nO + d]
             for ri in range(r_lo, r_hi):
                 v_x1 = _fg_row(x1_, c_x1 + 0)
                 v_x2 = _fg_row(x2_, c_x2 + 0)

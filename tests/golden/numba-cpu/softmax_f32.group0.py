@@ -8,11 +8,9 @@ import numpy as np
 from numba import prange
 from fusegen.pyhelpers_numba import _fmax, _fmin, _fg_floor_divide, _fg_remainder, _fg_floor_divide_int, _fg_remainder_int, _fg_shl, _fg_shr, _fg_shr_u, _fg_logaddexp, _fg_trunc, _fg_rint, _fg_row, _fg_flat, _fg_maximum, _fg_minimum, _fg_wide
 from fusegen.vmath_numba import exp_f32 as _exp_f32
-def kernel(x0, ws0, ws1, out0, meta):
+def kernel(x0, out0, meta):
     # stages 0, 1, 2 of op softmax, row mode
     x0_ = _fg_flat(x0)
-    ws0_ = _fg_flat(ws0)
-    ws1_ = _fg_flat(ws1)
     out0_ = _fg_flat(out0)
     nO = meta[0]; nRO = meta[1]; RI = meta[2]; I = meta[3]
     ntiles = meta[4]; TILE = meta[5]; ROT = meta[7]; count = meta[8]
@@ -20,59 +18,72 @@ def kernel(x0, ws0, ws1, out0, meta):
     ntasks = meta[6] * ntiles * nsplit
     for t in range(ntasks):
         _fg_wide()   # LLVM: 512-bit vectors where the CPU has them (fusegen/pyhelpers_numba.py)
-        o = t // (ntiles * nsplit)
-        u = t - o * (ntiles * nsplit)
-        i0 = (u // nsplit) * TILE
-        r_lo = (u - (u // nsplit) * nsplit) * chunk
-        r_hi = min(RI, r_lo + chunk)
+        o = t + 0
+        i0 = 0
+        r_lo = 0
+        r_hi = RI
         n = min(TILE, I - i0)
         b_x0 = i0 * meta[SB + 0 * W + nO + nRO + 1]
         b_ws0 = i0 * meta[SB + 1 * W + nO + nRO + 1]
         b_ws1 = i0 * meta[SB + 2 * W + nO + nRO + 1]
         b_out0 = i0 * meta[SB + 3 * W + nO + nRO + 1]
-        rem = o
-        for d in range(nO - 1, -1, -1):
-            e = meta[11 + d]
-            q = rem // e
-            ix = rem - q * e
-            rem = q
-            b_x0 += ix * meta[SB + 0 * W + d]
-            b_ws0 += ix * meta[SB + 1 * W + d]
-            b_ws1 += ix * meta[SB + 2 * W + d]
-            b_out0 += ix * meta[SB + 3 * W + d]
+        if nO == 1:   # (the common case, without a division)
+            b_x0 += o * meta[SB + 0 * W + 0]
+            b_ws0 += o * meta[SB + 1 * W + 0]
+            b_ws1 += o * meta[SB + 2 * W + 0]
+            b_out0 += o * meta[SB + 3 * W + 0]
+        else:
+            rem = o
+            for d in range(nO - 1, -1, -1):
+                e = meta[11 + d]
+                q = rem // e
+                ix = rem - q * e
+                rem = q
+                b_x0 += ix * meta[SB + 0 * W + d]
+                b_ws0 += ix * meta[SB + 1 * W + d]
+                b_ws1 += ix * meta[SB + 2 * W + d]
+                b_out0 += ix * meta[SB + 3 * W + d]
         # stage 0: max reduction
         acc0 = np.float32(float('-inf'))
         for ro in range(ROT):
             c_x0 = b_x0
-            rem = ro
-            for d in range(nRO - 1, -1, -1):
-                e = meta[11 + nO + d]
-                q = rem // e
-                ix = rem - q * e
-                rem = q
-                c_x0 += ix * meta[SB + 0 * W + nO + d]
+            if nRO == 1:   # (the common case, without a division)
+                c_x0 += ro * meta[SB + 0 * W + nO + 0]
+            else:
+                rem = ro
+                for d in range(nRO - 1, -1, -1):
+                    e = meta[11 + nO + d]
+                    q = rem // e
+                    ix = rem - q * e
+                    rem = q
+                    c_x0 += ix * meta[SB + 0 * W + nO + d]
             v_x0 = _fg_row(x0_, c_x0 + r_lo)
             for ri in range(r_hi - r_lo):
                 acc0 = _fg_maximum(acc0, v_x0[ri])
         r0 = acc0
-        ws0_[b_ws0] = r0
+        k_ws0 = r0
         # stage 1: sum reduction
         acc0 = np.float32(0.0)
         for ro in range(ROT):
             c_x0 = b_x0
             c_ws0 = b_ws0
             c_out0 = b_out0
-            rem = ro
-            for d in range(nRO - 1, -1, -1):
-                e = meta[11 + nO + d]
-                q = rem // e
-                ix = rem - q * e
-                rem = q
-                c_x0 += ix * meta[SB + 0 * W + nO + d]
-                c_ws0 += ix * meta[SB + 1 * W + nO + d]
-                c_out0 += ix * meta[SB + 3 * W + nO + d]
+            if nRO == 1:   # (the common case, without a division)
+                c_x0 += ro * meta[SB + 0 * W + nO + 0]
+                c_ws0 += ro * meta[SB + 1 * W + nO + 0]
+                c_out0 += ro * meta[SB + 3 * W + nO + 0]
+            else:
+                rem = ro
+                for d in range(nRO - 1, -1, -1):
+                    e = meta[11 + nO + d]
+                    q = rem // e
+                    ix = rem - q * e
+                    rem = q
+                    c_x0 += ix * meta[SB + 0 * W + nO + d]
+                    c_ws0 += ix * meta[SB + 1 * W + nO + d]
+                    c_out0 += ix * meta[SB + 3 * W + nO + d]
             v_x0 = _fg_row(x0_, c_x0 + r_lo)
-            s_ws0 = ws0_[c_ws0 + 0]
+            s_ws0 = k_ws0
             v_out0 = _fg_row(out0_, c_out0 + r_lo)
             for ri in range(r_hi - r_lo):
                 s1_0 = (v_x0[ri] - s_ws0)
@@ -80,20 +91,24 @@ def kernel(x0, ws0, ws1, out0, meta):
                 acc0 += s1_1
                 v_out0[ri] = s1_1
         r0 = acc0
-        ws1_[b_ws1] = r0
+        k_ws1 = r0
         # stage 2: output 0
         for ro in range(ROT):
             c_ws1 = b_ws1
             c_out0 = b_out0
-            rem = ro
-            for d in range(nRO - 1, -1, -1):
-                e = meta[11 + nO + d]
-                q = rem // e
-                ix = rem - q * e
-                rem = q
-                c_ws1 += ix * meta[SB + 2 * W + nO + d]
-                c_out0 += ix * meta[SB + 3 * W + nO + d]
-            s_ws1 = ws1_[c_ws1 + 0]
+            if nRO == 1:   # (the common case, without a division)
+                c_ws1 += ro * meta[SB + 2 * W + nO + 0]
+                c_out0 += ro * meta[SB + 3 * W + nO + 0]
+            else:
+                rem = ro
+                for d in range(nRO - 1, -1, -1):
+                    e = meta[11 + nO + d]
+                    q = rem // e
+                    ix = rem - q * e
+                    rem = q
+                    c_ws1 += ix * meta[SB + 2 * W + nO + d]
+                    c_out0 += ix * meta[SB + 3 * W + nO + d]
+            s_ws1 = k_ws1
             v_out0 = _fg_row(out0_, c_out0 + r_lo)
             for ri in range(r_hi - r_lo):
                 s2_0 = (v_out0[ri] / s_ws1)
