@@ -165,20 +165,45 @@ def make_runner(op, call: NumbaCpuCall):
     for k, (shp, d) in enumerate(zip(call.out_shapes, call.reg_out_dtypes)):
         g[f"_S{k}"], g[f"_D{k}"] = tuple(shp), d
         lines.append(f"        o{k} = _empty(_S{k}, _D{k})")
-    lines.append("    else:")
-    lines.append(f"        {outs} = _outputs(out)")
+    direct = call.reg_out_dtypes == call.out_dtypes
+    if direct:
+        lines += ["    else:"] + _direct_outputs(nout, "        ")
+    else:
+        lines += ["    else:", f"        {outs} = _outputs(out)"]
     lines += _kernel_calls(call, g, "    ")
-    if call.reg_out_dtypes != call.out_dtypes:
+    result = "(" + outs + ")" if op.multi_output else "o0"
+    if not direct:
         lines.append(f"    return _finish([{outs}], out)")
     else:
-        lines.append("    if out is not None:")
+        lines.append("    if out is not None and not _direct:")
         lines.append(f"        return _finish([{outs}], out)")
-        lines.append(f"    return {'(' + outs + ')' if op.multi_output else 'o0'}")
+        lines.append(f"    return {result}")
     src = "\n".join(lines) + "\n"
     exec(builtins.compile(src, f"<fusegen runner {op.name}>", "exec"), g)
     run = g["run"]
     run.source = src
     return run
+
+
+def _direct_outputs(nout: int, pad: str) -> list[str]:
+    """The runner's lines taking the caller's ``out=`` arrays as they are when each is a
+    writable, C-contiguous, aligned array of the signature's shape and dtype (``_direct``):
+    checked inline, as ``host_outputs`` would find them, without its per-output Python calls
+    (a call with ``out=`` cost 2-4x one with fresh outputs at small sizes). Anything else, and
+    every error message, is ``host_outputs``'s."""
+    outs = ", ".join(f"o{k}" for k in range(nout)) + ("," if nout == 1 else "")
+    checks = " and ".join(f"type(o{k}) is _nd and o{k}.shape == _S{k} and o{k}.dtype == _D{k}" for k in range(nout))
+    lines = [f"{pad}_o = (out,) if type(out) is _nd else out",
+             f"{pad}_direct = (type(_o) is tuple or type(_o) is list) and len(_o) == {nout}",
+             f"{pad}if _direct:",
+             f"{pad}    {outs} = _o",
+             f"{pad}    _direct = {checks}"]
+    for k in range(nout):
+        lines += [f"{pad}if _direct:",
+                  f"{pad}    _fl = o{k}.flags",
+                  f"{pad}    _direct = _fl.c_contiguous and _fl.aligned and _fl.writeable"]
+    lines += [f"{pad}if not _direct:", f"{pad}    {outs} = _outputs(out)"]
+    return lines
 
 
 def _kernel_calls(call: NumbaCpuCall, g: dict, pad: str) -> list[str]:
