@@ -133,6 +133,28 @@ def _wide(a):
     return a
 
 
+def ulps_apart(a, b) -> np.ndarray:
+    """How many floats of their dtype lie between ``a`` and ``b`` (0 where equal, +0 and -0 equal),
+    elementwise, for finite values: the integer views mapped to a monotone order."""
+    a, b = np.asarray(a), np.asarray(b)
+    assert a.dtype == b.dtype and a.dtype.kind == "f"
+    it = np.int32 if a.dtype == np.float32 else np.int64
+    low = np.iinfo(it).min
+
+    def order(v):
+        i = v.view(it).astype(np.int64)
+        return np.where(i < 0, low - i, i)
+    return np.abs(order(a) - order(b))
+
+
+def ulp_error(got, exact) -> np.ndarray:
+    """|got - exact| in units of the last place of ``got``'s dtype at ``exact`` (float64 or
+    longdouble: a reference with more digits than ``got``)."""
+    got = np.asarray(got)
+    scale = np.spacing(np.abs(exact).astype(got.dtype)).astype(np.longdouble)
+    return (np.abs(got.astype(np.longdouble) - np.asarray(exact, np.longdouble)) / scale).astype(np.float64)
+
+
 def np_ref(fn, *args, **kwargs):
     """NumPy's result of ``fn(*args, **kwargs)`` as the reference for fusegen's.
 
@@ -382,6 +404,8 @@ EXTENDED_TESTS = {
     # the fused chains' C++ bits against Numba's: test_activations' default AOT mish and
     # bias_gelu values, and test_fusedmath's emitted-text check
     "test_fusedmath.py::test_numba_and_cpp_give_the_same_bits",
+    # (a g++ build of its own; the emitted division by a row value runs in the default softmax ulp test)
+    "test_aot_backend.py::test_division_by_a_row_value_keeps_numpys_special_values",
 }
 
 

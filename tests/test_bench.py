@@ -140,7 +140,7 @@ def test_tiny_run_prints_tables_and_progress(tiny_run):
     steps = re.findall(r"^\[(\d+)/(\d+)\] (.*) \(\d+s\)$", err, re.MULTILINE)
     assert steps and steps[0][2] == "read bandwidth" and steps[-1][2] == "read bandwidth, again"
     assert [int(s[0]) for s in steps] == list(range(1, int(steps[0][1]) + 1))
-    assert any(s[2] == "softmax (256,256)" for s in steps)
+    assert any(s[2] == "softmax (256,256) axis -1" for s in steps)   # (and axis 0: col mode)
 
 
 def test_tiny_run_writes_markdown(tiny_run):

@@ -96,9 +96,16 @@ def test_softmax_is_one_function_and_computes_exp_once(axis, mode):
     assert src.count("def kernel(") == 1
     assert sorted(kernel_args(src)) == ["meta", "out0", "ws0", "ws1", "x0"]  # max and sum: workspaces
     # exp(x - max) feeds the sum and the output: the sum's loop stores it in the output, and the
-    # output stage divides what it stored (plan.shared), so one exp per element in every mode
+    # output stage scales what it stored (plan.shared), so one exp per element in every mode
     assert src.count("_exp_f32(") == 1  # float32: fusegen.vmath's exp
-    assert re.search(r"s2_0 = \(v_out0\[r?i\] / ", src), "the output stage reads the stored exp back"
+    # ... by the sum's reciprocal (plan.exprs.ExprWriter._quotient): once per row in row mode
+    # (hoisted before the loop), per element in col mode (the sum changes along the loop)
+    recip = re.search(r"^( *)(s2_\d+) = \(np\.float32\(1\.0\) / (s_ws1|v_ws1\[i\])\)$", src, re.M)
+    assert recip and (recip.group(3) == "s_ws1") == (mode == "row"), src
+    if mode == "row":   # before the row's loop, at its depth
+        assert re.match(rf"{recip.group(1)}for ri in range", src[recip.end() + 1:]), "hoisted in row mode"
+    assert re.search(rf"s2_\d+ = \(v_out0\[r?i\] \* {recip.group(2)}\)", src), \
+        "the output stage reads the stored exp back"
     # the max: row mode folds with llvm.maximum, which LLVM vectorizes as a reduction (NaN
     # still wins); col mode's loop across the tile is elementwise and vectorizes with _fmax
     assert ("_fg_maximum(acc0" if mode == "row" else "_fmax(acc0") in src

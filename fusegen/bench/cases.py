@@ -122,7 +122,7 @@ def torch_namespace(torch: Any) -> Any:
 
 # the hand-written Numba versions (the njit peers)
 from .handwritten import (nb_add_mul_div, nb_dropout_add_layer_norm, nb_bias_gelu, nb_layer_norm, nb_rms_norm,  # noqa: E402
-                          nb_smooth_l1, nb_softmax, nb_sum_cols, nb_sum_rows)
+                          nb_smooth_l1, nb_softmax, nb_softmax_cols, nb_sum_cols, nb_sum_rows)
 
 
 from .activations import (  # noqa: E402  (#18: quantization and activations)
@@ -193,8 +193,9 @@ OPS: dict[str, OpBench] = {b.name: b for b in (
             (("x", uniform(-1.0, 1.0)), ("x", uniform(1.0, 2.0))), ({},)),
     OpBench("smooth_l1", xp_smooth_l1, lambda a, at: (nb_smooth_l1, (*a, *_smooth_l1_consts(at["sigma"]))),
             (("x", uniform(-2.0, 2.0)), ("x", uniform(-2.0, 2.0))), ({"sigma": 1.0},)),
-    OpBench("softmax", xp_softmax, lambda a, at: (nb_softmax, a),
-            (("x", uniform(-8.0, 8.0)),), ({"axis": -1},), reduced=_axis_len),
+    OpBench("softmax", xp_softmax,
+            lambda a, at: (nb_softmax, a) if at["axis"] % 2 else (nb_softmax_cols, (*a, 4 * get_num_threads())),
+            (("x", uniform(-8.0, 8.0)),), ({"axis": 0}, {"axis": -1}), reduced=_axis_len),   # (per call: the last)
     OpBench("layer_norm", xp_layer_norm, lambda a, at: (nb_layer_norm, (*a, at["eps"])),
             (_X01,), ({"axis": -1, "eps": 1e-5},), reduced=_axis_len),
     OpBench("rms_norm", xp_rms_norm, lambda a, at: (nb_rms_norm, (*a, at["eps"])),

@@ -98,6 +98,32 @@ def nb_softmax(x):  # pragma: no cover - compiled by Numba
 
 
 @njit(**_JIT)
+def nb_softmax_cols(x, nblocks):  # pragma: no cover - compiled by Numba
+    # Softmax down the columns (axis 0): blocks of columns, one per task, each streaming whole
+    # rows of its block three times (max, exp and sum, scale), with a max and a sum per column.
+    n, m = x.shape
+    out = np.empty_like(x)
+    nb = max(1, min(m, nblocks))
+    for b in prange(nb):
+        j0, j1 = b * m // nb, (b + 1) * m // nb
+        mx = x[0, j0:j1].copy()
+        for i in range(1, n):
+            for j in range(j0, j1):
+                mx[j - j0] = max(mx[j - j0], x[i, j])
+        s = np.zeros(j1 - j0, x.dtype)
+        for i in range(n):
+            for j in range(j0, j1):
+                e = np.exp(x[i, j] - mx[j - j0])
+                out[i, j] = e
+                s[j - j0] += e
+        inv = _ONE / s
+        for i in range(n):
+            for j in range(j0, j1):
+                out[i, j] *= inv[j - j0]
+    return out
+
+
+@njit(**_JIT)
 def nb_layer_norm(x, eps):  # pragma: no cover - compiled by Numba
     n, m = x.shape
     y = np.empty_like(x)

@@ -101,3 +101,19 @@ def _walk(root: Node, out: StageReads, stop=()) -> list:
         else:
             stack.extend((s, ctx) for s in reversed(value_srcs(n)))
     return found
+
+
+def row_level(n: Node) -> bool:
+    """An expression of reduction results, attributes, constants and dims only: it reads no array
+    element, so it is constant along a reduction's row (or over the whole domain)."""
+    stack, seen = [n], set()
+    while stack:
+        m = stack.pop()
+        if id(m) in seen or m.op in (Op.REDUCE, Op.CONST, Op.ATTR) or is_param(m):
+            continue
+        seen.add(id(m))
+        if m.op in (Op.INPUT, Op.IOTA, Op.RANDOM, Op.GATHER) or m.op in VIEWS or m.op in PIECEWISE:
+            return False
+        stack.extend(m.srcs)
+    return True
+

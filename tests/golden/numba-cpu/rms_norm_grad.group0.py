@@ -105,15 +105,16 @@ def kernel(x0, ws0, ws3, x1, x2, ws2, meta, a_eps):
             v_x1 = _fg_row(x1_, c_x1 + r_lo)
             v_x2 = _fg_row(x2_, c_x2 + r_lo)
             s_ws0 = ws0_[c_ws0 + 0]
-            s1_3 = (s_ws0 + np.float32(a_eps))
-            s1_4 = (np.float32(1.0) / np.sqrt(s1_3))
+            s1_0 = (s_ws0 + np.float32(a_eps))
+            s1_1 = (np.float32(1.0) / s1_0)
+            s1_5 = (np.float32(1.0) / np.sqrt(s1_0))
             for ri in range(r_hi - r_lo):
-                s1_0 = (v_x2[ri] * v_x1[ri])
-                s1_1 = (s1_0 * v_x0[ri])
-                s1_2 = (np.float32(-0.5) * s1_1)
-                s1_5 = (s1_2 * s1_4)
-                s1_6 = (s1_5 / s1_3)
-                acc0 += s1_6
+                s1_2 = (v_x2[ri] * v_x1[ri])
+                s1_3 = (s1_2 * v_x0[ri])
+                s1_4 = (np.float32(-0.5) * s1_3)
+                s1_6 = (s1_4 * s1_5)
+                s1_7 = (s1_6 * s1_1)
+                acc0 += s1_7
         r0 = acc0
         ws2_[b_ws2] = r0
     return 0

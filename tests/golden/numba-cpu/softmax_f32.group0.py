@@ -110,7 +110,8 @@ def kernel(x0, out0, meta):
                     c_out0 += ix * meta[SB + 3 * W + nO + d]
             s_ws1 = k_ws1
             v_out0 = _fg_row(out0_, c_out0 + r_lo)
+            s2_0 = (np.float32(1.0) / s_ws1)
             for ri in range(r_hi - r_lo):
-                s2_0 = (v_out0[ri] / s_ws1)
-                v_out0[ri] = s2_0
+                s2_1 = (v_out0[ri] * s2_0)
+                v_out0[ri] = s2_1
     return 0

@@ -1673,18 +1673,20 @@ FG_INLINE double s3_r0(double v0, double v1, double v3, double v6, double v5, do
   const auto t0 = (v8 + double(a.eps));
   const auto t1 = (1.0 / std::sqrt(t0));
   const auto t2 = (v1 * t1);
-  const auto t3 = (v3 + v6);
-  const auto t4 = (-0.5 * t3);
-  const auto t5 = (t4 * t1);
-  const auto t6 = (t5 / t0);
-  const auto t7 = (t6 / v7);
-  const auto t8 = t7;
-  const auto t9 = (v0 - v5);
-  const auto t10 = (t8 * t9);
-  const auto t11 = (t2 + t10);
-  const auto t12 = (t11 + t10);
-  const auto t13 = (-t12);
-  return t13;
+  const auto t3 = (1.0 / v7);
+  const auto t4 = (1.0 / t0);
+  const auto t5 = (v3 + v6);
+  const auto t6 = (-0.5 * t5);
+  const auto t7 = (t6 * t1);
+  const auto t8 = (t7 * t4);
+  const auto t9 = (t8 * t3);
+  const auto t10 = t9;
+  const auto t11 = (v0 - v5);
+  const auto t12 = (t10 * t11);
+  const auto t13 = (t2 + t12);
+  const auto t14 = (t13 + t12);
+  const auto t15 = (-t14);
+  return t15;
 }
 
 void stage3(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
@@ -1854,22 +1856,25 @@ FG_INLINE double s4_w0(double v0, double v1, double v2, double v3, double v9, do
   const auto t0 = (v8 + double(a.eps));
   const auto t1 = (1.0 / std::sqrt(t0));
   const auto t2 = (v1 * t1);
-  const auto t3 = (v3 + v6);
-  const auto t4 = (-0.5 * t3);
-  const auto t5 = (t4 * t1);
-  const auto t6 = (t5 / t0);
-  const auto t7 = (t6 / v7);
-  const auto t8 = t7;
-  const auto t9 = (v0 - v5);
-  const auto t10 = (t8 * t9);
-  const auto t11 = (t2 + t10);
-  const auto t12 = (t11 + t10);
-  const auto t13 = (v2 + v10);
-  const auto t14 = (t13 / v9);
-  const auto t15 = t14;
-  const auto t16 = (t12 + t15);
-  const auto t17 = t16;
-  return t17;
+  const auto t3 = (1.0 / v7);
+  const auto t4 = (1.0 / t0);
+  const auto t5 = (v3 + v6);
+  const auto t6 = (-0.5 * t5);
+  const auto t7 = (t6 * t1);
+  const auto t8 = (t7 * t4);
+  const auto t9 = (t8 * t3);
+  const auto t10 = t9;
+  const auto t11 = (v0 - v5);
+  const auto t12 = (t10 * t11);
+  const auto t13 = (t2 + t12);
+  const auto t14 = (t13 + t12);
+  const auto t15 = (1.0 / v9);
+  const auto t16 = (v2 + v10);
+  const auto t17 = (t16 * t15);
+  const auto t18 = t17;
+  const auto t19 = (t14 + t18);
+  const auto t20 = t19;
+  return t20;
 }
 
 void stage4(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,

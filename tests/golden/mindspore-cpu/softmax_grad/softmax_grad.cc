@@ -1419,13 +1419,14 @@ void combine1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
 // --- stage 2: sum (%11)
 FG_INLINE float s2_r0(float v0, float v1, float v3, float v4, const ScalarAttrs &a) {
   (void)a;
-  const auto t0 = (-v1);
-  const auto t1 = (v0 - v3);
-  const auto t2 = fg::exp_f32(t1);
-  const auto t3 = (t2 / v4);
-  const auto t4 = (t0 * t3);
-  const auto t5 = (t4 / v4);
-  return t5;
+  const auto t0 = (1.0f / v4);
+  const auto t1 = (-v1);
+  const auto t2 = (v0 - v3);
+  const auto t3 = fg::exp_f32(t2);
+  const auto t4 = (t3 * t0);
+  const auto t5 = (t1 * t4);
+  const auto t6 = (t5 * t0);
+  return t6;
 }
 
 void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
@@ -1569,13 +1570,14 @@ void combine2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
 // --- stage 3: sum (%16)
 FG_INLINE float s3_r0(float v0, float v1, float v3, float v4, float v5, const ScalarAttrs &a) {
   (void)a;
-  const auto t0 = (v1 / v4);
-  const auto t1 = (t0 + v5);
-  const auto t2 = (v0 - v3);
-  const auto t3 = fg::exp_f32(t2);
-  const auto t4 = (t1 * t3);
-  const auto t5 = (-t4);
-  return t5;
+  const auto t0 = (1.0f / v4);
+  const auto t1 = (v1 * t0);
+  const auto t2 = (t1 + v5);
+  const auto t3 = (v0 - v3);
+  const auto t4 = fg::exp_f32(t3);
+  const auto t5 = (t2 * t4);
+  const auto t6 = (-t5);
+  return t6;
 }
 
 void stage3(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
@@ -1727,18 +1729,19 @@ void combine3(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
 // --- stage 4: output 0 (%26)
 FG_INLINE float s4_w0(float v0, float v1, float v3, float v4, float v5, double v6, float v7, const ScalarAttrs &a) {
   (void)a;
-  const auto t0 = (v1 / v4);
-  const auto t1 = (t0 + v5);
-  const auto t2 = (v0 - v3);
-  const auto t3 = fg::exp_f32(t2);
-  const auto t4 = (t1 * t3);
-  const auto t5 = (v0 == v3);
-  const auto t6 = ((double)(v7) / v6);
-  const auto t7 = (float)(t6);
-  const auto t8 = fg::fg_where(t5, t7, (float)(INT64_C(0)));
-  const auto t9 = (t4 + t8);
-  const auto t10 = t9;
-  return t10;
+  const auto t0 = (1.0f / v4);
+  const auto t1 = (v1 * t0);
+  const auto t2 = (t1 + v5);
+  const auto t3 = (v0 - v3);
+  const auto t4 = fg::exp_f32(t3);
+  const auto t5 = (t2 * t4);
+  const auto t6 = (v0 == v3);
+  const auto t7 = ((double)(v7) / v6);
+  const auto t8 = (float)(t7);
+  const auto t9 = fg::fg_where(t6, t8, (float)(INT64_C(0)));
+  const auto t10 = (t5 + t9);
+  const auto t11 = t10;
+  return t11;
 }
 
 void stage4(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,

@@ -1293,14 +1293,15 @@ void combine0(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
 // --- stage 1: sum (%16)
 FG_INLINE float s1_r0(float v0, float v1, float v2, float v4, const ScalarAttrs &a) {
   (void)a;
-  const auto t0 = (v2 * v1);
-  const auto t1 = (t0 * v0);
-  const auto t2 = ((float)(-0.5) * t1);
-  const auto t3 = (v4 + (float)(double(a.eps)));
-  const auto t4 = (1.0f / std::sqrt(t3));
-  const auto t5 = (t2 * t4);
-  const auto t6 = (t5 / t3);
-  return t6;
+  const auto t0 = (v4 + (float)(double(a.eps)));
+  const auto t1 = (1.0f / t0);
+  const auto t2 = (v2 * v1);
+  const auto t3 = (t2 * v0);
+  const auto t4 = ((float)(-0.5) * t3);
+  const auto t5 = (1.0f / std::sqrt(t0));
+  const auto t6 = (t4 * t5);
+  const auto t7 = (t6 * t1);
+  return t7;
 }
 
 void stage1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,

@@ -1279,8 +1279,9 @@ void combine1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
 // --- stage 2: output 0 (%5)
 FG_INLINE float s2_w0(float v3, float v1, const ScalarAttrs &a) {
   (void)a;
-  const auto t0 = (v1 / v3);
-  return t0;
+  const auto t0 = (1.0f / v3);
+  const auto t1 = (v1 * t0);
+  return t1;
 }
 
 void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
@@ -1610,8 +1611,9 @@ void combine1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
 // --- stage 2: output 0 (%5)
 FG_INLINE float s2_w0(float v3, float v1, const ScalarAttrs &a) {
   (void)a;
-  const auto t0 = (v1 / v3);
-  return t0;
+  const auto t0 = (1.0f / v3);
+  const auto t1 = (v1 * t0);
+  return t1;
 }
 
 void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
@@ -1941,8 +1943,9 @@ void combine1(const Layout &L, const int64_t *base, int64_t n, void *const *ptr,
 // --- stage 2: output 0 (%5)
 FG_INLINE double s2_w0(double v3, double v1, const ScalarAttrs &a) {
   (void)a;
-  const auto t0 = (v1 / v3);
-  return t0;
+  const auto t0 = (1.0 / v3);
+  const auto t1 = (v1 * t0);
+  return t1;
 }
 
 void stage2(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, const void *attrs,
