@@ -259,7 +259,7 @@ class JaxFunction:
         emitted for the call's combination only. Specializations with the same graph (attribute
         values that do not change the trace) share one child, and their handlers one name."""
         combo = self._dtype_names(arrays)
-        if self.op.graph is not None:
+        if self.op.graph is not None and self.op.for_dtypes(combo) is self.op:   # (else: fg.grad's complex trace)
             if combo in self.targets or self.dtypes is not None:
                 self._last = None
                 return self   # (validate names a combination outside the dtypes= asked for)

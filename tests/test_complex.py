@@ -2,7 +2,7 @@
 
 (a) IR: NumPy's type promotion (weak Python complex scalars), result dtypes of abs/real/imag and the
     reductions, the standard's refusals (orderings, rounding, floor_divide...; complex -> real casts;
-    fg.grad) as clear DTypeErrors naming the op and node;
+    a backward op's real trace called with complex inputs) as clear DTypeErrors naming the op and node;
 (b) generated sources: the complex helpers each backend calls, the C++ partial only where needed;
 (c) numbers against NumPy on every pair of edge parts (signed zeros, infinities, NaN) and the
     standard's special-case tables (branch cuts with signed zeros), through Numba, the AOT C++
@@ -69,18 +69,19 @@ def test_what_the_standard_leaves_undefined_is_refused(name):
     infer(op, ["float32"], [(2,)], {})   # the same op is fine on reals
 
 
-def test_gradients_refuse_complex_values():
+def test_gradients_of_complex_values_take_their_own_trace():
+    # fg.grad differentiates complex values (tests/test_grad_complex.py); its backward op is traced
+    # per set of complex inputs, and the real trace refuses complex inputs by name, clearly
     @fg.op
     def f(x):
         return fg.sum(x * x)
 
-    @fg.op
-    def inside(x):
-        return fg.sum(fg.abs(x * 1j))
-    with pytest.raises(fg.DTypeError, match=r"op f_grad \(fg.grad of f\): complex values .*x: complex64"):
-        fg.grad(f)(np.ones(3, C64), np.ones((), C64))
-    with pytest.raises(fg.DTypeError, match=r"fg.grad of inside.*inside the op"):
-        fg.grad(inside)(np.ones(3, np.float32), np.ones((), np.float32))
+    gop = fg.grad(f)
+    with pytest.raises(fg.DTypeError, match=r"op f_grad \(fg.grad of f\) was traced for real x, called with "
+                                            r"x: complex64: .*for_dtypes"):
+        infer(gop, ["complex64", "complex64"], [(3,), ()], {})
+    assert gop.for_dtypes(["complex64", "complex64"]).complex_inputs == ("x",)
+    assert gop.for_dtypes(["float32", "float32"]) is gop
 
 
 def test_text_form_and_python_complex_scalars():

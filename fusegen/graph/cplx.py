@@ -53,15 +53,20 @@ def check_cast(src, to, fail) -> None:
              "first", exc=DTypeError)
 
 
-def check_grad(opdef, in_dtypes, info, error: DTypeError | None = None) -> None:
-    """fg.grad's backward ops refuse complex values (inputs, or any node's ``info``): complex
-    gradients need a convention (JAX gives the conjugate of the Wirtinger derivative, PyTorch its
-    conjugate) fusegen does not implement yet, and a real rule applied to complex values would be
-    silently wrong. ``error``: a rule's complaint about a complex value, raised instead."""
+def check_grad(opdef, in_dtypes, error: DTypeError | None = None) -> None:
+    """fg.grad's backward ops take complex values with JAX's convention (``graph/grad_complex``),
+    each set of complex inputs with a trace of its own (``OpDef.for_dtypes``, which kernels call):
+    refuse a trace used for complex inputs it was not made for (silently wrong rules otherwise),
+    and say which rule refused a complex value. ``error``: a rule's complaint, raised instead."""
     if getattr(opdef, "forward", None) is None:
         return
-    bad = [f"{n}: {d}" for n, d in zip(opdef.inputs, in_dtypes) if d.is_complex]
-    if bad or any(_is_complex(i.dtype) for i in info) or (error is not None and "complex" in str(error)):
-        raise DTypeError(f"op {opdef.name} (fg.grad of {opdef.forward.name}): complex values are not "
-                         f"differentiable in fusegen yet ({', '.join(bad) or 'inside the op'}); "
-                         "differentiate real and imaginary parts as separate real inputs") from error
+    cots = set(opdef.cotangents)   # complex outputs take complex cotangents
+    bad = [f"{n}: {d}" for n, d in zip(opdef.inputs, in_dtypes)
+           if d.is_complex and n not in cots and n not in opdef.complex_inputs]
+    if bad:
+        raise DTypeError(f"op {opdef.name} (fg.grad of {opdef.forward.name}) was traced for real "
+                         f"{', '.join(n.split(':')[0] for n in bad)}, called with {', '.join(bad)}: take "
+                         f"the trace for these dtypes, op.for_dtypes(dtypes) (fg.compile's kernels do)")
+    if error is not None and "complex" in str(error):
+        raise DTypeError(f"op {opdef.name} (fg.grad of {opdef.forward.name}): a complex value reaches a "
+                         f"function fusegen cannot differentiate on complex values: {error}") from error

@@ -18,9 +18,8 @@ run-time shapes resolve:
 * **dropping reduced dims** (``keep_dims=False``)'s adjoint is ``unreduce(g, r)``, which puts
   the dims back as 1s so ``g`` broadcasts against the reduction's source.
 
-Like MXNet's ``DeclareBackwardDependency``, the result says what it needs: ``.needs`` maps
-each forward input to ``"value"`` (read), ``"shape"`` (only measured: any array of that
-shape will do) or is absent (not an input of the backward op).
+Like MXNet's ``DeclareBackwardDependency``, the result says what it needs: ``.needs`` maps each forward
+input to ``"value"`` (read), ``"shape"`` (only measured: any array of that shape will do) or is absent.
 """
 from __future__ import annotations
 
@@ -28,6 +27,7 @@ import math
 
 from ..errors import TraceError
 from . import vocab as fg
+from .grad_complex import complex_nodes, complex_rule, complex_variants, to_source
 from .grad_views import view_adjoints
 from .layout import broadcast_like, size_of
 from .nodes import PIECEWISE, VIEWS, Graph, Node, Op, ReduceArg, ShapeOf, computed_nodes, shape_atoms, value_srcs
@@ -72,8 +72,8 @@ def grad(op: OpDef, wrt=None, *, name: str | None = None) -> OpDef:
         bwd.needs = {op.inputs[i]: ("value" if any(n.op is Op.INPUT and n.arg == j and id(n) in computed
                                                    for n in bwd.graph.nodes) else "shape")
                      for j, i in enumerate(used)}
-    bwd.forward, bwd.wrt, bwd.cotangents = op, tuple(op.inputs[i] for i in wrt_idx), tuple(cots)
-    return bwd
+    return complex_variants(bwd, op, wrt_idx, cots, used,   # complex inputs: a trace per set (grad_complex)
+                            lambda c: OpDef(_backward_fn(op, wrt_idx, used, cots, c), name))
 
 
 def _wrt_indices(op: OpDef, wrt) -> list[int]:
@@ -93,8 +93,8 @@ def _wrt_indices(op: OpDef, wrt) -> list[int]:
     return out
 
 
-def _backward_fn(op: OpDef, wrt_idx: list[int], used: list[int], cots: list[str]):
-    """A Python function with the backward op's signature, for ``OpDef`` to trace."""
+def _backward_fn(op: OpDef, wrt_idx: list[int], used: list[int], cots: list[str], cplx=frozenset()):
+    """The backward op's Python function, for ``OpDef`` to trace (``cplx``: complex inputs)."""
     def backward(*args, **attrs):
         unused = Tensor(Node(Op.INPUT, (), -1))  # never reached: pass 1 proved it
         fwd_in = [unused] * len(op.inputs)
@@ -102,21 +102,21 @@ def _backward_fn(op: OpDef, wrt_idx: list[int], used: list[int], cots: list[str]
             fwd_in[i] = args[j]
         out = op.fn(*fwd_in, **attrs)
         outs = list(out) if isinstance(out, (tuple, list)) else [out]
-        return _reverse(op, fwd_in, outs, list(args[len(used):]), wrt_idx)
+        return _reverse(op, fwd_in, outs, list(args[len(used):]), wrt_idx, {id(fwd_in[i].node) for i in cplx})
 
     backward.__signature__ = op.signature_for([op.inputs[i] for i in used] + cots)
     backward.__name__ = f"{op.name}_grad"
     return backward
 
 
-def _reverse(op: OpDef, fwd_in: list[Tensor], outs: list[Tensor], cots: list[Tensor], wrt_idx: list[int]):
+def _reverse(op: OpDef, fwd_in: list[Tensor], outs: list[Tensor], cots: list[Tensor], wrt_idx: list[int], cplx):
     nodes = Graph(tuple(o.node for o in outs)).nodes
     wanted = {id(fwd_in[i].node) for i in wrt_idx}
     live: set[int] = set()          # nodes whose value depends on a wanted input, differentiably
     for n in nodes:
         if id(n) in wanted or (n.op not in _ZERO_GRAD and any(id(s) in live for s in value_srcs(n))):
             live.add(id(n))
-    acc, stops = _Adjoints(nodes), _shift_stops(nodes, outs)   # stops: logsumexp's shift (below)
+    acc, stops, cx = _Adjoints(nodes), _shift_stops(nodes, outs), complex_nodes(nodes, cplx)   # (below; grad_complex)
     for k, (o, c) in enumerate(zip(outs, cots)):
         expect_same_shape(c, o, f"cotangent {k} must have the shape of output {k} of {op.name}")
         acc.alias[id(c.node)] = acc.extent(o.node)
@@ -136,11 +136,11 @@ def _reverse(op: OpDef, fwd_in: list[Tensor], outs: list[Tensor], cots: list[Ten
                 if id(src) in live:
                     if contribution.node.op in _OWN_SHAPE:
                         acc.alias[id(contribution.node)] = acc.extent(src)
-                    acc.add(src, contribution, ())
+                    acc.add(src, to_source(n, src, contribution, cx), ())
             continue
-        for j, (src, contribution, extra) in enumerate(_rules(n, g)):
+        for j, (src, contribution, extra) in enumerate(complex_rule(n, g, cx, _rules)):
             if id(src) in live and (id(n), j) not in stops:
-                acc.add(src, contribution, spans + extra)
+                acc.add(src, to_source(n, src, contribution, cx), spans + extra)
     grads = []
     for i in wrt_idx:
         x = fwd_in[i]

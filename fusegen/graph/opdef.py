@@ -67,6 +67,9 @@ class OpDef:
                 raise TraceError(f"op {self.name}: *args/**kwargs are not supported ({p})")
         self._inplace_spec = inplace
         self._children: dict = {}
+        # a trace that depends on the inputs' dtypes (``fg.grad``'s, on which are complex):
+        # ``dtype_variant(dtypes)`` gives the OpDef to run (``for_dtypes``); None: this one
+        self.dtype_variant = None
         self.parent: OpDef | None = None
         # "rank"/"shape": the body needs input ranks/shapes, so the op is traced per signature
         # (``specialize``); ``why`` says which line asked for it.
@@ -98,10 +101,24 @@ class OpDef:
         self.key = hashlib.sha256(self.text(locations=False).encode()).hexdigest()[:16]
 
     # --- specialization -----------------------------------------------------------------------
+    def for_dtypes(self, dtypes) -> OpDef:
+        """The op whose trace serves these input dtypes: itself, unless its trace depends on them
+        (``dtype_variant``: ``fg.grad``'s backward op is traced per set of complex inputs)."""
+        if self.dtype_variant is None:
+            return self
+        try:
+            dtypes = tuple(dt.as_dtype(d) for d in dtypes)
+        except FusegenError:   # a dtype fusegen lacks: the op's own checks name it
+            return self
+        return self.dtype_variant(dtypes)
+
     def specialize(self, dtypes, shapes, attrs: dict) -> OpDef:
         """The op traced for these input dtypes and shapes (the shapes' ranks only, for an op that
         needs only ranks) and bound attributes: itself when the generic trace serves every
         signature; else a rank- or shape-fixed ``OpDef`` of the same name, traced once and cached."""
+        variant = self.for_dtypes(dtypes)
+        if variant is not self:
+            return variant.specialize(dtypes, shapes, attrs)
         if self.specializes is None:
             return self
         from .rules import infer_nodes   # the rules need the IR's nodes, not the op: no circle
@@ -119,6 +136,7 @@ class OpDef:
         child = OpDef.__new__(OpDef)
         child.__dict__.update({k: v for k, v in self.__dict__.items() if k not in ("graph", "_children")})
         child._children, child.parent, child.specializes, child.why = {}, self, None, ""
+        child.dtype_variant = None   # its parent chose it for these dtypes
 
         def shape_fn(node):
             return infer_nodes(child, Graph((node,)), dtypes, shapes, attrs)[-1].shape

@@ -124,9 +124,9 @@ def infer(opdef, in_dtypes, in_shapes, attrs: dict) -> Spec:
     try:
         info = infer_nodes(opdef, g, in_dtypes, in_shapes, attrs)
     except DTypeError as e:   # a backward op's complex values may first trip a real-only rule
-        cplx.check_grad(opdef, in_dtypes, (), e)
+        cplx.check_grad(opdef, in_dtypes, e)
         raise
-    cplx.check_grad(opdef, in_dtypes, info)
+    cplx.check_grad(opdef, in_dtypes)
     for n, i in zip(g.nodes, info):  # kernels index with int64: refuse before anything is allocated
         if i.shape is not None and UNKNOWN_DIM not in i.shape:
             count = 1

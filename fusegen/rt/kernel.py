@@ -144,12 +144,13 @@ class Kernel:
         arrs, key, stream = self.place.arguments(self, arrays, attrs)
         call = self._calls.get(key) if key is not None else None
         if call is None:
-            call = self._prepare(arrs, attrs, key) if self.plan is not None else self._specialized(arrs, attrs, key)
+            own = self.plan is not None and self.op.for_dtypes([a.dtype for a in arrs]) is self.op
+            call = self._prepare(arrs, attrs, key) if own else self._specialized(arrs, attrs, key)
         return call.run(arrs, out) if stream is None else call.run(arrs, out, stream)
 
     def specialized(self, arrays, attrs: dict) -> Kernel:
         """The kernel of the op's specialization for these arrays (itself for an op traced once)."""
-        if self.plan is not None:
+        if self.plan is not None and self.op.for_dtypes([a.dtype for a in arrays]) is self.op:
             return self
         bound = self.op.bind_attrs(attrs)
         child_op = self.op.specialize([a.dtype for a in arrays], [tuple(a.shape) for a in arrays], bound)
