@@ -398,14 +398,15 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
         # every such read has stride 0 there, as the plain kernels' row mode does (row_const).
         row_results = {k for k, a in enumerate(st.reads) if a.node.op is Op.REDUCE}
 
-        def make(variant, split=split, st=st, cur=cur):
+        def one(variant, st=st, cur=cur):
             cur["views"] = set()
             body = _body(st, spec, dialect, leaf, variant, stores, op, cur)
+            return dict(body, packed=cur["packed"], views=sorted(cur["views"]))
+
+        def make(variant, split=split):
+            body = one(variant)
             if split is not None:   # an index-set split's loop bodies: the mask false, true
-                body["seg"] = [_body(st, spec, dialect, leaf, {**variant, split["key"]: v}, stores, op, cur)
-                               for v in (False, True)]
-            for b in [body] + body.get("seg", []):
-                b["packed"], b["views"] = cur["packed"], sorted(cur["views"])
+                body["seg"] = [one({**variant, split["key"]: v}) for v in (False, True)]
             return body
 
         def build(variant, packed, cur=cur, row_results=row_results):
