@@ -284,17 +284,23 @@ class GroupSource:
             blocked = moved and st.is_scan and len(loops) == 1 and cpu_scans.blocked(self, st)
             if blocked:   # (the line's last stretch: the loop below, from pos)
                 self.lines += cpu_scans.blocked_lines(self, accs, vals, ew.lines, *moved, pad)
-            lines = ew.lines
+            lines, folded = ew.lines, set()
             if not (blocked or st.is_scan or self.rng.used or self.g.nodes):
                 hoisted, lines = hoist_invariant(lines, var)
                 self.lines += [f"{pad}{name} = {expr}" for name, expr in hoisted]
+                if mode == "row" and pair is None:   # reductions of a constant: not per element
+                    more, folded = cpu_splits.constant_folds(accs, vals, lines, var, rng, pad, True)
+                    self.lines += more
+            if pair is None and not outs and len(folded) == len(accs):
+                continue   # (nothing left for the loop to do)
             w(f"{pad}for {var} in range({rng}{' - pos' if blocked else ''}):")
             for name, expr in lines:
                 w(f"{body}{name} = {expr}")
             if pair is not None:
                 w(f"{body}dv{st.index} = {e} - piv{st.index}")
             for j, ((r, acc), v) in enumerate(zip(accs, vals)):
-                w(f"{body}{combine('sum' if pair else r.arg.kind, acc_at.format(j=j), v, mode == 'row' and acc.is_float)}")
+                if j not in folded:
+                    w(f"{body}{combine('sum' if pair else r.arg.kind, acc_at.format(j=j), v, mode == 'row' and acc.is_float)}")
             for o, n, v in outs:
                 w(f"{body}v_{o.name}[{var}] = {v}")
         self.lines[start:] = cpu_inplace.versioned(self.lines[start:], alias, pad)

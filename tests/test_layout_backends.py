@@ -205,19 +205,41 @@ def test_emitted_layout_source_reads_through_views():
     assert "FG_ERR_VIEW_PARAM" in src and "case 64:" in src  # the view errors are in the table
     assert "const fg::Blocks K = fg::blocks<kOps0>(B);" in src   # its tasks: blocks where y is read transposed
     # no test per element: no reshape can make a map modular here, so y is read at its strided
-    # address (emitters/layout.may_be_modular); where one can, the loops are compiled twice and
-    # the call without a modular operand takes the copy without the test (units<i>(..., false_type))
-    assert "fg::at(" not in src and "p1[c[1] + i * B.istr[1]]" in src
+    # address (emitters/layout.may_be_modular), a unit-stride chunk at a time (fg::chunk_view);
+    # where one can, the loops are compiled twice and the call without a modular operand takes
+    # the copy without the test (units<i>(..., false_type))
+    assert "fg::at(" not in src and "fg::chunk_view(p1 + c[1] + j0 * B.istr[1], B.istr[1], nc, pk1)" in src
     src = fg.emit(fg.op(lambda x: x.reshape((-1,)) + 1.0, name="flat_plus"), dtypes="float32").source
     assert "std::false_type{}, s, ptr, a, lo, hi" in src and "fg::at(p0, modular && mod0," in src
     # a concat's pieces: one body per piece, chosen per box
     src = fg.emit(_op(True, False), dtypes="float32").source
     assert "// %" in src and "piece 1" in src
     assert "fg::views::place(" in src and "fg::views::pad_piece(" in src
-    # the causal softmax's mask splits its loops (three stages: max, sum, the output), each into
-    # three intervals, the masked one without a read of x; the reductions' intervals keep lane
-    # accumulators
-    assert src.count("fg::true_range(") == 3 and "int64_t iv = sp.lo;" in src
+    # the causal softmax's mask splits its loops (the max and sum stages; the output stage reads
+    # the exp the sum stored: plan.shared), each into three intervals, the masked one without a
+    # read of x; the reductions' intervals keep lane accumulators over unit-stride chunks
+    assert src.count("fg::true_range(") == 2 and "for (int64_t j0 = sp.lo; j0 < sp.hi; j0 += fg::kChunk)" in src
+
+
+def _units(src: str, i: int) -> str:
+    """The text of stage ``i``'s units function in an emitted layout-path source."""
+    return src.split(f"void units{i}(")[1].split(f"int stage{i}(")[0]
+
+
+def test_emitted_layout_fast_paths():
+    """The emitted C++ layout path's mechanisms, in its text (no compiler): an expensive value
+    stored once and read back, a mean and its centered variance in one pass inside a row group,
+    a concat's boxes a row at a time, inner loops over unit-stride chunks."""
+    from fusegen import examples
+    src = fg.emit(examples.causal_softmax, dtypes="float32").source
+    assert "fg::exp_f32(" in _units(src, 1) and "fg::exp_f32(" not in _units(src, 2)   # stage 2 reads it back
+    assert re.search(r"w\d+\[ii\] = float\(t\d+\);", _units(src, 1))                 # stage 1 stores it
+    src = fg.emit(examples.group_norm, dtypes="float32").source
+    assert "pair0(R0, R1, s, ptr, a, lo * per, hi * per);" in src and "acc1[l] += d * d;" in src
+    src = fg.emit(examples.rope, dtypes="float32").source
+    assert "fg::row_boxes<kOps0>(R.nest, R.any_modular, 64, variant0, &RB)" in src
+    # (the loop over a chunk reads and writes it at unit stride: no stride in its body)
+    assert "B.istr" not in _units(src, 0).split("for (int64_t ii")[1].split("fg::scatter")[0]
 
 
 def test_emit_of_a_rank_specializing_op():

@@ -170,3 +170,9 @@ def test_causal_mask_value_is_stored_once():
     z = np.where(keep, x.astype(np.float64), -np.inf)
     e = np.exp(z - z.max(-1, keepdims=True))
     np.testing.assert_allclose(k(x), e / e.sum(-1, keepdims=True), rtol=2e-6, atol=1e-9)
+    # the masked intervals fold their constants without a loop (lower/cpu_splits.constant_folds):
+    # the max stage loops over the kept interval only; the sum stage adds its 0 only if nonzero
+    src = k.source
+    max_stage = src.split("# stage 0")[1].split("# stage 1")[0]
+    assert max_stage.count("for ri in range(") == 1 and "folded once" in max_stage, src
+    assert "its identity adds nothing" in src.split("# stage 1")[1].split("# stage 2")[0], src

@@ -21,9 +21,10 @@ from .. import dtypes as dt
 from ..dtypes import AttrType, DType
 from ..errors import TraceError
 from ..ir import PIECEWISE, VIEWS, Node, Op, OpDef, Spec, infer, is_static, nodes_of
-from ..plan import Plan
+from ..plan import Plan, centered_pairs
 from ..plan import views as V
 from ..plan.access import Broadcast, Gather, Piece, Reduced, View
+from ..plan.boxrows import MIN_ROWS, may_run_rows
 from ..plan.exprs import CPP, ExprWriter, reduce_identity, reg_dtype
 from ..plan.paths import is_param, path_steps
 from ..plan.splits import COMPARISONS, stage_splits
@@ -256,7 +257,9 @@ def view_stages(op: OpDef, plan: Plan, operand_id) -> list[dict]:
                                      steps=_steps_data(g, steps), store=False,
                                      text=f"where piece {p} of %{g.idx(node)} lies"))
             instances.append(dict(node=g.idx(node), first=first, count=len(probes), pad=node.op is Op.PAD))
-        stages.append(dict(index=st.index, leaves=[g.idx(l) for l in st.leaves],
+        # boxes a row at a time (plan.boxrows; fg::row_boxes decides at run time): the fewest rows
+        box_rows = MIN_ROWS if st.instances and may_run_rows([st]) else 0
+        stages.append(dict(index=st.index, leaves=[g.idx(l) for l in st.leaves], box_rows=box_rows,
                            axes_node=g.idx(st.reductions[0]) if st.reductions else -1,
                            reduction=bool(st.reductions), scan=st.is_scan, operands=operands, instances=instances,
                            nops=len(operands), nterms=len(terms)))
@@ -267,7 +270,14 @@ def _body(st, spec: Spec, dialect, leaf, variant: dict, stores: list[dict], op: 
     """One stage body: the lines computing the reductions' values and the written outputs'
     values in ``dialect`` (``leaf`` gives the reads' text; ``cur['w']`` is set to the writer)."""
     gw = G.IndexWriter(op, op.graph.idx)
-    w = cur["w"] = ExprWriter(spec, dialect, leaf, prefix="t", variant=variant, gather=gw, random=random_text)
+    # values an earlier stage stored (``Stage.kept``, plan.shared) are read back, not recomputed
+    w = cur["w"] = ExprWriter(spec, dialect, leaf, prefix="t", variant=variant, gather=gw, random=random_text,
+                              stored=ExprWriter.outputs_read(spec, st))
+    writes = []
+    for k, n in st.keeps:   # stored for a later stage; the reductions below reuse its lines
+        want = reg_dtype(dt.materialize(spec.of(n).dtype))
+        target = next(s["k"] for s, a in zip(stores, st.stores) if a.slot == ("out", k) and a.node is n)
+        writes.append(dict(k=target, value=w.value(n, want)))
     reds = []
     for j, r in enumerate(st.reductions):
         acc = reg_dtype(spec.of(r).acc)
@@ -275,7 +285,6 @@ def _body(st, spec: Spec, dialect, leaf, variant: dict, stores: list[dict], op: 
         targets = [s["k"] for s, a in zip(stores, st.stores) if a.node is r]
         reds.append(dict(j=j, kind=r.arg.kind, acc=dialect.type_name(acc),
                          init=dialect.literal(reduce_identity(r.arg.kind, acc), acc), value=v, targets=targets))
-    writes = []
     for k, n in st.writes:
         want = reg_dtype(dt.materialize(spec.of(n).dtype))
         target = next(s["k"] for s, a in zip(stores, st.stores) if a.slot == ("out", k))
@@ -338,7 +347,7 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
         slot_of = {id(a.node): a.slot for a in st.reads}
         # gathers (issue #17): address terms; the body's writer, the reads of gather indices
         # and those read at the row's start (``fixed``)
-        terms, cur = G.StageTerms(st), dict(index_reads=set(), fixed=set(), consts={})
+        terms, cur = G.StageTerms(st), dict(index_reads=set(), fixed=set(), consts={}, packed=False, views=set())
         # Only a reshape makes a view modular (a div/mod map; slicing or placing a reshaped dim
         # keeps it so): a stage with none reads every operand at its strided address, with no
         # per-element test, so the loops vectorize (CUDA kernels keep the one generic body)
@@ -357,6 +366,9 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
             if r["kind"] == "iota":
                 return f"int64_t({at})"
             term = terms.address_terms(n, ctx, cur['w']) if len(terms) else ""
+            if cur["packed"] and not term and k not in cur["fixed"]:
+                cur["views"].add(k)   # read from its chunk's unit-stride view (``_cpu_views``)
+                return f"{r['reg']}(v{k}[ii])"
             ptr = f"(p{k}{term})" if term else f"p{k}"
             if not modular:
                 load = f"{ptr}[{at}]"
@@ -386,16 +398,19 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
         # every such read has stride 0 there, as the plain kernels' row mode does (row_const).
         row_results = {k for k, a in enumerate(st.reads) if a.node.op is Op.REDUCE}
 
-        def make(variant, split=split, st=st, cur=cur):
+        def one(variant, st=st, cur=cur):
+            cur["views"] = set()
             body = _body(st, spec, dialect, leaf, variant, stores, op, cur)
+            return dict(body, packed=cur["packed"], views=sorted(cur["views"]))
+
+        def make(variant, split=split):
+            body = one(variant)
             if split is not None:   # an index-set split's loop bodies: the mask false, true
-                body["seg"] = [_body(st, spec, dialect, leaf, {**variant, split["key"]: v}, stores, op, cur)
-                               for v in (False, True)]
+                body["seg"] = [one({**variant, split["key"]: v}) for v in (False, True)]
             return body
 
-        bodies = []
-        for variant in variants(st):
-            cur["fixed"] = set()
+        def build(variant, packed, cur=cur, row_results=row_results):
+            cur["fixed"], cur["packed"] = set(), packed
             body = make(variant)
             # The gathers' indices are read from operands cur["index_reads"]; where all of them
             # are constant along the inner loop (an embedding's id per row), the invariant body
@@ -408,6 +423,18 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
                 body["invariant"]["reads"] = sorted(fixed)
                 body["invariant"]["consts"] = sorted(cur["consts"].items())
                 cur["fixed"] = set()
+            return body
+
+        # The CPU loops read and write unit-stride chunks (``packed``): an operand strided along
+        # the inner loop is copied through a small buffer (fg::view, fg::scatter), so the loop
+        # body always vectorizes (g++ does not version a loop for a unit stride known only at
+        # run time; it loads such an operand element by element). A stage that may read through
+        # a modular map keeps the per-element body for that case (``direct``).
+        pack = not device and not st.is_scan
+        bodies = []
+        for variant in variants(st):
+            body = build(variant, pack)
+            body["direct"] = build(variant, False) if pack and modular else None
             bodies.append(dict(body, text=", ".join(f"%{g.idx(n)} {'constant' if p is None else f'piece {p}'}"
                                                     for (n, _), p in variant.items())))
         finals = []
@@ -424,10 +451,15 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
             final_lines = []
         params = [dict(node=g.idx(n), cpp="double" if _kind(spec.of(n).dtype) == "f" else "int64_t",
                        field=_kind(spec.of(n).dtype)) for n in st.params]
-        out.append(dict(index=st.index, reads=reads, stores=stores, bodies=bodies, finals=finals, split=split,
+        out.append(dict(index=st.index, reads=reads, stores=stores, bodies=bodies, finals=finals, split=split, packed=pack,
                         nterms=len(terms), modular=modular, lanes=lanes_ok(st), gathers=G.stage_extents(op, st),
-                        final_lines=final_lines, params=params, nops=len(st.reads) + len(st.stores) + sum(
+                        final_lines=final_lines, params=params, pair=None, nops=len(st.reads) + len(st.stores) + sum(
                             len(p) for _, p in st.instances)))
+    for pair in [] if device else centered_pairs(plan).values():
+        # a mean and the variance centered on it in one row pass (plan.moments): the mean's
+        # stage gets pair<i>, which a row group runs instead of both stages (_cpu_views)
+        if pair.var_stage == pair.mean_stage + 1:
+            out[pair.mean_stage]["pair"] = dict(var_stage=pair.var_stage, kind=pair.var.arg.kind)
     return out
 
 

@@ -142,7 +142,7 @@ def emit_cpu(op: OpDef, dtypes=None, dynamic_workspace: str = "kernel", ranks=No
     ``shapes``: a specializing op's specialization to emit, see ``fusegen.abi_emit.emit``)."""
     op, ranks, shapes = layout.specialization(op, ranks, shapes)
     op = scan_form(op)   # scans as scan stages (or, where they read pieces, composed)
-    plan = build_plan(op, share=not layout.is_layout_op(op))   # (the layout path recomputes: plan.shared)
+    plan = build_plan(op)   # expensive values shared between stages are stored once (plan.shared)
     combos = parse_dtypes(op, dtypes)
     name = c_name(op.name)
     data = template_data(op, plan, [combo_data(op, plan, c, ranks) for c in combos], dynamic_workspace=dynamic_workspace,

@@ -7,8 +7,11 @@ along it (both iotas are affine in the counter: ``d0 + i * ds >= 0`` holds on on
 ``fusegen.plan.splits.true_range``, whose text ``BOUNDS`` is)."""
 from __future__ import annotations
 
+import re
+
 from ..ir import Op, nodes_of
 from ..plan.splits import COMPARISONS, stage_splits
+from .pysource import combine
 
 BOUNDS = """\
 sp_n = {count}
@@ -56,3 +59,34 @@ def segments(gs, st, mode: str, count: str, pad: str) -> tuple[list[str], list[t
     lines += [pad + line for line in BOUNDS.format(count=count, d0=d0, ds=f"{sa} - {sb}").split("\n")]
     key = (sp.where, sp.ctx)
     return lines, [("sp_lo", {key: False}), ("sp_lo, sp_hi", {key: True}), ("sp_hi, sp_n", {key: False})]
+
+
+#: Reductions that fold a value constant over a loop without visiting every element: max and
+#: min once (idempotent), sum, mean and prod not at all where it is their identity.
+_IDENTITY = {"sum": "0", "mean": "0", "prod": "1"}
+
+
+def constant_folds(accs, vals, body_lines, var: str, rng: str, pad: str, ieee: bool) -> tuple[list[str], set[int]]:
+    """A row loop ``for var in range(rng)`` whose reductions fold a value that does not depend
+    on ``var`` (a split's masked interval: a causal softmax's ``-inf`` for the max, its
+    ``exp(-inf - max)`` = 0 for the sum): lines folding each such value before the loop, and
+    which reductions (by position in ``accs``) the loop no longer folds. Max and min fold it once
+    where the interval is not empty; sum, mean and prod loop only where it is not their identity
+    (adding 0 to a row accumulator, which starts at +0.0 and so is never -0.0, changes nothing),
+    so the row's reductions end at the diagonal."""
+    varying = {var} | {name for name, _ in body_lines}
+    lo, hi = rng.split(", ") if ", " in rng else ("0", rng)
+    lines, done = [], set()
+    for j, ((r, acc), v) in enumerate(zip(accs, vals)):
+        kind = r.arg.kind
+        if kind not in ("max", "min", *_IDENTITY) or varying & set(re.findall(r"[A-Za-z_]\w*", v)):
+            continue
+        done.add(j)
+        if kind in ("max", "min"):
+            lines += [f"{pad}if {hi} > {lo}:   # constant over the loop: folded once",
+                      f"{pad}    {combine(kind, f'acc{j}', v, ieee and acc.is_float)}"]
+        else:
+            lines += [f"{pad}if {v} != {_IDENTITY[kind]}:   # constant over the loop: its identity adds nothing",
+                      f"{pad}    for {var} in range({rng}):",
+                      f"{pad}        {combine(kind, f'acc{j}', v)}"]
+    return lines, done

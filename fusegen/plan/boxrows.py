@@ -50,14 +50,19 @@ class BoxRows:
         return n
 
 
+def may_run_rows(stages) -> bool:
+    """Whether a group of ``stages`` may run its boxes a row at a time, as far as the plan
+    tells (elementwise, no gathers or random numbers); the emitted C++ decides the rest at run
+    time (``fg::row_boxes``)."""
+    if any(st.reductions or st.is_scan for st in stages):
+        return False
+    roots = [n for st in stages for _, n in st.writes + st.finals]
+    return not any(n.op in (Op.GATHER, Op.RANDOM) for n in nodes_of(roots))
+
+
 def row_dims(stages, boxes, dom, axes, inners) -> int:
     """How many leading domain dims are rows (0: run box by box): see the module docstring."""
-    if len(boxes) < 2 or axes or any(inner is not None for inner in inners):
-        return 0
-    if any(st.reductions or st.is_scan for st in stages):
-        return 0
-    roots = [n for st in stages for _, n in st.writes + st.finals]
-    if any(n.op in (Op.GATHER, Op.RANDOM) for n in nodes_of(roots)):
+    if len(boxes) < 2 or axes or any(inner is not None for inner in inners) or not may_run_rows(stages):
         return 0
     k = next((d for d in range(len(dom)) if any(ranges[d] != (0, dom[d]) for ranges, _ in boxes)), 0)
     rows = 1

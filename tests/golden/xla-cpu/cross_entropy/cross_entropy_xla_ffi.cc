@@ -2615,6 +2615,88 @@ inline int64_t rows_per_task(const RowInfo &G) {
   return std::max<int64_t>(1, kRowChunk / std::max<int64_t>(1, G.unit_len));
 }
 
+// A chunk of `m` elements of an operand as a unit-stride pointer, so that the CPU loop reading
+// it vectorizes: the operand itself where its stride is 1, else its elements copied into `buf`
+// (a broadcast one, stride 0, filled with its one value: a vector store, not m scalar copies).
+template <class T>
+inline const T *chunk_view(const T *p, int64_t stride, int64_t m, T *buf) {
+  if (stride == 1) return p;
+  if (stride == 0) {
+    std::fill_n(buf, m, *p);
+    return buf;
+  }
+  for (int64_t i = 0; i < m; ++i) buf[i] = p[i * stride];
+  return buf;
+}
+
+// Boxes a row at a time (the twin of fusegen.plan.boxrows): where pieces (concat, pad) cut an
+// elementwise stage's domain along an inner dim, a *row* is one index of the domain dims before
+// the first cut, and one task runs every box of its rows, so an operand the boxes share (RoPE's
+// row of x, read by both halves) is still in cache for the second box: it streams once, not once
+// per box. Each box keeps its own loops; its outer index is row * (its units per row) + the rest,
+// since the rows' dims come first in its flat order.
+constexpr int kMaxRowBoxes = 16;
+
+template <int NOPS>
+struct RowBoxes {
+  int n = 0;  // the non-empty boxes; 0: run box by box (too few rows, a modular operand, ...)
+  int64_t rows = 0, row_len = 0;  // the rows, and the elements of one row over all boxes
+  int variant[kMaxRowBoxes] = {};
+  BoxLoops<NOPS> B[kMaxRowBoxes];
+  Blocks K[kMaxRowBoxes];
+};
+
+// Fills `RB` where the boxes of `nest` can run a row at a time: at least two boxes, the first
+// cut on a domain dim k >= 1 with at least `min_rows` rows before it, no modular operand, each
+// box's tasks whole rows (no transposed blocks) whose first outer dims are exactly the rows'.
+// `variant_of(box, &v)` gives a box's stage body.
+template <int NOPS, class V>
+inline int row_boxes(const views::Nest<NOPS> &nest, bool modular, int64_t min_rows, V &&variant_of, RowBoxes<NOPS> *RB) {
+  RB->n = 0;
+  if (modular) return FG_OK;
+  int cut = nest.rank, count = 0;
+  FG_TRY(views::for_each_box(nest, [&](const views::Box<NOPS> &box, const views::BoxLayout<NOPS> &) {
+    for (int k = 0; k < nest.rank; ++k) {
+      if (box.lo[k] != 0 || box.hi[k] != nest.domain[k]) {
+        cut = std::min(cut, k);
+        break;
+      }
+    }
+    ++count;
+    return int(FG_OK);
+  }));
+  if (count < 2 || count > kMaxRowBoxes || cut == 0 || cut == nest.rank) return FG_OK;
+  int64_t rows = 1;
+  for (int k = 0; k < cut; ++k) rows *= nest.domain[k];
+  if (rows < min_rows) return FG_OK;
+  bool ok = true;
+  int n = 0;
+  int64_t row_len = 0;
+  FG_TRY(views::for_each_box(nest, [&](const views::Box<NOPS> &box, const views::BoxLayout<NOPS> &L) {
+    BoxLoops<NOPS> B;
+    cpu_loops<NOPS>(nest, L, false, 0u, &B);
+    if (!ok || B.inner == 0 || B.o_total == 0) return int(FG_OK);  // (an empty box runs nothing)
+    const Blocks K = blocks<NOPS>(B);
+    int64_t prefix = 1;  // the rows' dims must be the box's first outer dims, whole
+    for (int d = 0; d < B.n_o && prefix < rows; ++d) prefix *= B.o_ext[d];
+    if (K.rows != 1 || K.ncb != 1 || prefix != rows) {
+      ok = false;
+      return int(FG_OK);
+    }
+    FG_TRY(variant_of(box, &RB->variant[n]));
+    RB->B[n] = B;
+    RB->K[n] = K;
+    row_len += B.o_total / rows * B.inner;
+    ++n;
+    return int(FG_OK);
+  }));
+  if (!ok || n < 2) return FG_OK;
+  RB->n = n;
+  RB->rows = rows;
+  RB->row_len = row_len;
+  return FG_OK;
+}
+
 }  // namespace fg
 
 // ---------------------------------------------------------------------------------------------
@@ -3251,6 +3333,13 @@ void units0(const Run0 &R, const fg::BoxLoops<kOps0> &B, const fg::Blocks &K, in
   const float *p0 = static_cast<const float *>(ptr[0]);
   float *q1 = static_cast<float *>(ptr[3]);
   float *q2 = static_cast<float *>(ptr[4]);
+  // the chunks' buffers for operands strided along the inner loop
+  float pk0[fg::kChunk];
+  (void)pk0;
+  float wk1[fg::kChunk];
+  (void)wk1;
+  float wk2[fg::kChunk];
+  (void)wk2;
 
   switch (variant) {
     case 0: 
@@ -3266,18 +3355,27 @@ void units0(const Run0 &R, const fg::BoxLoops<kOps0> &B, const fg::Blocks &K, in
           int64_t c[kOps0];
           for (int j = 0; j < kOps0; ++j) c[j] = base[j];
           fg::unravel<kOps0>(m, B.n_m, B.m_ext, B.m_str, c);
-          int64_t iv = 0;
-          for (; iv + fg::kLanes <= B.inner; iv += fg::kLanes) {
-            for (int l = 0; l < fg::kLanes; ++l) {
-              const int64_t i = iv + l;
-              (void)i;
-              lane0[l] = fg::fg_max(lane0[l], float(p0[c[0] + i * B.istr[0]]));
-              lane1[l] = fg::fg_max(lane1[l], float(p0[c[0] + i * B.istr[0]]));
+          for (int64_t j0 = 0; j0 < B.inner; j0 += fg::kChunk) {  // unit-stride chunks
+            const int64_t nc = std::min<int64_t>(fg::kChunk, B.inner - j0);
+            const float *v0 = fg::chunk_view(p0 + c[0] + j0 * B.istr[0], B.istr[0], nc, pk0);
+            int64_t iv = 0;
+            for (; iv + fg::kLanes <= nc; iv += fg::kLanes) {
+          #if defined(__GNUC__) && !defined(__clang__)
+          #pragma GCC unroll 1  // (a max or min across lanes: see keep_loop)
+          #endif
+              for (int l = 0; l < fg::kLanes; ++l) {
+                const int64_t ii = iv + l, i = j0 + ii;
+                (void)i;
+                lane0[l] = fg::fg_max(lane0[l], float(v0[ii]));
+                lane1[l] = fg::fg_max(lane1[l], float(v0[ii]));
+              }
             }
-          }
-          for (int64_t i = iv; i < B.inner; ++i) {
-            lane0[i - iv] = fg::fg_max(lane0[i - iv], float(p0[c[0] + i * B.istr[0]]));
-            lane1[i - iv] = fg::fg_max(lane1[i - iv], float(p0[c[0] + i * B.istr[0]]));
+            for (int64_t ii = iv; ii < nc; ++ii) {
+              const int64_t i = j0 + ii;
+              (void)i;
+              lane0[ii - iv] = fg::fg_max(lane0[ii - iv], float(v0[ii]));
+              lane1[ii - iv] = fg::fg_max(lane1[ii - iv], float(v0[ii]));
+            }
           }
         }
         float acc0 = lane0[0];
@@ -3346,6 +3444,13 @@ void units1(const Run1 &R, const fg::BoxLoops<kOps1> &B, const fg::Blocks &K, in
   const float *p0 = static_cast<const float *>(ptr[0]);
   const int64_t *p1 = static_cast<const int64_t *>(ptr[1]);
   float *q2 = static_cast<float *>(ptr[5]);
+  // the chunks' buffers for operands strided along the inner loop
+  float pk0[fg::kChunk];
+  (void)pk0;
+  int64_t pk1[fg::kChunk];
+  (void)pk1;
+  float wk2[fg::kChunk];
+  (void)wk2;
 
   switch (variant) {
     case 0: 
@@ -3362,52 +3467,63 @@ void units1(const Run1 &R, const fg::BoxLoops<kOps1> &B, const fg::Blocks &K, in
           fg::unravel<kOps1>(m, B.n_m, B.m_ext, B.m_str, c);
           if (B.istr[1] == 0) {  // the row-constant reads have stride 0 along the inner loop
             const auto rc1 = p1[c[1]];
-            int64_t iv = 0;
-            for (; iv + fg::kLanes <= B.inner; iv += fg::kLanes) {
-              for (int l = 0; l < fg::kLanes; ++l) {
-                const int64_t i = iv + l;
+            for (int64_t j0 = 0; j0 < B.inner; j0 += fg::kChunk) {  // unit-stride chunks
+              const int64_t nc = std::min<int64_t>(fg::kChunk, B.inner - j0);
+              int64_t iv = 0;
+              for (; iv + fg::kLanes <= nc; iv += fg::kLanes) {
+                for (int l = 0; l < fg::kLanes; ++l) {
+                  const int64_t ii = iv + l, i = j0 + ii;
+                  (void)i;
+                  const auto tg10_0r = int64_t(int64_t(rc1));
+                  const auto tg10_0a = tg10_0r < 0 ? tg10_0r + gn10 : tg10_0r;
+                  const auto tg10_0b = int64_t(tg10_0a < 0) | int64_t(tg10_0a >= gn10);
+                  const auto tg10_0 = std::min(std::max(tg10_0a, int64_t(0)), gn10 - 1);
+                  lane0[l] += float((p0 + tg10_0 * gs[0])[c[0] + i * B.istr[0]]);
+                  gb0[l] |= tg10_0b;
+                  gv0[l] = tg10_0b ? tg10_0r : gv0[l];
+                }
+              }
+              for (int64_t ii = iv; ii < nc; ++ii) {
+                const int64_t i = j0 + ii;
                 (void)i;
                 const auto tg10_0r = int64_t(int64_t(rc1));
                 const auto tg10_0a = tg10_0r < 0 ? tg10_0r + gn10 : tg10_0r;
                 const auto tg10_0b = int64_t(tg10_0a < 0) | int64_t(tg10_0a >= gn10);
                 const auto tg10_0 = std::min(std::max(tg10_0a, int64_t(0)), gn10 - 1);
-                lane0[l] += float((p0 + tg10_0 * gs[0])[c[0] + i * B.istr[0]]);
-                gb0[l] |= tg10_0b;
-                gv0[l] = tg10_0b ? tg10_0r : gv0[l];
+                lane0[ii - iv] += float((p0 + tg10_0 * gs[0])[c[0] + i * B.istr[0]]);
+                gb0[ii - iv] |= tg10_0b;
+                gv0[ii - iv] = tg10_0b ? tg10_0r : gv0[ii - iv];
               }
             }
-            for (int64_t i = iv; i < B.inner; ++i) {
-              const auto tg10_0r = int64_t(int64_t(rc1));
-              const auto tg10_0a = tg10_0r < 0 ? tg10_0r + gn10 : tg10_0r;
-              const auto tg10_0b = int64_t(tg10_0a < 0) | int64_t(tg10_0a >= gn10);
-              const auto tg10_0 = std::min(std::max(tg10_0a, int64_t(0)), gn10 - 1);
-              lane0[i - iv] += float((p0 + tg10_0 * gs[0])[c[0] + i * B.istr[0]]);
-              gb0[i - iv] |= tg10_0b;
-              gv0[i - iv] = tg10_0b ? tg10_0r : gv0[i - iv];
-            }
           } else {
-            int64_t iv = 0;
-            for (; iv + fg::kLanes <= B.inner; iv += fg::kLanes) {
-              for (int l = 0; l < fg::kLanes; ++l) {
-                const int64_t i = iv + l;
+            for (int64_t j0 = 0; j0 < B.inner; j0 += fg::kChunk) {  // unit-stride chunks
+              const int64_t nc = std::min<int64_t>(fg::kChunk, B.inner - j0);
+              const int64_t *v1 = fg::chunk_view(p1 + c[1] + j0 * B.istr[1], B.istr[1], nc, pk1);
+              int64_t iv = 0;
+              for (; iv + fg::kLanes <= nc; iv += fg::kLanes) {
+                for (int l = 0; l < fg::kLanes; ++l) {
+                  const int64_t ii = iv + l, i = j0 + ii;
+                  (void)i;
+                  const auto tg10_0r = int64_t(int64_t(v1[ii]));
+                  const auto tg10_0a = tg10_0r < 0 ? tg10_0r + gn10 : tg10_0r;
+                  const auto tg10_0b = int64_t(tg10_0a < 0) | int64_t(tg10_0a >= gn10);
+                  const auto tg10_0 = std::min(std::max(tg10_0a, int64_t(0)), gn10 - 1);
+                  lane0[l] += float((p0 + tg10_0 * gs[0])[c[0] + i * B.istr[0]]);
+                  gb0[l] |= tg10_0b;
+                  gv0[l] = tg10_0b ? tg10_0r : gv0[l];
+                }
+              }
+              for (int64_t ii = iv; ii < nc; ++ii) {
+                const int64_t i = j0 + ii;
                 (void)i;
-                const auto tg10_0r = int64_t(int64_t(p1[c[1] + i * B.istr[1]]));
+                const auto tg10_0r = int64_t(int64_t(v1[ii]));
                 const auto tg10_0a = tg10_0r < 0 ? tg10_0r + gn10 : tg10_0r;
                 const auto tg10_0b = int64_t(tg10_0a < 0) | int64_t(tg10_0a >= gn10);
                 const auto tg10_0 = std::min(std::max(tg10_0a, int64_t(0)), gn10 - 1);
-                lane0[l] += float((p0 + tg10_0 * gs[0])[c[0] + i * B.istr[0]]);
-                gb0[l] |= tg10_0b;
-                gv0[l] = tg10_0b ? tg10_0r : gv0[l];
+                lane0[ii - iv] += float((p0 + tg10_0 * gs[0])[c[0] + i * B.istr[0]]);
+                gb0[ii - iv] |= tg10_0b;
+                gv0[ii - iv] = tg10_0b ? tg10_0r : gv0[ii - iv];
               }
-            }
-            for (int64_t i = iv; i < B.inner; ++i) {
-              const auto tg10_0r = int64_t(int64_t(p1[c[1] + i * B.istr[1]]));
-              const auto tg10_0a = tg10_0r < 0 ? tg10_0r + gn10 : tg10_0r;
-              const auto tg10_0b = int64_t(tg10_0a < 0) | int64_t(tg10_0a >= gn10);
-              const auto tg10_0 = std::min(std::max(tg10_0a, int64_t(0)), gn10 - 1);
-              lane0[i - iv] += float((p0 + tg10_0 * gs[0])[c[0] + i * B.istr[0]]);
-              gb0[i - iv] |= tg10_0b;
-              gv0[i - iv] = tg10_0b ? tg10_0r : gv0[i - iv];
             }
           }
         }
@@ -3476,6 +3592,13 @@ void units2(const Run2 &R, const fg::BoxLoops<kOps2> &B, const fg::Blocks &K, in
   const float *p0 = static_cast<const float *>(ptr[0]);
   const float *p1 = static_cast<const float *>(ptr[3]);
   float *q2 = static_cast<float *>(ptr[6]);
+  // the chunks' buffers for operands strided along the inner loop
+  float pk0[fg::kChunk];
+  (void)pk0;
+  float pk1[fg::kChunk];
+  (void)pk1;
+  float wk2[fg::kChunk];
+  (void)wk2;
 
   switch (variant) {
     case 0: 
@@ -3491,36 +3614,49 @@ void units2(const Run2 &R, const fg::BoxLoops<kOps2> &B, const fg::Blocks &K, in
           fg::unravel<kOps2>(m, B.n_m, B.m_ext, B.m_str, c);
           if (B.istr[1] == 0) {  // the row-constant reads have stride 0 along the inner loop
             const auto rc1 = p1[c[1]];
-            int64_t iv = 0;
-            for (; iv + fg::kLanes <= B.inner; iv += fg::kLanes) {
-              for (int l = 0; l < fg::kLanes; ++l) {
-                const int64_t i = iv + l;
-                (void)i;
-                const auto t0 = (float(p0[c[0] + i * B.istr[0]]) - float(rc1));
-                const auto t1 = fg::exp_f32(t0);
-                lane0[l] += t1;
+            for (int64_t j0 = 0; j0 < B.inner; j0 += fg::kChunk) {  // unit-stride chunks
+              const int64_t nc = std::min<int64_t>(fg::kChunk, B.inner - j0);
+              const float *v0 = fg::chunk_view(p0 + c[0] + j0 * B.istr[0], B.istr[0], nc, pk0);
+              int64_t iv = 0;
+              for (; iv + fg::kLanes <= nc; iv += fg::kLanes) {
+                for (int l = 0; l < fg::kLanes; ++l) {
+                  const int64_t ii = iv + l, i = j0 + ii;
+                  (void)i;
+                  const auto t0 = (float(v0[ii]) - float(rc1));
+                  const auto t1 = fg::exp_f32(t0);
+                  lane0[l] += t1;
+                }
               }
-            }
-            for (int64_t i = iv; i < B.inner; ++i) {
-              const auto t0 = (float(p0[c[0] + i * B.istr[0]]) - float(rc1));
-              const auto t1 = fg::exp_f32(t0);
-              lane0[i - iv] += t1;
+              for (int64_t ii = iv; ii < nc; ++ii) {
+                const int64_t i = j0 + ii;
+                (void)i;
+                const auto t0 = (float(v0[ii]) - float(rc1));
+                const auto t1 = fg::exp_f32(t0);
+                lane0[ii - iv] += t1;
+              }
             }
           } else {
-            int64_t iv = 0;
-            for (; iv + fg::kLanes <= B.inner; iv += fg::kLanes) {
-              for (int l = 0; l < fg::kLanes; ++l) {
-                const int64_t i = iv + l;
-                (void)i;
-                const auto t0 = (float(p0[c[0] + i * B.istr[0]]) - float(p1[c[1] + i * B.istr[1]]));
-                const auto t1 = fg::exp_f32(t0);
-                lane0[l] += t1;
+            for (int64_t j0 = 0; j0 < B.inner; j0 += fg::kChunk) {  // unit-stride chunks
+              const int64_t nc = std::min<int64_t>(fg::kChunk, B.inner - j0);
+              const float *v0 = fg::chunk_view(p0 + c[0] + j0 * B.istr[0], B.istr[0], nc, pk0);
+              const float *v1 = fg::chunk_view(p1 + c[1] + j0 * B.istr[1], B.istr[1], nc, pk1);
+              int64_t iv = 0;
+              for (; iv + fg::kLanes <= nc; iv += fg::kLanes) {
+                for (int l = 0; l < fg::kLanes; ++l) {
+                  const int64_t ii = iv + l, i = j0 + ii;
+                  (void)i;
+                  const auto t0 = (float(v0[ii]) - float(v1[ii]));
+                  const auto t1 = fg::exp_f32(t0);
+                  lane0[l] += t1;
+                }
               }
-            }
-            for (int64_t i = iv; i < B.inner; ++i) {
-              const auto t0 = (float(p0[c[0] + i * B.istr[0]]) - float(p1[c[1] + i * B.istr[1]]));
-              const auto t1 = fg::exp_f32(t0);
-              lane0[i - iv] += t1;
+              for (int64_t ii = iv; ii < nc; ++ii) {
+                const int64_t i = j0 + ii;
+                (void)i;
+                const auto t0 = (float(v0[ii]) - float(v1[ii]));
+                const auto t1 = fg::exp_f32(t0);
+                lane0[ii - iv] += t1;
+              }
             }
           }
         }
@@ -3585,6 +3721,15 @@ void units3(const Run3 &R, const fg::BoxLoops<kOps3> &B, const fg::Blocks &K, in
   const float *p1 = static_cast<const float *>(ptr[5]);
   const float *p2 = static_cast<const float *>(ptr[6]);
   float *q3 = static_cast<float *>(ptr[2]);
+  // the chunks' buffers for operands strided along the inner loop
+  float pk0[fg::kChunk];
+  (void)pk0;
+  float pk1[fg::kChunk];
+  (void)pk1;
+  float pk2[fg::kChunk];
+  (void)pk2;
+  float wk3[fg::kChunk];
+  (void)wk3;
 
   switch (variant) {
     case 0: 
@@ -3602,40 +3747,53 @@ void units3(const Run3 &R, const fg::BoxLoops<kOps3> &B, const fg::Blocks &K, in
             const auto rc0 = p0[c[0]];
             const auto rc1 = p1[c[1]];
             const auto rc2 = p2[c[2]];
-            int64_t iv = 0;
-            for (; iv + fg::kLanes <= B.inner; iv += fg::kLanes) {
-              for (int l = 0; l < fg::kLanes; ++l) {
-                const int64_t i = iv + l;
+            for (int64_t j0 = 0; j0 < B.inner; j0 += fg::kChunk) {  // unit-stride chunks
+              const int64_t nc = std::min<int64_t>(fg::kChunk, B.inner - j0);
+              int64_t iv = 0;
+              for (; iv + fg::kLanes <= nc; iv += fg::kLanes) {
+                for (int l = 0; l < fg::kLanes; ++l) {
+                  const int64_t ii = iv + l, i = j0 + ii;
+                  (void)i;
+                  const auto t0 = fg::log_f32(float(rc2));
+                  const auto t1 = (t0 + float(rc0));
+                  const auto t2 = (t1 - float(rc1));
+                  lane0[l] += t2;
+                }
+              }
+              for (int64_t ii = iv; ii < nc; ++ii) {
+                const int64_t i = j0 + ii;
                 (void)i;
                 const auto t0 = fg::log_f32(float(rc2));
                 const auto t1 = (t0 + float(rc0));
                 const auto t2 = (t1 - float(rc1));
-                lane0[l] += t2;
+                lane0[ii - iv] += t2;
               }
-            }
-            for (int64_t i = iv; i < B.inner; ++i) {
-              const auto t0 = fg::log_f32(float(rc2));
-              const auto t1 = (t0 + float(rc0));
-              const auto t2 = (t1 - float(rc1));
-              lane0[i - iv] += t2;
             }
           } else {
-            int64_t iv = 0;
-            for (; iv + fg::kLanes <= B.inner; iv += fg::kLanes) {
-              for (int l = 0; l < fg::kLanes; ++l) {
-                const int64_t i = iv + l;
-                (void)i;
-                const auto t0 = fg::log_f32(float(p2[c[2] + i * B.istr[2]]));
-                const auto t1 = (t0 + float(p0[c[0] + i * B.istr[0]]));
-                const auto t2 = (t1 - float(p1[c[1] + i * B.istr[1]]));
-                lane0[l] += t2;
+            for (int64_t j0 = 0; j0 < B.inner; j0 += fg::kChunk) {  // unit-stride chunks
+              const int64_t nc = std::min<int64_t>(fg::kChunk, B.inner - j0);
+              const float *v0 = fg::chunk_view(p0 + c[0] + j0 * B.istr[0], B.istr[0], nc, pk0);
+              const float *v1 = fg::chunk_view(p1 + c[1] + j0 * B.istr[1], B.istr[1], nc, pk1);
+              const float *v2 = fg::chunk_view(p2 + c[2] + j0 * B.istr[2], B.istr[2], nc, pk2);
+              int64_t iv = 0;
+              for (; iv + fg::kLanes <= nc; iv += fg::kLanes) {
+                for (int l = 0; l < fg::kLanes; ++l) {
+                  const int64_t ii = iv + l, i = j0 + ii;
+                  (void)i;
+                  const auto t0 = fg::log_f32(float(v2[ii]));
+                  const auto t1 = (t0 + float(v0[ii]));
+                  const auto t2 = (t1 - float(v1[ii]));
+                  lane0[l] += t2;
+                }
               }
-            }
-            for (int64_t i = iv; i < B.inner; ++i) {
-              const auto t0 = fg::log_f32(float(p2[c[2] + i * B.istr[2]]));
-              const auto t1 = (t0 + float(p0[c[0] + i * B.istr[0]]));
-              const auto t2 = (t1 - float(p1[c[1] + i * B.istr[1]]));
-              lane0[i - iv] += t2;
+              for (int64_t ii = iv; ii < nc; ++ii) {
+                const int64_t i = j0 + ii;
+                (void)i;
+                const auto t0 = fg::log_f32(float(v2[ii]));
+                const auto t1 = (t0 + float(v0[ii]));
+                const auto t2 = (t1 - float(v1[ii]));
+                lane0[ii - iv] += t2;
+              }
             }
           }
         }
