@@ -289,7 +289,7 @@ DEFAULT_CASES = {
     "test_scans.py::test_1d_dtype_and_logcumsumexp": {"6"},
     # the AOT twins: test_perf_ops[adam_step-aot], test_vmath's C++ stage loops, the AOT complex row
     "test_activations.py::test_activation_ops_match_the_bench_references": {"numba"},
-    "test_elementwise.py::test_integer_functions_match_numpy_without_a_trap": {"numba"},
+    "test_elementwise.py::test_integer_functions_match_numpy_without_a_trap": {"numba-int32-int64"},
     "test_elementwise.py::test_ranks_sizes_and_scalars": {"rank0-numba", "rank3-size0-numba"},
     "test_vectorize.py::test_emitted_hot_loops_are_vectorized": {"softmax"},
     "test_vmath.py::test_numba_loop_is_vectorized_without_libm_calls": {"tanh"},
