@@ -129,14 +129,16 @@ def test_each_backend_spells_the_special_cases_with_its_helpers():
 
 
 # --- (c) numbers ------------------------------------------------------------------------------
+#: (case, dtype): a Numba compile each (the AOT library holds a case's dtypes in one build)
+FLOAT_CASES = [(case, dtype) for case in ("unary_a", "unary_b", "binary_f") for dtype in ("float32", "float64", "float16")
+               if not (case == "binary_f" and dtype == "float16")]
+
+
 @pytest.mark.parametrize("backend", ["numba", "aot"])
-@pytest.mark.parametrize("case", ["unary_a", "unary_b", "binary_f"])
-def test_float_functions_match_numpy(case, backend):
-    for dtype in (F32, F64, np.float16):
-        if dtype is np.float16 and case == "binary_f":
-            continue
-        args = cases.inputs(case, dtype)
-        cases.check(case, kernel(case, backend, dtype)(*args), args, backend)
+@pytest.mark.parametrize("case,dtype", FLOAT_CASES, ids=[f"{c}-{d}" for c, d in FLOAT_CASES])
+def test_float_functions_match_numpy(case, dtype, backend):
+    args = cases.inputs(case, np.dtype(dtype).type)
+    cases.check(case, kernel(case, backend, dtype)(*args), args, backend)
 
 
 _CHILD = """
@@ -152,11 +154,14 @@ print("ok")
 """
 
 
-@pytest.mark.parametrize("backend", ["numba", "aot"])
-def test_integer_functions_match_numpy_without_a_trap(backend):
+# (the hardware divides 32 and 64 bits; a Numba compile per dtype: the default run takes the
+# signed 32- and 64-bit ones, conftest's DEFAULT_CASES; the AOT library builds all four at once)
+@pytest.mark.parametrize("backend,dtypes", [("numba", ["int32", "int64"]), ("numba", ["int8", "uint64"]),
+                                            ("aot", ["int8", "int32", "int64", "uint64"])],
+                         ids=["numba-int32-int64", "numba-int8-uint64", "aot"])
+def test_integer_functions_match_numpy_without_a_trap(backend, dtypes):
     # x // 0, x % 0 and INT_MIN // -1 on every integer dtype: x86 raises SIGFPE on the hardware
     # division, so a wrong kernel would kill the process: it is a child's
-    dtypes = ["int8", "int32", "int64", "uint64"]  # (the hardware divides 32 and 64 bits)
     opts = {"dtypes": dtypes} if backend == "aot" else {}
     code = _CHILD.format(tests=str(Path(__file__).parent), backend=backend, opts=opts, dtypes=dtypes)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
@@ -183,22 +188,24 @@ def scalar_sides(x, y):
     return 7 // x, x % 3, 2 << y, fg.atan2(1.0, x), fg.copysign(x, -1.0), fg.logaddexp(x, y)
 
 
+# (a Numba compile per rank: the default run takes rank 0 and a size-0 rank 3, conftest's DEFAULT_CASES)
 @pytest.mark.parametrize("backend", ["numba", pytest.param("aot", marks=pytest.mark.slow)])
-def test_ranks_sizes_and_scalars(backend):
+@pytest.mark.parametrize("shape", [(), (0,), (5,), (2, 0, 3), (2, 1, 3, 2)],
+                         ids=["rank0", "size0", "rank1", "rank3-size0", "rank4"])
+def test_ranks_sizes_and_scalars(backend, shape):
     k = fg.compile(scalar_sides, backend=backend, **({"dtypes": ["int32,int32"]} if backend == "aot" else {}))
     rng = np.random.default_rng(0)
-    for shape in [(), (0,), (5,), (2, 0, 3), (2, 1, 3, 2)]:
-        x = rng.integers(-9, 9, shape).astype(np.int32)
-        x[x == 0] = 1
-        y = np.array(rng.integers(0, 40), np.int32)
-        got = k(x, y)
-        with np.errstate(all="ignore"):
-            want = (7 // x, x % 3, np.left_shift(np.int32(2), y), np.arctan2(1.0, x), np.copysign(x, -1.0),
-                    np.logaddexp(x, y))
-        for g, w in zip(got, want):
-            g = np.asarray(g)
-            assert g.shape == np.broadcast(x, y).shape or g.shape == w.shape
-            assert not cases.mismatches(g, np.asarray(w)), (shape, g, w)
+    x = rng.integers(-9, 9, shape).astype(np.int32)
+    x[x == 0] = 1
+    y = np.array(rng.integers(0, 40), np.int32)
+    got = k(x, y)
+    with np.errstate(all="ignore"):
+        want = (7 // x, x % 3, np.left_shift(np.int32(2), y), np.arctan2(1.0, x), np.copysign(x, -1.0),
+                np.logaddexp(x, y))
+    for g, w in zip(got, want):
+        g = np.asarray(g)
+        assert g.shape == np.broadcast(x, y).shape or g.shape == w.shape
+        assert not cases.mismatches(g, np.asarray(w)), (shape, g, w)
 
 
 @pytest.mark.slow

@@ -171,7 +171,8 @@ _CHAINS = dict(chain=st.lists(st.sampled_from(_STEPS), min_size=1, max_size=4),
                shape=st.lists(st.integers(1, 4), min_size=1, max_size=3).map(tuple))
 
 
-# each chain is a new op (a compile): a few per default run, many under -m slow
+# each chain is a new op (a compile): a few under -m extended (conftest's EXTENDED_TESTS), many
+# under -m slow
 @settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(**_CHAINS)
 def test_random_view_chains_match_numpy(chain, shape):
