@@ -270,7 +270,10 @@ class GroupSource:
             if blocked:   # (the line's last stretch: the loop below, from pos)
                 self.lines += cpu_scans.blocked_lines(self, accs, vals, ew.lines, *moved, pad)
             lines = ew.lines
-            if not (blocked or st.is_scan or self.rng.used or self.g.nodes):
+            # (a gather's index constant along the loop, an embedding's id per row, is checked
+            # once before it: its bad-index count and value lines are invariant then, so the
+            # gathered row is a plain strided read and the loop vectorizes)
+            if not (blocked or st.is_scan or self.rng.used):
                 hoisted, lines = hoist_invariant(lines, var)
                 self.lines += [f"{pad}{name} = {expr}" for name, expr in hoisted]
             w(f"{pad}for {var} in range({rng}{' - pos' if blocked else ''}):")

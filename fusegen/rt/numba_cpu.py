@@ -18,9 +18,10 @@ import numpy as np
 
 from ..lower.cpu_rows import rows_meta
 from ..lower_cpu import compile_group, compile_rows, meta_array
-from ..plan import schedule
+from ..plan import build_plan, schedule
 from ..plan.boxrows import BoxRows
 from ..plan.exprs import reg_dtype
+from ..plan.noops import without_noops
 from ..native import fastcall
 from .cpu import finish, host_outputs
 from .policy import PARALLEL_THRESHOLD, choose_block, num_threads, split_count
@@ -55,7 +56,12 @@ class NumbaCpuExecutor(Executor):
         super().__init__(kernel)
 
     def prepare(self, spec, bound: dict, arrs, key) -> NumbaCpuCall:
-        plan = self.kernel.plan
+        plan, named = self.kernel.plan, spec.opdef
+        # planned per signature: a gradient's sum_to/unreduce that move nothing at these shapes
+        # are views, so the stages around them fuse (``plan.noops``)
+        op, spec = without_noops(spec, [a.dtype for a in arrs], [tuple(a.shape) for a in arrs], bound)
+        if op is not plan.opdef:
+            plan = build_plan(op)
         nthreads = num_threads()
         groups = []
         for run in schedule(plan, spec, regroup=True, rows=True):
@@ -78,7 +84,7 @@ class NumbaCpuExecutor(Executor):
             gk = compile_group(plan, spec, run, parallel, nsplit > 1, block)
             groups.append(Group(gk.func, meta, tuple(k[:2] for k in run.operands if k[0] != "iota"), gk.attrs,
                                 gk.source, tuple(spec.of(n).value for n in gk.params) + gather_args(gk, spec),
-                                gather_error(plan.opdef, spec, tuple(gk.gathers.checks))))
+                                gather_error(named, spec, tuple(gk.gathers.checks))))
         ws = [(spec.of(b).shape, reg_dtype(spec.of(b).acc).np) for b in plan.buffers]
         call = NumbaCpuCall(spec.out_shapes, tuple(d.np for d in spec.out_dtypes), bound,
                             reg_out_dtypes=tuple(reg_dtype(d).np for d in spec.out_dtypes),
@@ -219,6 +225,7 @@ def gather_error(opdef, spec, checks):
         n = checks[int(code[0]) - 1]
         axis, extent = spec.of(n).params
         fn = "take" if n.arg.kind == "take" else "take_along_axis"
-        raise BoundsError(f"{where_text(opdef, n)}: {fn}: index {int(code[1])} is out of bounds for axis {axis} "
+        named = opdef if id(n) in opdef.graph.index else spec.opdef   # (a node plan.noops rebuilt)
+        raise BoundsError(f"{where_text(named, n)}: {fn}: index {int(code[1])} is out of bounds for axis {axis} "
                           f"with size {extent}")
     return raise_bounds
