@@ -275,6 +275,8 @@ class GroupSource:
             # gathered row is a plain strided read and the loop vectorizes)
             if not (blocked or st.is_scan or self.rng.used):
                 hoisted, lines = hoist_invariant(lines, var)
+                # (a loop over no element reads no index: nothing to flag, whatever is read before it)
+                hoisted = [(n, f"({e}) & (len(range({rng})) > 0)" if n in self.g.bad_flags else e) for n, e in hoisted]
                 self.lines += [f"{pad}{name} = {expr}" for name, expr in hoisted]
             w(f"{pad}for {var} in range({rng}{' - pos' if blocked else ''}):")
             for name, expr in lines:
