@@ -418,7 +418,9 @@ class GroupSource:
             if o.kind != "array":
                 self.g.refuse(self.plan.opdef.name)
             step = {0: "", 1: f" + {var}"}.get(cls, f" + {var} * {o.name}_s{var}")
-            return f"{o.name}_[ga_{o.name}{step}{terms}]"
+            # (unsigned: the address is never negative, and Numba's wraparound test on a signed
+            # index, a select per element, kept the gathered row loop scalar)
+            return f"{o.name}_[np.uint64(ga_{o.name}{step}{terms})]"
         if o.kind == "array":
             return f"s_{o.name}" if cls == 0 and o.key[0] != "out" else f"v_{o.name}[{var}]"   # (out: a slice)
         stride = f"{o.name}_s{var}"
