@@ -51,6 +51,7 @@ from .native.build import build_library, cache_dir, default_cpp_flags
 from .dtypes import AttrType
 from .rt.call import attrs_call_fn, attrs_key
 from .abi_emit import XlaEmitted, legacy_opaque, parse_dtypes, scan_form, workspace_bytes
+from .plan.noops import without_noops
 
 __all__ = ["function", "JaxFunction", "build_flags", "VMAP_METHODS"]
 
@@ -260,10 +261,17 @@ class JaxFunction:
         values that do not change the trace) share one child, and their handlers one name."""
         combo = self._dtype_names(arrays)
         if self.op.graph is not None and self.op.for_dtypes(combo) is self.op:   # (else: fg.grad's complex trace)
-            if combo in self.targets or self.dtypes is not None:
+            # a gradient's sum_to/unreduce that move nothing at these shapes: the handlers
+            # emitted without them serve the call (their stages fuse: ``plan.noops``)
+            shapes, bound = [tuple(a.shape) for a in arrays], self.op.bind_attrs(attrs)
+            op, _ = without_noops(fg.infer(self.op, combo, shapes, bound), combo, shapes, bound)
+            if op is not self.op:
+                key = ("noops", op.key, combo)
+            elif combo in self.targets or self.dtypes is not None:
                 self._last = None
                 return self   # (validate names a combination outside the dtypes= asked for)
-            op, key = self.op, ("dtypes", combo)
+            else:
+                key = ("dtypes", combo)
         else:
             op = self.op.specialize(combo, [tuple(a.shape) for a in arrays], self.op.bind_attrs(attrs))
             key = (op.key, combo)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from .ir import Node, Op, Spec, nodes_of
 from .lower import cpu_fold, cpu_inplace, cpu_kept, cpu_moments, cpu_rows, cpu_scans, cpu_splits
 from .lower import rng as rnglower
-from .lower.cpu_layout import HEADER, OperandSlot, index_text, meta_array, stride_pattern, view_text  # noqa: F401  (HEADER, meta_array: part of the face)
+from .lower.cpu_layout import HEADER, OperandSlot, index_text, meta_array, stride_pattern, unravel_lines, view_text  # noqa: F401  (HEADER, meta_array: part of the face)
 from .lower.gathers import GatherSlots
 from .lower.cpu_module import JIT_OPTIONS, GroupKernel, build_module  # noqa: F401  (JIT_OPTIONS: part of the face)
 from .lower.pysource import combine, general_maps, group_params, hoist_invariant, operand_name
@@ -168,7 +168,7 @@ class GroupSource:
                   f" + i0 * meta[SB + {o.k} * W + nO + nRO + 1]")
             else:
                 w(f"        b_{o.name} = i0 * meta[SB + {o.k} * W + nO + nRO + 1]")
-        self._unravel("        ", "o", "nO", "", "b", self.ops.values())
+        self.lines += unravel_lines("        ", "o", "nO", "", "b", self.ops.values())
         self.lines += self.g.cpu_lines("task start")
         done = {p.var_stage for p in self.pairs.values()}   # computed with their mean's stage
         for st in self._stages():
@@ -220,7 +220,7 @@ class GroupSource:
         for o in moving[len(reads):]:
             w(f"{p2}c_{o.name} = b_{o.name}")
         if needs_r:
-            self._unravel(p2, "ro", "nRO", "nO + ", "c", moving)
+            self.lines += unravel_lines(p2, "ro", "nRO", "nO + ", "c", moving)
         if self.mode == "row":
             self.lines += cpu_scans.row_views(self, moving, written, "r_lo", p2)   # slice views per row
             p3 = p2 + "    "
@@ -285,8 +285,13 @@ class GroupSource:
             if blocked:   # (the line's last stretch: the loop below, from pos)
                 self.lines += cpu_scans.blocked_lines(self, accs, vals, ew.lines, *moved, pad)
             lines, folded = ew.lines, set()
-            if not (blocked or st.is_scan or self.rng.used or self.g.nodes):
+            # (a gather's index constant along the loop, an embedding's id per row, is checked
+            # once before it: its bad-index count and value lines are invariant then, so the
+            # gathered row is a plain strided read and the loop vectorizes)
+            if not (blocked or st.is_scan or self.rng.used):
                 hoisted, lines = hoist_invariant(lines, var)
+                # (a loop over no element reads no index: nothing to flag, whatever is read before it)
+                hoisted = [(n, f"({e}) & (len(range({rng})) > 0)" if n in self.g.bad_flags else e) for n, e in hoisted]
                 self.lines += [f"{pad}{name} = {expr}" for name, expr in hoisted]
                 if mode == "row" and pair is None:   # reductions of a constant: not per element
                     more, folded = cpu_splits.constant_folds(accs, vals, lines, var, rng, pad, True)
@@ -305,23 +310,6 @@ class GroupSource:
                 w(f"{body}v_{o.name}[{var}] = {v}")
         self.lines[start:] = cpu_inplace.versioned(self.lines[start:], alias, pad)
 
-    def _unravel(self, pad: str, index: str, ndims: str, offset: str, target: str, ops) -> None:
-        """Add the offsets of flat ``index`` over ``ndims`` dims (extents and strides at
-        ``offset`` in meta) to each operand's ``<target>_<name>`` base."""
-        w = self.lines.append
-        w(f"{pad}if {ndims} == 1:   # (the common case, without a division)")
-        for o in ops:
-            w(f"{pad}    {target}_{o.name} += {index} * meta[SB + {o.k} * W + {offset}0]")
-        w(f"{pad}else:")
-        w(f"{pad}    rem = {index}")
-        w(f"{pad}    for d in range({ndims} - 1, -1, -1):")
-        w(f"{pad}        e = meta[{HEADER} + {offset}d]")
-        w(f"{pad}        q = rem // e")
-        w(f"{pad}        ix = rem - q * e")
-        w(f"{pad}        rem = q")
-        for o in ops:
-            w(f"{pad}        {target}_{o.name} += ix * meta[SB + {o.k} * W + {offset}d]")
-
     def _combine_partials(self, st):
         """After the split tasks: fold each output's partial accumulators, then finish as
         col mode does (mean, casts, finals)."""
@@ -331,7 +319,7 @@ class GroupSource:
         w("    for o in range(meta[6]):")
         for o in self.ops.values():
             w(f"        b_{o.name} = " + (f"meta[SB + {len(self.ops)} * W + {o.k}]" if self.general else "0"))
-        self._unravel("        ", "o", "nO", "", "b", self.ops.values())
+        self.lines += unravel_lines("        ", "o", "nO", "", "b", self.ops.values())
         accs = []
         for j, r in enumerate(st.reductions):
             accs.append((r, reg_dtype(self.spec.of(r).acc)))
@@ -439,7 +427,9 @@ class GroupSource:
             if o.kind != "array":
                 self.g.refuse(self.plan.opdef.name)
             step = {0: "", 1: f" + {var}"}.get(cls, f" + {var} * {o.name}_s{var}")
-            return f"{o.name}_[ga_{o.name}{step}{terms}]"
+            # (unsigned: the address is never negative, and Numba's wraparound test on a signed
+            # index, a select per element, kept the gathered row loop scalar)
+            return f"{o.name}_[np.uint64(ga_{o.name}{step}{terms})]"
         if o.kind == "array":
             return f"s_{o.name}" if cls == 0 and o.key[0] != "out" else f"v_{o.name}[{var}]"   # (out: a slice)
         stride = f"{o.name}_s{var}"

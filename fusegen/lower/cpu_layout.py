@@ -26,6 +26,17 @@ def meta_array(run: GroupRun, tile: int, nsplit: int = 1):
     return np.array(head + body + layout_tail(run, len(head) + len(body)), dtype=np.int64)
 
 
+def unravel_lines(pad: str, index: str, ndims: str, offset: str, target: str, ops) -> list[str]:
+    """Kernel text adding the offsets of flat ``index`` over ``ndims`` dims (extents and strides
+    at ``offset`` in meta) to each operand's ``<target>_<name>`` base (``ops``: ``.name``, ``.k``)."""
+    lines = [f"{pad}if {ndims} == 1:   # (the common case, without a division)"]
+    lines += [f"{pad}    {target}_{o.name} += {index} * meta[SB + {o.k} * W + {offset}0]" for o in ops]
+    lines += [f"{pad}else:", f"{pad}    rem = {index}", f"{pad}    for d in range({ndims} - 1, -1, -1):",
+              f"{pad}        e = meta[{HEADER} + {offset}d]", f"{pad}        q = rem // e",
+              f"{pad}        ix = rem - q * e", f"{pad}        rem = q"]
+    return lines + [f"{pad}        {target}_{o.name} += ix * meta[SB + {o.k} * W + {offset}d]" for o in ops]
+
+
 def stride_pattern(run: GroupRun) -> tuple:
     """Per operand: (RI stride class, I stride class, invariant over reduced dims).
     A class is 0, 1 or 'n' (any other stride, read from meta)."""

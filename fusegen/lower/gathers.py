@@ -37,6 +37,7 @@ class GatherSlots:
         self.terms: list[tuple] = []        # (access, step index): one stride argument each
         self.term_of: dict[tuple, int] = {}
         self.operands: set = set()          # operand keys read through a gather
+        self.bad_flags: set = set()         # the names of the checked indices' bad flags (``index_lines``)
         for st in stages:
             for a in st.reads:
                 for k, step in enumerate(a.steps):
@@ -65,6 +66,7 @@ class GatherSlots:
             ew.lines.append((name + "r", raw))
             ew.lines.append((name + "a", f"{name}r + {n} if {name}r < 0 else {name}r"))
             ew.lines.append((name + "b", f"({name}a < 0) | ({name}a >= {n})"))
+            self.bad_flags.add(name + "b")
             ew.lines.extend(flag(self.checks.index(node), name + "b", name + "r"))
             ew.lines.append((name, f"min(max({name}a, 0), {n} - 1)"))
         return name

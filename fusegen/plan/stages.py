@@ -196,6 +196,7 @@ def build_plan(opdef: OpDef, share: bool = True) -> Plan:
         ew_groups[key]["writes"].append((k, o))
 
     stages.sort(key=lambda s: (s["level"], not s["reductions"]))
+    _feeders_last(stages)
     if share:
         shared_values(stages)
     final = tuple(Stage(i, s["level"], s["leaves"], s["axes"], s["reductions"], tuple(s["writes"]),
@@ -238,6 +239,28 @@ def _with_accesses(st: Stage, buffers: tuple[Node, ...], reduce_outputs: dict, g
     stores += [Access(("out", k), n, ()) for k, n in st.keeps]
     return replace(st, reads=reads, stores=tuple(stores), instances=tuple(found.instances),
                    params=tuple(found.params))
+
+
+def _feeders_last(stages: list[dict]) -> None:
+    """Within a level (stages that do not read each other), put the reduction stages whose
+    results the next level's first stage reads last, right before it (in place, the order
+    otherwise kept): a row group of the emitted C++ joins consecutive stages only, so
+    cross-entropy's max then runs with the exp-sum that reads it (one read of the logits), not
+    apart from it across the small stage that gathers the label's logit (or, in its backward,
+    unreduces the cotangent)."""
+    for k in range(len(stages) - 1, 0, -1):
+        nxt, lvl = stages[k], stages[k]["level"]
+        if stages[k - 1]["level"] != lvl - 1 or not nxt["reductions"]:
+            continue
+        read = {id(l) for r in nxt["reductions"] for l in leaves_of(r.srcs[0]) if l.op is Op.REDUCE}
+        start = k - 1
+        while start > 0 and stages[start - 1]["level"] == lvl - 1:
+            start -= 1
+        level = stages[start:k]
+        if any(not s["reductions"] for s in level):   # (elementwise stages run last in a level)
+            continue
+        feeds = [s for s in level if any(id(r) in read for r in s["reductions"])]
+        stages[start:k] = [s for s in level if all(s is not f for f in feeds)] + feeds
 
 
 def _stage_for(stages: list[dict], r: Node) -> dict:

@@ -40,6 +40,7 @@ from ..ir import infer
 from ..native.aot_kernel import AotKernel
 from ..native.build import MINDSPORE_CPU_FLAGS, default_cuda_flags
 from ..native.device import is_device_array
+from ..plan.noops import without_noops
 from .call import Call, Executor
 from .cuda import classify
 
@@ -254,6 +255,12 @@ class AotExecutor(Executor):
         return options
 
     def prepare(self, spec, bound: dict, arrs, key) -> AotCall:
+        if self.kernel.device == "cpu":
+            # a gradient's sum_to/unreduce that move nothing at these shapes: the source emitted
+            # without them serves the signature (its stages fuse: ``plan.noops``)
+            op, _ = without_noops(spec, [a.dtype for a in arrs], [tuple(a.shape) for a in arrs], bound)
+            if op is not spec.opdef:
+                return self.kernel.variant(op).prepared(*arrs, **bound)
         func = self.func_for(tuple(np.dtype(a.dtype).name for a in arrs))
         kernel = self.kernel_for(tuple(bound.items()), func)
         call = AotCall(spec.out_shapes, tuple(d.np for d in spec.out_dtypes), bound)

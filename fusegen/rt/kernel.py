@@ -140,6 +140,17 @@ class Kernel:
                 k = self._variants.setdefault(op, k)
         return k
 
+    def variant(self, op: OpDef) -> Kernel:
+        """The kernel of ``op``, a rewrite of this kernel's op that serves some of its signatures
+        (``fusegen.plan.noops``), with this kernel's options; cached."""
+        with self._lock:
+            k = self._variants.get(op)
+        if k is None:
+            k = Kernel(op, self.backend, self.device, **self.options)
+            with self._lock:
+                k = self._variants.setdefault(op, k)
+        return k
+
     def _slow_call(self, arrays, out, attrs):
         arrs, key, stream = self.place.arguments(self, arrays, attrs)
         call = self._calls.get(key) if key is not None else None

@@ -19,9 +19,10 @@ import numpy as np
 from ..lower.cpu_kept import shared_counts
 from ..lower.cpu_rows import rows_meta
 from ..lower_cpu import compile_group, compile_rows, meta_array
-from ..plan import schedule
+from ..plan import build_plan, schedule
 from ..plan.boxrows import BoxRows
 from ..plan.exprs import reg_dtype
+from ..plan.noops import without_noops
 from ..native import fastcall
 from .cpu import finish, host_outputs
 from .policy import PARALLEL_THRESHOLD, choose_block, num_threads, split_count
@@ -56,7 +57,12 @@ class NumbaCpuExecutor(Executor):
         super().__init__(kernel)
 
     def prepare(self, spec, bound: dict, arrs, key) -> NumbaCpuCall:
-        plan = self.kernel.plan
+        plan, named = self.kernel.plan, spec.opdef
+        # planned per signature: a gradient's sum_to/unreduce that move nothing at these shapes
+        # are views, so the stages around them fuse (``plan.noops``)
+        op, spec = without_noops(spec, [a.dtype for a in arrs], [tuple(a.shape) for a in arrs], bound)
+        if op is not plan.opdef:
+            plan = build_plan(op)
         nthreads = num_threads()
         groups = []
         runs = list(schedule(plan, spec, regroup=True, rows=True))
@@ -82,7 +88,7 @@ class NumbaCpuExecutor(Executor):
             groups.append(Group(gk.func, meta, tuple(k[:2] for k in run.operands if k[0] != "iota" and k not in gk.kept),
                                 gk.attrs,
                                 gk.source, tuple(spec.of(n).value for n in gk.params) + gather_args(gk, spec),
-                                gather_error(plan.opdef, spec, tuple(gk.gathers.checks))))
+                                gather_error(named, spec, tuple(gk.gathers.checks))))
         # the workspaces a group still takes as arrays (the others it keeps in locals), renumbered
         used = sorted({i for grp in groups for k, i in grp.sources if k == "buf"})
         ws = [(spec.of(plan.buffers[i]).shape, reg_dtype(spec.of(plan.buffers[i]).acc).np) for i in used]
@@ -259,6 +265,7 @@ def gather_error(opdef, spec, checks):
         n = checks[int(code[0]) - 1]
         axis, extent = spec.of(n).params
         fn = "take" if n.arg.kind == "take" else "take_along_axis"
-        raise BoundsError(f"{where_text(opdef, n)}: {fn}: index {int(code[1])} is out of bounds for axis {axis} "
+        named = opdef if id(n) in opdef.graph.index else spec.opdef   # (a node plan.noops rebuilt)
+        raise BoundsError(f"{where_text(named, n)}: {fn}: index {int(code[1])} is out of bounds for axis {axis} "
                           f"with size {extent}")
     return raise_bounds

@@ -2850,40 +2850,12 @@ int with_gather_record(const Shapes &s, cudaStream_t stream, Launch launch) {
   return fg::gather_error(kGatherWhere[check], static_cast<int64_t>(got.value), s.prm[node].v[0], s.prm[node].v[1]);
 }
 
-// --- stage 0: max (%1), max (%6)
+// --- stage 0: sum (%11)
 // The loop nest of this call: one view per operand, the domain refined so that every operand is
 // strided, and `count` = the number of reduced elements per result.
 constexpr int kOps0 = 3;
 
-int nest0(const Shapes &s, fg::views::Nest<kOps0> *nest, uint32_t *mask, int64_t *count) {
-  fg::Shape dom;
-  const fg::Shape *leaves[] = {&s.node[0]};
-  FG_TRY(fg::broadcast(leaves, 1, &dom));
-  *mask = s.mask[1];
-  *count = 1;
-  for (int k = 0; k < dom.rank; ++k) {
-    if ((*mask >> k) & 1u) *count *= dom.d[k];
-  }
-  fg::views::View v[kOps0];
-  // 0: x0 (%0) through broadcast
-  FG_TRY(fg::views::contiguous(s.node[0], &v[0]));
-  FG_TRY(fg::views::broadcast(&v[0], dom));
-  // 1: ws0 (%1) through reduced
-  FG_TRY(fg::views::contiguous(s.node[1], &v[1]));
-  FG_TRY(fg::views::reduced(&v[1], dom, *mask));
-  // 2: ws1 (%6) through reduced
-  FG_TRY(fg::views::contiguous(s.node[6], &v[2]));
-  FG_TRY(fg::views::reduced(&v[2], dom, *mask));
-  const fg::views::View *ops[kOps0] = {&v[0], &v[1], &v[2]};
-  return fg::views::refine<kOps0>(ops, dom, nest);
-}
-
-// --- stage 1: sum (%11)
-// The loop nest of this call: one view per operand, the domain refined so that every operand is
-// strided, and `count` = the number of reduced elements per result.
-constexpr int kOps1 = 3;
-
-int nest1(const Shapes &s, fg::views::Nest<kOps1> *nest, uint32_t *mask, int64_t *count, int64_t *gs) {
+int nest0(const Shapes &s, fg::views::Nest<kOps0> *nest, uint32_t *mask, int64_t *count, int64_t *gs) {
   fg::Shape dom;
   const fg::Shape *leaves[] = {&s.node[10]};
   FG_TRY(fg::broadcast(leaves, 1, &dom));
@@ -2892,7 +2864,7 @@ int nest1(const Shapes &s, fg::views::Nest<kOps1> *nest, uint32_t *mask, int64_t
   for (int k = 0; k < dom.rank; ++k) {
     if ((*mask >> k) & 1u) *count *= dom.d[k];
   }
-  fg::views::View v[kOps1];
+  fg::views::View v[kOps0];
   // 0: x0 (%0) through gathered from gather then broadcast
   FG_TRY(fg::views::contiguous(s.node[0], &v[0]));
   FG_TRY(fg::views::gather_stride(v[0], s.prm[10].v[0], &gs[0]));  // its index's stride
@@ -2905,6 +2877,34 @@ int nest1(const Shapes &s, fg::views::Nest<kOps1> *nest, uint32_t *mask, int64_t
   FG_TRY(fg::views::broadcast(&v[1], dom));
   // 2: ws2 (%11) through reduced
   FG_TRY(fg::views::contiguous(s.node[11], &v[2]));
+  FG_TRY(fg::views::reduced(&v[2], dom, *mask));
+  const fg::views::View *ops[kOps0] = {&v[0], &v[1], &v[2]};
+  return fg::views::refine<kOps0>(ops, dom, nest);
+}
+
+// --- stage 1: max (%1), max (%6)
+// The loop nest of this call: one view per operand, the domain refined so that every operand is
+// strided, and `count` = the number of reduced elements per result.
+constexpr int kOps1 = 3;
+
+int nest1(const Shapes &s, fg::views::Nest<kOps1> *nest, uint32_t *mask, int64_t *count) {
+  fg::Shape dom;
+  const fg::Shape *leaves[] = {&s.node[0]};
+  FG_TRY(fg::broadcast(leaves, 1, &dom));
+  *mask = s.mask[1];
+  *count = 1;
+  for (int k = 0; k < dom.rank; ++k) {
+    if ((*mask >> k) & 1u) *count *= dom.d[k];
+  }
+  fg::views::View v[kOps1];
+  // 0: x0 (%0) through broadcast
+  FG_TRY(fg::views::contiguous(s.node[0], &v[0]));
+  FG_TRY(fg::views::broadcast(&v[0], dom));
+  // 1: ws0 (%1) through reduced
+  FG_TRY(fg::views::contiguous(s.node[1], &v[1]));
+  FG_TRY(fg::views::reduced(&v[1], dom, *mask));
+  // 2: ws1 (%6) through reduced
+  FG_TRY(fg::views::contiguous(s.node[6], &v[2]));
   FG_TRY(fg::views::reduced(&v[2], dom, *mask));
   const fg::views::View *ops[kOps1] = {&v[0], &v[1], &v[2]};
   return fg::views::refine<kOps1>(ops, dom, nest);
@@ -2976,86 +2976,19 @@ int nest3(const Shapes &s, fg::views::Nest<kOps3> *nest, uint32_t *mask, int64_t
 // =============================================================================================
 namespace k_float32_int64 {
 
-// --- stage 0: max (%1), max (%6)
+// --- stage 0: sum (%11)
 // The modular maps of its reads (a reshape whose radices do not nest), for the device.
 struct Mods0 {
-  fg::views::Inner inner[2];
-  bool mod[2];
-};
-
-__global__ void stage0_v0(const fg::BoxLoops<kOps0> B, Ptrs P, Attrs a, const Mods0 M, int64_t count) {
-  (void)a;
-  (void)M;
-  (void)count;
-  const float *p0 = static_cast<const float *>(P.p[0]);
-  float *q1 = static_cast<float *>(P.p[3]);
-  float *q2 = static_cast<float *>(P.p[4]);
-  for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < B.o_total; o += int64_t(gridDim.x) * blockDim.x) {
-    int64_t base[kOps0];
-    for (int j = 0; j < kOps0; ++j) base[j] = B.offset[j];
-    fg::unravel<kOps0>(o, B.n_o, B.o_ext, B.o_str, base);
-    float acc0 = -std::numeric_limits<float>::infinity();
-    float acc1 = -std::numeric_limits<float>::infinity();
-    for (int64_t m = 0; m < B.m_total; ++m) {
-      int64_t c[kOps0];
-      for (int j = 0; j < kOps0; ++j) c[j] = base[j];
-      fg::unravel<kOps0>(m, B.n_m, B.m_ext, B.m_str, c);
-      for (int64_t i = 0; i < B.inner; ++i) {
-        acc0 = fgd::fg_max(acc0, float(fg::at(p0, M.mod[0], M.inner[0], c[0] + i * B.istr[0])));
-        acc1 = fgd::fg_max(acc1, float(fg::at(p0, M.mod[0], M.inner[0], c[0] + i * B.istr[0])));
-      }
-    }
-    const float r0 = acc0;
-    q1[base[1]] = float(r0);
-    const float r1 = acc1;
-    q2[base[2]] = float(r1);
-  }
-}
-
-int stage0(const Shapes &s, const Ptrs &P, const Attrs &a, cudaStream_t stream, GatherRecord *record) {
-  fg::views::Nest<kOps0> nest;
-  uint32_t mask;
-  int64_t count;
-  (void)record;
-  FG_TRY(nest0(s, &nest, &mask, &count));
-  Mods0 M{};
-  for (int k = 0; k < 1; ++k) {
-    M.inner[k] = nest.op[k].inner;
-    M.mod[k] = nest.op[k].modular;
-  }
-  return fg::views::for_each_box(nest, [&](const fg::views::Box<kOps0> &box, const fg::views::BoxLayout<kOps0> &L) {
-    (void)box;
-    int variant = 0;
-    fg::BoxLoops<kOps0> B;
-    fg::box_loops<kOps0>(nest, L, true, mask, &B);
-    const int64_t threads = B.o_total;
-    if (threads == 0) return int(fg::FG_OK);
-    const int64_t blocks = std::min<int64_t>((threads + kBlock - 1) / kBlock, kMaxGrid);
-    switch (variant) {
-      case 0:
-        stage0_v0<<<unsigned(blocks), kBlock, 0, stream>>>(B, P, a, M, count);
-        break;
-      default:
-        return int(fg::FG_ERR_VARIANT);
-    }
-    last_cuda_error = cudaGetLastError();
-    return int(last_cuda_error == cudaSuccess ? fg::FG_OK : fg::FG_ERR_CUDA);
-  });
-}
-
-// --- stage 1: sum (%11)
-// The modular maps of its reads (a reshape whose radices do not nest), for the device.
-struct Mods1 {
   fg::views::Inner inner[3];
   bool mod[3];
 };
 // Its gathers (issue #17): the gathered reads' axis strides and the gathered axes' extents.
-struct Gathers1 {
+struct Gathers0 {
   int64_t gs[1];
   int64_t gn[1];
 };
 
-__global__ void stage1_v0(const fg::BoxLoops<kOps1> B, Ptrs P, Attrs a, const Mods1 M, int64_t count, const Gathers1 G, GatherRecord *R, int64_t pos0) {
+__global__ void stage0_v0(const fg::BoxLoops<kOps0> B, Ptrs P, Attrs a, const Mods0 M, int64_t count, const Gathers0 G, GatherRecord *R, int64_t pos0) {
   (void)a;
   (void)M;
   (void)count;
@@ -3069,15 +3002,15 @@ __global__ void stage1_v0(const fg::BoxLoops<kOps1> B, Ptrs P, Attrs a, const Mo
   const int64_t *p1 = static_cast<const int64_t *>(P.p[1]);
   float *q2 = static_cast<float *>(P.p[5]);
   for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < B.o_total; o += int64_t(gridDim.x) * blockDim.x) {
-    int64_t base[kOps1];
-    for (int j = 0; j < kOps1; ++j) base[j] = B.offset[j];
-    fg::unravel<kOps1>(o, B.n_o, B.o_ext, B.o_str, base);
+    int64_t base[kOps0];
+    for (int j = 0; j < kOps0; ++j) base[j] = B.offset[j];
+    fg::unravel<kOps0>(o, B.n_o, B.o_ext, B.o_str, base);
     float acc0 = 0.0f;
     int64_t gb0 = 0, gv0 = 0;  // bad indices of check 0: count, one value
     for (int64_t m = 0; m < B.m_total; ++m) {
-      int64_t c[kOps1];
-      for (int j = 0; j < kOps1; ++j) c[j] = base[j];
-      fg::unravel<kOps1>(m, B.n_m, B.m_ext, B.m_str, c);
+      int64_t c[kOps0];
+      for (int j = 0; j < kOps0; ++j) c[j] = base[j];
+      fg::unravel<kOps0>(m, B.n_m, B.m_ext, B.m_str, c);
       for (int64_t i = 0; i < B.inner; ++i) {
         const auto tg10_0r = int64_t(int64_t(fg::at(p1, M.mod[1], M.inner[1], c[1] + i * B.istr[1])));
         const auto tg10_0a = tg10_0r < 0 ? tg10_0r + gn10 : tg10_0r;
@@ -3088,9 +3021,81 @@ __global__ void stage1_v0(const fg::BoxLoops<kOps1> B, Ptrs P, Attrs a, const Mo
         gv0 = tg10_0b ? tg10_0r : gv0;
       }
     }
-    if (gb0 != 0) gather_fail(R, 1, pos0 + o, 0, gv0);
+    if (gb0 != 0) gather_fail(R, 0, pos0 + o, 0, gv0);
     const float r0 = acc0;
     q2[base[2]] = float(r0);
+  }
+}
+
+int stage0(const Shapes &s, const Ptrs &P, const Attrs &a, cudaStream_t stream, GatherRecord *record) {
+  fg::views::Nest<kOps0> nest;
+  uint32_t mask;
+  int64_t count;
+  (void)record;
+  Gathers0 G{};
+  int64_t launched = 0;  // the elements (results) of earlier boxes: a bad index's position
+  FG_TRY(nest0(s, &nest, &mask, &count, G.gs));
+  G.gn[0] = s.prm[10].v[1];
+  Mods0 M{};
+  for (int k = 0; k < 2; ++k) {
+    M.inner[k] = nest.op[k].inner;
+    M.mod[k] = nest.op[k].modular;
+  }
+  return fg::views::for_each_box(nest, [&](const fg::views::Box<kOps0> &box, const fg::views::BoxLayout<kOps0> &L) {
+    (void)box;
+    int variant = 0;
+    fg::BoxLoops<kOps0> B;
+    fg::box_loops<kOps0>(nest, L, true, mask, &B);
+    const int64_t threads = B.o_total;
+    if (threads == 0) return int(fg::FG_OK);
+    const int64_t pos0 = launched;
+    launched += threads;
+    const int64_t blocks = std::min<int64_t>((threads + kBlock - 1) / kBlock, kMaxGrid);
+    switch (variant) {
+      case 0:
+        stage0_v0<<<unsigned(blocks), kBlock, 0, stream>>>(B, P, a, M, count, G, record, pos0);
+        break;
+      default:
+        return int(fg::FG_ERR_VARIANT);
+    }
+    last_cuda_error = cudaGetLastError();
+    return int(last_cuda_error == cudaSuccess ? fg::FG_OK : fg::FG_ERR_CUDA);
+  });
+}
+
+// --- stage 1: max (%1), max (%6)
+// The modular maps of its reads (a reshape whose radices do not nest), for the device.
+struct Mods1 {
+  fg::views::Inner inner[2];
+  bool mod[2];
+};
+
+__global__ void stage1_v0(const fg::BoxLoops<kOps1> B, Ptrs P, Attrs a, const Mods1 M, int64_t count) {
+  (void)a;
+  (void)M;
+  (void)count;
+  const float *p0 = static_cast<const float *>(P.p[0]);
+  float *q1 = static_cast<float *>(P.p[3]);
+  float *q2 = static_cast<float *>(P.p[4]);
+  for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < B.o_total; o += int64_t(gridDim.x) * blockDim.x) {
+    int64_t base[kOps1];
+    for (int j = 0; j < kOps1; ++j) base[j] = B.offset[j];
+    fg::unravel<kOps1>(o, B.n_o, B.o_ext, B.o_str, base);
+    float acc0 = -std::numeric_limits<float>::infinity();
+    float acc1 = -std::numeric_limits<float>::infinity();
+    for (int64_t m = 0; m < B.m_total; ++m) {
+      int64_t c[kOps1];
+      for (int j = 0; j < kOps1; ++j) c[j] = base[j];
+      fg::unravel<kOps1>(m, B.n_m, B.m_ext, B.m_str, c);
+      for (int64_t i = 0; i < B.inner; ++i) {
+        acc0 = fgd::fg_max(acc0, float(fg::at(p0, M.mod[0], M.inner[0], c[0] + i * B.istr[0])));
+        acc1 = fgd::fg_max(acc1, float(fg::at(p0, M.mod[0], M.inner[0], c[0] + i * B.istr[0])));
+      }
+    }
+    const float r0 = acc0;
+    q1[base[1]] = float(r0);
+    const float r1 = acc1;
+    q2[base[2]] = float(r1);
   }
 }
 
@@ -3099,12 +3104,9 @@ int stage1(const Shapes &s, const Ptrs &P, const Attrs &a, cudaStream_t stream, 
   uint32_t mask;
   int64_t count;
   (void)record;
-  Gathers1 G{};
-  int64_t launched = 0;  // the elements (results) of earlier boxes: a bad index's position
-  FG_TRY(nest1(s, &nest, &mask, &count, G.gs));
-  G.gn[0] = s.prm[10].v[1];
+  FG_TRY(nest1(s, &nest, &mask, &count));
   Mods1 M{};
-  for (int k = 0; k < 2; ++k) {
+  for (int k = 0; k < 1; ++k) {
     M.inner[k] = nest.op[k].inner;
     M.mod[k] = nest.op[k].modular;
   }
@@ -3115,12 +3117,10 @@ int stage1(const Shapes &s, const Ptrs &P, const Attrs &a, cudaStream_t stream, 
     fg::box_loops<kOps1>(nest, L, true, mask, &B);
     const int64_t threads = B.o_total;
     if (threads == 0) return int(fg::FG_OK);
-    const int64_t pos0 = launched;
-    launched += threads;
     const int64_t blocks = std::min<int64_t>((threads + kBlock - 1) / kBlock, kMaxGrid);
     switch (variant) {
       case 0:
-        stage1_v0<<<unsigned(blocks), kBlock, 0, stream>>>(B, P, a, M, count, G, record, pos0);
+        stage1_v0<<<unsigned(blocks), kBlock, 0, stream>>>(B, P, a, M, count);
         break;
       default:
         return int(fg::FG_ERR_VARIANT);
