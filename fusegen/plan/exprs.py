@@ -16,7 +16,7 @@ from ..errors import FusegenError
 from ..graph.cplx import REAL_RESULT
 from ..ir import PIECEWISE, VIEWS, Node, Op, Spec
 from .fusedmath import SOFTPLUS, TANH_SOFTPLUS, bound_select, fused_row, softplus_of
-from .paths import is_param, row_level
+from .paths import is_param, reads_reduction, row_level
 
 # The C-like base table. NaN handling follows NumPy: maximum/minimum propagate NaN,
 # relu(NaN) is NaN (it is maximum(x, 0)).
@@ -276,7 +276,7 @@ class ExprWriter:
                 cond = self.d.row(cmp, comp).format(self.value(lhs, comp, ctx), self.value(rhs, comp, ctx))
                 expr = self.d.row(Op.WHERE, comp).format(cond, self.value(c, comp, ctx), self.value(v, comp, ctx))
             elif node.op is Op.DIV and self.d.reciprocal_rows and comp.kind == "f" and row_level(node.srcs[1]) \
-                    and not row_level(node.srcs[0]):   # (a row-level quotient is computed once per row anyway)
+                    and reads_reduction(node.srcs[1]) and not row_level(node.srcs[0]):   # (``_quotient``)
                 expr = self._quotient(node, comp, ctx)
             elif fused is not None:   # a chain of transcendentals as one function (plan/fusedmath.py)
                 row, operand, scale = fused
@@ -307,11 +307,12 @@ class ExprWriter:
         ``lower.pysource.hoist_invariant``; the emitted C++ passes row-constant values as scalars
         and g++ hoists it) and each element costs a multiply instead of a division (0.05 against
         0.22 ns per float32 element in L1). Two roundings instead of one: within 2 ulp of the
-        quotient (|error| <= 2u|a/b| + u^2, u = 2^-24 for float32, and a float within 2u of the
-        exact value is at most 1 ulp from the correctly rounded one, 2 across a binade's edge).
+        quotient (|error| <= 2u|a/b| + u^2, u = 2^-24 for float32: at most 1 ulp, 2 across a binade).
         b = 0, +-inf and NaN give the division's results (1/0 = inf, 1/inf = 0, so a/0 = +-inf or
         NaN for a = 0, inf/inf = NaN). Not exact where 1/b leaves the normal range: a subnormal
-        divisor (|b| < 2^-126 in float32) has an infinite reciprocal."""
+        divisor (|b| < 2^-126 in float32) has an infinite reciprocal. Only a divisor that reads a
+        reduction: one of attributes and constants alone (dropout's 1 - p) stays a division, which
+        every backend rounds alike."""
         key = (id(node.srcs[1]), ctx, "reciprocal")
         if key not in self.names:
             expr = self.d.row(Op.DIV, comp).format(self.d.literal(1, comp), self.value(node.srcs[1], comp, ctx))

@@ -103,6 +103,19 @@ def _walk(root: Node, out: StageReads, stop=()) -> list:
     return found
 
 
+def reads_reduction(n: Node) -> bool:
+    """Whether ``n`` depends on a reduction's result (through elementwise ops only)."""
+    stack, seen = [n], set()
+    while stack:
+        m = stack.pop()
+        if m.op is Op.REDUCE:
+            return True
+        if id(m) not in seen and m.op not in (Op.CONST, Op.ATTR, Op.INPUT, Op.IOTA, Op.RANDOM, Op.GATHER):
+            seen.add(id(m))
+            stack.extend(m.srcs)
+    return False
+
+
 def row_level(n: Node) -> bool:
     """An expression of reduction results, attributes, constants and dims only: it reads no array
     element, so it is constant along a reduction's row (or over the whole domain)."""
