@@ -29,6 +29,9 @@ def meta_array(run: GroupRun, tile: int, nsplit: int = 1):
 def unravel_lines(pad: str, index: str, ndims: str, offset: str, target: str, ops) -> list[str]:
     """Kernel text adding the offsets of flat ``index`` over ``ndims`` dims (extents and strides
     at ``offset`` in meta) to each operand's ``<target>_<name>`` base (``ops``: ``.name``, ``.k``)."""
+    ops = list(ops)
+    if not ops:   # (nothing to offset: an empty block would not compile)
+        return []
     lines = [f"{pad}if {ndims} == 1:   # (the common case, without a division)"]
     lines += [f"{pad}    {target}_{o.name} += {index} * meta[SB + {o.k} * W + {offset}0]" for o in ops]
     lines += [f"{pad}else:", f"{pad}    rem = {index}", f"{pad}    for d in range({ndims} - 1, -1, -1):",
