@@ -176,3 +176,23 @@ def test_causal_mask_value_is_stored_once():
     max_stage = src.split("# stage 0")[1].split("# stage 1")[0]
     assert max_stage.count("for ri in range(") == 1 and "folded once" in max_stage, src
     assert "its identity adds nothing" in src.split("# stage 1")[1].split("# stage 2")[0], src
+
+
+@fg.op
+def reduce_beside_pieces(x, z):
+    # a reduction and a padded output over one (3, 3) domain, both at the first level
+    return fg.sum(z, axis=0, keepdims=True), fg.pad(x, ((1, 0), (0, 0))) * 2
+
+
+def reduce_beside_pieces_ref(x, z):
+    return z.sum(0, keepdims=True), np.pad(x, ((1, 0), (0, 0))) * 2
+
+
+def test_reduction_beside_pieces_keeps_its_whole_domain():
+    """A reduction never shares a loop nest with a piecewise stage: the pieces cut the domain into
+    boxes, one loop each, and a box-by-box reduction kept only its last box's rows (fg.grad of a
+    strided slice beside a broadcast's sum gave a wrong gradient this way)."""
+    x, z = _r(2, 3), _r(3, 3)
+    got = fg.compile(reduce_beside_pieces)(x, z)
+    for g, want in zip(got, reduce_beside_pieces_ref(x, z)):
+        np.testing.assert_allclose(g, want, rtol=1e-6, atol=1e-6)

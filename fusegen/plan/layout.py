@@ -241,7 +241,8 @@ def schedule(plan: Plan, spec: Spec, regroup: bool = False, rows: bool = False) 
         axes = spec.of(st.reductions[0]).axes if st.reductions else None
 
         def joins(g, st=st, dom=dom, axes=axes):
-            return g["dom"] == dom and (axes is None or axes == g["axes"]) and _aligned(spec, st, g, dom)
+            return g["dom"] == dom and (axes is None or axes == g["axes"]) and _aligned(spec, st, g, dom) \
+                and not _cuts_reduction(st, g)
         if groups and joins(groups[-1]):
             groups[-1]["stages"].append(st)
             continue
@@ -261,6 +262,15 @@ def schedule(plan: Plan, spec: Spec, regroup: bool = False, rows: bool = False) 
         except V.MapError:   # (the operands' groupings of a dim do not nest: each stage its own domain)
             return schedule(plan, spec, rows=rows)
     return [run for g in groups for run in _group_runs(spec, g, rows)]
+
+
+def _cuts_reduction(st: Stage, g: dict) -> bool:
+    """Whether ``st`` joining group ``g`` would put a reduction and a piecewise operand (concat,
+    pad, stack) in one loop nest. Pieces cut the group's domain into boxes, one loop per box, and
+    a reduction run box by box would keep only its last box's partial result: ``sum(z, axis=0)``
+    beside ``pad(x, ((1, 0), (0, 0)))`` over the same (3, 3) domain summed rows 1-2 only."""
+    stages = g["stages"] + [st]
+    return any(s.reductions for s in stages) and any(s.instances for s in stages)
 
 
 def _strided_over(spec: Spec, st: Stage, dom, own) -> bool:

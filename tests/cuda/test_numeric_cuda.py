@@ -267,3 +267,13 @@ def test_wrong_device_name_and_bad_options():
 def test_shape_errors_name_the_op(rng):
     with pytest.raises(ShapeError, match="add_reduce_sum"):
         cuda_kernel(ex.add_reduce_sum)(np.ones((2, 3), np.float32), np.ones((3, 2), np.float32))
+
+
+def test_reduction_beside_pieces_keeps_its_whole_domain():
+    """The CUDA twin of test_layout_schedules' check (the one schedule both backends share)."""
+    from test_layout_schedules import reduce_beside_pieces, reduce_beside_pieces_ref
+    rng = np.random.default_rng(3)
+    x, z = rng.standard_normal((2, 3)).astype(np.float32), rng.standard_normal((3, 3)).astype(np.float32)
+    got = cuda_kernel(reduce_beside_pieces)(x, z)
+    for g, want in zip(got, reduce_beside_pieces_ref(x, z)):
+        np.testing.assert_allclose(np.asarray(g), want, rtol=1e-5, atol=1e-5)
