@@ -15,7 +15,8 @@ import numpy as np
 from ..lower.pysource import group_params
 from ..lower_cuda import choose_launch, load_group, meta_array, simulator
 from ..native.device import deliver, device_outputs, flat, is_device_array, resolve_stream
-from ..plan import schedule
+from ..plan import build_plan, schedule
+from ..plan.noops import without_noops
 from ..plan.exprs import reg_dtype
 from .call import Call, Executor
 from .cuda import classify
@@ -67,6 +68,12 @@ class NumbaCudaExecutor(Executor):
     def prepare(self, spec, bound: dict, arrs, key) -> NumbaCudaCall:
         from numba import cuda
         plan = self.kernel.plan
+        # planned per signature, as on the CPU: a gradient's sum_to/unreduce that move nothing at
+        # these shapes are views, so the stages around them fuse (``plan.noops``; cross-entropy's
+        # gradient: one row group, not eight stages)
+        op, spec = without_noops(spec, [a.dtype for a in arrs], [tuple(a.shape) for a in arrs], bound)
+        if op is not plan.opdef:
+            plan = build_plan(op)
         sim = simulator()
         threads = self.threads or (16 if sim else 256)
         max_blocks = self.max_blocks or (4 if sim else 4096)

@@ -35,3 +35,20 @@ def test_backward_ops_on_cuda_match_the_cpu(op, shapes, attrs):
     for g, w in zip(got, want):
         assert g.shape == w.shape and g.dtype == w.dtype
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_cross_entropy_gradient_is_one_kernel_on_cuda():
+    """Planned per signature as on the CPU (``plan.noops``): the gradient's sum_to/unreduce that
+    move nothing at these shapes are views, so the whole backward is one fused group (it was 4
+    kernels: the d_out scalar's and the rows' small values each had a pass of their own)."""
+    rng = np.random.default_rng(1)
+    z = rng.standard_normal((5, 7)).astype(np.float32)
+    labels = rng.integers(-7, 7, 5)
+    d = np.float32(0.5)
+    k = fg.compile(fg.grad(ex.cross_entropy, wrt="logits"), device="cuda", threads=8, max_blocks=2)
+    got, = k(z, labels, d)
+    p = np.exp(z - z.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    p[np.arange(5), labels % 7] -= 1
+    np.testing.assert_allclose(np.asarray(got), p * d / 5, rtol=1e-5, atol=1e-6)
+    assert len(k.prepared(z, labels, d).groups) == 1
