@@ -16,7 +16,7 @@ from .graph.vocab import (  # noqa: E402
     not_equal, pow, power, prod, relu, rsqrt, sigmoid, sin, sqrt, subtract, sum, tanh,
     floor_divide, remainder,
     # layout: views, pieces, compositions, creation
-    arange, broadcast_arrays, broadcast_to, concat, empty, empty_like, expand_dims, eye, flip, full, full_like,
+    arange, asarray, broadcast_arrays, broadcast_to, concat, empty, empty_like, expand_dims, eye, flip, full, full_like,
     linspace, matrix_transpose, meshgrid, moveaxis, ones, ones_like, pad, permute_dims, repeat, reshape, roll,
     split, squeeze, stack, swapaxes, tile, tril, triu, unstack, zeros, zeros_like,
 )
@@ -32,6 +32,10 @@ from .graph.vocab import (  # noqa: E402  (the array API's elementwise functions
     softmax, square, std, tan, trunc, var,
 )
 from .graph.linalg import diff, matmul, tensordot, vecdot  # noqa: E402  (linear algebra, utility: #18)
+from .graph.datatypes import (  # noqa: E402,A004  (the array API's dtypes, their functions, constants)
+    astype, bool, can_cast, complex64, complex128, e, finfo, float16, float32, float64, iinfo, inf, int8, int16,
+    int32, int64, isdtype, nan, newaxis, pi, result_type, uint8, uint16, uint32, uint64,
+)
 from .graph.grad import grad  # noqa: E402
 from .runtime import Kernel, compile  # noqa: E402
 from .rt.engine import Engine, EngineError  # noqa: E402
@@ -43,7 +47,7 @@ __all__ = [
     "less", "less_equal", "log", "logical_and", "logical_not", "logical_or", "max", "maximum", "mean",
     "min", "minimum", "multiply", "neg", "not_equal", "pow", "power", "prod", "relu", "rsqrt",
     "sigmoid", "sin", "sqrt", "subtract", "sum", "tanh", "floor_divide", "remainder",
-    "arange", "broadcast_arrays", "broadcast_to", "concat", "empty", "empty_like", "expand_dims", "eye", "flip",
+    "arange", "asarray", "broadcast_arrays", "broadcast_to", "concat", "empty", "empty_like", "expand_dims", "eye", "flip",
     "full", "full_like", "linspace", "matrix_transpose", "meshgrid", "moveaxis", "ones", "ones_like", "pad",
     "permute_dims", "repeat", "reshape", "roll", "split", "squeeze", "stack", "swapaxes", "tile", "tril", "triu",
     "unstack", "zeros", "zeros_like",
@@ -57,6 +61,10 @@ __all__ = [
     "positive", "real", "reciprocal", "right_shift", "rint", "round", "sign", "signbit", "sinh",
     "softmax", "square", "std", "tan", "trunc", "var",
     "matmul", "tensordot", "vecdot", "diff",
+    # (``bool`` is an attribute but not in __all__: ``from fusegen import *`` must not hide the builtin)
+    "astype", "can_cast", "finfo", "iinfo", "isdtype", "result_type", "e", "inf", "nan", "newaxis", "pi",
+    "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "float64",
+    "complex64", "complex128",
     "DType", "DTYPES", "as_dtype",
     # running and emitting (emit, AotKernel, jax, torch, examples and random load lazily, see __getattr__)
     "compile", "Kernel", "emit", "AotKernel", "Engine", "EngineError",

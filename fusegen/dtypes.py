@@ -29,6 +29,12 @@ class DType:
         return np.dtype(self.name)
 
     @property
+    def dtype(self) -> np.dtype:
+        """NumPy's protocol: ``np.dtype(fg.float32)``, ``np.zeros(3, fg.float32)`` and
+        ``a.dtype == fg.float32`` take it as the NumPy dtype."""
+        return np.dtype(self.name)
+
+    @property
     def is_float(self) -> bool:
         return self.kind == "f"
 

@@ -19,7 +19,9 @@ from .layout import (axes_arg, as_tensor, is_int, broadcast_like, broadcast_to, 
                      swapaxes, transpose)
 from .gathers import take
 from .nodes import Op
-from .trace import Attr, NeedsShape, Tensor, cast, cast_like, expect_same_shape, make, op_prefix, operand, user_loc
+from .trace import (
+    Attr, NeedsShape, Tensor, TracedDType, cast, cast_like, expect_same_shape, make, op_prefix, operand, user_loc,
+)
 
 
 def _along(axis: int, item) -> tuple:
@@ -166,7 +168,7 @@ def broadcast_arrays(*arrays) -> list[Tensor]:
 def _kind_dtype(*values, default=None):
     """The array API's default dtype of Python scalars/attributes: bool, int64, else float64."""
     if default is not None:
-        return dt.as_dtype(default)
+        return default if isinstance(default, TracedDType) else dt.as_dtype(default)
     kinds = set()
     for v in values:
         if isinstance(v, (bool, np.bool_)):
@@ -191,6 +193,8 @@ def arange(start, /, stop=None, step=1, *, dtype=None, device=None) -> Tensor:
     if stop is None:
         start, stop = 0, start
     out = _kind_dtype(start, stop, step, default=dtype)
+    if isinstance(out, TracedDType):   # (y's dtype: the values in the scalars' own, then converted)
+        return cast(arange(start, stop, step), out)
     if is_int(step) and step == 0:
         raise TraceError(f"{op_prefix()}arange: step cannot be zero [at {user_loc()}]")
     ints = all(is_int(v) or isinstance(v, Tensor) and not (isinstance(v, Attr) and v.spec.type.value == "float")
@@ -221,7 +225,7 @@ def fgceil(x) -> Tensor:
 def linspace(start, stop, /, num, *, dtype=None, device=None, endpoint: bool = True) -> Tensor:
     """The array API's ``linspace``: ``num`` evenly spaced values, computed as NumPy does in float64
     (``i * step + start``, the last one exactly ``stop`` when ``endpoint``)."""
-    out = dt.as_dtype(dtype) if dtype is not None else dt.float64
+    out = dtype if dtype is not None else dt.float64
     n = Tensor(scalar(num, "linspace's num"))
     div = n - 1 if endpoint else n
     a, b = cast(Tensor(operand(start)), dt.float64), cast(Tensor(operand(stop)), dt.float64)
@@ -237,6 +241,20 @@ def full(shape, fill_value, *, dtype=None, device=None) -> Tensor:
     """The array API's ``full``: ``fill_value`` broadcast to ``shape`` (no memory in a kernel)."""
     out = _kind_dtype(fill_value, default=dtype)
     return broadcast_to(cast(Tensor(operand(fill_value)), out), shape)
+
+
+def asarray(obj, /, *, dtype=None, device=None, copy=None) -> Tensor:
+    """The array API's ``asarray`` inside an op: a traced value (converted to ``dtype`` if given)
+    or a Python scalar, as a 0-d value of the standard's default dtype for it. An array's values
+    are not baked into a kernel: pass it as an input."""
+    if isinstance(obj, Tensor):
+        return obj if dtype is None else cast(obj, dtype)
+    if isinstance(obj, (bool, int, float, complex, np.generic)) and np.ndim(obj) == 0:
+        if isinstance(obj, complex) and dtype is None:
+            return full((), obj, dtype=dt.complex128)
+        return full((), obj, dtype=dtype)
+    raise TraceError(f"{op_prefix()}asarray takes a traced value or a Python scalar, got {type(obj).__name__}: "
+                     f"an array's values are not baked into a kernel, pass it as an input [at {user_loc()}]")
 
 
 def zeros(shape, *, dtype=None, device=None) -> Tensor:
@@ -275,7 +293,7 @@ def eye(n_rows, n_cols=None, /, *, k=0, dtype=None, device=None) -> Tensor:
     """The array API's ``eye``: ones on the ``k``-th diagonal, computed from two iotas."""
     rows = index(iota(n_rows), (slice(None), None))
     cols = index(iota(n_rows if n_cols is None else n_cols), (None, slice(None)))
-    return cast(cols - rows == Tensor(operand(k)), dt.as_dtype(dtype) if dtype is not None else dt.float64)
+    return cast(cols - rows == Tensor(operand(k)), dtype if dtype is not None else dt.float64)
 
 
 def _tri_mask(x: Tensor, k, upper: bool) -> Tensor:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import threading
 
-from .. import dtypes as dt
 from ..errors import TraceError
 from .compose import full_like
 from .layout import as_tensor, concat, iota, is_int, moveaxis
@@ -186,10 +185,10 @@ def _extreme_adjoint(a: Tensor, v: Tensor, g: Tensor, axis: int) -> Tensor:
 def _sumprod(kind: str, x, axis, dtype, include_initial: bool, fn: str) -> Tensor:
     x, axis = _setup(x, axis, fn)
     if dtype is not None:
-        x = cast(x, dt.as_dtype(dtype))
+        x = cast(x, dtype)
     r = _running(kind, x, axis, include_initial)
     if dtype is not None:
-        r = cast(r, dt.as_dtype(dtype))
+        r = cast(r, dtype)
     return r
 
 

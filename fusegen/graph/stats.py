@@ -20,8 +20,7 @@ def _reduce_with_dtype(kind: str, x, axis, dtype, keepdims):
         return reduce(kind, x, axis, keepdims)
     # NumPy's dtype=: the elements are converted, accumulated and returned in ``dtype`` (fusegen
     # accumulates integers in 64 bits and floats in at least 32, then rounds: the same values)
-    d = dt.as_dtype(dtype)
-    return cast(reduce(kind, cast(x, d), axis, keepdims), d)
+    return cast(reduce(kind, cast(x, dtype), axis, keepdims), dtype)
 
 
 def sum(x, /, axis=None, dtype=None, keepdims=False, *, keep_dims=None) -> Tensor:  # noqa: A001

@@ -21,7 +21,7 @@ from .nodes import AttrRef, AttrSpec, DTypeOf, Node, Op, REDUCE_KINDS, ReduceArg
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _TRACING_FILES = {os.path.join(_HERE, f) for f in ("trace.py", "vocab.py", "layout.py", "compose.py", "gathers.py", "searching.py", "scans.py")}
 _TRACING_FILES |= {os.path.join(_HERE, f) for f in ("elementwise.py", "stats.py")}  # (#18)
-_TRACING_FILES |= {os.path.join(_HERE, "rng.py")}  # random numbers
+_TRACING_FILES |= {os.path.join(_HERE, f) for f in ("rng.py", "datatypes.py")}  # random numbers; dtypes
 _tls = threading.local()
 
 
@@ -151,8 +151,14 @@ class Tensor:
         return unary(Op.ROUND, self)
     __hash__ = None  # type: ignore[assignment]
 
-    def astype(self, dtype) -> Tensor:
-        return Tensor(make(Op.CAST, (self.node,), dt.as_dtype(dtype)))
+    def astype(self, dtype, /, *, copy=True, device=None) -> Tensor:
+        return cast(self, dtype)
+
+    @property
+    def dtype(self) -> TracedDType:
+        """The array API's ``x.dtype``: the dtype this value will have, for ``astype``, ``cast``
+        and creation functions' ``dtype=`` (``y.astype(x.dtype)``)."""
+        return TracedDType(self.node)
 
     def sum(self, axis=None, keepdims=False, *, keep_dims=None):
         return reduce("sum", self, axis, keepdims if keep_dims is None else keep_dims)
@@ -285,7 +291,39 @@ def where(cond, a, b) -> Tensor:
 
 
 def cast(x, dtype) -> Tensor:
+    """``x`` converted to ``dtype``: a dtype, its name, a NumPy dtype, or another traced value's
+    ``.dtype`` (then the conversion follows whatever dtype that value has at run time)."""
+    if isinstance(dtype, TracedDType):
+        return Tensor(make(Op.CAST, (operand(x), dtype.node), DTypeOf()))
     return Tensor(make(Op.CAST, (operand(x),), dt.as_dtype(dtype)))
+
+
+class TracedDType:
+    """``x.dtype`` inside an op. The graph is traced once for every input dtype, so the value is
+    not a ``DType`` yet: it converts (``astype``, ``cast``, a creation function's ``dtype=``), and
+    every question about it (``==``, ``finfo``) is an error that says so, rather than a guess."""
+
+    __slots__ = ("node",)
+
+    def __init__(self, node: Node):
+        self.node = node
+
+    def unknown(self, how: str):
+        raise TraceError(f"{op_prefix()}{how} of a traced value's dtype: an op is traced once for every input "
+                         f"dtype, so x.dtype is known only when the kernel is built. It converts (y.astype(x.dtype), "
+                         f"fg.zeros_like(y, dtype=x.dtype)); for a question about it, pass a concrete dtype "
+                         f"(fg.float32) or an attribute [at {user_loc()}]")
+
+    def __eq__(self, other):
+        self.unknown("==")
+
+    def __ne__(self, other):
+        self.unknown("!=")
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"<fusegen dtype of a traced {self.node.op.value}>"
 
 
 def _tensor_operand(x, fn: str) -> Node:

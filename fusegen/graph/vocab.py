@@ -12,7 +12,7 @@ from .layout import (  # noqa: F401  (views, pieces, shapes: the manipulation an
     stack, swapaxes,
 )
 from .compose import (  # noqa: F401  (compositions and creation)
-    arange, broadcast_arrays, empty, empty_like, eye, full, full_like, linspace, meshgrid, ones, ones_like, repeat,
+    arange, asarray, broadcast_arrays, empty, empty_like, eye, full, full_like, linspace, meshgrid, ones, ones_like, repeat,
     roll, split, tile, tril, triu, unstack, zeros, zeros_like,
 )
 
