@@ -83,6 +83,17 @@ def test_rank_and_shape_dependent_python_specializes():
     np.testing.assert_array_equal(fg.compile(per_shape)(y), y * np.arange(3, dtype=F32)[:, None])
     assert str(unpack).startswith("op unpack(x): traced per input rank") and "reshape" in str(unpack)
 
+    @fg.op
+    def interleaved_rope(x, cos, sin):
+        # the idiom "reshape back to x's shape", as a method taking x.shape whole: traced per rank
+        x1, x2 = x[..., ::2], x[..., 1::2]
+        return fg.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1).reshape(x.shape)
+
+    assert interleaved_rope.specializes == "rank"
+    c, s = np.cos(x[0, :, :2]), np.sin(x[0, :, :2])
+    want = np.stack([x[..., ::2] * c - x[..., 1::2] * s, x[..., ::2] * s + x[..., 1::2] * c], axis=-1).reshape(x.shape)
+    np.testing.assert_allclose(fg.compile(interleaved_rope)(x, c, s), want, rtol=1e-6)
+
 
 def test_data_dependent_python_is_still_refused():
     def branchy(x):

@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..errors import TraceError
-from .layout import (axes_arg, as_tensor, is_int, broadcast_like, broadcast_to, concat, dim, expand_dims, flip, index,
+from .layout import (SymShape, axes_arg, as_tensor, is_int, broadcast_like, broadcast_to, concat, dim, expand_dims, flip, index,
                      iota, matrix_transpose, ndim_of, pad, permute_dims, reshape, scalar, shape_of, size_of, squeeze,
                      swapaxes, transpose)
 from .gathers import take
@@ -355,7 +355,7 @@ Tensor.mT = property(matrix_transpose, doc="The last two axes swapped.")
 Tensor.__getitem__ = index
 Tensor.__len__ = _len
 Tensor.reshape = lambda self, *shape, copy=None: reshape(
-    self, shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape)
+    self, shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list, SymShape)) else shape)
 Tensor.transpose = transpose
 Tensor.swapaxes = swapaxes
 Tensor.squeeze = lambda self, axis=None: squeeze(self, axis) if axis is not None else _squeeze_all(self)
