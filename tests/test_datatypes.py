@@ -108,15 +108,57 @@ def test_conversions_in_an_op(backend, likes):
             np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
-def test_a_traced_dtype_converts_but_answers_nothing():
-    with pytest.raises(fg.TraceError, match=r"fg.finfo of a traced value's dtype.*test_datatypes.py"):
-        @fg.op
-        def masked(x):
-            return fg.full((2,), fg.finfo(x.dtype).min)
-    with pytest.raises(fg.TraceError, match="== of a traced value's dtype"):
-        @fg.op
-        def branch(x):
-            return x if x.dtype == fg.float32 else x * 2
+@fg.op
+def causal_fill(s):
+    n = s.shape[-1]
+    keep = fg.arange(n)[:, None] >= fg.arange(n)[None, :]
+    return fg.where(keep, s, fg.finfo(s.dtype).min)   # the dtype's own lowest value
+
+
+@fg.op
+def upcast_half(x):
+    if x.dtype == fg.float16:   # a branch on a dtype: Python control flow, per input dtype
+        return x.astype(fg.float32) * 2
+    return x * 2
+
+
+@fg.op
+def rank_and_dtype(x):
+    b, n = x.shape              # a rank question, then a dtype one: traced per rank (which fixes dtypes)
+    return x * fg.finfo(x.dtype).eps + n
+
+
+def _causal_fill_ref(s):
+    return np.where(np.tril(np.ones(s.shape, bool)), s, np.finfo(s.dtype).min)
+
+
+@pytest.mark.parametrize("backend", ["numba", pytest.param("aot", marks=[needs_gxx, pytest.mark.extended])])
+def test_questions_about_a_dtype_trace_the_op_per_input_dtype(backend):
+    assert (causal_fill.specializes, upcast_half.specializes, rank_and_dtype.specializes) == ("dtype", "dtype", "rank")
+    assert "traced per input dtype" in str(causal_fill) and "test_datatypes.py" in causal_fill.why
+    x = np.random.default_rng(1).standard_normal((3, 3)).astype(np.float32)
+    fill, half, both = (fg.compile(o, backend=backend) for o in (causal_fill, upcast_half, rank_and_dtype))
+    for d in (np.float32, np.float64):
+        got = fill(x.astype(d))
+        assert got.dtype == d
+        np.testing.assert_array_equal(got, _causal_fill_ref(x.astype(d)))
+    assert half(x.astype(np.float16)).dtype == np.float32 and half(x).dtype == np.float32
+    np.testing.assert_allclose(both(x), x * np.finfo(np.float32).eps + 3)
+
+
+@needs_gxx
+def test_emitting_an_op_traced_per_dtype_takes_one_combination():
+    with pytest.raises(fg.TraceError, match=r"traced per input dtype.*dtypes='float32,int64' \(one combination\)"):
+        fg.emit(causal_fill, abi="mindspore-aot")
+    src = fg.emit(causal_fill, abi="mindspore-aot", dtypes="float64").source
+    assert "const -1.7976931348623157e+308" in src and "(float64) -> (float64)" in src
+    # a rank specialization that read a dtype serves that dtype only
+    with pytest.raises(fg.TraceError, match="reads its inputs' dtypes"):
+        fg.emit(rank_and_dtype, abi="mindspore-aot", ranks=[2])
+    assert "(float64) -> (float64)" in fg.emit(rank_and_dtype, abi="mindspore-aot", ranks=[2], dtypes="float64").source
+
+
+def test_an_array_is_not_baked_into_a_kernel():
     with pytest.raises(fg.TraceError, match="asarray takes a traced value or a Python scalar"):
         @fg.op
         def baked(x):

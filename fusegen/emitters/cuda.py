@@ -12,7 +12,7 @@ from ..dtypes import DType
 from ..ir import Node, Op, OpDef
 from ..plan import Plan, build_plan
 from ..plan.exprs import CUDA_CPP, ExprWriter, reduce_identity, reg_dtype
-from . import layout
+from . import layout, specialize
 from .common import (CUDA_DEFAULT_ARCHS, HEADER_NAME, TEMPLATES, TYPE_IDS, Emitted, c_name, env, error_table,
                      operand_ids, parse_dtypes, template_data, scan_form)
 
@@ -81,7 +81,7 @@ def nvcc_command(op_name: str) -> str:
 
 def emit_cuda(op: OpDef, dtypes=None, ranks=None, shapes=None) -> Emitted:
     """``fg.emit(op, abi="mindspore-aot", device="cuda")``: the ``.cu`` and its header."""
-    op, ranks, shapes = layout.specialization(op, ranks, shapes)
+    op, ranks, shapes = specialize.specialization(op, ranks, shapes, dtypes)
     op = scan_form(op)   # scans as scan stages (or, where they read pieces, composed)
     plan = build_plan(op, share=False)   # CUDA recomputes shared values (plan.shared)
     combos = parse_dtypes(op, dtypes)

@@ -19,7 +19,6 @@ import itertools
 
 from .. import dtypes as dt
 from ..dtypes import AttrType, DType
-from ..errors import TraceError
 from ..ir import PIECEWISE, VIEWS, Node, Op, OpDef, Spec, infer, is_static, nodes_of
 from ..plan import Plan, centered_pairs
 from ..plan import views as V
@@ -66,33 +65,6 @@ MAX_VARIANTS = 64
 def is_layout_op(op: OpDef) -> bool:
     """Whether ``op``'s kernel needs the layout path (any view, piece, iota or dim)."""
     return any(n.op in LAYOUT_OPS for n in op.graph.nodes)
-
-
-def check_emittable(op: OpDef) -> None:
-    """An op traced per input rank or shape has no generic graph: ``fg.emit`` needs ``ranks=`` or
-    ``shapes=`` to pick its specialization."""
-    if getattr(op, "specializes", None):
-        raise TraceError(f"op {op.name} is traced per input {op.specializes} ({op.why}); emit one "
-                         f"specialization: fusegen.emit(op, ..., {op.specializes}s=[...one per input...])")
-
-
-def specialization(op: OpDef, ranks=None, shapes=None) -> tuple[OpDef, list | None, list | None]:
-    """The op to emit for ``ranks=``/``shapes=`` and the ranks or shapes its kernel must check."""
-    if ranks is not None and shapes is not None:
-        raise ValueError("fusegen.emit: pass ranks= or shapes=, not both")
-    if ranks is None and shapes is None:
-        check_emittable(op)
-        return op, None, None
-    given = [tuple(s) for s in shapes] if shapes is not None else [(-1,) * int(r) for r in ranks]
-    if len(given) != len(op.inputs):
-        raise ValueError(f"op {op.name}: {len(given)} ranks/shapes for {len(op.inputs)} inputs")
-    if not getattr(op, "specializes", None):
-        return op, None, None
-    attrs = {n: s.default for n, s in op.attrs.items() if not s.required}
-    child = op.specialize([dt.float32] * len(given), given, attrs)
-    if op.specializes == "shape" and shapes is None:
-        raise TraceError(f"op {op.name} is traced per input shape ({op.why}); pass shapes=, not ranks=")
-    return child, [len(s) for s in given], ([list(s) for s in given] if op.specializes == "shape" else None)
 
 
 def generic_spec(op: OpDef, ranks=None, dtypes=None) -> Spec:

@@ -10,7 +10,7 @@ from ..dtypes import DType
 from ..ir import Node, Op, OpDef
 from ..plan import Plan, build_plan, centered_pairs
 from ..plan.exprs import CPP, ExprWriter, reduce_identity, reg_dtype
-from . import layout
+from . import layout, specialize
 from . import rng as R
 from .common import (HEADER_NAME, TEMPLATES, TYPE_IDS, Emitted, c_name, env, error_table, operand_ids, parse_dtypes,
                      template_data, scan_form)
@@ -140,7 +140,7 @@ def expr_fn(spec, node: Node, want: DType, names: dict, stored=()) -> list[str]:
 def emit_cpu(op: OpDef, dtypes=None, dynamic_workspace: str = "kernel", ranks=None, shapes=None) -> Emitted:
     """``fg.emit(op, abi="mindspore-aot", device="cpu")``: the ``.cc`` and its header (``ranks``/
     ``shapes``: a specializing op's specialization to emit, see ``fusegen.abi_emit.emit``)."""
-    op, ranks, shapes = layout.specialization(op, ranks, shapes)
+    op, ranks, shapes = specialize.specialization(op, ranks, shapes, dtypes)
     op = scan_form(op)   # scans as scan stages (or, where they read pieces, composed)
     plan = build_plan(op)   # expensive values shared between stages are stored once (plan.shared)
     combos = parse_dtypes(op, dtypes)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from ..dtypes import DTYPES, AttrType
 from ..ir import OpDef
 from ..plan import build_plan
-from . import cuda, layout, mindspore_cpu
+from . import cuda, mindspore_cpu, specialize
 from .common import CUDA_DEFAULT_ARCHS, ERRORS, Emitted, c_name, env, parse_dtypes, scan_form, template_data
 
 #: fusegen dtype -> XLA FFI ``ffi::DataType`` (the element type a typed buffer binds to).
@@ -118,7 +118,7 @@ def emit_xla(op: OpDef, device: str = "cpu", dtypes=None, ranks=None, shapes=Non
     that take XLA:GPU's stream."""
     if device not in SUPPORTED_DEVICES:
         raise NotImplementedError(f"abi='xla-ffi' device={device!r} is not available: use 'cpu' or 'cuda'")
-    op, ranks, shapes = layout.specialization(op, ranks, shapes)
+    op, ranks, shapes = specialize.specialization(op, ranks, shapes, dtypes)
     op = scan_form(op)   # scans as scan stages (or, where they read pieces, composed)
     _check_attrs(op)
     # (values shared between stages: stored by the CPU handlers, plan.shared; CUDA recomputes)

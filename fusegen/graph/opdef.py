@@ -18,7 +18,7 @@ from . import requests
 from .canon import materialize_pieces
 from .nodes import AttrSpec, Graph, Op, is_static
 from .text import op_text
-from .trace import Attr, NeedsRank, NeedsShape, Tensor, make, tracing
+from .trace import Attr, NeedsDtype, NeedsRank, NeedsShape, Tensor, make, tracing
 
 #: What runs an op called on arrays: ``executor(op, *args, **kwargs)``; the runtime sets it.
 _eager_executor = None
@@ -29,6 +29,10 @@ def set_eager_executor(executor) -> None:
     registers its default kernel here when it is imported)."""
     global _eager_executor
     _eager_executor = executor
+
+
+#: What a trace that needs more than the generic one specializes on.
+_MODES = {NeedsDtype: "dtype", NeedsRank: "rank", NeedsShape: "shape"}
 
 
 class OpDef:
@@ -71,14 +75,16 @@ class OpDef:
         # ``dtype_variant(dtypes)`` gives the OpDef to run (``for_dtypes``); None: this one
         self.dtype_variant = None
         self.parent: OpDef | None = None
-        # "rank"/"shape": the body needs input ranks/shapes, so the op is traced per signature
-        # (``specialize``); ``why`` says which line asked for it.
+        # a specialization whose body read an input's dtype (``x.dtype``): it serves those dtypes only
+        self.reads_dtypes = False
+        # "dtype"/"rank"/"shape": the body needs input dtypes/ranks/shapes, so the op is traced per
+        # signature (``specialize``); ``why`` says which line asked for it.
         self.specializes: str | None = None
         self.why = ""
         try:
             self.graph = self._trace(None, self._generic_shape)
-        except (NeedsRank, NeedsShape) as e:
-            self.specializes, self.why, self.graph = ("rank" if isinstance(e, NeedsRank) else "shape"), str(e), None
+        except (NeedsDtype, NeedsRank, NeedsShape) as e:
+            self.specializes, self.why, self.graph = _MODES[type(e)], str(e), None
             self.multi_output = None
             self.inplace = {}
             self.key = hashlib.sha256(f"{self.name}|{self.specializes}|{self.why}".encode()).hexdigest()[:16]
@@ -124,11 +130,13 @@ class OpDef:
         from .rules import infer_nodes   # the rules need the IR's nodes, not the op: no circle
         dtypes = tuple(dt.as_dtype(d) for d in dtypes)
         given = tuple(None if s is None else tuple(int(d) for d in s) for s in shapes)
-        if any(s is None for s in given) or (self.specializes == "shape" and any(-1 in s for s in given)):
-            raise TraceError(f"op {self.name} is traced per input {self.specializes} ({self.why}): it needs "
-                             f"known input {self.specializes}s, got {given}")
         mode = self.specializes
-        shapes = given if mode == "shape" else tuple((-1,) * len(s) for s in given)
+        if mode != "dtype" and (any(s is None for s in given) or (mode == "shape" and any(-1 in s for s in given))):
+            raise TraceError(f"op {self.name} is traced per input {mode} ({self.why}): it needs "
+                             f"known input {mode}s, got {given}")
+        # per dtype: shapes stay generic (unknown ranks), as in the generic trace
+        shapes = given if mode == "shape" else (None,) * len(given) if mode == "dtype" else \
+            tuple((-1,) * len(s) for s in given)
         key = (mode, shapes, dtypes, tuple(sorted(attrs.items())))
         child = self._children.get(key)
         if child is not None:
@@ -139,14 +147,24 @@ class OpDef:
         child.dtype_variant = None   # its parent chose it for these dtypes
 
         def shape_fn(node):
+            if mode == "dtype":
+                return self._generic_shape(node)
             return infer_nodes(child, Graph((node,)), dtypes, shapes, attrs)[-1].shape
 
+        asked = []   # whether the body read a dtype: then this trace serves these dtypes only
+
+        def dtype_fn(node):
+            asked.append(node)
+            return infer_nodes(child, Graph((node,)), dtypes, shapes, attrs)[-1].dtype
+
         try:
-            child.graph = child._trace(mode, shape_fn)
-        except NeedsShape as e:
-            if mode == "shape":
+            child.graph = child._trace(mode, shape_fn, dtype_fn)
+        except (NeedsRank, NeedsShape) as e:
+            wider = _MODES[type(e)]
+            if mode == "shape" or mode == wider:
                 raise
-            self.specializes, self.why = "shape", str(e)   # a rank was not enough: trace per shape
+            # dtypes were not enough (a rank, a dim): trace per rank or shape, which fix the dtypes too
+            self.specializes, self.why = wider, str(e)
             return self.specialize(dtypes, given, attrs)
         except FusegenError:
             raise
@@ -154,6 +172,7 @@ class OpDef:
             raise TraceError(f"op {self.name} cannot be traced for input {mode}s "
                              f"{[len(s) for s in given] if mode == 'rank' else list(given)}: "
                              f"{type(e).__name__}: {e}") from e
+        child.reads_dtypes = bool(asked)
         child._finish()
         return self._children.setdefault(key, child)
 
@@ -191,8 +210,8 @@ class OpDef:
             raise AttrError(f"op {self.name}: default of attribute {p.name!r}: {e}") from None
         return AttrSpec(p.name, t, default, False)
 
-    def _trace(self, mode: str | None = None, shape_fn=None) -> Graph:
-        with tracing(self.name, mode, shape_fn) as declared_checks:
+    def _trace(self, mode: str | None = None, shape_fn=None, dtype_fn=None) -> Graph:
+        with tracing(self.name, mode, shape_fn, dtype_fn) as declared_checks:
             args = [Tensor(make(Op.INPUT, (), i)) for i in range(len(self.inputs))]
             kwargs = {n: Attr(make(Op.ATTR, (), n), s) for n, s in self.attrs.items()}
             out = self.fn(*args, **kwargs)

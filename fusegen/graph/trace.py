@@ -45,17 +45,18 @@ def make(op: Op, srcs=(), arg=None) -> Node:
 
 
 @contextlib.contextmanager
-def tracing(op_name: str, mode: str | None = None, shape_fn=None):
+def tracing(op_name: str, mode: str | None = None, shape_fn=None, dtype_fn=None):
     """The scope of one op's trace: interning, the op's name for messages, and the shape checks
     (``expect_same_shape``) the body declares, yielded as a list to read after the body ran.
-    ``mode`` is None for the generic trace, ``"rank"`` or ``"shape"`` for a specialized one, where
-    ``shape_fn(node)`` gives a node's shape (inferred from the specialization's inputs).
+    ``mode`` is None for the generic trace, ``"dtype"``, ``"rank"`` or ``"shape"`` for a specialized
+    one, where ``shape_fn(node)`` gives a node's shape and ``dtype_fn(node)`` its dtype (inferred from
+    the specialization's inputs).
     Nested traces (an op calling another op, ``fg.grad``) restore the outer one; an inlined op
     body runs in its caller's trace (and specialization)."""
     prev = (getattr(_tls, "intern", None), getattr(_tls, "op_name", None), getattr(_tls, "checks", None),
             getattr(_tls, "spec", None))
     _tls.intern, _tls.op_name, _tls.checks = {}, op_name, []
-    _tls.spec = (mode, shape_fn) if (mode or shape_fn) else None
+    _tls.spec = (mode, shape_fn, dtype_fn) if (mode or shape_fn) else None
     try:
         yield _tls.checks
     finally:
@@ -72,8 +73,13 @@ class NeedsShape(TraceError):
     op again per input-shape tuple."""
 
 
+class NeedsDtype(TraceError):
+    """The body asks about a value's dtype (``x.dtype == fg.float16``, ``fg.finfo(x.dtype)``):
+    ``OpDef`` traces the op again per input-dtype tuple (shapes stay generic)."""
+
+
 def specialization() -> str | None:
-    """The current trace's specialization: None (generic), ``"rank"`` or ``"shape"``."""
+    """The current trace's specialization: None (generic), ``"dtype"``, ``"rank"`` or ``"shape"``."""
     spec = getattr(_tls, "spec", None)
     return spec[0] if spec else None
 
@@ -84,6 +90,14 @@ def current_shape(node: Node):
     reshape's rank, an iota's). None: the rank is unknown."""
     spec = getattr(_tls, "spec", None)
     return spec[1](node) if spec and spec[1] else None
+
+
+def current_dtype(node: Node):
+    """A node's dtype in a specialized trace (a DType; a weak scalar's materialized), else None."""
+    spec = getattr(_tls, "spec", None)
+    if not spec or spec[2] is None:
+        return None
+    return dt.materialize(spec[2](node))
 
 
 def op_prefix() -> str:
@@ -155,10 +169,12 @@ class Tensor:
         return cast(self, dtype)
 
     @property
-    def dtype(self) -> TracedDType:
-        """The array API's ``x.dtype``: the dtype this value will have, for ``astype``, ``cast``
-        and creation functions' ``dtype=`` (``y.astype(x.dtype)``)."""
-        return TracedDType(self.node)
+    def dtype(self):
+        """The array API's ``x.dtype``. In the generic trace (one graph for every input dtype) a
+        ``TracedDType``: it converts (``y.astype(x.dtype)``), and a question about it traces the op
+        per input dtype; there, and in any specialized trace, the ``DType`` itself."""
+        d = current_dtype(self.node)
+        return TracedDType(self.node) if d is None else d
 
     def sum(self, axis=None, keepdims=False, *, keep_dims=None):
         return reduce("sum", self, axis, keepdims if keep_dims is None else keep_dims)
@@ -309,10 +325,8 @@ class TracedDType:
         self.node = node
 
     def unknown(self, how: str):
-        raise TraceError(f"{op_prefix()}{how} of a traced value's dtype: an op is traced once for every input "
-                         f"dtype, so x.dtype is known only when the kernel is built. It converts (y.astype(x.dtype), "
-                         f"fg.zeros_like(y, dtype=x.dtype)); for a question about it, pass a concrete dtype "
-                         f"(fg.float32) or an attribute [at {user_loc()}]")
+        """A question the generic trace cannot answer: the op is traced again per input dtype."""
+        raise NeedsDtype(f"{op_prefix()}{how} of a traced value's dtype needs the input dtypes [at {user_loc()}]")
 
     def __eq__(self, other):
         self.unknown("==")
