@@ -425,6 +425,9 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
                 body["invariant"]["reads"] = sorted(fixed)
                 body["invariant"]["consts"] = sorted(cur["consts"].items())
                 cur["fixed"] = set()
+            # the operands a packed body reads through chunk views: where one is read across a
+            # transposed block's rows, the block's task copies it transposed first (ew_unit)
+            body["block_views"] = sorted(_chunk_views(body)) if packed else []
             return body
 
         # The CPU loops read and write unit-stride chunks (``packed``): an operand strided along
@@ -454,6 +457,7 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
         params = [dict(node=g.idx(n), cpp="double" if _kind(spec.of(n).dtype) == "f" else "int64_t",
                        field=_kind(spec.of(n).dtype)) for n in st.params]
         out.append(dict(index=st.index, reads=reads, stores=stores, bodies=bodies, finals=finals, split=split, packed=pack,
+                        block_views=sorted({k for b in bodies for k in b["block_views"]}),
                         nterms=len(terms), modular=modular, lanes=lanes_ok(st), gathers=G.stage_extents(op, st),
                         final_lines=final_lines, params=params, pair=None, nops=len(st.reads) + len(st.stores) + sum(
                             len(p) for _, p in st.instances)))
@@ -464,6 +468,18 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
             out[pair.mean_stage]["pair"] = dict(var_stage=pair.var_stage, kind=pair.var.arg.kind)
     return out
 
+
+
+def _chunk_views(body: dict | None) -> set[int]:
+    """The operands a body's loops read through chunk views: its own, its row-invariant body's
+    and its split segments'."""
+    if not body:
+        return set()
+    out = set(body.get("views", ()))
+    out |= _chunk_views(body.get("invariant"))
+    for seg in body.get("seg", ()):
+        out |= _chunk_views(seg)
+    return out
 
 
 def _split(st, index_of: dict, slot_of: dict, reads: list[dict], g) -> dict | None:

@@ -2361,19 +2361,24 @@ struct Blocks {
   int64_t rows = 1, rb = 1, cb = 1, nrb = 1, ncb = 1, tasks = 0;
 };
 
+// An operand read across the rows: stride `si` along the inner dim large, `so` along the last
+// outer dim smaller (y in `x + y.T`). The CPU loops read such an operand's block once along its
+// rows and transpose it in registers (fg::transpose_block).
+inline bool transposed(int64_t si, int64_t so) {
+  si = si < 0 ? -si : si;
+  so = so < 0 ? -so : so;
+  return si > 16 && so > 0 && so < si;
+}
+
 template <int NOPS>
 inline Blocks blocks(const BoxLoops<NOPS> &B) {
   Blocks b;
   b.cb = std::max<int64_t>(B.inner, 1);
-  bool transposed = false;
+  bool across = false;
   if (B.n_o > 0 && B.inner > 1) {
-    for (int i = 0; i < NOPS; ++i) {
-      const int64_t si = B.istr[i] < 0 ? -B.istr[i] : B.istr[i];
-      const int64_t so = B.o_str[i][B.n_o - 1] < 0 ? -B.o_str[i][B.n_o - 1] : B.o_str[i][B.n_o - 1];
-      transposed = transposed || (si > 16 && so > 0 && so < si);
-    }
+    for (int i = 0; i < NOPS; ++i) across = across || transposed(B.istr[i], B.o_str[i][B.n_o - 1]);
   }
-  if (transposed) {
+  if (across) {
     b.rows = B.o_ext[B.n_o - 1];
     b.rb = std::min(kBlock, b.rows);
     b.cb = std::min(kBlock, B.inner);
@@ -2627,6 +2632,86 @@ inline const T *chunk_view(const T *p, int64_t stride, int64_t m, T *buf) {
   }
   for (int64_t i = 0; i < m; ++i) buf[i] = p[i * stride];
   return buf;
+}
+
+// A transposed read's block (fg::transposed: y in `x + y.T`): rows [0, nr) of the last outer
+// dim (stride `so`) by inner elements [0, ni) (stride `si`) of the operand at `p`, copied to
+// `buf` as nr unit-stride rows (row r at buf + r * kBlock), so the block's loop reads it like
+// its other operands. Where the rows are the operand's unit stride (so == 1) and its lanes are 4
+// or 8 bytes, the copy reads W x W tiles along the rows (W lanes of a 32-byte vector) and
+// transposes each in registers (three or two rounds of shuffles); the operand is read once, in
+// whole cache lines, instead of element by element with a large stride (one cache line and
+// often one page per element, which the 4 KiB-aliased lines of a power-of-two stride also evict
+// from L1 before the next row reuses them).
+#if defined(__GNUC__) && defined(__AVX__)
+#if defined(__clang__)
+#define FG_SHUFFLE(V, a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define FG_SHUFFLE(V, a, b, ...) __builtin_shuffle(a, b, V{__VA_ARGS__})
+#endif
+#define FG_TILE_TRANSPOSE 1
+// W x W lanes: row a of `p` (rows `si` apart, W unit-stride lanes each) becomes column a of `d`
+// (rows `ld` apart). Each round exchanges the off-diagonal halves of 2x2 blocks of sub-tiles.
+template <class T>
+inline void tile_transpose(const T *p, int64_t si, T *d, int64_t ld) {
+  if constexpr (sizeof(T) == 4) {
+    typedef uint32_t V __attribute__((vector_size(32)));
+    V r[8], u[8];
+    for (int a = 0; a < 8; ++a) std::memcpy(&r[a], p + a * si, 32);
+    for (int a = 0; a < 4; ++a) {
+      u[a] = FG_SHUFFLE(V, r[a], r[a + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+      u[a + 4] = FG_SHUFFLE(V, r[a], r[a + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+    }
+    for (int h = 0; h < 8; h += 4) {
+      for (int a = h; a < h + 2; ++a) {
+        r[a] = FG_SHUFFLE(V, u[a], u[a + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+        r[a + 2] = FG_SHUFFLE(V, u[a], u[a + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+      }
+    }
+    for (int a = 0; a < 8; a += 2) {
+      u[a] = FG_SHUFFLE(V, r[a], r[a + 1], 0, 8, 2, 10, 4, 12, 6, 14);
+      u[a + 1] = FG_SHUFFLE(V, r[a], r[a + 1], 1, 9, 3, 11, 5, 13, 7, 15);
+    }
+    for (int a = 0; a < 8; ++a) std::memcpy(d + a * ld, &u[a], 32);
+  } else {
+    static_assert(sizeof(T) == 8, "tile_transpose: 4- or 8-byte lanes");
+    typedef uint64_t V __attribute__((vector_size(32)));
+    V r[4], u[4];
+    for (int a = 0; a < 4; ++a) std::memcpy(&r[a], p + a * si, 32);
+    for (int a = 0; a < 2; ++a) {
+      u[a] = FG_SHUFFLE(V, r[a], r[a + 2], 0, 1, 4, 5);
+      u[a + 2] = FG_SHUFFLE(V, r[a], r[a + 2], 2, 3, 6, 7);
+    }
+    for (int a = 0; a < 4; a += 2) {
+      r[a] = FG_SHUFFLE(V, u[a], u[a + 1], 0, 4, 2, 6);
+      r[a + 1] = FG_SHUFFLE(V, u[a], u[a + 1], 1, 5, 3, 7);
+    }
+    for (int a = 0; a < 4; ++a) std::memcpy(d + a * ld, &r[a], 32);
+  }
+}
+#undef FG_SHUFFLE
+#endif
+
+template <class T>
+inline void transpose_block(const T *p, int64_t so, int64_t si, int64_t nr, int64_t ni, T *buf) {
+  int64_t i = 0;
+#ifdef FG_TILE_TRANSPOSE
+  constexpr int W = (sizeof(T) == 4 || sizeof(T) == 8) ? int(32 / sizeof(T)) : 0;
+  if constexpr (W > 0) {
+    if (so == 1) {
+      for (; i + W <= ni; i += W) {
+        int64_t r = 0;
+        for (; r + W <= nr; r += W) tile_transpose(p + i * si + r, si, buf + r * kBlock + i, kBlock);
+        for (; r < nr; ++r) {
+          for (int a = 0; a < W; ++a) buf[r * kBlock + i + a] = p[(i + a) * si + r];
+        }
+      }
+    }
+  }
+#endif
+  for (; i < ni; ++i) {
+    for (int64_t r = 0; r < nr; ++r) buf[r * kBlock + i] = p[i * si + r * so];
+  }
 }
 
 // Boxes a row at a time (the twin of fusegen.plan.boxrows): where pieces (concat, pad) cut an

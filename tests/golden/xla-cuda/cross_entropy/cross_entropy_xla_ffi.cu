@@ -2366,19 +2366,24 @@ struct Blocks {
   int64_t rows = 1, rb = 1, cb = 1, nrb = 1, ncb = 1, tasks = 0;
 };
 
+// An operand read across the rows: stride `si` along the inner dim large, `so` along the last
+// outer dim smaller (y in `x + y.T`). The CPU loops read such an operand's block once along its
+// rows and transpose it in registers (fg::transpose_block).
+inline bool transposed(int64_t si, int64_t so) {
+  si = si < 0 ? -si : si;
+  so = so < 0 ? -so : so;
+  return si > 16 && so > 0 && so < si;
+}
+
 template <int NOPS>
 inline Blocks blocks(const BoxLoops<NOPS> &B) {
   Blocks b;
   b.cb = std::max<int64_t>(B.inner, 1);
-  bool transposed = false;
+  bool across = false;
   if (B.n_o > 0 && B.inner > 1) {
-    for (int i = 0; i < NOPS; ++i) {
-      const int64_t si = B.istr[i] < 0 ? -B.istr[i] : B.istr[i];
-      const int64_t so = B.o_str[i][B.n_o - 1] < 0 ? -B.o_str[i][B.n_o - 1] : B.o_str[i][B.n_o - 1];
-      transposed = transposed || (si > 16 && so > 0 && so < si);
-    }
+    for (int i = 0; i < NOPS; ++i) across = across || transposed(B.istr[i], B.o_str[i][B.n_o - 1]);
   }
-  if (transposed) {
+  if (across) {
     b.rows = B.o_ext[B.n_o - 1];
     b.rb = std::min(kBlock, b.rows);
     b.cb = std::min(kBlock, B.inner);
