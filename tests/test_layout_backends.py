@@ -240,6 +240,9 @@ def test_emitted_layout_fast_paths():
     assert "fg::row_boxes<kOps0>(R.nest, R.any_modular, 64, variant0, &RB)" in src
     # (the loop over a chunk reads and writes it at unit stride: no stride in its body)
     assert "B.istr" not in _units(src, 0).split("for (int64_t ii")[1].split("fg::scatter")[0]
+    # whole-row tasks run as one stretch of rows whose offsets step (no division per row)
+    assert "fg::next_row<kOps0>(B.n_o, B.o_ext, B.o_str, ix, c)" in _units(src, 0)
+    assert "fg::unravel<kOps0>(o," not in _units(src, 0)
 
 
 @fg.op

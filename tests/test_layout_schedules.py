@@ -136,6 +136,8 @@ def test_boxes_run_a_row_at_a_time_and_match_numpy(many):
         np.testing.assert_array_equal(got[1], np.pad(w, ((0, 0), (1, 2), (3, 1)), constant_values=5.0) * 2.0)
         # (each output's group is its own function: both run a row at a time, or neither)
         assert _ROPE.source.count("boxes a row at a time") == (2 if rows > MIN_ROWS else 0), _ROPE.source
+        if rows > MIN_ROWS:   # rows stepped within a task: divisions only where the last row dim wraps
+            assert "if il == e_last:" in _ROPE.source and "for t in range(tc * ROWS, min(R, tc * ROWS + ROWS)):" in _ROPE.source
 
 
 def _np_group_norm(x, gamma, beta, groups):

@@ -2614,6 +2614,30 @@ inline int64_t rows_per_task(const RowInfo &G) {
   return std::max<int64_t>(1, kRowChunk / std::max<int64_t>(1, G.unit_len));
 }
 
+// Flat outer index `x` over dims `ext` (strides `str`): its digits into `ix`, their offsets added
+// to `c` (fg::unravel, keeping the digits for next_row).
+template <int NOPS>
+inline void unravel_digits(int64_t x, int n, const int64_t *ext, const int64_t (*str)[views::kMaxLoopDims], int64_t *ix,
+                           int64_t *c) {
+  for (int d = n - 1; d >= 0; --d) {
+    ix[d] = x % ext[d];
+    x /= ext[d];
+    for (int i = 0; i < NOPS; ++i) c[i] += ix[d] * str[i][d];
+  }
+}
+
+// The next flat outer index: the last digit stepped, carried into the dims before it; `c`
+// follows (additions, no division).
+template <int NOPS>
+inline void next_row(int n, const int64_t *ext, const int64_t (*str)[views::kMaxLoopDims], int64_t *ix, int64_t *c) {
+  for (int d = n - 1; d >= 0; --d) {
+    for (int i = 0; i < NOPS; ++i) c[i] += str[i][d];
+    if (++ix[d] < ext[d]) return;
+    for (int i = 0; i < NOPS; ++i) c[i] -= ext[d] * str[i][d];
+    ix[d] = 0;
+  }
+}
+
 // A chunk of `m` elements of an operand as a unit-stride pointer, so that the CPU loop reading
 // it vectorizes: the operand itself where its stride is 1, else its elements copied into `buf`
 // (a broadcast one, stride 0, filled with its one value: a vector store, not m scalar copies).
