@@ -39,7 +39,7 @@ def test_transposed_read_runs_blocked_and_matches_numpy():
     assert "for o in range(ob * rows + r0, ob * rows + min(rows, r0 + BLOCK)):" in blocked[0]
     # y is read once per block along its rows into a transposed copy, which the block's rows read
     # at unit stride (no gather of y with its row stride in the hot loop)
-    assert "pt_x1[rr, ii] = src[rr]" in blocked[0] and "v_x1 = _fg_row(pk_x1, (o - o0) * TILE)" in blocked[0]
+    assert "pt_x1[rr, ii + 7] = s7[rr]" in blocked[0] and "v_x1 = _fg_row(pk_x1, (o - o0) * TILE)" in blocked[0]
     assert "x1_[c_x1" not in blocked[0]
 
 

@@ -23,8 +23,8 @@ def transposed_reads(gs) -> list:
 def block_transposes(gs) -> list[str]:
     """A blocked task's lines (at the task's level, before its rows) copying each of
     ``transposed_reads(gs)``: read along the block's rows (its stride along the last outer dim,
-    unit for y: a row view) into ``pt_<name>[row, i]``; 2-d stores and row views, so LLVM sees
-    no negative index to wrap."""
+    unit for y: row views of 8 rows at a time, so their loads are in flight together) into
+    ``pt_<name>[row, i]``; 2-d stores and row views, so LLVM sees no negative index to wrap."""
     ops = transposed_reads(gs)
     if not ops:
         return []
@@ -37,16 +37,20 @@ def block_transposes(gs) -> list[str]:
         lines.append(f"{pad}p_{o.name} = {start}i0 * {o.name}_si")
     lines += unravel_lines(pad, "o0", "nO", "", "p", ops)
     for o in ops:
-        lines += [f"{pad}pk_{o.name} = np.empty(BLOCK * TILE, dtype={o.name}_.dtype)",
-                  f"{pad}pt_{o.name} = pk_{o.name}.reshape((BLOCK, TILE))",
-                  f"{pad}so_{o.name} = meta[SB + {o.k} * W + nO - 1]",
-                  f"{pad}for ii in range(n):",
-                  f"{pad}    if so_{o.name} == 1:",
-                  f"{pad}        src = _fg_row({o.name}_, p_{o.name} + ii * {o.name}_si)",
-                  f"{pad}        for rr in range(nr):",
-                  f"{pad}            pt_{o.name}[rr, ii] = src[rr]",
-                  f"{pad}    else:",
-                  f"{pad}        srs = {o.name}_[p_{o.name} + ii * {o.name}_si::so_{o.name}]",
-                  f"{pad}        for rr in range(nr):",
-                  f"{pad}            pt_{o.name}[rr, ii] = srs[rr]"]
+        n, si = o.name, f"{o.name}_si"
+        lines += [f"{pad}pk_{n} = np.empty(BLOCK * TILE, dtype={n}_.dtype)",
+                  f"{pad}pt_{n} = pk_{n}.reshape((BLOCK, TILE))",
+                  f"{pad}so_{n} = meta[SB + {o.k} * W + nO - 1]",
+                  f"{pad}ii = 0",
+                  f"{pad}if so_{n} == 1:   # 8 rows at a time: their loads in flight together",
+                  f"{pad}    while ii + 8 <= n:"]
+        lines += [f"{pad}        s{a} = _fg_row({n}_, p_{n} + (ii + {a}) * {si})" for a in range(8)]
+        lines += [f"{pad}        for rr in range(nr):"]
+        lines += [f"{pad}            pt_{n}[rr, ii + {a}] = s{a}[rr]" for a in range(8)]
+        lines += [f"{pad}        ii += 8",
+                  f"{pad}while ii < n:",
+                  f"{pad}    srs = {n}_[p_{n} + ii * {si}::so_{n}]",
+                  f"{pad}    for rr in range(nr):",
+                  f"{pad}        pt_{n}[rr, ii] = srs[rr]",
+                  f"{pad}    ii += 1"]
     return lines
