@@ -243,6 +243,10 @@ def test_emitted_layout_fast_paths():
     # whole-row tasks run as one stretch of rows whose offsets step (no division per row)
     assert "fg::next_row<kOps0>(B.n_o, B.o_ext, B.o_str, ix, c)" in _units(src, 0)
     assert "fg::unravel<kOps0>(o," not in _units(src, 0)
+    # a row's boxes in turn (RoPE's two halves of a row of x while it is in L1, its output row
+    # written in order), each box's offsets kept by the driver, units inlined there
+    assert "if (RB.one) {" in src and "s, ptr, a, r, r + 1, &gf, cur[b]);  // (inlined)" in src
+    assert "FG_INLINE void units0(" in src
 
 
 @fg.op

@@ -2749,6 +2749,7 @@ constexpr int kMaxRowBoxes = 16;
 template <int NOPS>
 struct RowBoxes {
   int n = 0;  // the non-empty boxes; 0: run box by box (too few rows, a modular operand, ...)
+  bool one = true;  // every box has one unit (one row of its loops) per row: run row by row
   int64_t rows = 0, row_len = 0;  // the rows, and the elements of one row over all boxes
   int variant[kMaxRowBoxes] = {};
   BoxLoops<NOPS> B[kMaxRowBoxes];
@@ -2778,7 +2779,7 @@ inline int row_boxes(const views::Nest<NOPS> &nest, bool modular, int64_t min_ro
   int64_t rows = 1;
   for (int k = 0; k < cut; ++k) rows *= nest.domain[k];
   if (rows < min_rows) return FG_OK;
-  bool ok = true;
+  bool ok = true, one = true;
   int n = 0;
   int64_t row_len = 0;
   FG_TRY(views::for_each_box(nest, [&](const views::Box<NOPS> &box, const views::BoxLayout<NOPS> &L) {
@@ -2796,11 +2797,13 @@ inline int row_boxes(const views::Nest<NOPS> &nest, bool modular, int64_t min_ro
     RB->B[n] = B;
     RB->K[n] = K;
     row_len += B.o_total / rows * B.inner;
+    one = one && B.o_total == rows;
     ++n;
     return int(FG_OK);
   }));
   if (!ok || n < 2) return FG_OK;
   RB->n = n;
+  RB->one = one;
   RB->rows = rows;
   RB->row_len = row_len;
   return FG_OK;
@@ -3432,9 +3435,11 @@ namespace k_float32_int64 {
 // per-element test); else std::false_type, and the loops have no branch and vectorize.
 template <class Modular>
 void units0(const Run0 &R, const fg::BoxLoops<kOps0> &B, const fg::Blocks &K, int variant, Modular modular,
-            const Shapes &s, void *const *ptr, const ScalarAttrs &a, int64_t lo, int64_t hi, Fail *gf) {
+            const Shapes &s, void *const *ptr, const ScalarAttrs &a, int64_t lo, int64_t hi, Fail *gf,
+            const int64_t *c0 = nullptr) {
   (void)a;
   (void)gf;
+  (void)c0;
   (void)K;
   (void)modular;
   fg::GatherFail &gfail = *gf;
@@ -3583,9 +3588,11 @@ int stage0(const Run0 &R, const Shapes &s, void *const *ptr, const Data &d) {
 // per-element test); else std::false_type, and the loops have no branch and vectorize.
 template <class Modular>
 void units1(const Run1 &R, const fg::BoxLoops<kOps1> &B, const fg::Blocks &K, int variant, Modular modular,
-            const Shapes &s, void *const *ptr, const ScalarAttrs &a, int64_t lo, int64_t hi, Fail *gf) {
+            const Shapes &s, void *const *ptr, const ScalarAttrs &a, int64_t lo, int64_t hi, Fail *gf,
+            const int64_t *c0 = nullptr) {
   (void)a;
   (void)gf;
+  (void)c0;
   (void)K;
   (void)modular;
   const int64_t count = R.count;
@@ -3691,9 +3698,11 @@ int stage1(const Run1 &R, const Shapes &s, void *const *ptr, const Data &d) {
 // per-element test); else std::false_type, and the loops have no branch and vectorize.
 template <class Modular>
 void units2(const Run2 &R, const fg::BoxLoops<kOps2> &B, const fg::Blocks &K, int variant, Modular modular,
-            const Shapes &s, void *const *ptr, const ScalarAttrs &a, int64_t lo, int64_t hi, Fail *gf) {
+            const Shapes &s, void *const *ptr, const ScalarAttrs &a, int64_t lo, int64_t hi, Fail *gf,
+            const int64_t *c0 = nullptr) {
   (void)a;
   (void)gf;
+  (void)c0;
   (void)K;
   (void)modular;
   const int64_t count = R.count;
@@ -3818,9 +3827,11 @@ int stage2(const Run2 &R, const Shapes &s, void *const *ptr, const Data &d) {
 // per-element test); else std::false_type, and the loops have no branch and vectorize.
 template <class Modular>
 void units3(const Run3 &R, const fg::BoxLoops<kOps3> &B, const fg::Blocks &K, int variant, Modular modular,
-            const Shapes &s, void *const *ptr, const ScalarAttrs &a, int64_t lo, int64_t hi, Fail *gf) {
+            const Shapes &s, void *const *ptr, const ScalarAttrs &a, int64_t lo, int64_t hi, Fail *gf,
+            const int64_t *c0 = nullptr) {
   (void)a;
   (void)gf;
+  (void)c0;
   (void)K;
   (void)modular;
   const int64_t gn10 = s.prm[10].v[1];  // %10 gathers along an axis of this extent
