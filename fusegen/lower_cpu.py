@@ -153,8 +153,10 @@ class GroupSource:
             w("        r_hi = min(RI, r_lo + chunk)")
         else:   # (nsplit is 1: no divisions for it, a few per task that count at a tiny shape)
             # (row mode: one tile; a copy, not an alias: parfors refuse a write to the loop index)
-            w("        o = t + 0" if self.mode == "row" else "        o = t // ntiles")
-            w("        i0 = 0" if self.mode == "row" else "        i0 = (t - o * ntiles) * TILE")
+            # (a box of rows of boxes: one tile too, its meta's TILE is the inner extent)
+            one = self.mode == "row" or self.rows
+            w("        o = t + 0" if one else "        o = t // ntiles")
+            w("        i0 = 0" if one else "        i0 = (t - o * ntiles) * TILE")
             w("        r_lo = 0")
             w("        r_hi = RI")
         w("        n = min(TILE, I - i0)")
