@@ -266,8 +266,11 @@ def test_emitted_transposed_reads_run_as_block_transposes(tmp_path):
     src = fg.emit(examples.transpose_add, dtypes="float32").source
     unit = _units(src, 0)
     assert "if (tb1) fg::transpose_block(p1 + c[1] + i0 * B.istr[1], B.o_str[1][B.n_o - 1], B.istr[1]" in unit
-    assert "const float *v1 = tb1 ? bk1 + (o - o0) * fg::kBlock + (j0 - i0) : fg::chunk_view(" in unit
-    assert "tile_transpose(p + i * si + r, si, buf + r * kBlock + i, kBlock)" in src
+    assert "const float *v1 = tb1 ? bk1 + (o - o0) * fg::kBlockCols + (j0 - i0) : fg::chunk_view(" in unit
+    assert "const float *v0 = fg::chunk_view(" in unit   # (x: never read across the rows, no block buffer)
+    assert "tile_transpose(p + i * si + r, si, buf + r * kBlockCols + i, kBlockCols)" in src
+    # only reads through a permutation get a block buffer: RoPE's stages have none
+    assert "bk0" not in _units(fg.emit(examples.rope, dtypes="float32").source, 0)
     gxx, objdump = shutil.which("g++"), shutil.which("objdump")
     if gxx and objdump:   # the tile transpose is shuffles: no scalar gather of y in units0
         files = fg.emit(examples.transpose_add, abi="mindspore-aot", device="cpu", dtypes="float32")

@@ -47,7 +47,7 @@ def test_block_policy():
     from fusegen.plan.layout import Layout
     # y.T over a (4096, 4096) domain: unit stride on the outer dim, 4096 on the inner one
     lay = Layout([4096], [], 1, 4096, [[4096], [1], [4096]], [[], [], []], [0, 0, 0], [1, 4096, 1])
-    assert policy.transposed(lay) and policy.choose_block(lay, 2) == (policy.BLOCK, policy.BLOCK)
+    assert policy.transposed(lay) and policy.choose_block(lay, 2) == (policy.BLOCK, policy.BLOCK_COLS)
     plain = Layout([4096], [], 1, 4096, [[4096], [4096]], [[], []], [0, 0], [1, 1])   # x + y
     assert not policy.transposed(plain) and policy.choose_block(plain, 2)[0] == 1
     reduced = Layout([4096], [], 4096, 1, [[1], [4096]], [[], []], [4096, 0], [0, 0])  # a reduction: never

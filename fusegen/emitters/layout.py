@@ -425,9 +425,9 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
                 body["invariant"]["reads"] = sorted(fixed)
                 body["invariant"]["consts"] = sorted(cur["consts"].items())
                 cur["fixed"] = set()
-            # the operands a packed body reads through chunk views: where one is read across a
-            # transposed block's rows, the block's task copies it transposed first (ew_unit)
-            body["block_views"] = sorted(_chunk_views(body)) if packed else []
+            # chunk-viewed reads through a permutation (only then can fg::transposed hold): a block's
+            # task copies such a read transposed first (ew_unit; a kBlock x kBlockCols stack buffer)
+            body["block_views"] = sorted(k for k in _chunk_views(body) if _permuted(st.reads[k])) if packed else []
             return body
 
         # The CPU loops read and write unit-stride chunks (``packed``): an operand strided along
@@ -470,16 +470,16 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
 
 
 
+def _permuted(access) -> bool:
+    """Whether an access's view chain permutes dims."""
+    return any(isinstance(st, View) and st.node.op is Op.PERMUTE for st in access.steps)
+
+
 def _chunk_views(body: dict | None) -> set[int]:
-    """The operands a body's loops read through chunk views: its own, its row-invariant body's
-    and its split segments'."""
+    """The reads a body's loops take through chunk views: its own, its invariant body's, its segments'."""
     if not body:
         return set()
-    out = set(body.get("views", ()))
-    out |= _chunk_views(body.get("invariant"))
-    for seg in body.get("seg", ()):
-        out |= _chunk_views(seg)
-    return out
+    return set(body.get("views", ())).union(_chunk_views(body.get("invariant")), *map(_chunk_views, body.get("seg", ())))
 
 
 def _split(st, index_of: dict, slot_of: dict, reads: list[dict], g) -> dict | None:

@@ -2350,12 +2350,15 @@ inline void box_loops(const views::Nest<NOPS> &nest, const views::BoxLayout<NOPS
   }
 }
 
-// How an elementwise stage's box is cut into tasks (fusegen.rt.policy.choose_block): where some
-// operand is read transposed (a large stride along the inner dim, a smaller one along the last
-// outer dim, as y in `x + y.T`), a task is a square block, kBlock rows of the last outer dim by
-// kBlock elements of the inner dim, so neither side reads with a large stride for long; else a
-// task is one whole row (rows = rb = 1, cb = inner).
+// How an elementwise stage's box is cut into tasks (the twin of fusegen.rt.policy.choose_block):
+// where some operand is read transposed (a large stride along the inner dim, a smaller one along
+// the last outer dim, as y in `x + y.T`), a task is a block, kBlock rows of the last outer dim by
+// kBlockCols elements of the inner dim, so neither side reads with a large stride for long; else
+// a task is one whole row (rows = rb = 1, cb = inner).
 constexpr int64_t kBlock = 64;
+// A transposed block's inner elements: wider than its rows, so the operands read along the rows
+// (x and the output in `x + y.T`) stream 1 KiB (float32) per row and block, not 256 bytes.
+constexpr int64_t kBlockCols = 256;
 
 struct Blocks {
   int64_t rows = 1, rb = 1, cb = 1, nrb = 1, ncb = 1, tasks = 0;
@@ -2381,7 +2384,7 @@ inline Blocks blocks(const BoxLoops<NOPS> &B) {
   if (across) {
     b.rows = B.o_ext[B.n_o - 1];
     b.rb = std::min(kBlock, b.rows);
-    b.cb = std::min(kBlock, B.inner);
+    b.cb = std::min(kBlockCols, B.inner);
   }
   b.nrb = b.rows > 0 ? (b.rows + b.rb - 1) / b.rb : 0;
   b.ncb = (std::max<int64_t>(B.inner, 1) + b.cb - 1) / b.cb;
@@ -2660,7 +2663,7 @@ inline const T *chunk_view(const T *p, int64_t stride, int64_t m, T *buf) {
 
 // A transposed read's block (fg::transposed: y in `x + y.T`): rows [0, nr) of the last outer
 // dim (stride `so`) by inner elements [0, ni) (stride `si`) of the operand at `p`, copied to
-// `buf` as nr unit-stride rows (row r at buf + r * kBlock), so the block's loop reads it like
+// `buf` as nr unit-stride rows (row r at buf + r * kBlockCols), so the block's loop reads it like
 // its other operands. Where the rows are the operand's unit stride (so == 1) and its lanes are 4
 // or 8 bytes, the copy reads W x W tiles along the rows (W lanes of a 32-byte vector) and
 // transposes each in registers (three or two rounds of shuffles); the operand is read once, in
@@ -2725,16 +2728,16 @@ inline void transpose_block(const T *p, int64_t so, int64_t si, int64_t nr, int6
     if (so == 1) {
       for (; i + W <= ni; i += W) {
         int64_t r = 0;
-        for (; r + W <= nr; r += W) tile_transpose(p + i * si + r, si, buf + r * kBlock + i, kBlock);
+        for (; r + W <= nr; r += W) tile_transpose(p + i * si + r, si, buf + r * kBlockCols + i, kBlockCols);
         for (; r < nr; ++r) {
-          for (int a = 0; a < W; ++a) buf[r * kBlock + i + a] = p[(i + a) * si + r];
+          for (int a = 0; a < W; ++a) buf[r * kBlockCols + i + a] = p[(i + a) * si + r];
         }
       }
     }
   }
 #endif
   for (; i < ni; ++i) {
-    for (int64_t r = 0; r < nr; ++r) buf[r * kBlock + i] = p[i * si + r * so];
+    for (int64_t r = 0; r < nr; ++r) buf[r * kBlockCols + i] = p[i * si + r * so];
   }
 }
 
