@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .ir import Node, Op, Spec, nodes_of
-from .lower import cpu_fold, cpu_inplace, cpu_kept, cpu_moments, cpu_rows, cpu_scans, cpu_splits
+from .lower import cpu_blocks, cpu_fold, cpu_inplace, cpu_kept, cpu_moments, cpu_rows, cpu_scans, cpu_splits
 from .lower import rng as rnglower
 from .lower.cpu_layout import HEADER, OperandSlot, index_text, meta_array, stride_pattern, unravel_lines, view_text  # noqa: F401  (HEADER, meta_array: part of the face)
 from .lower.gathers import GatherSlots
@@ -153,12 +153,15 @@ class GroupSource:
             w("        r_hi = min(RI, r_lo + chunk)")
         else:   # (nsplit is 1: no divisions for it, a few per task that count at a tiny shape)
             # (row mode: one tile; a copy, not an alias: parfors refuse a write to the loop index)
-            w("        o = t + 0" if self.mode == "row" else "        o = t // ntiles")
-            w("        i0 = 0" if self.mode == "row" else "        i0 = (t - o * ntiles) * TILE")
+            # (a box of rows of boxes: one tile too, its meta's TILE is the inner extent)
+            one = self.mode == "row" or self.rows
+            w("        o = t + 0" if one else "        o = t // ntiles")
+            w("        i0 = 0" if one else "        i0 = (t - o * ntiles) * TILE")
             w("        r_lo = 0")
             w("        r_hi = RI")
         w("        n = min(TILE, I - i0)")
         alloc_at = len(self.lines)
+        self.lines += cpu_blocks.block_transposes(self)
         if self.block > 1:   # the block's rows, each run as a task of one row would be
             w("        for o in range(ob * rows + r0, ob * rows + min(rows, r0 + BLOCK)):")
         body_at = len(self.lines)
@@ -244,8 +247,12 @@ class GroupSource:
                 r_start = "ri"
             w(f"{p2}for ri in range({r_start}, r_hi):")
             p3 = p2 + "    "
+            across = {o.name for o in cpu_blocks.transposed_reads(self)}
             for o in moving:
                 at = f"c_{o.name} + {index_text(o.ri, 'ri', o.name + '_sri')}"
+                if o.name in across:   # its row of the block's transposed copy (lower/cpu_blocks)
+                    w(f"{p3}v_{o.name} = _fg_row(pk_{o.name}, (o - o0) * TILE)")
+                    continue
                 w(f"{p3}{view_text(o, o.i, at, o.name + '_si', cpu_scans.view_prefix(o, written))}" if o.kind == "array"
                   else f"{p3}q_{o.name} = {at}")
                 if o.key in self.g.operands:

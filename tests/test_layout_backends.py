@@ -240,6 +240,59 @@ def test_emitted_layout_fast_paths():
     assert "fg::row_boxes<kOps0>(R.nest, R.any_modular, 64, variant0, &RB)" in src
     # (the loop over a chunk reads and writes it at unit stride: no stride in its body)
     assert "B.istr" not in _units(src, 0).split("for (int64_t ii")[1].split("fg::scatter")[0]
+    # whole-row tasks run as one stretch of rows whose offsets step (no division per row)
+    assert "fg::next_row<kOps0>(B.n_o, B.o_ext, B.o_str, ix, c)" in _units(src, 0)
+    assert "fg::unravel<kOps0>(o," not in _units(src, 0)
+    # a row's boxes in turn (RoPE's two halves of a row of x while it is in L1, its output row
+    # written in order), each box's offsets kept by the driver, units inlined there
+    assert "if (RB.one) {" in src and "s, ptr, a, r, r + 1, &gf, cur[b]);  // (inlined)" in src
+    assert "FG_INLINE void units0(" in src
+
+
+@fg.op
+def _across(x, y, z):
+    """Three transposed reads: a contiguous one (the tile path), one with a step along its rows
+    (so == 2: the element path) and one of a batch (a 3-d permutation)."""
+    return x + y.T * 2 + z[:, ::2].T - fg.permute_dims(fg.broadcast_to(y[None], (2, y.shape[0], y.shape[1])), (0, 2, 1))
+
+
+def test_emitted_transposed_reads_run_as_block_transposes(tmp_path):
+    """An operand read across the rows (`x + y.T`) is read once per 64 x 64 block along its rows
+    and transposed in registers (fg::transpose_block: W x W tiles of vector shuffles) into a
+    buffer the chunk loop reads at unit stride, not gathered element by element with a large
+    stride (fg::chunk_view). Pinned in the text and in g++'s machine code; the values at the
+    blocks' and tiles' edges, other lane widths and a strided source are NumPy's, bit for bit."""
+    from fusegen import examples
+    src = fg.emit(examples.transpose_add, dtypes="float32").source
+    unit = _units(src, 0)
+    assert "if (tb1) fg::transpose_block(p1 + c[1] + i0 * B.istr[1], B.o_str[1][B.n_o - 1], B.istr[1]" in unit
+    assert "const float *v1 = tb1 ? bk1 + (o - o0) * fg::kBlockCols + (j0 - i0) : fg::chunk_view(" in unit
+    assert "const float *v0 = fg::chunk_view(" in unit   # (x: never read across the rows, no block buffer)
+    assert "tile_transpose(p + i * si + r, si, buf + r * kBlockCols + i, kBlockCols)" in src
+    # only reads through a permutation get a block buffer: RoPE's stages have none
+    assert "bk0" not in _units(fg.emit(examples.rope, dtypes="float32").source, 0)
+    gxx, objdump = shutil.which("g++"), shutil.which("objdump")
+    if gxx and objdump:   # the tile transpose is shuffles: no scalar gather of y in units0
+        files = fg.emit(examples.transpose_add, abi="mindspore-aot", device="cpu", dtypes="float32")
+        files.write(tmp_path)
+        obj = tmp_path / "k.o"
+        subprocess.run([gxx, "-std=c++17", "-O3", "-march=x86-64-v3", "-fopenmp", "-fPIC", "-c", "-I", str(tmp_path),
+                        str(tmp_path / files.main), "-o", str(obj)], check=True, capture_output=True, timeout=600)
+        dis = subprocess.run([objdump, "-d", "--no-show-raw-insn", "-C", str(obj)], capture_output=True, text=True,
+                             check=True).stdout
+        code = "".join(re.findall(r"<[^\n]*(?:transpose_block<float>|k_float32\w*::units0)[^\n]*>:\n(.*?)(?:\n\n|\Z)",
+                                  dis, re.S))
+        assert len(re.findall(r"\bv(?:perm\w*|shuf\w*|unpck\w*|perm2f128|insertf128)\b", code)) >= 12, \
+            "the 8 x 8 tile transpose is no longer built from vector shuffles"
+    rng = np.random.default_rng(5)
+    for n, m in [(1, 1), (5, 3), (64, 64), (65, 130), (130, 71), (8, 200)]:
+        for dt in ("float32", "float64", "int16"):
+            x = rng.integers(-50, 50, (n, m)).astype(dt)
+            y = rng.integers(-50, 50, (m, n)).astype(dt)
+            z = rng.integers(-50, 50, (m, 2 * n)).astype(dt)
+            want = x + y.T * 2 + z[:, ::2].T - np.broadcast_to(y[None], (2, m, n)).transpose(0, 2, 1)
+            got = fg.compile(_across, backend="aot", dtypes=dt)(x, y, z)
+            np.testing.assert_array_equal(got, want, err_msg=f"{dt} {(n, m)}")
 
 
 def test_emit_of_a_rank_specializing_op():

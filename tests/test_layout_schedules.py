@@ -37,13 +37,17 @@ def test_transposed_read_runs_blocked_and_matches_numpy():
     blocked = [s for s in _K.sources().values() if f"blocked: {policy.BLOCK} rows" in s]
     assert blocked, "x + y.T did not run in blocks"
     assert "for o in range(ob * rows + r0, ob * rows + min(rows, r0 + BLOCK)):" in blocked[0]
+    # y is read once per block along its rows into a transposed copy, which the block's rows read
+    # at unit stride (no gather of y with its row stride in the hot loop)
+    assert "pt_x1[rr, ii + 7] = s7[rr]" in blocked[0] and "v_x1 = _fg_row(pk_x1, (o - o0) * TILE)" in blocked[0]
+    assert "x1_[c_x1" not in blocked[0]
 
 
 def test_block_policy():
     from fusegen.plan.layout import Layout
     # y.T over a (4096, 4096) domain: unit stride on the outer dim, 4096 on the inner one
     lay = Layout([4096], [], 1, 4096, [[4096], [1], [4096]], [[], [], []], [0, 0, 0], [1, 4096, 1])
-    assert policy.transposed(lay) and policy.choose_block(lay, 2) == (policy.BLOCK, policy.BLOCK)
+    assert policy.transposed(lay) and policy.choose_block(lay, 2) == (policy.BLOCK, policy.BLOCK_COLS)
     plain = Layout([4096], [], 1, 4096, [[4096], [4096]], [[], []], [0, 0], [1, 1])   # x + y
     assert not policy.transposed(plain) and policy.choose_block(plain, 2)[0] == 1
     reduced = Layout([4096], [], 4096, 1, [[1], [4096]], [[], []], [4096, 0], [0, 0])  # a reduction: never
@@ -136,6 +140,8 @@ def test_boxes_run_a_row_at_a_time_and_match_numpy(many):
         np.testing.assert_array_equal(got[1], np.pad(w, ((0, 0), (1, 2), (3, 1)), constant_values=5.0) * 2.0)
         # (each output's group is its own function: both run a row at a time, or neither)
         assert _ROPE.source.count("boxes a row at a time") == (2 if rows > MIN_ROWS else 0), _ROPE.source
+        if rows > MIN_ROWS:   # rows stepped within a task: divisions only where the last row dim wraps
+            assert "if il == e_last:" in _ROPE.source and "for t in range(tc * ROWS, min(R, tc * ROWS + ROWS)):" in _ROPE.source
 
 
 def _np_group_norm(x, gamma, beta, groups):

@@ -397,6 +397,9 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
                 body["invariant"]["reads"] = sorted(fixed)
                 body["invariant"]["consts"] = sorted(cur["consts"].items())
                 cur["fixed"] = set()
+            # chunk-viewed reads through a permutation (only then can fg::transposed hold): a block's
+            # task copies such a read transposed first (ew_unit; a kBlock x kBlockCols stack buffer)
+            body["block_views"] = sorted(k for k in _chunk_views(body) if _permuted(st.reads[k])) if packed else []
             return body
 
         # The CPU loops read and write unit-stride chunks (``packed``): an operand strided along
@@ -426,6 +429,7 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
         params = [dict(node=g.idx(n), cpp="double" if _kind(spec.of(n).dtype) == "f" else "int64_t",
                        field=_kind(spec.of(n).dtype)) for n in st.params]
         out.append(dict(index=st.index, reads=reads, stores=stores, bodies=bodies, finals=finals, split=split, packed=pack,
+                        block_views=sorted({k for b in bodies for k in b["block_views"]}),
                         nterms=len(terms), modular=modular, lanes=lanes_ok(st), gathers=G.stage_extents(op, st),
                         final_lines=final_lines, params=params, pair=None, nops=len(st.reads) + len(st.stores) + sum(
                             len(p) for _, p in st.instances)))
@@ -436,6 +440,18 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
             out[pair.mean_stage]["pair"] = dict(var_stage=pair.var_stage, kind=pair.var.arg.kind)
     return out
 
+
+
+def _permuted(access) -> bool:
+    """Whether an access's view chain permutes dims."""
+    return any(isinstance(st, View) and st.node.op is Op.PERMUTE for st in access.steps)
+
+
+def _chunk_views(body: dict | None) -> set[int]:
+    """The reads a body's loops take through chunk views: its own, its invariant body's, its segments'."""
+    if not body:
+        return set()
+    return set(body.get("views", ())).union(_chunk_views(body.get("invariant")), *map(_chunk_views, body.get("seg", ())))
 
 
 def _split(st, index_of: dict, slot_of: dict, reads: list[dict], g) -> dict | None:

@@ -1,5 +1,5 @@
 """The Numba CPU driver of an elementwise group's boxes run a row at a time (``plan.boxrows``):
-a parallel loop over the rows whose body calls each box's function (``box0``, ``box1``, ...,
+a parallel loop over chunks of ``ROWS`` rows whose body calls, per row, each box's function (``box0``, ``box1``, ...,
 inlined by LLVM) with the row's offset of every operand, so a row's boxes run in one task and
 what they share (RoPE's row of ``x``) is still in cache for the second.
 
@@ -11,6 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from .cpu_layout import meta_array
+
+#: Rows per task of the driver: enough that a task's start is small beside its rows.
+ROWS = 16
 
 
 def rows_meta(rows):
@@ -37,18 +40,30 @@ def driver(plan, rows, gs, parallel: bool) -> str:
     lines = [f"def kernel({', '.join(arrays + ['meta'] + scalars)}):",
              f"    # stages {', '.join(map(str, rows.stages))} of op {plan.opdef.name}: {nb} boxes a row at a time "
              "(fusegen.plan.boxrows): a task runs every box of its row, so what they share is read once",
-             "    nd = meta[0]"]
+             f"    nd = meta[0]; ROWS = {ROWS}"]
     lines += [f"    m{b} = meta[meta[{2 + b}]:meta[{3 + b}]]" for b in range(nb)]
-    lines += [f"    for t in {'prange' if parallel else 'range'}(meta[1]):",
-              "        rem = t + 0   # (a copy, not an alias: parfors refuse a write to the loop index)"]
+    # A task runs ROWS consecutive rows; their offsets step along the last row dim, and only a
+    # row whose last digit wraps (once per its extent) unravels with divisions: RoPE's rows are
+    # 64 elements per box, where a division per dim per row was a large part of a row's time.
+    lines += ["    R = meta[1]",
+              f"    last = nd - 1; e_last = meta[{head} + last]",
+              f"    for tc in {'prange' if parallel else 'range'}((R + ROWS - 1) // ROWS):",
+              "        il = e_last   # (the task's first row unravels)"]
     lines += [f"        r_{o.name} = 0" for o in ops]
-    lines += ["        for d in range(nd - 1, -1, -1):",
-              f"            e = meta[{head} + d]",
-              "            q = rem // e",
-              "            ix = rem - q * e",
-              "            rem = q"]
-    lines += [f"            r_{o.name} += ix * meta[{head} + nd + {o.k} * nd + d]" for o in ops]
+    lines += ["        for t in range(tc * ROWS, min(R, tc * ROWS + ROWS)):",
+              "            if il == e_last:",
+              "                rem = t + 0"]
+    lines += [f"                r_{o.name} = 0" for o in ops]
+    lines += ["                for d in range(nd - 1, -1, -1):",
+              f"                    e = meta[{head} + d]",
+              "                    q = rem // e",
+              "                    ix = rem - q * e",
+              "                    rem = q"]
+    lines += [f"                    r_{o.name} += ix * meta[{head} + nd + {o.k} * nd + d]" for o in ops]
+    lines += ["                il = t - (t // e_last) * e_last"]
     shifts = [f"r_{o.name}" for o in ops]
-    lines += [f"        box{b}({', '.join(arrays + [f'm{b}'] + scalars + shifts)})" for b in range(nb)]
+    lines += [f"            box{b}({', '.join(arrays + [f'm{b}'] + scalars + shifts)})" for b in range(nb)]
+    lines += ["            il += 1"]
+    lines += [f"            r_{o.name} += meta[{head} + nd + {o.k} * nd + last]" for o in ops]
     lines.append("    return 0")
     return "\n".join(lines) + "\n"

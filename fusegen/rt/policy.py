@@ -39,6 +39,11 @@ def choose_tile(layout, nthreads: int) -> int:
 #: rows of 64 elements are 16 KiB per operand, so a block of every operand stays in L1/L2 while
 #: the transposed operand's cache lines, each shared by 16 rows of the block, are reused.
 BLOCK = 64
+#: A block's width along the inner dim: the operands read along the rows (x and the output in
+#: ``x + y.T``) then stream 1 KiB (float32) per row and block, not 256 bytes; the transposed
+#: operand's block is copied once, along its rows (``lower/cpu_blocks``). (The emitted C++:
+#: ``fg::kBlock`` by ``fg::kBlockCols``.)
+BLOCK_COLS = 256
 
 
 def transposed(layout) -> bool:
@@ -51,12 +56,12 @@ def transposed(layout) -> bool:
 
 
 def choose_block(layout, nthreads: int) -> tuple[int, int]:
-    """(rows, tile) of a task's block: ``BLOCK`` rows of the last outer dim by a ``BLOCK``-wide
+    """(rows, tile) of a task's block: ``BLOCK`` rows of the last outer dim by a ``BLOCK_COLS``-wide
     tile of the inner dim where the group reads an operand transposed (``transposed``), so neither
     side of the transpose is read with a large stride; (1, ``choose_tile``) otherwise."""
     if not transposed(layout):
         return 1, choose_tile(layout, nthreads)
-    return min(BLOCK, layout.o_ext[-1]), min(BLOCK, layout.inner)
+    return min(BLOCK, layout.o_ext[-1]), min(BLOCK_COLS, layout.inner)
 
 
 def split_count(plan: Plan, run, nthreads: int) -> int:

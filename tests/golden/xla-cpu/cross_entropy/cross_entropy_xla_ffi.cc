@@ -2350,33 +2350,41 @@ inline void box_loops(const views::Nest<NOPS> &nest, const views::BoxLayout<NOPS
   }
 }
 
-// How an elementwise stage's box is cut into tasks (fusegen.rt.policy.choose_block): where some
-// operand is read transposed (a large stride along the inner dim, a smaller one along the last
-// outer dim, as y in `x + y.T`), a task is a square block, kBlock rows of the last outer dim by
-// kBlock elements of the inner dim, so neither side reads with a large stride for long; else a
-// task is one whole row (rows = rb = 1, cb = inner).
+// How an elementwise stage's box is cut into tasks (the twin of fusegen.rt.policy.choose_block):
+// where some operand is read transposed (a large stride along the inner dim, a smaller one along
+// the last outer dim, as y in `x + y.T`), a task is a block, kBlock rows of the last outer dim by
+// kBlockCols elements of the inner dim, so neither side reads with a large stride for long; else
+// a task is one whole row (rows = rb = 1, cb = inner).
 constexpr int64_t kBlock = 64;
+// A transposed block's inner elements: wider than its rows, so the operands read along the rows
+// (x and the output in `x + y.T`) stream 1 KiB (float32) per row and block, not 256 bytes.
+constexpr int64_t kBlockCols = 256;
 
 struct Blocks {
   int64_t rows = 1, rb = 1, cb = 1, nrb = 1, ncb = 1, tasks = 0;
 };
 
+// An operand read across the rows: stride `si` along the inner dim large, `so` along the last
+// outer dim smaller (y in `x + y.T`). The CPU loops read such an operand's block once along its
+// rows and transpose it in registers (fg::transpose_block).
+inline bool transposed(int64_t si, int64_t so) {
+  si = si < 0 ? -si : si;
+  so = so < 0 ? -so : so;
+  return si > 16 && so > 0 && so < si;
+}
+
 template <int NOPS>
 inline Blocks blocks(const BoxLoops<NOPS> &B) {
   Blocks b;
   b.cb = std::max<int64_t>(B.inner, 1);
-  bool transposed = false;
+  bool across = false;
   if (B.n_o > 0 && B.inner > 1) {
-    for (int i = 0; i < NOPS; ++i) {
-      const int64_t si = B.istr[i] < 0 ? -B.istr[i] : B.istr[i];
-      const int64_t so = B.o_str[i][B.n_o - 1] < 0 ? -B.o_str[i][B.n_o - 1] : B.o_str[i][B.n_o - 1];
-      transposed = transposed || (si > 16 && so > 0 && so < si);
-    }
+    for (int i = 0; i < NOPS; ++i) across = across || transposed(B.istr[i], B.o_str[i][B.n_o - 1]);
   }
-  if (transposed) {
+  if (across) {
     b.rows = B.o_ext[B.n_o - 1];
     b.rb = std::min(kBlock, b.rows);
-    b.cb = std::min(kBlock, B.inner);
+    b.cb = std::min(kBlockCols, B.inner);
   }
   b.nrb = b.rows > 0 ? (b.rows + b.rb - 1) / b.rb : 0;
   b.ncb = (std::max<int64_t>(B.inner, 1) + b.cb - 1) / b.cb;
@@ -2615,6 +2623,30 @@ inline int64_t rows_per_task(const RowInfo &G) {
   return std::max<int64_t>(1, kRowChunk / std::max<int64_t>(1, G.unit_len));
 }
 
+// Flat outer index `x` over dims `ext` (strides `str`): its digits into `ix`, their offsets added
+// to `c` (fg::unravel, keeping the digits for next_row).
+template <int NOPS>
+inline void unravel_digits(int64_t x, int n, const int64_t *ext, const int64_t (*str)[views::kMaxLoopDims], int64_t *ix,
+                           int64_t *c) {
+  for (int d = n - 1; d >= 0; --d) {
+    ix[d] = x % ext[d];
+    x /= ext[d];
+    for (int i = 0; i < NOPS; ++i) c[i] += ix[d] * str[i][d];
+  }
+}
+
+// The next flat outer index: the last digit stepped, carried into the dims before it; `c`
+// follows (additions, no division).
+template <int NOPS>
+inline void next_row(int n, const int64_t *ext, const int64_t (*str)[views::kMaxLoopDims], int64_t *ix, int64_t *c) {
+  for (int d = n - 1; d >= 0; --d) {
+    for (int i = 0; i < NOPS; ++i) c[i] += str[i][d];
+    if (++ix[d] < ext[d]) return;
+    for (int i = 0; i < NOPS; ++i) c[i] -= ext[d] * str[i][d];
+    ix[d] = 0;
+  }
+}
+
 // A chunk of `m` elements of an operand as a unit-stride pointer, so that the CPU loop reading
 // it vectorizes: the operand itself where its stride is 1, else its elements copied into `buf`
 // (a broadcast one, stride 0, filled with its one value: a vector store, not m scalar copies).
@@ -2629,6 +2661,86 @@ inline const T *chunk_view(const T *p, int64_t stride, int64_t m, T *buf) {
   return buf;
 }
 
+// A transposed read's block (fg::transposed: y in `x + y.T`): rows [0, nr) of the last outer
+// dim (stride `so`) by inner elements [0, ni) (stride `si`) of the operand at `p`, copied to
+// `buf` as nr unit-stride rows (row r at buf + r * kBlockCols), so the block's loop reads it like
+// its other operands. Where the rows are the operand's unit stride (so == 1) and its lanes are 4
+// or 8 bytes, the copy reads W x W tiles along the rows (W lanes of a 32-byte vector) and
+// transposes each in registers (three or two rounds of shuffles); the operand is read once, in
+// whole cache lines, instead of element by element with a large stride (one cache line and
+// often one page per element, which the 4 KiB-aliased lines of a power-of-two stride also evict
+// from L1 before the next row reuses them).
+#if defined(__GNUC__) && defined(__AVX__)
+#if defined(__clang__)
+#define FG_SHUFFLE(V, a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define FG_SHUFFLE(V, a, b, ...) __builtin_shuffle(a, b, V{__VA_ARGS__})
+#endif
+#define FG_TILE_TRANSPOSE 1
+// W x W lanes: row a of `p` (rows `si` apart, W unit-stride lanes each) becomes column a of `d`
+// (rows `ld` apart). Each round exchanges the off-diagonal halves of 2x2 blocks of sub-tiles.
+template <class T>
+inline void tile_transpose(const T *p, int64_t si, T *d, int64_t ld) {
+  if constexpr (sizeof(T) == 4) {
+    typedef uint32_t V __attribute__((vector_size(32)));
+    V r[8], u[8];
+    for (int a = 0; a < 8; ++a) std::memcpy(&r[a], p + a * si, 32);
+    for (int a = 0; a < 4; ++a) {
+      u[a] = FG_SHUFFLE(V, r[a], r[a + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+      u[a + 4] = FG_SHUFFLE(V, r[a], r[a + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+    }
+    for (int h = 0; h < 8; h += 4) {
+      for (int a = h; a < h + 2; ++a) {
+        r[a] = FG_SHUFFLE(V, u[a], u[a + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+        r[a + 2] = FG_SHUFFLE(V, u[a], u[a + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+      }
+    }
+    for (int a = 0; a < 8; a += 2) {
+      u[a] = FG_SHUFFLE(V, r[a], r[a + 1], 0, 8, 2, 10, 4, 12, 6, 14);
+      u[a + 1] = FG_SHUFFLE(V, r[a], r[a + 1], 1, 9, 3, 11, 5, 13, 7, 15);
+    }
+    for (int a = 0; a < 8; ++a) std::memcpy(d + a * ld, &u[a], 32);
+  } else {
+    static_assert(sizeof(T) == 8, "tile_transpose: 4- or 8-byte lanes");
+    typedef uint64_t V __attribute__((vector_size(32)));
+    V r[4], u[4];
+    for (int a = 0; a < 4; ++a) std::memcpy(&r[a], p + a * si, 32);
+    for (int a = 0; a < 2; ++a) {
+      u[a] = FG_SHUFFLE(V, r[a], r[a + 2], 0, 1, 4, 5);
+      u[a + 2] = FG_SHUFFLE(V, r[a], r[a + 2], 2, 3, 6, 7);
+    }
+    for (int a = 0; a < 4; a += 2) {
+      r[a] = FG_SHUFFLE(V, u[a], u[a + 1], 0, 4, 2, 6);
+      r[a + 1] = FG_SHUFFLE(V, u[a], u[a + 1], 1, 5, 3, 7);
+    }
+    for (int a = 0; a < 4; ++a) std::memcpy(d + a * ld, &r[a], 32);
+  }
+}
+#undef FG_SHUFFLE
+#endif
+
+template <class T>
+inline void transpose_block(const T *p, int64_t so, int64_t si, int64_t nr, int64_t ni, T *buf) {
+  int64_t i = 0;
+#ifdef FG_TILE_TRANSPOSE
+  constexpr int W = (sizeof(T) == 4 || sizeof(T) == 8) ? int(32 / sizeof(T)) : 0;
+  if constexpr (W > 0) {
+    if (so == 1) {
+      for (; i + W <= ni; i += W) {
+        int64_t r = 0;
+        for (; r + W <= nr; r += W) tile_transpose(p + i * si + r, si, buf + r * kBlockCols + i, kBlockCols);
+        for (; r < nr; ++r) {
+          for (int a = 0; a < W; ++a) buf[r * kBlockCols + i + a] = p[(i + a) * si + r];
+        }
+      }
+    }
+  }
+#endif
+  for (; i < ni; ++i) {
+    for (int64_t r = 0; r < nr; ++r) buf[r * kBlockCols + i] = p[i * si + r * so];
+  }
+}
+
 // Boxes a row at a time (the twin of fusegen.plan.boxrows): where pieces (concat, pad) cut an
 // elementwise stage's domain along an inner dim, a *row* is one index of the domain dims before
 // the first cut, and one task runs every box of its rows, so an operand the boxes share (RoPE's
@@ -2640,6 +2752,7 @@ constexpr int kMaxRowBoxes = 16;
 template <int NOPS>
 struct RowBoxes {
   int n = 0;  // the non-empty boxes; 0: run box by box (too few rows, a modular operand, ...)
+  bool one = true;  // every box has one unit (one row of its loops) per row: run row by row
   int64_t rows = 0, row_len = 0;  // the rows, and the elements of one row over all boxes
   int variant[kMaxRowBoxes] = {};
   BoxLoops<NOPS> B[kMaxRowBoxes];
@@ -2669,7 +2782,7 @@ inline int row_boxes(const views::Nest<NOPS> &nest, bool modular, int64_t min_ro
   int64_t rows = 1;
   for (int k = 0; k < cut; ++k) rows *= nest.domain[k];
   if (rows < min_rows) return FG_OK;
-  bool ok = true;
+  bool ok = true, one = true;
   int n = 0;
   int64_t row_len = 0;
   FG_TRY(views::for_each_box(nest, [&](const views::Box<NOPS> &box, const views::BoxLayout<NOPS> &L) {
@@ -2687,11 +2800,13 @@ inline int row_boxes(const views::Nest<NOPS> &nest, bool modular, int64_t min_ro
     RB->B[n] = B;
     RB->K[n] = K;
     row_len += B.o_total / rows * B.inner;
+    one = one && B.o_total == rows;
     ++n;
     return int(FG_OK);
   }));
   if (!ok || n < 2) return FG_OK;
   RB->n = n;
+  RB->one = one;
   RB->rows = rows;
   RB->row_len = row_len;
   return FG_OK;
@@ -3323,9 +3438,11 @@ namespace k_float32_int64 {
 // per-element test); else std::false_type, and the loops have no branch and vectorize.
 template <class Modular>
 void units0(const Run0 &R, const fg::BoxLoops<kOps0> &B, const fg::Blocks &K, int variant, Modular modular,
-            const Shapes &s, void *const *ptr, const ScalarAttrs &a, int64_t lo, int64_t hi, Fail *gf) {
+            const Shapes &s, void *const *ptr, const ScalarAttrs &a, int64_t lo, int64_t hi, Fail *gf,
+            const int64_t *c0 = nullptr) {
   (void)a;
   (void)gf;
+  (void)c0;
   (void)K;
   (void)modular;
   fg::GatherFail &gfail = *gf;
@@ -3474,9 +3591,11 @@ int stage0(const Run0 &R, const Shapes &s, void *const *ptr, const Data &d) {
 // per-element test); else std::false_type, and the loops have no branch and vectorize.
 template <class Modular>
 void units1(const Run1 &R, const fg::BoxLoops<kOps1> &B, const fg::Blocks &K, int variant, Modular modular,
-            const Shapes &s, void *const *ptr, const ScalarAttrs &a, int64_t lo, int64_t hi, Fail *gf) {
+            const Shapes &s, void *const *ptr, const ScalarAttrs &a, int64_t lo, int64_t hi, Fail *gf,
+            const int64_t *c0 = nullptr) {
   (void)a;
   (void)gf;
+  (void)c0;
   (void)K;
   (void)modular;
   const int64_t count = R.count;
@@ -3582,9 +3701,11 @@ int stage1(const Run1 &R, const Shapes &s, void *const *ptr, const Data &d) {
 // per-element test); else std::false_type, and the loops have no branch and vectorize.
 template <class Modular>
 void units2(const Run2 &R, const fg::BoxLoops<kOps2> &B, const fg::Blocks &K, int variant, Modular modular,
-            const Shapes &s, void *const *ptr, const ScalarAttrs &a, int64_t lo, int64_t hi, Fail *gf) {
+            const Shapes &s, void *const *ptr, const ScalarAttrs &a, int64_t lo, int64_t hi, Fail *gf,
+            const int64_t *c0 = nullptr) {
   (void)a;
   (void)gf;
+  (void)c0;
   (void)K;
   (void)modular;
   const int64_t count = R.count;
@@ -3709,9 +3830,11 @@ int stage2(const Run2 &R, const Shapes &s, void *const *ptr, const Data &d) {
 // per-element test); else std::false_type, and the loops have no branch and vectorize.
 template <class Modular>
 void units3(const Run3 &R, const fg::BoxLoops<kOps3> &B, const fg::Blocks &K, int variant, Modular modular,
-            const Shapes &s, void *const *ptr, const ScalarAttrs &a, int64_t lo, int64_t hi, Fail *gf) {
+            const Shapes &s, void *const *ptr, const ScalarAttrs &a, int64_t lo, int64_t hi, Fail *gf,
+            const int64_t *c0 = nullptr) {
   (void)a;
   (void)gf;
+  (void)c0;
   (void)K;
   (void)modular;
   const int64_t gn10 = s.prm[10].v[1];  // %10 gathers along an axis of this extent

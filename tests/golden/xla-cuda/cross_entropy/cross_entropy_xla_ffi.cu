@@ -2355,33 +2355,41 @@ inline void box_loops(const views::Nest<NOPS> &nest, const views::BoxLayout<NOPS
   }
 }
 
-// How an elementwise stage's box is cut into tasks (fusegen.rt.policy.choose_block): where some
-// operand is read transposed (a large stride along the inner dim, a smaller one along the last
-// outer dim, as y in `x + y.T`), a task is a square block, kBlock rows of the last outer dim by
-// kBlock elements of the inner dim, so neither side reads with a large stride for long; else a
-// task is one whole row (rows = rb = 1, cb = inner).
+// How an elementwise stage's box is cut into tasks (the twin of fusegen.rt.policy.choose_block):
+// where some operand is read transposed (a large stride along the inner dim, a smaller one along
+// the last outer dim, as y in `x + y.T`), a task is a block, kBlock rows of the last outer dim by
+// kBlockCols elements of the inner dim, so neither side reads with a large stride for long; else
+// a task is one whole row (rows = rb = 1, cb = inner).
 constexpr int64_t kBlock = 64;
+// A transposed block's inner elements: wider than its rows, so the operands read along the rows
+// (x and the output in `x + y.T`) stream 1 KiB (float32) per row and block, not 256 bytes.
+constexpr int64_t kBlockCols = 256;
 
 struct Blocks {
   int64_t rows = 1, rb = 1, cb = 1, nrb = 1, ncb = 1, tasks = 0;
 };
 
+// An operand read across the rows: stride `si` along the inner dim large, `so` along the last
+// outer dim smaller (y in `x + y.T`). The CPU loops read such an operand's block once along its
+// rows and transpose it in registers (fg::transpose_block).
+inline bool transposed(int64_t si, int64_t so) {
+  si = si < 0 ? -si : si;
+  so = so < 0 ? -so : so;
+  return si > 16 && so > 0 && so < si;
+}
+
 template <int NOPS>
 inline Blocks blocks(const BoxLoops<NOPS> &B) {
   Blocks b;
   b.cb = std::max<int64_t>(B.inner, 1);
-  bool transposed = false;
+  bool across = false;
   if (B.n_o > 0 && B.inner > 1) {
-    for (int i = 0; i < NOPS; ++i) {
-      const int64_t si = B.istr[i] < 0 ? -B.istr[i] : B.istr[i];
-      const int64_t so = B.o_str[i][B.n_o - 1] < 0 ? -B.o_str[i][B.n_o - 1] : B.o_str[i][B.n_o - 1];
-      transposed = transposed || (si > 16 && so > 0 && so < si);
-    }
+    for (int i = 0; i < NOPS; ++i) across = across || transposed(B.istr[i], B.o_str[i][B.n_o - 1]);
   }
-  if (transposed) {
+  if (across) {
     b.rows = B.o_ext[B.n_o - 1];
     b.rb = std::min(kBlock, b.rows);
-    b.cb = std::min(kBlock, B.inner);
+    b.cb = std::min(kBlockCols, B.inner);
   }
   b.nrb = b.rows > 0 ? (b.rows + b.rb - 1) / b.rb : 0;
   b.ncb = (std::max<int64_t>(B.inner, 1) + b.cb - 1) / b.cb;
