@@ -29,3 +29,4 @@ from .graph.trace import (  # noqa: F401
     Attr, NeedsRank, NeedsShape, Tensor, cast, cast_like, expect_same_shape, reads_a_dim, reduce, sum_to, unreduce,
     where,
 )
+from .graph import methods  # noqa: E402,F401  (registers NumPy's array methods on Tensor: x.var(), x.argmax(), ...)

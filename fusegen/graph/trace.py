@@ -21,7 +21,7 @@ from .nodes import AttrRef, AttrSpec, DTypeOf, Node, Op, REDUCE_KINDS, ReduceArg
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _TRACING_FILES = {os.path.join(_HERE, f) for f in ("trace.py", "vocab.py", "layout.py", "compose.py", "gathers.py", "searching.py", "scans.py")}
 _TRACING_FILES |= {os.path.join(_HERE, f) for f in ("elementwise.py", "stats.py")}  # (#18)
-_TRACING_FILES |= {os.path.join(_HERE, f) for f in ("rng.py", "datatypes.py")}  # random numbers; dtypes
+_TRACING_FILES |= {os.path.join(_HERE, f) for f in ("rng.py", "datatypes.py", "methods.py")}  # random numbers; dtypes; methods
 _tls = threading.local()
 
 
