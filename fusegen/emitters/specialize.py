@@ -22,7 +22,9 @@ def check_emittable(op: OpDef) -> None:
 
 def _one_combo(op: OpDef, dtypes) -> tuple[DType, ...] | None:
     """The one dtype combination ``dtypes=`` names (None: none or several)."""
-    items = [dtypes] if isinstance(dtypes, (str, DType)) else list(dtypes or [])
+    if not isinstance(dtypes, (str, DType, list, tuple)):
+        return None   # (parse_dtypes names what it takes)
+    items = [dtypes] if isinstance(dtypes, (str, DType)) else list(dtypes)
     if len(items) != 1:
         return None
     it = items[0]
