@@ -295,6 +295,30 @@ def test_emitted_transposed_reads_run_as_block_transposes(tmp_path):
             np.testing.assert_array_equal(got, want, err_msg=f"{dt} {(n, m)}")
 
 
+def test_emitted_head_split_reads_in_its_source_order_and_streams_its_stores():
+    """A large elementwise stage whose read continues its rows along another outer dim than the
+    last (a head split: x's h steps one row of d) runs that dim innermost (fg::stream_order), so
+    x streams whole rows, and its stores go around the cache (fg::stream_out, non-temporal; in
+    the output's order x was read a row of d per page and the stage ran 1.7x the read order's
+    CPU time). Pinned in the text; the values (above fg::kStreamMin elements), with rows that are
+    not whole cache lines and 2- and 8-byte elements, are NumPy's, bit for bit."""
+    from fusegen import examples
+    src = fg.emit(examples.heads_split, dtypes="float32").source
+    stage = src[src.index("int stage0("):]
+    assert "fg::stream_order<kOps0>(kStored, &B);" in stage and "if (B.stream) fg::stream_fence();" in stage
+    unit = _units(src, 0)
+    assert "float *w1 = fg::out_view(q1 + c[1] + j0 * B.istr[1], B.stream ? 0 : B.istr[1], wk1);" in unit
+    assert "fg::stream_out(q1 + c[1] + j0, nc, wk1);" in unit
+    assert "_mm_sfence()" in src and "kStreamMin = int64_t(1) << 21" in src
+    rng = np.random.default_rng(6)
+    for dt, (b, s, h, d) in [("float32", (2, 1030, 16, 128)), ("float32", (1, 700, 20, 150)),
+                             ("float64", (1, 4000, 8, 72)), ("float16", (3, 2000, 4, 200))]:
+        x = rng.integers(-50, 50, (b, s, h * d)).astype(dt)
+        want = np.ascontiguousarray(x.reshape(b, s, h, d).transpose(0, 2, 1, 3)) * np.asarray(2, dt)
+        got = fg.compile(examples.heads_split, backend="aot", dtypes=dt)(x, heads=h, scale=2)
+        np.testing.assert_array_equal(got, want, err_msg=f"{dt} {(b, s, h, d)}")
+
+
 def test_emit_of_a_rank_specializing_op():
     with pytest.raises(fg.TraceError, match=r"ranks=.*|traced per input rank"):
         fg.emit(_op(True, True), dtypes="float32")

@@ -2313,6 +2313,7 @@ struct BoxLoops {
   int64_t o_total = 1, m_total = 1, inner = 1;
   int64_t istr[NOPS] = {};
   int64_t offset[NOPS] = {};
+  bool stream = false;  // stores go around the cache (the CPU's fg::stream_order)
 };
 
 // `mask`: the reduced domain dims; `reduction`: the stage reduces (its inner class is the
@@ -2431,6 +2432,9 @@ FG_LAYOUT_HD void unravel(int64_t x, int n, const int64_t *ext, const int64_t (*
 
 }  // namespace fg
 
+#if defined(__SSE2__)
+#include <immintrin.h>  // fg::stream_out's non-temporal stores
+#endif
 namespace fg {
 
 // Merges neighbouring loop dims of one class (outer, middle) that stay affine for every
@@ -2482,6 +2486,77 @@ inline void cpu_loops(const views::Nest<NOPS> &nest, const views::BoxLayout<NOPS
   } else {
     merge_inner<NOPS>(&B->n_o, B->o_ext, B->o_str, &B->o_total, B);
   }
+}
+
+// A large elementwise stage whose stored operands are written at unit stride, where a read
+// operand's rows continue contiguously along an outer dim other than the last (a head split,
+// out[b, h, s, :] = x[b, s, h * d + :]: x's h steps one row of d): its loops run that dim innermost
+// of the outer ones, so the read streams whole spans (x's rows of h * d) instead of a row of d
+// per page, and the stores, now spread over that dim's rows, go around the cache (B->stream:
+// fg::stream_out). The same order with cached stores was slower than the output's order.
+constexpr int64_t kStreamMin = int64_t(1) << 21;  // elements: well beyond the caches
+
+template <int NOPS>
+inline void stream_order(const bool *stored, BoxLoops<NOPS> *B) {
+  const int n = B->n_o;
+  if (n < 2 || B->inner < 16 || B->o_total * B->inner < kStreamMin) return;
+  for (int i = 0; i < NOPS; ++i) {
+    if (stored[i] && B->istr[i] != 1) return;
+  }
+  for (int i = 0; i < NOPS; ++i) {
+    if (stored[i] || B->istr[i] != 1 || B->o_str[i][n - 1] == B->inner) continue;
+    for (int d = n - 2; d >= 0; --d) {
+      if (B->o_str[i][d] != B->inner) continue;
+      const int64_t e = B->o_ext[d];
+      int64_t st[NOPS];
+      for (int j = 0; j < NOPS; ++j) st[j] = B->o_str[j][d];
+      for (int k = d; k + 1 < n; ++k) {
+        B->o_ext[k] = B->o_ext[k + 1];
+        for (int j = 0; j < NOPS; ++j) B->o_str[j][k] = B->o_str[j][k + 1];
+      }
+      B->o_ext[n - 1] = e;
+      for (int j = 0; j < NOPS; ++j) B->o_str[j][n - 1] = st[j];
+      merge_dims<NOPS>(&B->n_o, B->o_ext, B->o_str);
+      B->stream = true;
+      return;
+    }
+  }
+}
+
+// `n` bytes from `s` to `d` with non-temporal stores (fg::stream_order): the lines go to memory
+// without being read first or evicting the operands; the unaligned ends are copied as usual.
+// fg::stream_fence orders them before the stage returns.
+inline void stream_bytes(char *d, const char *s, int64_t n) {
+  int64_t k = 0;
+#if defined(__SSE2__)
+  k = std::min<int64_t>(n, (64 - int64_t(reinterpret_cast<uintptr_t>(d) & 63)) & 63);
+  std::memcpy(d, s, size_t(k));
+  for (; k + 64 <= n; k += 64) {
+#if defined(__AVX512F__)
+    _mm512_stream_si512(reinterpret_cast<__m512i *>(d + k), _mm512_loadu_si512(s + k));
+#elif defined(__AVX__)
+    for (int q = 0; q < 64; q += 32) {
+      _mm256_stream_si256(reinterpret_cast<__m256i *>(d + k + q), _mm256_loadu_si256(reinterpret_cast<const __m256i *>(s + k + q)));
+    }
+#else
+    for (int q = 0; q < 64; q += 16) {
+      _mm_stream_si128(reinterpret_cast<__m128i *>(d + k + q), _mm_loadu_si128(reinterpret_cast<const __m128i *>(s + k + q)));
+    }
+#endif
+  }
+#endif
+  std::memcpy(d + k, s + k, size_t(n - k));
+}
+
+template <class T>
+inline void stream_out(T *p, int64_t m, const T *buf) {
+  stream_bytes(reinterpret_cast<char *>(p), reinterpret_cast<const char *>(buf), m * int64_t(sizeof(T)));
+}
+
+inline void stream_fence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
 }
 
 // An operand's address as a function of the flat index over its stage's loops, as mixed-radix
@@ -3578,6 +3653,7 @@ int stage0(const Run0 &R, const Shapes &s, void *const *ptr, const Data &d) {
       } else {
         units0(R, B, K, variant, std::false_type{}, s, ptr, a, lo, hi, &gf);
       }
+      if (B.stream) fg::stream_fence();
     }
     return int(fg::FG_OK);
   });
@@ -3688,6 +3764,7 @@ int stage1(const Run1 &R, const Shapes &s, void *const *ptr, const Data &d) {
       } else {
         units1(R, B, K, variant, std::false_type{}, s, ptr, a, lo, hi, &gf);
       }
+      if (B.stream) fg::stream_fence();
     }
     return int(fg::FG_OK);
   });
@@ -3817,6 +3894,7 @@ int stage2(const Run2 &R, const Shapes &s, void *const *ptr, const Data &d) {
       } else {
         units2(R, B, K, variant, std::false_type{}, s, ptr, a, lo, hi, &gf);
       }
+      if (B.stream) fg::stream_fence();
     }
     return int(fg::FG_OK);
   });
@@ -3956,6 +4034,7 @@ int stage3(const Run3 &R, const Shapes &s, void *const *ptr, const Data &d) {
       } else {
         units3(R, B, K, variant, std::false_type{}, s, ptr, a, lo, hi, &gf);
       }
+      if (B.stream) fg::stream_fence();
     }
     return int(fg::FG_OK);
   });
