@@ -2488,8 +2488,8 @@ inline void cpu_loops(const views::Nest<NOPS> &nest, const views::BoxLayout<NOPS
   }
 }
 
-// A large elementwise stage whose stored operands are written at unit stride, where a read
-// operand's rows continue contiguously along an outer dim other than the last (a head split,
+// A large elementwise stage whose stored operands are written at unit stride, where the read
+// operands' rows continue contiguously along an outer dim other than the last (a head split,
 // out[b, h, s, :] = x[b, s, h * d + :]: x's h steps one row of d): its loops run that dim innermost
 // of the outer ones, so the read streams whole spans (x's rows of h * d) instead of a row of d
 // per page, and the stores, now spread over that dim's rows, go around the cache (B->stream:
@@ -2506,7 +2506,9 @@ inline void stream_order(const bool *stored, BoxLoops<NOPS> *B) {
   for (int i = 0; i < NOPS; ++i) {
     if (stored[i] || B->istr[i] != 1 || B->o_str[i][n - 1] == B->inner) continue;
     for (int d = n - 2; d >= 0; --d) {
-      if (B->o_str[i][d] != B->inner) continue;
+      bool along = true;  // every operand read continues its rows along d (or is broadcast)
+      for (int j = 0; along && j < NOPS; ++j) along = stored[j] || B->o_str[j][d] == B->inner * B->istr[j];
+      if (!along) continue;
       const int64_t e = B->o_ext[d];
       int64_t st[NOPS];
       for (int j = 0; j < NOPS; ++j) st[j] = B->o_str[j][d];
