@@ -208,7 +208,7 @@ def test_emitted_layout_source_reads_through_views():
     # address (emitters/layout.may_be_modular), a unit-stride chunk at a time (fg::chunk_view);
     # where one can, the loops are compiled twice and the call without a modular operand takes
     # the copy without the test (units<i>(..., false_type))
-    assert "fg::at(" not in src and "fg::chunk_view(p1 + c[1] + j0 * B.istr[1], B.istr[1], nc, pk1)" in src
+    assert "fg::at(" not in src and "fg::chunk_view(p1 + c[1] + j0 * B.istr[1], B.istr[1], nc, pk1, &pf1)" in src
     src = fg.emit(fg.op(lambda x: x.reshape((-1,)) + 1.0, name="flat_plus"), dtypes="float32").source
     assert "std::false_type{}, s, ptr, a, lo, hi" in src and "fg::at(p0, modular && mod0," in src
     # a concat's pieces: one body per piece, chosen per box
@@ -317,6 +317,29 @@ def test_emitted_head_split_reads_in_its_source_order_and_streams_its_stores():
         want = np.ascontiguousarray(x.reshape(b, s, h, d).transpose(0, 2, 1, 3)) * np.asarray(2, dt)
         got = fg.compile(examples.heads_split, backend="aot", dtypes=dt)(x, heads=h, scale=2)
         np.testing.assert_array_equal(got, want, err_msg=f"{dt} {(b, s, h, d)}")
+
+
+def test_emitted_broadcast_chunks_are_filled_once_per_value():
+    """A read broadcast along the inner loop (group norm's gamma and beta: one value per row of
+    H * W) fills its chunk buffer only where its value changes (fg::chunk_view's `filled`, compared
+    bit for bit), not for every chunk. Pinned in the text; rows longer than a chunk, equal and
+    different neighbours, NaN, -0.0 beside 0.0, and a column read through a slice give NumPy's
+    values bit for bit."""
+    from fusegen import examples
+    unit = _units(fg.emit(examples.group_norm, dtypes="float32").source, 2)
+    assert "int64_t pf1 = 0;" in unit and "fg::chunk_view(p1 + c[1] + j0 * B.istr[1], B.istr[1], nc, pk1, &pf1)" in unit
+    x = np.arange(8 * 1300, dtype=np.float32).reshape(8, 1300)
+    y = np.array([1, 1, 2, np.nan, np.nan, -0.0, 0.0, 2], np.float32)
+    z = np.array([[3, 4], [3, 4], [5, 6], [5, 6], [5, 6], [7, 8], [7, 8], [9, 9]], np.float32)
+    got = fg.compile(_bcast, backend="aot")(x, y, z)
+    want = x * y[:, None] + z[:, 1:][:, :1]
+    np.testing.assert_array_equal(got, want)
+    assert np.array_equal(np.signbit(got), np.signbit(want))
+
+
+@fg.op
+def _bcast(x, y, z):
+    return x * y[:, None] + z[:, 1:]
 
 
 def test_emit_of_a_rank_specializing_op():

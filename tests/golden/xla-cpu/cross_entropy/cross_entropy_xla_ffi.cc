@@ -2727,14 +2727,21 @@ inline void next_row(int n, const int64_t *ext, const int64_t (*str)[views::kMax
 // A chunk of `m` elements of an operand as a unit-stride pointer, so that the CPU loop reading
 // it vectorizes: the operand itself where its stride is 1, else its elements copied into `buf`
 // (a broadcast one, stride 0, filled with its one value: a vector store, not m scalar copies).
+// `filled` (optional): how many elements of `buf` hold one broadcast value (0: none), so a
+// broadcast whose value has not changed is not filled again: group norm's gamma and beta, one
+// value per row of H * W, were refilled for every chunk (twice the loop's own stores).
 template <class T>
-inline const T *chunk_view(const T *p, int64_t stride, int64_t m, T *buf) {
+inline const T *chunk_view(const T *p, int64_t stride, int64_t m, T *buf, int64_t *filled = nullptr) {
   if (stride == 1) return p;
   if (stride == 0) {
-    std::fill_n(buf, m, *p);
+    const T v = *p;
+    if (filled != nullptr && *filled >= m && std::memcmp(buf, &v, sizeof(T)) == 0) return buf;
+    std::fill_n(buf, m, v);
+    if (filled != nullptr) *filled = m;
     return buf;
   }
   for (int64_t i = 0; i < m; ++i) buf[i] = p[i * stride];
+  if (filled != nullptr) *filled = 0;
   return buf;
 }
 
@@ -3533,8 +3540,12 @@ void units0(const Run0 &R, const fg::BoxLoops<kOps0> &B, const fg::Blocks &K, in
   // the chunks' buffers for operands strided along the inner loop
   float pk0[fg::kChunk];
   (void)pk0;
+  int64_t pf0 = 0;  // pk's elements that hold one broadcast value (fg::chunk_view)
+  (void)pf0;
   int64_t pk1[fg::kChunk];
   (void)pk1;
+  int64_t pf1 = 0;  // pk's elements that hold one broadcast value (fg::chunk_view)
+  (void)pf1;
   float wk2[fg::kChunk];
   (void)wk2;
 
@@ -3584,7 +3595,7 @@ void units0(const Run0 &R, const fg::BoxLoops<kOps0> &B, const fg::Blocks &K, in
           } else {
             for (int64_t j0 = 0; j0 < B.inner; j0 += fg::kChunk) {  // unit-stride chunks
               const int64_t nc = std::min<int64_t>(fg::kChunk, B.inner - j0);
-              const int64_t *v1 = fg::chunk_view(p1 + c[1] + j0 * B.istr[1], B.istr[1], nc, pk1);
+              const int64_t *v1 = fg::chunk_view(p1 + c[1] + j0 * B.istr[1], B.istr[1], nc, pk1, &pf1);
               int64_t iv = 0;
               for (; iv + fg::kLanes <= nc; iv += fg::kLanes) {
                 for (int l = 0; l < fg::kLanes; ++l) {
@@ -3684,6 +3695,8 @@ void units1(const Run1 &R, const fg::BoxLoops<kOps1> &B, const fg::Blocks &K, in
   // the chunks' buffers for operands strided along the inner loop
   float pk0[fg::kChunk];
   (void)pk0;
+  int64_t pf0 = 0;  // pk's elements that hold one broadcast value (fg::chunk_view)
+  (void)pf0;
   float wk1[fg::kChunk];
   (void)wk1;
   float wk2[fg::kChunk];
@@ -3705,7 +3718,7 @@ void units1(const Run1 &R, const fg::BoxLoops<kOps1> &B, const fg::Blocks &K, in
           fg::unravel<kOps1>(m, B.n_m, B.m_ext, B.m_str, c);
           for (int64_t j0 = 0; j0 < B.inner; j0 += fg::kChunk) {  // unit-stride chunks
             const int64_t nc = std::min<int64_t>(fg::kChunk, B.inner - j0);
-            const float *v0 = fg::chunk_view(p0 + c[0] + j0 * B.istr[0], B.istr[0], nc, pk0);
+            const float *v0 = fg::chunk_view(p0 + c[0] + j0 * B.istr[0], B.istr[0], nc, pk0, &pf0);
             int64_t iv = 0;
             for (; iv + fg::kLanes <= nc; iv += fg::kLanes) {
           #if defined(__GNUC__) && !defined(__clang__)
@@ -3795,8 +3808,12 @@ void units2(const Run2 &R, const fg::BoxLoops<kOps2> &B, const fg::Blocks &K, in
   // the chunks' buffers for operands strided along the inner loop
   float pk0[fg::kChunk];
   (void)pk0;
+  int64_t pf0 = 0;  // pk's elements that hold one broadcast value (fg::chunk_view)
+  (void)pf0;
   float pk1[fg::kChunk];
   (void)pk1;
+  int64_t pf1 = 0;  // pk's elements that hold one broadcast value (fg::chunk_view)
+  (void)pf1;
   float wk2[fg::kChunk];
   (void)wk2;
 
@@ -3816,7 +3833,7 @@ void units2(const Run2 &R, const fg::BoxLoops<kOps2> &B, const fg::Blocks &K, in
             const auto rc1 = p1[c[1]];
             for (int64_t j0 = 0; j0 < B.inner; j0 += fg::kChunk) {  // unit-stride chunks
               const int64_t nc = std::min<int64_t>(fg::kChunk, B.inner - j0);
-              const float *v0 = fg::chunk_view(p0 + c[0] + j0 * B.istr[0], B.istr[0], nc, pk0);
+              const float *v0 = fg::chunk_view(p0 + c[0] + j0 * B.istr[0], B.istr[0], nc, pk0, &pf0);
               int64_t iv = 0;
               for (; iv + fg::kLanes <= nc; iv += fg::kLanes) {
                 for (int l = 0; l < fg::kLanes; ++l) {
@@ -3838,8 +3855,8 @@ void units2(const Run2 &R, const fg::BoxLoops<kOps2> &B, const fg::Blocks &K, in
           } else {
             for (int64_t j0 = 0; j0 < B.inner; j0 += fg::kChunk) {  // unit-stride chunks
               const int64_t nc = std::min<int64_t>(fg::kChunk, B.inner - j0);
-              const float *v0 = fg::chunk_view(p0 + c[0] + j0 * B.istr[0], B.istr[0], nc, pk0);
-              const float *v1 = fg::chunk_view(p1 + c[1] + j0 * B.istr[1], B.istr[1], nc, pk1);
+              const float *v0 = fg::chunk_view(p0 + c[0] + j0 * B.istr[0], B.istr[0], nc, pk0, &pf0);
+              const float *v1 = fg::chunk_view(p1 + c[1] + j0 * B.istr[1], B.istr[1], nc, pk1, &pf1);
               int64_t iv = 0;
               for (; iv + fg::kLanes <= nc; iv += fg::kLanes) {
                 for (int l = 0; l < fg::kLanes; ++l) {
@@ -3927,10 +3944,16 @@ void units3(const Run3 &R, const fg::BoxLoops<kOps3> &B, const fg::Blocks &K, in
   // the chunks' buffers for operands strided along the inner loop
   float pk0[fg::kChunk];
   (void)pk0;
+  int64_t pf0 = 0;  // pk's elements that hold one broadcast value (fg::chunk_view)
+  (void)pf0;
   float pk1[fg::kChunk];
   (void)pk1;
+  int64_t pf1 = 0;  // pk's elements that hold one broadcast value (fg::chunk_view)
+  (void)pf1;
   float pk2[fg::kChunk];
   (void)pk2;
+  int64_t pf2 = 0;  // pk's elements that hold one broadcast value (fg::chunk_view)
+  (void)pf2;
   float wk3[fg::kChunk];
   (void)wk3;
 
@@ -3975,9 +3998,9 @@ void units3(const Run3 &R, const fg::BoxLoops<kOps3> &B, const fg::Blocks &K, in
           } else {
             for (int64_t j0 = 0; j0 < B.inner; j0 += fg::kChunk) {  // unit-stride chunks
               const int64_t nc = std::min<int64_t>(fg::kChunk, B.inner - j0);
-              const float *v0 = fg::chunk_view(p0 + c[0] + j0 * B.istr[0], B.istr[0], nc, pk0);
-              const float *v1 = fg::chunk_view(p1 + c[1] + j0 * B.istr[1], B.istr[1], nc, pk1);
-              const float *v2 = fg::chunk_view(p2 + c[2] + j0 * B.istr[2], B.istr[2], nc, pk2);
+              const float *v0 = fg::chunk_view(p0 + c[0] + j0 * B.istr[0], B.istr[0], nc, pk0, &pf0);
+              const float *v1 = fg::chunk_view(p1 + c[1] + j0 * B.istr[1], B.istr[1], nc, pk1, &pf1);
+              const float *v2 = fg::chunk_view(p2 + c[2] + j0 * B.istr[2], B.istr[2], nc, pk2, &pf2);
               int64_t iv = 0;
               for (; iv + fg::kLanes <= nc; iv += fg::kLanes) {
                 for (int l = 0; l < fg::kLanes; ++l) {
