@@ -208,7 +208,7 @@ def test_emitted_layout_source_reads_through_views():
     # address (emitters/layout.may_be_modular), a unit-stride chunk at a time (fg::chunk_view);
     # where one can, the loops are compiled twice and the call without a modular operand takes
     # the copy without the test (units<i>(..., false_type))
-    assert "fg::at(" not in src and "fg::chunk_view(p1 + c[1] + j0 * B.istr[1], B.istr[1], nc, pk1)" in src
+    assert "fg::at(" not in src and "fg::chunk_view(p1 + c[1] + j0 * B.istr[1], B.istr[1], nc, pk1, &pf1)" in src
     src = fg.emit(fg.op(lambda x: x.reshape((-1,)) + 1.0, name="flat_plus"), dtypes="float32").source
     assert "std::false_type{}, s, ptr, a, lo, hi" in src and "fg::at(p0, modular && mod0," in src
     # a concat's pieces: one body per piece, chosen per box
@@ -293,6 +293,53 @@ def test_emitted_transposed_reads_run_as_block_transposes(tmp_path):
             want = x + y.T * 2 + z[:, ::2].T - np.broadcast_to(y[None], (2, m, n)).transpose(0, 2, 1)
             got = fg.compile(_across, backend="aot", dtypes=dt)(x, y, z)
             np.testing.assert_array_equal(got, want, err_msg=f"{dt} {(n, m)}")
+
+
+def test_emitted_head_split_reads_in_its_source_order_and_streams_its_stores():
+    """A large elementwise stage whose read continues its rows along another outer dim than the
+    last (a head split: x's h steps one row of d) runs that dim innermost (fg::stream_order), so
+    x streams whole rows, and its stores go around the cache (fg::stream_out, non-temporal; in
+    the output's order x was read a row of d per page and the stage ran 1.7x the read order's
+    CPU time). Pinned in the text; the values (above fg::kStreamMin elements), with rows that are
+    not whole cache lines and 2- and 8-byte elements, are NumPy's, bit for bit."""
+    from fusegen import examples
+    src = fg.emit(examples.heads_split, dtypes="float32").source
+    stage = src[src.index("int stage0("):]
+    assert "fg::stream_order<kOps0>(kStored, &B);" in stage and "if (B.stream) fg::stream_fence();" in stage
+    unit = _units(src, 0)
+    assert "float *w1 = fg::out_view(q1 + c[1] + j0 * B.istr[1], B.stream ? 0 : B.istr[1], wk1);" in unit
+    assert "fg::stream_out(q1 + c[1] + j0, nc, wk1);" in unit
+    assert "_mm_sfence()" in src and "kStreamMin = int64_t(1) << 21" in src
+    rng = np.random.default_rng(6)
+    for dt, (b, s, h, d) in [("float32", (2, 1030, 16, 128)), ("float32", (1, 700, 20, 150)),
+                             ("float64", (1, 4000, 8, 72)), ("float16", (3, 2000, 4, 200))]:
+        x = rng.integers(-50, 50, (b, s, h * d)).astype(dt)
+        want = np.ascontiguousarray(x.reshape(b, s, h, d).transpose(0, 2, 1, 3)) * np.asarray(2, dt)
+        got = fg.compile(examples.heads_split, backend="aot", dtypes=dt)(x, heads=h, scale=2)
+        np.testing.assert_array_equal(got, want, err_msg=f"{dt} {(b, s, h, d)}")
+
+
+def test_emitted_broadcast_chunks_are_filled_once_per_value():
+    """A read broadcast along the inner loop (group norm's gamma and beta: one value per row of
+    H * W) fills its chunk buffer only where its value changes (fg::chunk_view's `filled`, compared
+    bit for bit), not for every chunk. Pinned in the text; rows longer than a chunk, equal and
+    different neighbours, NaN, -0.0 beside 0.0, and a column read through a slice give NumPy's
+    values bit for bit."""
+    from fusegen import examples
+    unit = _units(fg.emit(examples.group_norm, dtypes="float32").source, 2)
+    assert "int64_t pf1 = 0;" in unit and "fg::chunk_view(p1 + c[1] + j0 * B.istr[1], B.istr[1], nc, pk1, &pf1)" in unit
+    x = np.arange(8 * 1300, dtype=np.float32).reshape(8, 1300)
+    y = np.array([1, 1, 2, np.nan, np.nan, -0.0, 0.0, 2], np.float32)
+    z = np.array([[3, 4], [3, 4], [5, 6], [5, 6], [5, 6], [7, 8], [7, 8], [9, 9]], np.float32)
+    got = fg.compile(_bcast, backend="aot")(x, y, z)
+    want = x * y[:, None] + z[:, 1:][:, :1]
+    np.testing.assert_array_equal(got, want)
+    assert np.array_equal(np.signbit(got), np.signbit(want))
+
+
+@fg.op
+def _bcast(x, y, z):
+    return x * y[:, None] + z[:, 1:]
 
 
 def test_emit_of_a_rank_specializing_op():

@@ -2308,6 +2308,7 @@ struct BoxLoops {
   int64_t o_total = 1, m_total = 1, inner = 1;
   int64_t istr[NOPS] = {};
   int64_t offset[NOPS] = {};
+  bool stream = false;  // stores go around the cache (the CPU's fg::stream_order)
 };
 
 // `mask`: the reduced domain dims; `reduction`: the stage reduces (its inner class is the

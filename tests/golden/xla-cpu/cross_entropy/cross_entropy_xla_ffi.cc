@@ -2319,6 +2319,7 @@ struct BoxLoops {
   int64_t o_total = 1, m_total = 1, inner = 1;
   int64_t istr[NOPS] = {};
   int64_t offset[NOPS] = {};
+  bool stream = false;  // stores go around the cache (the CPU's fg::stream_order)
 };
 
 // `mask`: the reduced domain dims; `reduction`: the stage reduces (its inner class is the
@@ -2437,6 +2438,9 @@ FG_LAYOUT_HD void unravel(int64_t x, int n, const int64_t *ext, const int64_t (*
 
 }  // namespace fg
 
+#if defined(__SSE2__)
+#include <immintrin.h>  // fg::stream_out's non-temporal stores
+#endif
 namespace fg {
 
 // Merges neighbouring loop dims of one class (outer, middle) that stay affine for every
@@ -2488,6 +2492,79 @@ inline void cpu_loops(const views::Nest<NOPS> &nest, const views::BoxLayout<NOPS
   } else {
     merge_inner<NOPS>(&B->n_o, B->o_ext, B->o_str, &B->o_total, B);
   }
+}
+
+// A large elementwise stage whose stored operands are written at unit stride, where the read
+// operands' rows continue contiguously along an outer dim other than the last (a head split,
+// out[b, h, s, :] = x[b, s, h * d + :]: x's h steps one row of d): its loops run that dim innermost
+// of the outer ones, so the read streams whole spans (x's rows of h * d) instead of a row of d
+// per page, and the stores, now spread over that dim's rows, go around the cache (B->stream:
+// fg::stream_out). The same order with cached stores was slower than the output's order.
+constexpr int64_t kStreamMin = int64_t(1) << 21;  // elements: well beyond the caches
+
+template <int NOPS>
+inline void stream_order(const bool *stored, BoxLoops<NOPS> *B) {
+  const int n = B->n_o;
+  if (n < 2 || B->inner < 16 || B->o_total * B->inner < kStreamMin) return;
+  for (int i = 0; i < NOPS; ++i) {
+    if (stored[i] && B->istr[i] != 1) return;
+  }
+  for (int i = 0; i < NOPS; ++i) {
+    if (stored[i] || B->istr[i] != 1 || B->o_str[i][n - 1] == B->inner) continue;
+    for (int d = n - 2; d >= 0; --d) {
+      bool along = true;  // every operand read continues its rows along d (or is broadcast)
+      for (int j = 0; along && j < NOPS; ++j) along = stored[j] || B->o_str[j][d] == B->inner * B->istr[j];
+      if (!along) continue;
+      const int64_t e = B->o_ext[d];
+      int64_t st[NOPS];
+      for (int j = 0; j < NOPS; ++j) st[j] = B->o_str[j][d];
+      for (int k = d; k + 1 < n; ++k) {
+        B->o_ext[k] = B->o_ext[k + 1];
+        for (int j = 0; j < NOPS; ++j) B->o_str[j][k] = B->o_str[j][k + 1];
+      }
+      B->o_ext[n - 1] = e;
+      for (int j = 0; j < NOPS; ++j) B->o_str[j][n - 1] = st[j];
+      merge_dims<NOPS>(&B->n_o, B->o_ext, B->o_str);
+      B->stream = true;
+      return;
+    }
+  }
+}
+
+// `n` bytes from `s` to `d` with non-temporal stores (fg::stream_order): the lines go to memory
+// without being read first or evicting the operands; the unaligned ends are copied as usual.
+// fg::stream_fence orders them before the stage returns.
+inline void stream_bytes(char *d, const char *s, int64_t n) {
+  int64_t k = 0;
+#if defined(__SSE2__)
+  k = std::min<int64_t>(n, (64 - int64_t(reinterpret_cast<uintptr_t>(d) & 63)) & 63);
+  std::memcpy(d, s, size_t(k));
+  for (; k + 64 <= n; k += 64) {
+#if defined(__AVX512F__)
+    _mm512_stream_si512(reinterpret_cast<__m512i *>(d + k), _mm512_loadu_si512(s + k));
+#elif defined(__AVX__)
+    for (int q = 0; q < 64; q += 32) {
+      _mm256_stream_si256(reinterpret_cast<__m256i *>(d + k + q), _mm256_loadu_si256(reinterpret_cast<const __m256i *>(s + k + q)));
+    }
+#else
+    for (int q = 0; q < 64; q += 16) {
+      _mm_stream_si128(reinterpret_cast<__m128i *>(d + k + q), _mm_loadu_si128(reinterpret_cast<const __m128i *>(s + k + q)));
+    }
+#endif
+  }
+#endif
+  std::memcpy(d + k, s + k, size_t(n - k));
+}
+
+template <class T>
+inline void stream_out(T *p, int64_t m, const T *buf) {
+  stream_bytes(reinterpret_cast<char *>(p), reinterpret_cast<const char *>(buf), m * int64_t(sizeof(T)));
+}
+
+inline void stream_fence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
 }
 
 // An operand's address as a function of the flat index over its stage's loops, as mixed-radix
@@ -2650,14 +2727,21 @@ inline void next_row(int n, const int64_t *ext, const int64_t (*str)[views::kMax
 // A chunk of `m` elements of an operand as a unit-stride pointer, so that the CPU loop reading
 // it vectorizes: the operand itself where its stride is 1, else its elements copied into `buf`
 // (a broadcast one, stride 0, filled with its one value: a vector store, not m scalar copies).
+// `filled` (optional): how many elements of `buf` hold one broadcast value (0: none), so a
+// broadcast whose value has not changed is not filled again: group norm's gamma and beta, one
+// value per row of H * W, were refilled for every chunk (twice the loop's own stores).
 template <class T>
-inline const T *chunk_view(const T *p, int64_t stride, int64_t m, T *buf) {
+inline const T *chunk_view(const T *p, int64_t stride, int64_t m, T *buf, int64_t *filled = nullptr) {
   if (stride == 1) return p;
   if (stride == 0) {
-    std::fill_n(buf, m, *p);
+    const T v = *p;
+    if (filled != nullptr && *filled >= m && std::memcmp(buf, &v, sizeof(T)) == 0) return buf;
+    std::fill_n(buf, m, v);
+    if (filled != nullptr) *filled = m;
     return buf;
   }
   for (int64_t i = 0; i < m; ++i) buf[i] = p[i * stride];
+  if (filled != nullptr) *filled = 0;
   return buf;
 }
 
@@ -3456,8 +3540,12 @@ void units0(const Run0 &R, const fg::BoxLoops<kOps0> &B, const fg::Blocks &K, in
   // the chunks' buffers for operands strided along the inner loop
   float pk0[fg::kChunk];
   (void)pk0;
+  int64_t pf0 = 0;  // pk's elements that hold one broadcast value (fg::chunk_view)
+  (void)pf0;
   int64_t pk1[fg::kChunk];
   (void)pk1;
+  int64_t pf1 = 0;  // pk's elements that hold one broadcast value (fg::chunk_view)
+  (void)pf1;
   float wk2[fg::kChunk];
   (void)wk2;
 
@@ -3507,7 +3595,7 @@ void units0(const Run0 &R, const fg::BoxLoops<kOps0> &B, const fg::Blocks &K, in
           } else {
             for (int64_t j0 = 0; j0 < B.inner; j0 += fg::kChunk) {  // unit-stride chunks
               const int64_t nc = std::min<int64_t>(fg::kChunk, B.inner - j0);
-              const int64_t *v1 = fg::chunk_view(p1 + c[1] + j0 * B.istr[1], B.istr[1], nc, pk1);
+              const int64_t *v1 = fg::chunk_view(p1 + c[1] + j0 * B.istr[1], B.istr[1], nc, pk1, &pf1);
               int64_t iv = 0;
               for (; iv + fg::kLanes <= nc; iv += fg::kLanes) {
                 for (int l = 0; l < fg::kLanes; ++l) {
@@ -3578,6 +3666,7 @@ int stage0(const Run0 &R, const Shapes &s, void *const *ptr, const Data &d) {
       } else {
         units0(R, B, K, variant, std::false_type{}, s, ptr, a, lo, hi, &gf);
       }
+      if (B.stream) fg::stream_fence();
     }
     return int(fg::FG_OK);
   });
@@ -3606,6 +3695,8 @@ void units1(const Run1 &R, const fg::BoxLoops<kOps1> &B, const fg::Blocks &K, in
   // the chunks' buffers for operands strided along the inner loop
   float pk0[fg::kChunk];
   (void)pk0;
+  int64_t pf0 = 0;  // pk's elements that hold one broadcast value (fg::chunk_view)
+  (void)pf0;
   float wk1[fg::kChunk];
   (void)wk1;
   float wk2[fg::kChunk];
@@ -3627,7 +3718,7 @@ void units1(const Run1 &R, const fg::BoxLoops<kOps1> &B, const fg::Blocks &K, in
           fg::unravel<kOps1>(m, B.n_m, B.m_ext, B.m_str, c);
           for (int64_t j0 = 0; j0 < B.inner; j0 += fg::kChunk) {  // unit-stride chunks
             const int64_t nc = std::min<int64_t>(fg::kChunk, B.inner - j0);
-            const float *v0 = fg::chunk_view(p0 + c[0] + j0 * B.istr[0], B.istr[0], nc, pk0);
+            const float *v0 = fg::chunk_view(p0 + c[0] + j0 * B.istr[0], B.istr[0], nc, pk0, &pf0);
             int64_t iv = 0;
             for (; iv + fg::kLanes <= nc; iv += fg::kLanes) {
           #if defined(__GNUC__) && !defined(__clang__)
@@ -3688,6 +3779,7 @@ int stage1(const Run1 &R, const Shapes &s, void *const *ptr, const Data &d) {
       } else {
         units1(R, B, K, variant, std::false_type{}, s, ptr, a, lo, hi, &gf);
       }
+      if (B.stream) fg::stream_fence();
     }
     return int(fg::FG_OK);
   });
@@ -3716,8 +3808,12 @@ void units2(const Run2 &R, const fg::BoxLoops<kOps2> &B, const fg::Blocks &K, in
   // the chunks' buffers for operands strided along the inner loop
   float pk0[fg::kChunk];
   (void)pk0;
+  int64_t pf0 = 0;  // pk's elements that hold one broadcast value (fg::chunk_view)
+  (void)pf0;
   float pk1[fg::kChunk];
   (void)pk1;
+  int64_t pf1 = 0;  // pk's elements that hold one broadcast value (fg::chunk_view)
+  (void)pf1;
   float wk2[fg::kChunk];
   (void)wk2;
 
@@ -3737,7 +3833,7 @@ void units2(const Run2 &R, const fg::BoxLoops<kOps2> &B, const fg::Blocks &K, in
             const auto rc1 = p1[c[1]];
             for (int64_t j0 = 0; j0 < B.inner; j0 += fg::kChunk) {  // unit-stride chunks
               const int64_t nc = std::min<int64_t>(fg::kChunk, B.inner - j0);
-              const float *v0 = fg::chunk_view(p0 + c[0] + j0 * B.istr[0], B.istr[0], nc, pk0);
+              const float *v0 = fg::chunk_view(p0 + c[0] + j0 * B.istr[0], B.istr[0], nc, pk0, &pf0);
               int64_t iv = 0;
               for (; iv + fg::kLanes <= nc; iv += fg::kLanes) {
                 for (int l = 0; l < fg::kLanes; ++l) {
@@ -3759,8 +3855,8 @@ void units2(const Run2 &R, const fg::BoxLoops<kOps2> &B, const fg::Blocks &K, in
           } else {
             for (int64_t j0 = 0; j0 < B.inner; j0 += fg::kChunk) {  // unit-stride chunks
               const int64_t nc = std::min<int64_t>(fg::kChunk, B.inner - j0);
-              const float *v0 = fg::chunk_view(p0 + c[0] + j0 * B.istr[0], B.istr[0], nc, pk0);
-              const float *v1 = fg::chunk_view(p1 + c[1] + j0 * B.istr[1], B.istr[1], nc, pk1);
+              const float *v0 = fg::chunk_view(p0 + c[0] + j0 * B.istr[0], B.istr[0], nc, pk0, &pf0);
+              const float *v1 = fg::chunk_view(p1 + c[1] + j0 * B.istr[1], B.istr[1], nc, pk1, &pf1);
               int64_t iv = 0;
               for (; iv + fg::kLanes <= nc; iv += fg::kLanes) {
                 for (int l = 0; l < fg::kLanes; ++l) {
@@ -3817,6 +3913,7 @@ int stage2(const Run2 &R, const Shapes &s, void *const *ptr, const Data &d) {
       } else {
         units2(R, B, K, variant, std::false_type{}, s, ptr, a, lo, hi, &gf);
       }
+      if (B.stream) fg::stream_fence();
     }
     return int(fg::FG_OK);
   });
@@ -3847,10 +3944,16 @@ void units3(const Run3 &R, const fg::BoxLoops<kOps3> &B, const fg::Blocks &K, in
   // the chunks' buffers for operands strided along the inner loop
   float pk0[fg::kChunk];
   (void)pk0;
+  int64_t pf0 = 0;  // pk's elements that hold one broadcast value (fg::chunk_view)
+  (void)pf0;
   float pk1[fg::kChunk];
   (void)pk1;
+  int64_t pf1 = 0;  // pk's elements that hold one broadcast value (fg::chunk_view)
+  (void)pf1;
   float pk2[fg::kChunk];
   (void)pk2;
+  int64_t pf2 = 0;  // pk's elements that hold one broadcast value (fg::chunk_view)
+  (void)pf2;
   float wk3[fg::kChunk];
   (void)wk3;
 
@@ -3895,9 +3998,9 @@ void units3(const Run3 &R, const fg::BoxLoops<kOps3> &B, const fg::Blocks &K, in
           } else {
             for (int64_t j0 = 0; j0 < B.inner; j0 += fg::kChunk) {  // unit-stride chunks
               const int64_t nc = std::min<int64_t>(fg::kChunk, B.inner - j0);
-              const float *v0 = fg::chunk_view(p0 + c[0] + j0 * B.istr[0], B.istr[0], nc, pk0);
-              const float *v1 = fg::chunk_view(p1 + c[1] + j0 * B.istr[1], B.istr[1], nc, pk1);
-              const float *v2 = fg::chunk_view(p2 + c[2] + j0 * B.istr[2], B.istr[2], nc, pk2);
+              const float *v0 = fg::chunk_view(p0 + c[0] + j0 * B.istr[0], B.istr[0], nc, pk0, &pf0);
+              const float *v1 = fg::chunk_view(p1 + c[1] + j0 * B.istr[1], B.istr[1], nc, pk1, &pf1);
+              const float *v2 = fg::chunk_view(p2 + c[2] + j0 * B.istr[2], B.istr[2], nc, pk2, &pf2);
               int64_t iv = 0;
               for (; iv + fg::kLanes <= nc; iv += fg::kLanes) {
                 for (int l = 0; l < fg::kLanes; ++l) {
@@ -3956,6 +4059,7 @@ int stage3(const Run3 &R, const Shapes &s, void *const *ptr, const Data &d) {
       } else {
         units3(R, B, K, variant, std::false_type{}, s, ptr, a, lo, hi, &gf);
       }
+      if (B.stream) fg::stream_fence();
     }
     return int(fg::FG_OK);
   });
