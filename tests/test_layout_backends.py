@@ -124,6 +124,10 @@ CASES = [
     ("linspace", lambda x: x + fg.linspace(0.0, 1.0, 5), [_r(5)], lambda x: x + np.linspace(0, 1, 5), False),
     ("meshgrid", lambda x: (lambda a, b: a * 10 + b)(*fg.meshgrid(fg.arange(3), fg.arange(4))) + x, [_r(4, 3)],
      lambda x: (lambda a, b: a * 10 + b)(*np.meshgrid(np.arange(3), np.arange(4))) + x, False),
+    # a concat of concats (roll is one): each box reads one inner piece, the other inner concat
+    # none (the emitted variant chooser returned FG_ERR_VARIANT there; test_layout_differential)
+    ("nested concats", lambda x, y: fg.concat([fg.roll(x, 1, axis=-1), fg.concat([y[:, :2], y[:, 2:]], axis=1)]),
+     [_r(3, 4), _r(2, 4)], lambda x, y: np.concatenate([np.roll(x, 1, axis=-1), y]), False),
     ("rope", _rope, [_r(2, 3, 4, 8), _r(4, 8), _r(4, 8)],
      lambda x, c, s: x * c + np.concatenate([-x[..., 4:], x[..., :4]], -1) * s, False),
 ]
@@ -143,7 +147,7 @@ def _batched(cases, name: str):
 
 
 #: The default run's share of the table (the whole table is slow: ``-m slow``).
-QUICK = {"x+y.T", "x+y.T blocked", "x+y.mT blocked", "rope", "causal softmax", "pad 2d", "modular reshape", "int index", "x/x.shape", "stack", "repeat each",
+QUICK = {"x+y.T", "x+y.T blocked", "x+y.mT blocked", "rope", "causal softmax", "pad 2d", "modular reshape", "int index", "x/x.shape", "stack", "repeat each", "nested concats",
          "heads", "group norm"}
 
 
