@@ -362,3 +362,17 @@ def test_reference_row_groups_emitted(name):
         xs = [rng.standard_normal(s).astype(np.float32) for s in sh]
         got = fg.compile(op, backend="aot")(*xs, **attrs)
         np.testing.assert_allclose(got, ref(*[a.astype(np.float64) for a in xs], **attrs), rtol=2e-5, atol=2e-6)
+
+
+@fg.op
+def stacks_of_a_padded_scan(x):
+    s = fg.stack([fg.cumulative_sum(x, include_initial=True)] * 3, axis=1)
+    return fg.stack([s[None]] * 2, axis=-2)
+
+
+def test_too_many_piece_combinations_are_a_clear_error():
+    # Each stack is a concat, the include_initial scan a pad: a box's stage body per combination
+    # is 1152 bodies; the emitter raised a bare NotImplementedError (test_layout_differential on XLA)
+    with pytest.raises(fg.UnsupportedError, match=r"op stacks_of_a_padded_scan: stage \d+ has \d+ combinations of "
+                                                  r"concat/pad/stack pieces; .* support 64: use the Numba backend"):
+        fg.emit(stacks_of_a_padded_scan, dtypes=["float32"], ranks=[1])
