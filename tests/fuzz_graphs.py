@@ -207,14 +207,19 @@ def make_op(nin: int, outs: list):
     def body(*xs, alpha, n):
         res = tuple(evaluate(o, xs, {"alpha": alpha, "n": n}, "fg") for o in outs)
         return res if len(res) > 1 else res[0]
+    return traced(nin, body, "random_graph", attrs={"alpha": (float, 0.75), "n": (int, 2)})
 
+
+def traced(nin: int, body, name: str, attrs: dict | None = None, prefix: str = "x"):
+    """``fg.op(body)`` with ``nin`` positional inputs {prefix}0.. and keyword-only scalar
+    attributes ``attrs`` (name: (type, default)): ``body(*inputs, **attrs)`` builds the graph."""
     P = inspect.Parameter
-    params = [P(f"x{i}", P.POSITIONAL_OR_KEYWORD) for i in range(nin)]
-    params += [P("alpha", P.KEYWORD_ONLY, default=0.75, annotation=float),
-               P("n", P.KEYWORD_ONLY, default=2, annotation=int)]
+    attrs = attrs or {}
+    params = [P(f"{prefix}{i}", P.POSITIONAL_OR_KEYWORD) for i in range(nin)]
+    params += [P(a, P.KEYWORD_ONLY, default=d, annotation=t) for a, (t, d) in attrs.items()]
     body.__signature__ = inspect.Signature(params)
-    body.__annotations__ = {"alpha": float, "n": int}
-    return fg.op(body, name="random_graph")
+    body.__annotations__ = {a: t for a, (t, _) in attrs.items()}
+    return fg.op(body, name=name)
 
 
 # --- input draws for a graph (the differential tests) ------------------------------------------
@@ -301,13 +306,14 @@ def tolerance(want_dtype, in_dtypes):
     return TOL[min(floats, key=lambda d: d.itemsize)] if floats else None
 
 
-def check(name, got, want, outs, in_dtypes, draw_note):
-    """Backend ``name``'s outputs equal NumPy's: count, dtypes, shapes, values within ``tolerance``."""
+def check(name, got, want, outs, in_dtypes, draw_note, describe=None):
+    """Backend ``name``'s outputs equal NumPy's: count, dtypes, shapes, values within ``tolerance``;
+    ``describe(outs[k])`` names output k in a failure (default ``show``)."""
     got = got if isinstance(got, (tuple, list)) else (got,)
     assert len(got) == len(want), f"{name}: {len(got)} outputs, NumPy {len(want)}"
     for k, (a, b) in enumerate(zip(got, want)):
         a = np.asarray(a)
-        msg = f"{name} output {k}: {show(outs[k])}; {draw_note}"
+        msg = f"{name} output {k}: {(describe or show)(outs[k])}; {draw_note}"
         assert a.dtype == b.dtype, f"{msg}: dtype {a.dtype}, NumPy {b.dtype}"
         assert a.shape == b.shape, f"{msg}: shape {a.shape}, NumPy {b.shape}"
         tol = tolerance(b.dtype, in_dtypes)

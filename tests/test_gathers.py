@@ -283,3 +283,30 @@ def test_one_index_per_row_grad_is_a_fused_one_hot():
             for s in range(2):
                 want[r, (i[r, s] + 7) % 5, s] += 2 * g[r, 0, s]
         np.testing.assert_allclose(d, want.sum(0, keepdims=True) if xs[0] == 1 else want, rtol=1e-12)
+
+
+# --- gathers from sources no gathered address can index: copied first (graph/canon) -----------
+@fg.op
+def gathered_layouts(x, i, j):
+    # a pad, a concat, an iota expression and a reshape of a transposed view, each gathered:
+    # the first two were refused on Numba and failed with FG_ERR_VIEW_PARAM in the emitted C++,
+    # the iota read the wrong elements there (silently), the reshape was refused on both
+    return (fg.take_along_axis(fg.pad(x, ((0, 0), (1, 0))), j, axis=-1),
+            fg.take(fg.concat([x, -x], axis=0), i, axis=0),
+            fg.take(fg.arange(x.shape[0] * 2) * 1.5 + x[0, 0], i),
+            fg.take(fg.reshape(x.T, (-1,)), i) + fg.sum(x, axis=0)[0])
+
+
+def _gathered_layouts_ref(x, i, j):
+    return (np.take_along_axis(np.pad(x, ((0, 0), (1, 0))), j, axis=-1), np.take(np.concatenate([x, -x]), i, axis=0),
+            np.take(np.arange(x.shape[0] * 2) * 1.5 + x[0, 0], i), np.take(x.T.reshape(-1), i) + x.sum(0)[0])
+
+
+@pytest.mark.parametrize("backend", ["numba", pytest.param("aot", marks=pytest.mark.extended)])
+def test_gathers_from_pieces_iotas_and_modular_views(backend):
+    from conftest import assert_all_close, compile_for
+    x = np.arange(12, dtype=np.float64).reshape(3, 4) * 0.5 - 1
+    i, j = np.array([5, 0, 2, 3, 1]), np.array([[4, 0, 1, 2, 3, 0]] * 3)
+    k = compile_for(gathered_layouts, backend, dtypes=[("float64", "int64", "int64")])
+    assert_all_close(k(x, i, j), _gathered_layouts_ref(x, i, j))
+    assert str(gathered_layouts).count("copy %") == 4

@@ -124,6 +124,10 @@ CASES = [
     ("linspace", lambda x: x + fg.linspace(0.0, 1.0, 5), [_r(5)], lambda x: x + np.linspace(0, 1, 5), False),
     ("meshgrid", lambda x: (lambda a, b: a * 10 + b)(*fg.meshgrid(fg.arange(3), fg.arange(4))) + x, [_r(4, 3)],
      lambda x: (lambda a, b: a * 10 + b)(*np.meshgrid(np.arange(3), np.arange(4))) + x, False),
+    # a concat of concats (roll is one): each box reads one inner piece, the other inner concat
+    # none (the emitted variant chooser returned FG_ERR_VARIANT there; test_layout_differential)
+    ("nested concats", lambda x, y: fg.concat([fg.roll(x, 1, axis=-1), fg.concat([y[:, :2], y[:, 2:]], axis=1)]),
+     [_r(3, 4), _r(2, 4)], lambda x, y: np.concatenate([np.roll(x, 1, axis=-1), y]), False),
     ("rope", _rope, [_r(2, 3, 4, 8), _r(4, 8), _r(4, 8)],
      lambda x, c, s: x * c + np.concatenate([-x[..., 4:], x[..., :4]], -1) * s, False),
 ]
@@ -143,7 +147,7 @@ def _batched(cases, name: str):
 
 
 #: The default run's share of the table (the whole table is slow: ``-m slow``).
-QUICK = {"x+y.T", "x+y.T blocked", "x+y.mT blocked", "rope", "causal softmax", "pad 2d", "modular reshape", "int index", "x/x.shape", "stack", "repeat each",
+QUICK = {"x+y.T", "x+y.T blocked", "x+y.mT blocked", "rope", "causal softmax", "pad 2d", "modular reshape", "int index", "x/x.shape", "stack", "repeat each", "nested concats",
          "heads", "group norm"}
 
 
@@ -458,3 +462,17 @@ def test_reference_row_groups_emitted(name):
         xs = [rng.standard_normal(s).astype(np.float32) for s in sh]
         got = fg.compile(op, backend="aot")(*xs, **attrs)
         np.testing.assert_allclose(got, ref(*[a.astype(np.float64) for a in xs], **attrs), rtol=2e-5, atol=2e-6)
+
+
+@fg.op
+def stacks_of_a_padded_scan(x):
+    s = fg.stack([fg.cumulative_sum(x, include_initial=True)] * 3, axis=1)
+    return fg.stack([s[None]] * 2, axis=-2)
+
+
+def test_too_many_piece_combinations_are_a_clear_error():
+    # Each stack is a concat, the include_initial scan a pad: a box's stage body per combination
+    # is 1152 bodies; the emitter raised a bare NotImplementedError (test_layout_differential on XLA)
+    with pytest.raises(fg.UnsupportedError, match=r"op stacks_of_a_padded_scan: stage \d+ has \d+ combinations of "
+                                                  r"concat/pad/stack pieces; .* support 64: use the Numba backend"):
+        fg.emit(stacks_of_a_padded_scan, dtypes=["float32"], ranks=[1])

@@ -217,3 +217,26 @@ def _check_chain(chain, shape):
 def test_repeat_counts_must_match_the_axis():
     with pytest.raises(ShapeError, match=r"op rep: repeat: 2 counts for the elements along axis 1: \(3,\) != \(2,\)"):
         fg.compile(fg.op(lambda x: fg.repeat(x, (1, 2), axis=1), name="rep"))(np.ones((2, 3), F32))
+
+
+def test_flat_roll_in_an_op_traced_per_rank():
+    # roll(axis=None) reshapes back "like" x; in a trace per rank x's dims are all unknown (-1),
+    # which the reshape rule took for several dims to infer ("only one dim can be -1"), and the
+    # error's naming then failed on the unfinished trace (an AttributeError). repeat needs the
+    # rank, so the op is traced per rank. (Found by test_layout_differential.py.)
+    @fg.op
+    def flat_roll(x):
+        return fg.min(fg.repeat(fg.roll(x, 1, axis=None), 2, axis=-3), axis=0)
+
+    x = np.arange(18, dtype=F32).reshape(2, 3, 3)
+    np.testing.assert_array_equal(fg.compile(flat_roll)(x), np.repeat(np.roll(x, 1), 2, axis=-3).min(0))
+
+
+def test_a_shape_error_found_while_tracing_per_shape_names_the_node():
+    @fg.op
+    def per_shape_bad(x, z):
+        return fg.repeat(x + z, int(x.shape[0]), axis=0)   # per_shape_bad's add
+
+    with pytest.raises(ShapeError, match=r"op per_shape_bad: add %\?, %\? at test_layout_ops\.py:\d+: "
+                                         r"cannot broadcast shapes \(2, 3\) and \(4, 3\)"):
+        fg.compile(per_shape_bad)(np.ones((2, 3), F32), np.ones((4, 3), F32))

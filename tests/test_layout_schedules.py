@@ -202,3 +202,31 @@ def test_reduction_beside_pieces_keeps_its_whole_domain():
     got = fg.compile(reduce_beside_pieces)(x, z)
     for g, want in zip(got, reduce_beside_pieces_ref(x, z)):
         np.testing.assert_allclose(g, want, rtol=1e-6, atol=1e-6)
+
+
+@fg.op
+def max_beside_own_slice_padded(w):
+    return fg.pad(w[1:2], ((1, 1),)), fg.max(w)
+
+
+def test_full_reduction_beside_a_pad_of_its_own_slice():
+    # test_layout_differential's find before the fix above: the max ran over the pad's three
+    # boxes and kept the last one's element (w[2])
+    w = np.array([3, 1, 2], np.float32)
+    padded, top = fg.compile(max_beside_own_slice_padded)(w)
+    np.testing.assert_array_equal(padded, [0, 1, 0])
+    assert top == 3
+
+
+@fg.op
+def where_inside_tril_sliced(x):
+    i, j = fg.arange(x.shape[-2])[:, None], fg.arange(x.shape[-1])[None, :]
+    return fg.tril(fg.where(i >= j, x, -1.5), k=-2)[..., :1]
+
+
+def test_split_where_read_through_another_iota_where_and_a_view():
+    # the where's split looked its iotas up at a path no operand of the loop had (a KeyError in
+    # the Numba lowering; test_layout_differential's find): the stage now runs whole
+    x = _r(4, 2)
+    i, j = np.arange(4)[:, None], np.arange(2)[None, :]
+    np.testing.assert_array_equal(fg.compile(where_inside_tril_sliced)(x), np.tril(np.where(i >= j, x, -1.5), -2)[..., :1])

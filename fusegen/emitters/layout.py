@@ -19,6 +19,7 @@ import itertools
 
 from .. import dtypes as dt
 from ..dtypes import AttrType, DType
+from ..errors import UnsupportedError
 from ..ir import PIECEWISE, VIEWS, Node, Op, OpDef, Spec, infer, is_static, nodes_of
 from ..plan import Plan, centered_pairs
 from ..plan import views as V
@@ -285,14 +286,20 @@ def lanes_ok(st) -> bool:
     return not st.is_scan and all(r.arg.kind in LANE_KINDS for r in st.reductions)
 
 
-def variants(st) -> list[dict]:
+def variants(st, op_name: str = "") -> list[dict]:
     """Every combination of pieces a box can take (mixed radix, the first instance slowest; a
-    pad's second choice is its constant), as ExprWriter's ``variant`` dicts."""
+    pad's second choice is its constant), as ExprWriter's ``variant`` dicts. More than
+    ``MAX_VARIANTS`` is an ``UnsupportedError`` naming op ``op_name`` (a FusegenError: a stack of
+    stacks of a stack reached 1152, which had raised a bare NotImplementedError)."""
     choices = [range(len(probes) + (inst[0].op is Op.PAD)) for inst, probes in st.instances]
+    n = 1
+    for c in choices:
+        n *= len(c)
+    if n > MAX_VARIANTS:
+        raise UnsupportedError(f"op {op_name}: stage {st.index} has {n} combinations of concat/pad/stack pieces; "
+                               f"the emitted kernels (backend='aot', fusegen.jax) support {MAX_VARIANTS}: "
+                               f"use the Numba backend")
     combos = list(itertools.product(*choices))
-    if len(combos) > MAX_VARIANTS:
-        raise NotImplementedError(f"stage {st.index} has {len(combos)} combinations of concat/pad pieces; emitted "
-                                  f"kernels support {MAX_VARIANTS}")
     out = []
     for combo in combos:
         out.append({inst: (None if p == len(probes) else p) for ((inst, probes), p) in zip(st.instances, combo)})
@@ -409,7 +416,7 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
         # a modular map keeps the per-element body for that case (``direct``).
         pack = not device and not st.is_scan
         bodies = []
-        for variant in variants(st):
+        for variant in variants(st, op.name):
             body = build(variant, pack)
             body["direct"] = build(variant, False) if pack and modular else None
             bodies.append(dict(body, text=", ".join(f"%{g.idx(n)} {'constant' if p is None else f'piece {p}'}"

@@ -1,12 +1,20 @@
 """Canonical form of a traced graph: where a piece must be materialized.
 
 A piecewise node (``concat``, ``pad``) costs no memory when a loop can be cut into boxes where
-each piece is whole (``fusegen.plan.views``). Two places cannot be cut that way: a reshape that
-merges or splits the piece's dim (the pieces' boundaries no longer fall on one dim), and a
-reduction (a box cut along a reduced dim would leave each box with a partial result). There the
+each piece is whole (``fusegen.plan.views``). Three places cannot be cut that way: a reshape that
+merges or splits the piece's dim (the pieces' boundaries no longer fall on one dim), a
+reduction (a box cut along a reduced dim would leave each box with a partial result), and a
+gather's source (the gathered coordinate is data, so no box of the output's loop holds one
+piece: ``take_along_axis(pad(x, 1), i)`` was refused on Numba and failed with
+``FG_ERR_VIEW_PARAM`` in the emitted C++). There the
 piece is *copied* first: a ``copy`` reduction over no axes, which every backend runs as an
 ordinary reduction stage into a workspace, read afterwards like any array. ``print(op)`` shows it
-(``copy %9``) and ``print(plan)`` counts its workspace.
+(``copy %9``) and ``print(plan)`` counts its workspace. A gathered address indexes an array
+with one stride per axis, so under a gather's source an iota (an index expression:
+``take(arange(n) * 1.5, i)`` read the wrong elements in the emitted C++, silently) and a reshape
+of a permuted, sliced or flipped view (``take(x.T.reshape(-1), i)``: a div/mod map, refused) are
+copied the same way. (A reshape of such a view that strides could still express is copied too:
+which it is, only run time knows in the emitted code.)
 """
 from __future__ import annotations
 
@@ -15,16 +23,22 @@ from .nodes import PIECEWISE, Node, Op, ReduceArg, ShapeOf, value_srcs
 COPY = ReduceArg("copy", (), False)
 
 
-def _pieces_below(start: Node, found: dict) -> None:
+#: Views after which a reshape may merge dims no stride can step through (a div/mod map).
+_REORDERING = frozenset({Op.PERMUTE, Op.INDEX, Op.FLIP})
+
+
+def _pieces_below(start: Node, found: dict, gathered: bool = False) -> None:
     """The piecewise nodes ``start`` reads through elementwise ops and views (not through a
-    reduction or a copy, which are arrays by then)."""
+    reduction or a copy, which are arrays by then); ``gathered`` (``start`` is a gather's source):
+    also its iotas and the reshapes of reordered views (a modular map), which a gathered address
+    cannot index."""
     stack, seen = [start], set()
     while stack:
         n = stack.pop()
         if id(n) in seen:
             continue
         seen.add(id(n))
-        if n.op in PIECEWISE:
+        if n.op in PIECEWISE or (gathered and (n.op is Op.IOTA or (n.op is Op.RESHAPE and _reordered(n.srcs[0])))):
             found[id(n)] = n
             continue
         if n.op in (Op.INPUT, Op.REDUCE, Op.IOTA, Op.CONST, Op.ATTR, Op.DIM):
@@ -32,9 +46,24 @@ def _pieces_below(start: Node, found: dict) -> None:
         stack.extend(value_srcs(n))
 
 
+def _reordered(start: Node) -> bool:
+    """Whether ``start`` reads a permuted, sliced or flipped view, through elementwise ops and
+    views (a reshape of it may be a modular map: decided only once strides are known)."""
+    stack, seen = [start], set()
+    while stack:
+        n = stack.pop()
+        if id(n) in seen or n.op in (Op.INPUT, Op.REDUCE, Op.IOTA, Op.CONST, Op.ATTR, Op.DIM, Op.GATHER):
+            continue
+        seen.add(id(n))
+        if n.op in _REORDERING:
+            return True
+        stack.extend(value_srcs(n))
+    return False
+
+
 def materialize_pieces(nodes: tuple[Node, ...], roots: tuple[Node, ...]):
     """``roots`` (outputs, then the nodes shape checks name) with every piece read through a
-    reshape or by a reduction replaced by a copy of it; ``nodes`` is the graph's topological
+    reshape, by a reduction or as a gather's source replaced by a copy of it; ``nodes`` is the graph's topological
     order. Returns the new roots (the same objects when nothing is copied)."""
     targets: dict[int, Node] = {}
     for n in nodes:
@@ -43,6 +72,8 @@ def materialize_pieces(nodes: tuple[Node, ...], roots: tuple[Node, ...]):
             and n.arg.axes.rule != "broadcast"
         if n.op is Op.RESHAPE or (n.op is Op.REDUCE and not only_reshapes and n.arg.kind != "copy"):
             _pieces_below(n.srcs[0], targets)
+        elif n.op is Op.GATHER:
+            _pieces_below(n.srcs[0], targets, gathered=True)
     if not targets:
         return roots
     rebuilt: dict[int, Node] = {}

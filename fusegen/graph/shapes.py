@@ -206,7 +206,9 @@ def _reshape(n: Node, srcs, fail) -> NodeInfo:
     x = srcs[0]
     if n.arg == "like":  # to another node's shape, whatever its rank (roll's way back)
         target = srcs[1].shape
-        if target is None or x.shape is None:
+        # A -1 there is a dim unknown until run time (a trace per rank), not one to infer: the
+        # dims are another node's, and its size is x's, so the target is the shape as it is.
+        if target is None or x.shape is None or UNKNOWN_DIM in target or UNKNOWN_DIM in x.shape:
             return NodeInfo(x.dtype, target)
         dims = list(target)
     else:

@@ -103,7 +103,11 @@ def op_text(opdef, locations: bool = True) -> str:
 
 def where_text(opdef, node: Node) -> str:
     """``op NAME: node %i = ... at file:line``: how a message names the node it is about."""
-    i = opdef.graph.idx(node)
-    src = [f"%{opdef.graph.idx(s)}" for s in node.srcs]
     at = f" at {node.loc}" if node.loc else ""
-    return f"op {opdef.name}: node %{i} = {node_text(node, src, opdef)}{at}"
+    # While the op is traced (a trace per rank or shape asks the rules for a dim) it has no graph
+    # yet, so no node numbers: the node is named by its text and source line alone.
+    g = getattr(opdef, "graph", None)
+    if g is None or id(node) not in g.index:
+        return f"op {opdef.name}: {node_text(node, ['%?'] * len(node.srcs), opdef)}{at}"
+    src = [f"%{g.idx(s)}" for s in node.srcs]
+    return f"op {opdef.name}: node %{g.idx(node)} = {node_text(node, src, opdef)}{at}"

@@ -29,8 +29,15 @@ else:
 
 
 def _iota_terms(gs, ref, mode: str):
-    """(value at the loop's start, stride along it) of an iota read in the loop, or None."""
-    o = gs.ops[gs.operand(ref[0], ref[1])]
+    """(value at the loop's start, stride along it) of an iota read in the loop, or None (the
+    stage then runs whole, its ``where`` evaluated per element)."""
+    try:
+        o = gs.ops[gs.operand(ref[0], ref[1])]
+    except KeyError:
+        # No operand of this loop reads the iota at the split's path: a where read through a
+        # view inside another iota where, tril(where(i >= j, x, c))[..., :1], had none (a
+        # KeyError in the lowering, found by test_layout_differential).
+        return None
     if o.kind != "iota":
         return None
     cls = o.ri if mode == "row" else o.i
