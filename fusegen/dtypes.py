@@ -28,11 +28,9 @@ class DType:
     def np(self) -> np.dtype:
         return np.dtype(self.name)
 
-    @property
-    def dtype(self) -> np.dtype:
-        """NumPy's protocol: ``np.dtype(fg.float32)``, ``np.zeros(3, fg.float32)`` and
-        ``a.dtype == fg.float32`` take it as the NumPy dtype."""
-        return np.dtype(self.name)
+    # NumPy's protocol: ``np.dtype(fg.float32)``, ``np.zeros(3, fg.float32)`` and
+    # ``a.dtype == fg.float32`` read the NumPy dtype from ``.dtype``
+    dtype = np
 
     @property
     def is_float(self) -> bool:

@@ -103,7 +103,7 @@ _STATIC_FLOAT = {Op.FLOOR_DIVIDE: "std::floor({0} / {1})", Op.REMAINDER: "({0} -
 def _static_expr(op: OpDef, spec: Spec, n: Node) -> str | None:
     """C++ giving the ``fg::Scalar`` value of static scalar ``n`` (None: not evaluated, unknown)."""
     g = op.graph
-    if any(d == "complex" or isinstance(d, DType) and d.kind == "c" for d in (spec.of(x).dtype for x in (n, *n.srcs))):
+    if any(dt.materialize(spec.of(x).dtype).is_complex for x in (n, *n.srcs)):
         return None   # (a complex scalar is never a shape, bound or count: nothing to evaluate)
     out = _kind(spec.of(n).dtype)
     make = "fg::float_value" if out == "f" else "fg::int_value"

@@ -8,6 +8,7 @@ from .. import dtypes as dt
 from ..dtypes import DType
 from ..errors import TraceError
 from ..ir import OpDef
+from .common import parse_dtypes
 
 
 def check_emittable(op: OpDef) -> None:
@@ -21,17 +22,9 @@ def check_emittable(op: OpDef) -> None:
 
 
 def _one_combo(op: OpDef, dtypes) -> tuple[DType, ...] | None:
-    """The one dtype combination ``dtypes=`` names (None: none or several)."""
-    if not isinstance(dtypes, (str, DType, list, tuple)):
-        return None   # (parse_dtypes names what it takes)
-    items = [dtypes] if isinstance(dtypes, (str, DType)) else list(dtypes)
-    if len(items) != 1:
-        return None
-    it = items[0]
-    if isinstance(it, str) and "," in it:
-        it = tuple(x.strip() for x in it.split(","))
-    it = (it,) * len(op.inputs) if isinstance(it, (str, DType)) else tuple(it)
-    return tuple(dt.as_dtype(x) for x in it) if len(it) == len(op.inputs) else None
+    """The one dtype combination ``dtypes=`` names (None: none given, or several)."""
+    combos = parse_dtypes(op, dtypes) if dtypes is not None else []
+    return combos[0] if len(combos) == 1 else None
 
 
 def specialization(op: OpDef, ranks=None, shapes=None, dtypes=None) -> tuple[OpDef, list | None, list | None]:

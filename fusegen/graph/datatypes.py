@@ -2,9 +2,9 @@
 them: ``fg.float32`` and the other dtype objects, ``astype``, ``finfo``, ``iinfo``,
 ``result_type``, ``can_cast``, ``isdtype``, and ``e``, ``inf``, ``nan``, ``pi``, ``newaxis``.
 
-A traced value's ``x.dtype`` (``trace.TracedDType``) is not known while an op is traced (one graph
-serves every input dtype): it converts (``astype``, ``dtype=``), and the functions here that
-answer a question about a dtype refuse it with a ``TraceError`` that says why, rather than guess.
+In an op's generic trace a traced value's ``x.dtype`` (``trace.TracedDType``) is not known yet
+(one graph serves every input dtype): it converts (``astype``, ``dtype=``), and the functions here
+that answer a question about it make the op trace per input dtype, where it is known.
 """
 from __future__ import annotations
 
@@ -35,8 +35,8 @@ def astype(x, dtype, /, *, copy: bool = True, device=None) -> Tensor:
 
 
 def _concrete(x, fn: str) -> DType:
-    """``x`` as a DType: a dtype object, a name, a NumPy dtype or array; a traced value's dtype is
-    refused (it is known only when the kernel is built)."""
+    """``x`` as a DType: a dtype object, a name, a NumPy dtype or array, a traced value or its dtype
+    (in the generic trace: ``NeedsDtype``, so the op is traced per input dtype)."""
     if isinstance(x, Tensor):
         x = x.dtype
     if isinstance(x, TracedDType):

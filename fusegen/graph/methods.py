@@ -21,16 +21,13 @@ def _no_out(out, method: str) -> None:
                          f"return the result from the op [at {user_loc()}]")
 
 
-def _var(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, correction=None):
-    _no_out(out, "var")
-    r = var(self, axis=axis, correction=ddof if correction is None else correction, keepdims=keepdims)
-    return r if dtype is None else r.astype(dtype)
-
-
-def _std(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, correction=None):
-    _no_out(out, "std")
-    r = std(self, axis=axis, correction=ddof if correction is None else correction, keepdims=keepdims)
-    return r if dtype is None else r.astype(dtype)
+def _moment(fn, method: str):
+    def moment(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, correction=None):
+        _no_out(out, method)
+        r = fn(self, axis=axis, correction=ddof if correction is None else correction, keepdims=keepdims)
+        return r if dtype is None else r.astype(dtype)
+    moment.__name__ = method
+    return moment
 
 
 def _scan(fn, method: str):
@@ -84,8 +81,8 @@ def _take(self, indices, axis=None, out=None, mode="raise"):
     return take(self, indices, axis=axis, mode=mode)
 
 
-Tensor.var = _var
-Tensor.std = _std
+Tensor.var = _moment(var, "var")
+Tensor.std = _moment(std, "std")
 Tensor.cumsum = _scan(cumulative_sum, "cumsum")
 Tensor.cumprod = _scan(cumulative_prod, "cumprod")
 Tensor.argmax = _arg(argmax, "argmax")

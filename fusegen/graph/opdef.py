@@ -151,10 +151,8 @@ class OpDef:
                 return self._generic_shape(node)
             return infer_nodes(child, Graph((node,)), dtypes, shapes, attrs)[-1].shape
 
-        asked = []   # whether the body read a dtype: then this trace serves these dtypes only
-
         def dtype_fn(node):
-            asked.append(node)
+            child.reads_dtypes = True   # (then this trace serves these dtypes only)
             return infer_nodes(child, Graph((node,)), dtypes, shapes, attrs)[-1].dtype
 
         try:
@@ -172,7 +170,6 @@ class OpDef:
             raise TraceError(f"op {self.name} cannot be traced for input {mode}s "
                              f"{[len(s) for s in given] if mode == 'rank' else list(given)}: "
                              f"{type(e).__name__}: {e}") from e
-        child.reads_dtypes = bool(asked)
         child._finish()
         return self._children.setdefault(key, child)
 

@@ -315,9 +315,10 @@ def cast(x, dtype) -> Tensor:
 
 
 class TracedDType:
-    """``x.dtype`` inside an op. The graph is traced once for every input dtype, so the value is
-    not a ``DType`` yet: it converts (``astype``, ``cast``, a creation function's ``dtype=``), and
-    every question about it (``==``, ``finfo``) is an error that says so, rather than a guess."""
+    """``x.dtype`` in an op's generic trace, where one graph serves every input dtype, so the value
+    is not a ``DType`` yet: it converts (``astype``, ``cast``, a creation function's ``dtype=``), and
+    a question about it (``==``, ``finfo``) raises ``NeedsDtype``: ``OpDef`` then traces the op per
+    input-dtype combination, where ``x.dtype`` is the ``DType`` itself."""
 
     __slots__ = ("node",)
 
