@@ -28,7 +28,7 @@ from ..plan.boxrows import MIN_ROWS, may_run_rows
 from ..plan.exprs import CPP, ExprWriter, reduce_identity, reg_dtype
 from ..plan.paths import is_param, path_steps
 from ..plan.splits import COMPARISONS, stage_splits
-from . import gathers as G
+from . import gathers as G, hoist
 from .rng import random_text
 
 #: Ops whose kernels take the layout path (a gather's read is a view step plus an index term).
@@ -350,6 +350,13 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
             if cur["packed"] and not term and k not in cur["fixed"]:
                 cur["views"].add(k)   # read from its chunk's unit-stride view (``_cpu_views``)
                 return f"{r['reg']}(v{k}[ii])"
+            if (cur["packed"] and term and cur["fixed"] and not modular and cur["view_terms"].get(k, term) == term
+                    and hoist.constant_text(term, hoist.row_constant_names(cur["w"].lines))):
+                # a gathered read whose index is constant over the row (an embedding's row): a
+                # chunk view at the gathered row's address (``emitters.hoist``)
+                cur["views"].add(k)
+                cur["view_terms"][k] = term
+                return f"{r['reg']}(v{k}[ii])"
             ptr = f"(p{k}{term})" if term else f"p{k}"
             if not modular:
                 load = f"{ptr}[{at}]"
@@ -380,9 +387,10 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
         row_results = {k for k, a in enumerate(st.reads) if a.node.op is Op.REDUCE}
 
         def one(variant, st=st, cur=cur):
-            cur["views"] = set()
+            cur["views"], cur["view_terms"] = set(), {}
             body = _body(st, spec, dialect, leaf, variant, stores, op, cur)
-            return dict(body, packed=cur["packed"], views=sorted(cur["views"]))
+            return dict(body, packed=cur["packed"], views=sorted(cur["views"]), view_terms=dict(cur["view_terms"]),
+                        hoisted=[], row_names=[])
 
         def make(variant, split=split):
             body = one(variant)
@@ -403,10 +411,16 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
                 body["invariant"] = make(variant)
                 body["invariant"]["reads"] = sorted(fixed)
                 body["invariant"]["consts"] = sorted(cur["consts"].items())
+                if "seg" not in body["invariant"]:   # (a split's bodies keep their lines)
+                    inv = body["invariant"]
+                    inv["hoisted"], inv["lines"] = hoist.split_lines(inv["lines"])
+                    inv["row_names"] = sorted(hoist.line_names(inv["hoisted"]))
                 cur["fixed"] = set()
             # chunk-viewed reads through a permutation (only then can fg::transposed hold): a block's
             # task copies such a read transposed first (ew_unit; a kBlock x kBlockCols stack buffer)
-            body["block_views"] = sorted(k for k in _chunk_views(body) if _permuted(st.reads[k])) if packed else []
+            gathered = set(body.get("view_terms", ())) | set((body["invariant"] or {}).get("view_terms", ()))
+            body["block_views"] = sorted(k for k in _chunk_views(body) - gathered
+                                         if _permuted(st.reads[k])) if packed else []
             return body
 
         # The CPU loops read and write unit-stride chunks (``packed``): an operand strided along
