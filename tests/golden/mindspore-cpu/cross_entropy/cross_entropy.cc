@@ -3564,32 +3564,27 @@ void units0(const Run0 &R, const fg::BoxLoops<kOps0> &B, const fg::Blocks &K, in
           fg::unravel<kOps0>(m, B.n_m, B.m_ext, B.m_str, c);
           if (B.istr[1] == 0) {  // the row-constant reads have stride 0 along the inner loop
             const auto rc1 = p1[c[1]];
+            const auto tg10_0r = int64_t(int64_t(rc1));  // (constant over the row: emitters/hoist.py)
+            const auto tg10_0a = tg10_0r < 0 ? tg10_0r + gn10 : tg10_0r;  // (constant over the row: emitters/hoist.py)
+            const auto tg10_0b = int64_t(tg10_0a < 0) | int64_t(tg10_0a >= gn10);  // (constant over the row: emitters/hoist.py)
+            const auto tg10_0 = std::min(std::max(tg10_0a, int64_t(0)), gn10 - 1);  // (constant over the row: emitters/hoist.py)
+            gb0[0] |= tg10_0b;  // (a row's gathered index: checked once)
+            gv0[0] = tg10_0b ? tg10_0r : gv0[0];
             for (int64_t j0 = 0; j0 < B.inner; j0 += fg::kChunk) {  // unit-stride chunks
               const int64_t nc = std::min<int64_t>(fg::kChunk, B.inner - j0);
+              const float *v0 = fg::chunk_view((p0 + tg10_0 * gs[0]) + c[0] + j0 * B.istr[0], B.istr[0], nc, pk0, &pf0);  // a gathered row
               int64_t iv = 0;
               for (; iv + fg::kLanes <= nc; iv += fg::kLanes) {
                 for (int l = 0; l < fg::kLanes; ++l) {
                   const int64_t ii = iv + l, i = j0 + ii;
                   (void)i;
-                  const auto tg10_0r = int64_t(int64_t(rc1));
-                  const auto tg10_0a = tg10_0r < 0 ? tg10_0r + gn10 : tg10_0r;
-                  const auto tg10_0b = int64_t(tg10_0a < 0) | int64_t(tg10_0a >= gn10);
-                  const auto tg10_0 = std::min(std::max(tg10_0a, int64_t(0)), gn10 - 1);
-                  lane0[l] += float((p0 + tg10_0 * gs[0])[c[0] + i * B.istr[0]]);
-                  gb0[l] |= tg10_0b;
-                  gv0[l] = tg10_0b ? tg10_0r : gv0[l];
+                  lane0[l] += float(v0[ii]);
                 }
               }
               for (int64_t ii = iv; ii < nc; ++ii) {
                 const int64_t i = j0 + ii;
                 (void)i;
-                const auto tg10_0r = int64_t(int64_t(rc1));
-                const auto tg10_0a = tg10_0r < 0 ? tg10_0r + gn10 : tg10_0r;
-                const auto tg10_0b = int64_t(tg10_0a < 0) | int64_t(tg10_0a >= gn10);
-                const auto tg10_0 = std::min(std::max(tg10_0a, int64_t(0)), gn10 - 1);
-                lane0[ii - iv] += float((p0 + tg10_0 * gs[0])[c[0] + i * B.istr[0]]);
-                gb0[ii - iv] |= tg10_0b;
-                gv0[ii - iv] = tg10_0b ? tg10_0r : gv0[ii - iv];
+                lane0[ii - iv] += float(v0[ii]);
               }
             }
           } else {
@@ -3973,6 +3968,9 @@ void units3(const Run3 &R, const fg::BoxLoops<kOps3> &B, const fg::Blocks &K, in
             const auto rc0 = p0[c[0]];
             const auto rc1 = p1[c[1]];
             const auto rc2 = p2[c[2]];
+            const auto t0 = fg::log_f32(float(rc2));  // (constant over the row: emitters/hoist.py)
+            const auto t1 = (t0 + float(rc0));  // (constant over the row: emitters/hoist.py)
+            const auto t2 = (t1 - float(rc1));  // (constant over the row: emitters/hoist.py)
             for (int64_t j0 = 0; j0 < B.inner; j0 += fg::kChunk) {  // unit-stride chunks
               const int64_t nc = std::min<int64_t>(fg::kChunk, B.inner - j0);
               int64_t iv = 0;
@@ -3980,18 +3978,12 @@ void units3(const Run3 &R, const fg::BoxLoops<kOps3> &B, const fg::Blocks &K, in
                 for (int l = 0; l < fg::kLanes; ++l) {
                   const int64_t ii = iv + l, i = j0 + ii;
                   (void)i;
-                  const auto t0 = fg::log_f32(float(rc2));
-                  const auto t1 = (t0 + float(rc0));
-                  const auto t2 = (t1 - float(rc1));
                   lane0[l] += t2;
                 }
               }
               for (int64_t ii = iv; ii < nc; ++ii) {
                 const int64_t i = j0 + ii;
                 (void)i;
-                const auto t0 = fg::log_f32(float(rc2));
-                const auto t1 = (t0 + float(rc0));
-                const auto t2 = (t1 - float(rc1));
                 lane0[ii - iv] += t2;
               }
             }
