@@ -55,7 +55,7 @@ def _aot_native(call: Any, arrays: tuple) -> Callable[[], None]:
     small-call path, that path's one C call (its checks and the outputs' allocation included:
     the breakdown's allocation is then the Python runner's estimate, not part of the call)."""
     if call.small is not None:
-        fn, prepared, _ = call.small
+        fn, _, prepared, _ = call.small
         return lambda: fn(prepared, *arrays)
     held = call.kernel(*arrays)
     held = held if isinstance(held, tuple) else (held,)
