@@ -242,8 +242,10 @@ def test_optimize_pragma_is_guarded_and_comes_first(emitted, name):
 @pytest.mark.parametrize("name", list(OPS))
 def test_attributes_are_read_in_init_into_kernel_data(emitted, name):
     op, src, Name = OPS[name], emitted[name].source, c_name(name)
-    data = re.search(rf"struct {Name}Data final : public AotKernelData \{{\n(.*?)\n\}};", src, re.S)
-    assert data, "attributes live in an AotKernelData subclass"
+    # attributes live in an AotKernelData subclass, as its AttrValues base (a plan cache's key)
+    assert re.search(rf"struct {Name}Data final : public AotKernelData, public AttrValues \{{", src)
+    data = re.search(r"struct AttrValues \{\n(.*?)\n\};", src, re.S)
+    assert data, "the attribute values' struct"
     init = function_body(src, rf'extern "C" int {Name}Init\(')
     assert "extra->SetKernelData(data)" in init and "read_attrs(extra, data)" in init
     assert f"new {Name}Data()" in init

@@ -207,7 +207,7 @@ def test_emitted_layout_source_reads_through_views():
     assert "fg::permute_rule(" in src                      # the shape rule of .T
     assert re.search(r"fg::views::permute\(&v\[1\], s\.prm\[\d+\]\.v", src)  # y read through it
     assert "FG_ERR_VIEW_PARAM" in src and "case 64:" in src  # the view errors are in the table
-    assert "const fg::Blocks K = fg::blocks<kOps0>(B);" in src   # its tasks: blocks where y is read transposed
+    assert "X.K = fg::blocks<kOps0>(X.B);" in src   # its tasks (planned once per shape): blocks where y is read transposed
     # no test per element: no reshape can make a map modular here, so y is read at its strided
     # address (emitters/layout.may_be_modular), a unit-stride chunk at a time (fg::chunk_view);
     # where one can, the loops are compiled twice and the call without a modular operand takes
@@ -241,7 +241,7 @@ def test_emitted_layout_fast_paths():
     src = fg.emit(examples.group_norm, dtypes="float32").source
     assert "pair0(R0, R1, s, ptr, a, lo * per, hi * per);" in src and "acc1[l] += d * d;" in src
     src = fg.emit(examples.rope, dtypes="float32").source
-    assert "fg::row_boxes<kOps0>(R.nest, R.any_modular, 64, variant0, &RB)" in src
+    assert "fg::row_boxes<kOps0>(R->nest, R->any_modular, 64, variant0, &R->RB)" in src   # (planned per shape)
     # (the loop over a chunk reads and writes it at unit stride: no stride in its body)
     assert "B.istr" not in _units(src, 0).split("for (int64_t ii")[1].split("fg::scatter")[0]
     # whole-row tasks run as one stretch of rows whose offsets step (no division per row)
@@ -309,7 +309,8 @@ def test_emitted_head_split_reads_in_its_source_order_and_streams_its_stores():
     from fusegen import examples
     src = fg.emit(examples.heads_split, dtypes="float32").source
     stage = src[src.index("int stage0("):]
-    assert "fg::stream_order<kOps0>(kStored, &B);" in stage and "if (B.stream) fg::stream_fence();" in stage
+    # (its loops planned once per shape, in prep0; the stage runs them)
+    assert "fg::stream_order<kOps0>(kStoredOps, &X.B);" in src and "if (B.stream) fg::stream_fence();" in stage
     unit = _units(src, 0)
     assert "float *w1 = fg::out_view(q1 + c[1] + j0 * B.istr[1], B.stream ? 0 : B.istr[1], wk1);" in unit
     assert "fg::stream_out(q1 + c[1] + j0, nc, wk1);" in unit

@@ -77,9 +77,43 @@ def test_small_call_path_reports_kernel_errors():
 
 
 @needs_gxx
+def test_small_call_path_writes_into_out(monkeypatch):
+    """``out=`` of a small signature: the extension checks the arrays and writes into them (one C
+    call); arrays it does not take go the ctypes way, which says what is wrong."""
+    from fusegen.native.aot_kernel import AotKernel
+    ctypes_calls = []
+    run_prepared = AotKernel.run_prepared
+    monkeypatch.setattr(AotKernel, "run_prepared", lambda *a, **kw: ctypes_calls.append(1) or run_prepared(*a, **kw))
+    k = fg.compile(ex.add_mul_div, backend="aot", dtypes="float32")
+    want = k(X, Y)
+    assert "_small_out(" in k._calls[k.key(X, Y)].run.source
+    for kind in (tuple, list):
+        outs = kind(np.full_like(X, np.nan) for _ in range(3))
+        got = k(X, Y, out=outs)
+        assert type(got) is tuple and all(g is o for g, o in zip(got, outs))
+        assert all(np.array_equal(w, o) for w, o in zip(want, outs))
+    assert not ctypes_calls   # (the extension's calls)
+    outs = [np.empty_like(X) for _ in range(3)]
+    for bad, error, match in [(outs[:2], fg.ArgumentError, "out= has 2 arrays"),
+                              ([np.empty((5, 4), np.float32).T, *outs[1:]], fg.ArgumentError, "C-contiguous"),
+                              ([np.empty((4, 5)), *outs[1:]], fg.DTypeError, "float64"),
+                              ([np.empty((4, 6), np.float32), *outs[1:]], fg.ShapeError, r"\(4, 6\)"),
+                              (np.empty_like(X), fg.ArgumentError, "out= has 1 arrays")]:
+        with pytest.raises(error, match=match):
+            k(X, Y, out=bad)
+    ce = fg.compile(ex.cross_entropy, backend="aot", dtypes="float32,int64")
+    logits, labels, out = np.zeros((3, 9), np.float32), np.array([0, 8, 3]), np.empty((), np.float32)
+    assert ce(logits, labels, out=out) is out and np.isclose(out, np.log(9))
+    assert ce(logits, labels, out=[out]) is out   # one output: the array, as the ctypes path gives
+    with pytest.raises(fg.BoundsError, match="out of bounds.*partial results"):
+        ce(logits, np.array([0, 9, 3]), out=out)
+
+
+@needs_gxx
 def test_small_calls_from_threads_beside_ctypes_path_calls():
-    """Threads on one signature: the small-call path (its own block, the GIL held) beside calls
-    that take the ctypes path (``out=``, a Fortran-order input) with the GIL released."""
+    """Threads on one signature: the small-call path (its own block, the GIL held; fresh outputs
+    and ``out=``) beside calls that take the ctypes path (a Fortran-order input) with the GIL
+    released."""
     import threading
     k = fg.compile(ex.add_mul_div, backend="aot", dtypes="float32")
     want = k(X, Y)

@@ -21,6 +21,7 @@ import numpy as np
 from .. import runtime
 from ..ir import infer
 from ..rt.cpu import call_signature
+from . import variants
 from .cases import OpBench
 
 PARTS = ("validation (once)", "shape inference (once)", "lookup", "allocation", "dispatch", "native", "call")
@@ -54,7 +55,7 @@ def _aot_native(call: Any, arrays: tuple) -> Callable[[], None]:
     small-call path, that path's one C call (its checks and the outputs' allocation included:
     the breakdown's allocation is then the Python runner's estimate, not part of the call)."""
     if call.small is not None:
-        fn, prepared, _ = call.small
+        fn, _, prepared, _ = call.small
         return lambda: fn(prepared, *arrays)
     held = call.kernel(*arrays)
     held = held if isinstance(held, tuple) else (held,)
@@ -97,16 +98,23 @@ def breakdown(spec: OpBench, backend: str, shape: tuple[int, ...], dtype: str = 
     return {p: t[p] for p in PARTS}
 
 
+def small_shape(spec: OpBench, default: tuple[int, ...] = (4, 5)) -> tuple[int, ...]:
+    """The shape ``spec``'s per-call case uses: its smallest own shape (a layout row's 3-D or 4-D
+    tensor), else ``default``."""
+    return tuple(spec.small_shapes[-1]) if spec.small_shapes else default
+
+
 def calls_table(specs: list[OpBench], backends: list[str], shape: tuple[int, ...] = (4, 5),
                 number: int = 300, rounds: int = 30) -> dict:
     """``{op: {backend: breakdown}}`` for every op and backend that works here (an error string
-    where a backend fails)."""
+    where a backend fails), each op at its per-call shape (``small_shape``; ``shape`` for the
+    2-D rows)."""
     out: dict[str, dict] = {}
     for spec in specs:
         row = out.setdefault(spec.name, {})
         for backend in backends:
             try:
-                row[backend] = breakdown(spec, backend, shape, number=number, rounds=rounds)
+                row[backend] = breakdown(spec, backend, small_shape(spec, shape), number=number, rounds=rounds)
             except Exception as e:  # noqa: BLE001 - a missing compiler is a row, not a crash
                 row[backend] = f"{type(e).__name__}: {e}"
     return out
@@ -117,13 +125,14 @@ def format_calls(table: dict, shape: tuple[int, ...] = (4, 5)) -> str:
     head = ["op", "backend", *PARTS]
     rows = [head]
     for op, per in table.items():
+        name = op if op not in variants.ALL_OPS else f"{op} {small_shape(variants.ALL_OPS[op], shape)}"
         for backend, parts in per.items():
             if isinstance(parts, str):
-                rows.append([op, backend, parts] + [""] * (len(PARTS) - 1))
+                rows.append([name, backend, parts] + [""] * (len(PARTS) - 1))
             else:
-                rows.append([op, backend, *(f"{parts[p]:.2f}" for p in PARTS)])
+                rows.append([name, backend, *(f"{parts[p]:.2f}" for p in PARTS)])
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    lines = [f"Per call at {shape}, microseconds (minimum over rounds; 'once': per input signature, "
-             "not per call):"]
+    lines = [f"Per call at each op's smallest shape ({shape} for 2-D ops), microseconds (minimum over "
+             "rounds; 'once': per input signature, not per call):"]
     lines += ["  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
     return "\n".join(lines)

@@ -372,6 +372,7 @@ def template_data(op: OpDef, plan: Plan, combos: list[dict], errors=None, spec_r
         view_stages = layout.view_stages(op, plan, operand_ids(op)) if views else []
     return dict(
         general=general, views=views, n_ctr=len(counters), layout_kinds=layout.RULE_KINDS, view_errors=view_errors,
+        plan_cache=views and fills,   # the CPU layout path keeps its per-shape plans (_fg_plans.inc.j2)
         view_stages=view_stages,
         spec_ranks=spec_ranks, spec_shapes=spec_shapes,
         version=__version__, op=op.name, name=name, text=op.text(), inputs=op.inputs,

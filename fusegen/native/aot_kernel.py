@@ -494,7 +494,6 @@ class AotKernel(aot_cuda.DeviceCalls, GuardedCalls):
         if status or block.result:
             error = self._kernel_error(self.function, status, block.result, block.error)
             if out is not None:  # the kernel wrote into the caller's arrays directly
-                error.args = (error.args[0] + " (the out= arrays may hold partial results; "
-                              "guard=True keeps them untouched on failure)",)
+                error.args = (error.args[0] + fastcall.PARTIAL_OUT,)
             raise error
         return outs[0] if self.n_outputs == 1 else tuple(outs)

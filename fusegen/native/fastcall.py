@@ -64,11 +64,14 @@ SMALL_CALL_BYTES = 64 * 1024
 
 
 def small_call(kernel, signature, nbytes: int, call_main, kernel_error):
-    """``(call, prepared, error)`` for a reentrant CPU ``AotKernel``'s ``signature`` moving
-    ``nbytes``: ``call(prepared, *inputs)`` runs it with fresh outputs and returns them (one
-    array or a tuple); False: not a call this path runs, nothing was done, take the ctypes path;
-    else the shim's status, which ``error(status)`` turns into the exception the ctypes path
-    raises. None where the path is not available or not worth it.
+    """``(call, call_out, prepared, error)`` for a reentrant CPU ``AotKernel``'s ``signature``
+    moving ``nbytes``: ``call(prepared, *inputs)`` runs it with fresh outputs and returns them (one
+    array or a tuple), ``call_out(prepared, out, *inputs)`` writes into ``out`` (one array, or a
+    tuple or list of them) and returns it as the ctypes path does; False: not a call this path
+    runs, nothing was done, take the ctypes path; else the shim's status, which
+    ``error(status, out)`` turns into the exception the ctypes path raises (``out``: the call had
+    ``out=`` arrays, which may hold partial results). None where the path is not available or not
+    worth it.
 
     The call gets an argument block of its own (its own workspaces): a ctypes-path call of the
     same signature may be using the others with the GIL released."""
@@ -80,10 +83,17 @@ def small_call(kernel, signature, nbytes: int, call_main, kernel_error):
     prepared = mod.prepare(kernel, signature, ctypes_address(call_main), entry[1], n_inputs,
                            [(tuple(s), np.dtype(d)) for s, d in signature.outputs])
 
-    def error(status: int):
+    def error(status: int, out: bool = False):
         block = entry[0]
-        return kernel_error(kernel.function, status, block.result, block.error)
-    return mod.call, prepared, error
+        e = kernel_error(kernel.function, status, block.result, block.error)
+        if out:
+            e.args = (e.args[0] + PARTIAL_OUT,)
+        return e
+    return mod.call, mod.call_out, prepared, error
+
+
+#: What an error of a call with ``out=`` adds: the kernel wrote into the caller's arrays directly.
+PARTIAL_OUT = " (the out= arrays may hold partial results; guard=True keeps them untouched on failure)"
 
 
 def fresh_outputs(n_inputs: int, outputs) -> tuple | None:

@@ -295,9 +295,9 @@ class AotExecutor(Executor):
         # anything but a C-contiguous ndarray (a non-contiguous array; a NumPy or Python scalar
         # where a 0-d tensor is expected, which has the dtype and shape of the key it matched but
         # no buffer the block can point to) goes through AotKernel's own call, which converts it
-        # as np.asarray does. A small call with fresh outputs goes through the small-call
-        # extension where it is built (``native.fastcall``): one C call instead of np.empty calls,
-        # a ctypes call and the Python that fills its block.
+        # as np.asarray does. A small call goes through the small-call extension where it is built
+        # (``native.fastcall``): one C call instead of np.empty calls (or out='s checks), a ctypes
+        # call and the Python that fills its block.
         n = len(self.op.inputs)
         contiguous = " and ".join(f"type(arrays[{i}]) is _nd and arrays[{i}].flags.c_contiguous"
                                   for i in range(n)) or "True"
@@ -306,13 +306,15 @@ class AotExecutor(Executor):
         lines = ["def run(arrays, out):"]
         small = call.small = kernel.small_call(signature)
         if small is not None:
-            g["_small"], g["_prepared"], g["_error"] = small
+            g["_small"], g["_small_out"], g["_prepared"], g["_error"] = small
             lines += ["    if out is None:",
                       "        res = _small(_prepared, *arrays)",
-                      "        if res is not False:",
-                      "            if type(res) is int:",
-                      "                raise _error(res)",
-                      f"            return {wrap[0]}res{wrap[1]}"]
+                      "    else:",
+                      "        res = _small_out(_prepared, out, *arrays)",
+                      "    if res is not False:",
+                      "        if type(res) is int:",
+                      "            raise _error(res, out is not None)",
+                      f"        return {wrap[0]}res{wrap[1]}"]
         lines += [f"    if {contiguous}:",
                   f"        return {wrap[0]}_run_prepared(_signature, arrays, out){wrap[1]}",
                   f"    return {wrap[0]}_kernel(*arrays, out=out){wrap[1]}"]

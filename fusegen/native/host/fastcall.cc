@@ -1,7 +1,8 @@
 // The AOT backend's small-call path (fusegen.native.fastcall): one CPython call that checks the
-// inputs, allocates the outputs, writes the data pointers into a prepared argument block and calls
-// the kernel through the host shim's fg_call_main, in place of np.empty calls, a Python loop over
-// ctypes objects and a ctypes call (most of a small call's cost: ~4 us of a 6 us call at (4, 5)).
+// inputs, allocates the outputs (or checks the caller's, `out=`), writes the data pointers into a
+// prepared argument block and calls the kernel through the host shim's fg_call_main, in place of
+// np.empty calls, a Python loop over ctypes objects and a ctypes call (most of a small call's
+// cost: ~4 us of a 6 us call at (4, 5)).
 //
 // It runs only what it can run exactly as the Python path would; anything else returns False
 // with nothing done, and the caller takes that path (which copies, checks and reports): an input
@@ -151,28 +152,87 @@ bool attribute_true(PyObject *owner, PyObject *name, bool *value) {
   return true;
 }
 
-// call(prepared, *inputs): the outputs (one array, or a tuple of them) when the kernel ran and
-// returned 0; False when the call is not one this path runs (nothing was done); otherwise the
-// shim's status as an int (the block's result and error say the rest).
-PyObject *call(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
-  auto *p = nargs > 0 ? static_cast<Prepared *>(PyCapsule_GetPointer(args[0], kCapsule)) : nullptr;
-  if (p == nullptr) {
-    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "call(prepared, *inputs)");
-    return nullptr;
+// Whether a call (`args`: its capsule, `skip` other arguments, then its inputs) is one this path
+// runs: kRun with `*p` its prepared signature; kSkip where it is not (nothing was done: an input
+// that is not a C-contiguous ndarray, a closed kernel, an evicted signature); kError with a
+// Python error set.
+enum class Gate { kRun, kSkip, kError };
+
+Gate gate(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t skip, const char *usage, Prepared **p) {
+  *p = nargs > skip ? static_cast<Prepared *>(PyCapsule_GetPointer(args[0], kCapsule)) : nullptr;
+  if (*p == nullptr) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, usage);
+    return Gate::kError;
   }
-  if (nargs - 1 != p->n_inputs || !plain_arrays(args + 1, p->n_inputs, NPY_ARRAY_C_CONTIGUOUS)) Py_RETURN_FALSE;
+  const Py_ssize_t n = (*p)->n_inputs;
+  if (nargs - 1 - skip != n || !plain_arrays(args + 1 + skip, n, NPY_ARRAY_C_CONTIGUOUS)) return Gate::kSkip;
   bool open = false, evicted = true;
-  if (!attribute_true(p->kernel, open_name, &open) || !attribute_true(p->signature, evicted_name, &evicted))
-    return nullptr;
-  if (!open || evicted) Py_RETURN_FALSE;
-  PyObject *result = allocate(p->outputs, p->block->params + p->n_inputs);
-  if (result == nullptr) return nullptr;
+  if (!attribute_true((*p)->kernel, open_name, &open) || !attribute_true((*p)->signature, evicted_name, &evicted))
+    return Gate::kError;
+  return open && !evicted ? Gate::kRun : Gate::kSkip;
+}
+
+// Runs the kernel on `inputs` (the outputs' pointers already in the block): `result` when it
+// returned 0, else (`result` released) the shim's status as an int.
+PyObject *run(Prepared *p, PyObject *const *inputs, PyObject *result) {
   for (Py_ssize_t i = 0; i < p->n_inputs; ++i)
-    p->block->params[i] = PyArray_DATA(reinterpret_cast<PyArrayObject *>(args[1 + i]));
+    p->block->params[i] = PyArray_DATA(reinterpret_cast<PyArrayObject *>(inputs[i]));
   int status = p->main(p->block);
   if (status == 0 && p->block->result == 0) return result;
   Py_DECREF(result);
   return PyLong_FromLong(status);
+}
+
+// call(prepared, *inputs): the outputs (one array, or a tuple of them) when the kernel ran and
+// returned 0; False when the call is not one this path runs (nothing was done); otherwise the
+// shim's status as an int (the block's result and error say the rest).
+PyObject *call(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+  Prepared *p;
+  const Gate g = gate(args, nargs, 0, "call(prepared, *inputs)", &p);
+  if (g != Gate::kRun) return g == Gate::kSkip ? Py_NewRef(Py_False) : nullptr;
+  PyObject *result = allocate(p->outputs, p->block->params + p->n_inputs);
+  if (result == nullptr) return nullptr;
+  return run(p, args + 1, result);
+}
+
+// Whether `object` is an array the kernel may write output `o` into exactly as the ctypes path
+// would (an ndarray, exactly; C-contiguous, aligned and writeable; o's shape and dtype).
+bool output_array(PyObject *object, const Output &o) {
+  if (!PyArray_CheckExact(object)) return false;
+  auto *array = reinterpret_cast<PyArrayObject *>(object);
+  if (!PyArray_CHKFLAGS(array, NPY_ARRAY_CARRAY) || PyArray_NDIM(array) != static_cast<int>(o.dims.size()))
+    return false;
+  for (size_t d = 0; d < o.dims.size(); ++d) {
+    if (PyArray_DIM(array, static_cast<int>(d)) != o.dims[d]) return false;
+  }
+  return PyArray_EquivTypes(PyArray_DESCR(array), o.descr) != 0;
+}
+
+// call_out(prepared, out, *inputs): `call` writing into `out` (one array, or a tuple or list of
+// them, one per output) instead of fresh outputs: the output array (one output) or a tuple of
+// them when the kernel ran and returned 0, as the ctypes path returns them; False, with nothing
+// done, where an input or an output is not one this path takes (the ctypes path then checks
+// them and says what is wrong); otherwise the shim's status. (A small signature's `out=` calls
+// took the ctypes path's Python: ~3 us of a ~4.5 us call.)
+PyObject *call_out(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+  Prepared *p;
+  const Gate g = gate(args, nargs, 1, "call_out(prepared, out, *inputs)", &p);
+  if (g != Gate::kRun) return g == Gate::kSkip ? Py_NewRef(Py_False) : nullptr;
+  const Py_ssize_t n_out = static_cast<Py_ssize_t>(p->outputs.size());
+  PyObject *out = args[1];
+  const bool several = PyTuple_CheckExact(out) || PyList_CheckExact(out);
+  if (several ? PySequence_Fast_GET_SIZE(out) != n_out : n_out != 1) Py_RETURN_FALSE;
+  PyObject *const *outs = several ? PySequence_Fast_ITEMS(out) : &out;
+  for (Py_ssize_t k = 0; k < n_out; ++k) {
+    if (!output_array(outs[k], p->outputs[k])) Py_RETURN_FALSE;
+  }
+  PyObject *result = n_out == 1 ? Py_NewRef(outs[0]) : PyTuple_New(n_out);
+  if (result == nullptr) return nullptr;
+  for (Py_ssize_t k = 0; k < n_out; ++k) {
+    if (n_out > 1) PyTuple_SET_ITEM(result, k, Py_NewRef(outs[k]));
+    p->block->params[p->n_inputs + k] = PyArray_DATA(reinterpret_cast<PyArrayObject *>(outs[k]));
+  }
+  return run(p, args + 2, result);
 }
 
 // --- the Numba backend's runners (fusegen.rt.numba_cpu): fresh outputs in one C call -------------
@@ -229,6 +289,8 @@ PyMethodDef methods[] = {
      "prepare(kernel, signature, call_main, block, n_inputs, [(shape, dtype), ...]) -> prepared"},
     {"call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(call)), METH_FASTCALL,
      "call(prepared, *inputs) -> outputs | False | status"},
+    {"call_out", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(call_out)), METH_FASTCALL,
+     "call_out(prepared, out, *inputs) -> outputs | False | status"},
     {"prepare_fresh", prepare_fresh, METH_VARARGS, "prepare_fresh(n_inputs, [(shape, dtype), ...]) -> prepared"},
     {"fresh", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(fresh)), METH_FASTCALL,
      "fresh(prepared, *inputs) -> outputs | False"},
