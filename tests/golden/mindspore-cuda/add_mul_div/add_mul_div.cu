@@ -728,6 +728,23 @@ FG_INLINE void for_tasks(bool parallel, int64_t n, const Body &body) {
   for (int64_t t = 0; t < n; ++t) body(t);
 }
 
+// Runs body() once on each thread of an OpenMP team where `parallel`, else once on this thread,
+// outside OpenMP (as for_tasks: a `#pragma omp parallel if (false)` still builds a team). The
+// body takes its share of the work with fg::thread_share.
+template <class Body>
+FG_INLINE void team(bool parallel, const Body &body) {
+#ifdef _OPENMP
+  if (parallel) {
+#pragma omp parallel
+    body();
+    return;
+  }
+#else
+  (void)parallel;
+#endif
+  body();
+}
+
 // Runs stages [first, last) fused: one parallel loop over tasks, every stage per task.
 template <int NOPS>
 inline void run_group(const StageInfo *stages, const StageFn<NOPS> *fns, const CombineFn<NOPS> *combines,
@@ -904,8 +921,12 @@ constexpr int kNodes = 5;
 constexpr int kStages = 1;
 constexpr int kOutputNode[kOutputs] = {2, 3, 4};
 
-// Attribute values (read once by AddMulDivInit) and the workspace sizes Init chose.
-struct AddMulDivData final : public AotKernelData {
+// Attribute values (read once by AddMulDivInit).
+struct AttrValues {
+};
+
+// The attributes and the workspace sizes Init chose.
+struct AddMulDivData final : public AotKernelData, public AttrValues {
   int combo = -1;
   std::vector<size_t> workspace;  // bytes per workspace, as Init asked the host for them
   // Set when Init saw unknown dims (MindSpore calls Init once, with -1 dims, under dynamic

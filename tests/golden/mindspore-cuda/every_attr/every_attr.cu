@@ -748,6 +748,23 @@ FG_INLINE void for_tasks(bool parallel, int64_t n, const Body &body) {
   for (int64_t t = 0; t < n; ++t) body(t);
 }
 
+// Runs body() once on each thread of an OpenMP team where `parallel`, else once on this thread,
+// outside OpenMP (as for_tasks: a `#pragma omp parallel if (false)` still builds a team). The
+// body takes its share of the work with fg::thread_share.
+template <class Body>
+FG_INLINE void team(bool parallel, const Body &body) {
+#ifdef _OPENMP
+  if (parallel) {
+#pragma omp parallel
+    body();
+    return;
+  }
+#else
+  (void)parallel;
+#endif
+  body();
+}
+
 // Runs stages [first, last) fused: one parallel loop over tasks, every stage per task.
 template <int NOPS>
 inline void run_group(const StageInfo *stages, const StageFn<NOPS> *fns, const CombineFn<NOPS> *combines,
@@ -924,14 +941,18 @@ constexpr int kNodes = 15;
 constexpr int kStages = 3;
 constexpr int kOutputNode[kOutputs] = {12, 14};
 
-// Attribute values (read once by EveryAttrInit) and the workspace sizes Init chose.
-struct EveryAttrData final : public AotKernelData {
+// Attribute values (read once by EveryAttrInit).
+struct AttrValues {
   std::vector<int64_t> axes = {INT64_C(0)};
   double scale = 2.0;
   bool keep = true;
   int64_t shift = INT64_C(3);
   std::string tag = "t";
   std::vector<std::vector<int64_t>> rows = {{INT64_C(1)}};
+};
+
+// The attributes and the workspace sizes Init chose.
+struct EveryAttrData final : public AotKernelData, public AttrValues {
   int combo = -1;
   std::vector<size_t> workspace;  // bytes per workspace, as Init asked the host for them
   // Set when Init saw unknown dims (MindSpore calls Init once, with -1 dims, under dynamic

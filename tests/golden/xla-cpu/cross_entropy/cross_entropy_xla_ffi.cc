@@ -809,6 +809,23 @@ FG_INLINE void for_tasks(bool parallel, int64_t n, const Body &body) {
   for (int64_t t = 0; t < n; ++t) body(t);
 }
 
+// Runs body() once on each thread of an OpenMP team where `parallel`, else once on this thread,
+// outside OpenMP (as for_tasks: a `#pragma omp parallel if (false)` still builds a team). The
+// body takes its share of the work with fg::thread_share.
+template <class Body>
+FG_INLINE void team(bool parallel, const Body &body) {
+#ifdef _OPENMP
+  if (parallel) {
+#pragma omp parallel
+    body();
+    return;
+  }
+#else
+  (void)parallel;
+#endif
+  body();
+}
+
 // Runs stages [first, last) fused: one parallel loop over tasks, every stage per task.
 template <int NOPS>
 inline void run_group(const StageInfo *stages, const StageFn<NOPS> *fns, const CombineFn<NOPS> *combines,
@@ -2600,7 +2617,7 @@ struct FlatMap {
 // (`ok`: one box, no modular operand, not a scan, no transposed blocks; a reduction in row
 // mode, its reduced dims the domain's last), its rows (`units`: a reduction's outer index, an
 // elementwise stage's rows of `unit_len` elements), and per operand its id (-1: an iota or a
-// piece probe), whether it is stored, its pointer and its flat map.
+// piece probe), whether it is stored, its memory (fg::memory_classes) and its flat map.
 constexpr int kMaxFuseOps = 24;
 
 struct RowInfo {
@@ -2613,13 +2630,13 @@ struct RowInfo {
   int nops = 0;
   int id[kMaxFuseOps] = {};
   bool store[kMaxFuseOps] = {};
-  const void *addr[kMaxFuseOps] = {};
+  int mem[kMaxFuseOps] = {};
   FlatMap map[kMaxFuseOps];
 };
 
 template <int NOPS>
 inline void row_info(const views::Nest<NOPS> &nest, const BoxLoops<NOPS> &B, int boxes, bool modular, bool reduction,
-                     bool scan, uint32_t mask, const int *ids, const bool *stores, void *const *ptr, RowInfo *I) {
+                     bool scan, uint32_t mask, const int *ids, const bool *stores, const int *mem, RowInfo *I) {
   I->ok = false;
   if (boxes != 1 || modular || scan || NOPS > kMaxFuseOps) return;
   bool seen = false;  // row mode: no kept dim (other than 1) after a reduced one
@@ -2640,7 +2657,7 @@ inline void row_info(const views::Nest<NOPS> &nest, const BoxLoops<NOPS> &B, int
   for (int i = 0; i < NOPS; ++i) {
     I->id[i] = ids[i];
     I->store[i] = stores[i];
-    I->addr[i] = ids[i] >= 0 ? ptr[ids[i]] : nullptr;
+    I->mem[i] = ids[i] >= 0 ? mem[ids[i]] : -1;
     FlatMap &f = I->map[i];
     f = FlatMap();
     f.off = B.offset[i];
@@ -2654,9 +2671,10 @@ inline void row_info(const views::Nest<NOPS> &nest, const BoxLoops<NOPS> &B, int
 // Whether stage `S` may join group `G` (its first stage; `prev`, `n`: the group's stages so
 // far): it runs over the same elements in the same rows (a reduction: the same domain and
 // reduced dims; an elementwise stage: rows that cut the group's rows evenly), and every
-// operand it shares with an earlier stage of the group, by id or by memory (an output bound to
-// an input), where one of the two is stored, is touched at the same element at every flat
-// index: each row then reads what its own task wrote, and no task writes what another reads.
+// operand it shares with an earlier stage of the group, by memory (the same operand, or an
+// output bound to an input), where one of the two is stored, is touched at the same element at
+// every flat index: each row then reads what its own task wrote, and no task writes what
+// another reads.
 inline bool joins(const RowInfo &G, const RowInfo *const *prev, int n, const RowInfo &S) {
   if (!S.ok) return false;
   if (S.reduction) {
@@ -2673,7 +2691,7 @@ inline bool joins(const RowInfo &G, const RowInfo *const *prev, int n, const Row
       if (P.id[a] < 0) continue;
       for (int b = 0; b < S.nops; ++b) {
         if (S.id[b] < 0 || !(P.store[a] || S.store[b])) continue;
-        if ((P.id[a] == S.id[b] || P.addr[a] == S.addr[b]) && !(P.map[a] == S.map[b])) return false;
+        if (P.mem[a] == S.mem[b] && !(P.map[a] == S.map[b])) return false;
       }
     }
   }
@@ -2841,6 +2859,15 @@ struct RowBoxes {
   int variant[kMaxRowBoxes] = {};
   BoxLoops<NOPS> B[kMaxRowBoxes];
   Blocks K[kMaxRowBoxes];
+};
+
+// One box of a stage that runs alone (not in a row group): the body it runs (`variant`) and its
+// loops (fg::cpu_loops, then fg::stream_order for a large elementwise copy), as a plan keeps them.
+template <int NOPS>
+struct BoxRun {
+  int variant = 0;
+  BoxLoops<NOPS> B;
+  Blocks K;
 };
 
 // Fills `RB` where the boxes of `nest` can run a row at a time: at least two boxes, the first
@@ -3063,6 +3090,82 @@ const char *const kGatherWhere[] = {
 };
 }  // namespace
 
+// ---------------------------------------------------------------------------------------------
+// A call on the layout path plans before any loop runs: node shapes (infer_shapes), every stage's
+// view chains and refined loop nest, its boxes and loops, and the row groups (fg::joins). At a
+// small shape that planning was most of the call (rope at (1, 1, 2, 4): ~4 of ~5 us; the loops
+// themselves ~0.3 us), and it depends only on the call's input shapes, attribute values and
+// which operands share memory. A PlanCache keeps the last few plans, keyed by exactly that, so
+// a repeat call finds its plan and only runs the loops. Plans are immutable once built and shared
+// (std::shared_ptr): a call keeps the one it found alive even if another thread evicts it.
+// ---------------------------------------------------------------------------------------------
+#include <memory>
+#include <mutex>
+
+namespace fg {
+
+// Which operands share memory, as numbers: operand i's is the index of the first operand at its
+// address (an output written over an input gets the input's; two distinct operands differ).
+// Only the inputs and outputs are compared: a workspace is the kernel's own scratch or a buffer
+// the host allocated for it, never an input's or an output's memory, so each is its own.
+inline void memory_classes(void *const *params, int n_io, int n, int *mem) {
+  for (int i = 0; i < n; ++i) {
+    mem[i] = i;
+    for (int j = 0; i < n_io && j < i; ++j) {
+      if (params[j] == params[i]) {
+        mem[i] = j;
+        break;
+      }
+    }
+  }
+}
+
+// An attribute value as a plan's key compares it: floats by their bits (a plan built for 0.0
+// must not serve -0.0, nor one for NaN fail every later lookup), the rest by ==.
+inline bool same_attr(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+inline bool same_attr(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+inline bool same_attr(const std::vector<float> &a, const std::vector<float> &b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+template <class T>
+inline bool same_attr(const T &a, const T &b) {
+  return a == b;
+}
+
+// The last kPlanSlots plans of one kernel instance (MindSpore's kernel data) or one library (an
+// XLA handler has no object that outlives a call). A few slots serve a model that alternates a
+// few shapes (a prompt, then one token at a time); a shape beyond them replaces the oldest plan.
+// Calls may come from several threads: a mutex guards the slots (a lookup holds it for a few
+// key comparisons, never while a plan is built or run).
+constexpr int kPlanSlots = 8;
+
+template <class P>
+class PlanCache {
+ public:
+  // The plan `matches(plan)` accepts, or null.
+  template <class Match>
+  std::shared_ptr<const P> find(const Match &matches) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int k = 0; k < kPlanSlots; ++k) {
+      if (slot_[k] != nullptr && matches(*slot_[k])) return slot_[k];
+    }
+    return nullptr;
+  }
+
+  void add(std::shared_ptr<const P> plan) {
+    std::lock_guard<std::mutex> lock(mu_);
+    slot_[next_] = std::move(plan);
+    next_ = (next_ + 1) % kPlanSlots;
+  }
+
+ private:
+  std::mutex mu_;
+  std::shared_ptr<const P> slot_[kPlanSlots];
+  int next_ = 0;
+};
+
+}  // namespace fg
+
 namespace {
 
 constexpr int kInputs = 2;
@@ -3073,8 +3176,21 @@ constexpr int kNodes = 14;
 constexpr int kStages = 4;
 constexpr int kOutputNode[kOutputs] = {13};
 
-// Attribute values (read once by CrossEntropyInit) and the workspace sizes Init chose.
-struct CrossEntropyData final : public AotKernelData {
+// Attribute values (read once by CrossEntropyInit).
+struct AttrValues {
+};
+
+// Whether two attribute sets are the same values (a plan cache's key: fg::PlanCache).
+inline bool same_attrs(const AttrValues &x, const AttrValues &y) {
+  (void)x;
+  (void)y;
+  return true;
+}
+
+struct Plan;  // (_cpu_views.inc.j2)
+
+// The attributes and the workspace sizes Init chose, and the plans of its calls.
+struct CrossEntropyData final : public AotKernelData, public AttrValues {
   int combo = -1;
   std::vector<size_t> workspace;  // bytes per workspace, as Init asked the host for them
   // Set when Init saw unknown dims (MindSpore calls Init once, with -1 dims, under dynamic
@@ -3082,6 +3198,7 @@ struct CrossEntropyData final : public AotKernelData {
   // One kernel instance runs one call at a time (MindSpore's and fusegen's hosts both do).
   bool own_workspace = false;
   mutable std::vector<unsigned char> scratch[kWorkspaces > 0 ? kWorkspaces : 1];
+  mutable fg::PlanCache<Plan> plans;  // this instance's calls' plans, by shapes (thread-safe)
 };
 
 // Node shapes, mirroring fusegen.ir.infer; `mask` holds each reduction's axes.
@@ -3356,6 +3473,7 @@ struct Run0 {
   bool any_modular = false;
   fg::BoxLoops<kOps0> B;
   fg::Blocks K;
+  std::vector<fg::BoxRun<kOps0>> alone;  // every box, as the stage runs alone
 };
 
 // Which stage body box `box` runs: the piece each piecewise node takes there.
@@ -3366,22 +3484,28 @@ inline int variant0(const fg::views::Box<kOps0> &box, int *out) {
   return int(fg::FG_OK);
 }
 
-int prep0(const Shapes &s, void *const *ptr, Run0 *R, fg::RowInfo *I) {
+int prep0(const Shapes &s, const int *mem, Run0 *R, fg::RowInfo *I) {
   FG_TRY(nest0(s, &R->nest, &R->mask, &R->count, R->gs));
   R->any_modular = R->any_modular || R->nest.op[0].modular;
   R->any_modular = R->any_modular || R->nest.op[1].modular;
   R->boxes = 0;
   FG_TRY(fg::views::for_each_box(R->nest, [&](const fg::views::Box<kOps0> &box, const fg::views::BoxLayout<kOps0> &L) {
-    if (++R->boxes > 1) return int(fg::FG_OK);
-    FG_TRY(variant0(box, &R->variant));
-    fg::cpu_loops<kOps0>(R->nest, L, true, R->mask, &R->B);
-    R->K = fg::blocks<kOps0>(R->B);
+    fg::BoxRun<kOps0> X;
+    FG_TRY(variant0(box, &X.variant));
+    fg::cpu_loops<kOps0>(R->nest, L, true, R->mask, &X.B);
+    if (++R->boxes == 1) {  // a row group runs the first box (the only one, where it joins)
+      R->variant = X.variant;
+      R->B = X.B;
+      R->K = fg::blocks<kOps0>(R->B);
+    }
+    X.K = fg::blocks<kOps0>(X.B);
+    R->alone.push_back(X);
     return int(fg::FG_OK);
   }));
   // operand ids (-1: an iota or a piece probe) and which are stored, for the row groups
   static const int kIds[kOps0] = {0, 1, 5};
   static const bool kStored[kOps0] = {false, false, true};
-  fg::row_info<kOps0>(R->nest, R->B, R->boxes, R->any_modular, true, false, R->mask, kIds, kStored, ptr, I);
+  fg::row_info<kOps0>(R->nest, R->B, R->boxes, R->any_modular, true, false, R->mask, kIds, kStored, mem, I);
   return int(fg::FG_OK);
 }
 
@@ -3398,6 +3522,7 @@ struct Run1 {
   bool any_modular = false;
   fg::BoxLoops<kOps1> B;
   fg::Blocks K;
+  std::vector<fg::BoxRun<kOps1>> alone;  // every box, as the stage runs alone
 };
 
 // Which stage body box `box` runs: the piece each piecewise node takes there.
@@ -3408,21 +3533,27 @@ inline int variant1(const fg::views::Box<kOps1> &box, int *out) {
   return int(fg::FG_OK);
 }
 
-int prep1(const Shapes &s, void *const *ptr, Run1 *R, fg::RowInfo *I) {
+int prep1(const Shapes &s, const int *mem, Run1 *R, fg::RowInfo *I) {
   FG_TRY(nest1(s, &R->nest, &R->mask, &R->count));
   R->any_modular = R->any_modular || R->nest.op[0].modular;
   R->boxes = 0;
   FG_TRY(fg::views::for_each_box(R->nest, [&](const fg::views::Box<kOps1> &box, const fg::views::BoxLayout<kOps1> &L) {
-    if (++R->boxes > 1) return int(fg::FG_OK);
-    FG_TRY(variant1(box, &R->variant));
-    fg::cpu_loops<kOps1>(R->nest, L, true, R->mask, &R->B);
-    R->K = fg::blocks<kOps1>(R->B);
+    fg::BoxRun<kOps1> X;
+    FG_TRY(variant1(box, &X.variant));
+    fg::cpu_loops<kOps1>(R->nest, L, true, R->mask, &X.B);
+    if (++R->boxes == 1) {  // a row group runs the first box (the only one, where it joins)
+      R->variant = X.variant;
+      R->B = X.B;
+      R->K = fg::blocks<kOps1>(R->B);
+    }
+    X.K = fg::blocks<kOps1>(X.B);
+    R->alone.push_back(X);
     return int(fg::FG_OK);
   }));
   // operand ids (-1: an iota or a piece probe) and which are stored, for the row groups
   static const int kIds[kOps1] = {0, 3, 4};
   static const bool kStored[kOps1] = {false, true, true};
-  fg::row_info<kOps1>(R->nest, R->B, R->boxes, R->any_modular, true, false, R->mask, kIds, kStored, ptr, I);
+  fg::row_info<kOps1>(R->nest, R->B, R->boxes, R->any_modular, true, false, R->mask, kIds, kStored, mem, I);
   return int(fg::FG_OK);
 }
 
@@ -3439,6 +3570,7 @@ struct Run2 {
   bool any_modular = false;
   fg::BoxLoops<kOps2> B;
   fg::Blocks K;
+  std::vector<fg::BoxRun<kOps2>> alone;  // every box, as the stage runs alone
 };
 
 // Which stage body box `box` runs: the piece each piecewise node takes there.
@@ -3449,22 +3581,28 @@ inline int variant2(const fg::views::Box<kOps2> &box, int *out) {
   return int(fg::FG_OK);
 }
 
-int prep2(const Shapes &s, void *const *ptr, Run2 *R, fg::RowInfo *I) {
+int prep2(const Shapes &s, const int *mem, Run2 *R, fg::RowInfo *I) {
   FG_TRY(nest2(s, &R->nest, &R->mask, &R->count));
   R->any_modular = R->any_modular || R->nest.op[0].modular;
   R->any_modular = R->any_modular || R->nest.op[1].modular;
   R->boxes = 0;
   FG_TRY(fg::views::for_each_box(R->nest, [&](const fg::views::Box<kOps2> &box, const fg::views::BoxLayout<kOps2> &L) {
-    if (++R->boxes > 1) return int(fg::FG_OK);
-    FG_TRY(variant2(box, &R->variant));
-    fg::cpu_loops<kOps2>(R->nest, L, true, R->mask, &R->B);
-    R->K = fg::blocks<kOps2>(R->B);
+    fg::BoxRun<kOps2> X;
+    FG_TRY(variant2(box, &X.variant));
+    fg::cpu_loops<kOps2>(R->nest, L, true, R->mask, &X.B);
+    if (++R->boxes == 1) {  // a row group runs the first box (the only one, where it joins)
+      R->variant = X.variant;
+      R->B = X.B;
+      R->K = fg::blocks<kOps2>(R->B);
+    }
+    X.K = fg::blocks<kOps2>(X.B);
+    R->alone.push_back(X);
     return int(fg::FG_OK);
   }));
   // operand ids (-1: an iota or a piece probe) and which are stored, for the row groups
   static const int kIds[kOps2] = {0, 3, 6};
   static const bool kStored[kOps2] = {false, false, true};
-  fg::row_info<kOps2>(R->nest, R->B, R->boxes, R->any_modular, true, false, R->mask, kIds, kStored, ptr, I);
+  fg::row_info<kOps2>(R->nest, R->B, R->boxes, R->any_modular, true, false, R->mask, kIds, kStored, mem, I);
   return int(fg::FG_OK);
 }
 
@@ -3481,6 +3619,7 @@ struct Run3 {
   bool any_modular = false;
   fg::BoxLoops<kOps3> B;
   fg::Blocks K;
+  std::vector<fg::BoxRun<kOps3>> alone;  // every box, as the stage runs alone
 };
 
 // Which stage body box `box` runs: the piece each piecewise node takes there.
@@ -3491,23 +3630,29 @@ inline int variant3(const fg::views::Box<kOps3> &box, int *out) {
   return int(fg::FG_OK);
 }
 
-int prep3(const Shapes &s, void *const *ptr, Run3 *R, fg::RowInfo *I) {
+int prep3(const Shapes &s, const int *mem, Run3 *R, fg::RowInfo *I) {
   FG_TRY(nest3(s, &R->nest, &R->mask, &R->count));
   R->any_modular = R->any_modular || R->nest.op[0].modular;
   R->any_modular = R->any_modular || R->nest.op[1].modular;
   R->any_modular = R->any_modular || R->nest.op[2].modular;
   R->boxes = 0;
   FG_TRY(fg::views::for_each_box(R->nest, [&](const fg::views::Box<kOps3> &box, const fg::views::BoxLayout<kOps3> &L) {
-    if (++R->boxes > 1) return int(fg::FG_OK);
-    FG_TRY(variant3(box, &R->variant));
-    fg::cpu_loops<kOps3>(R->nest, L, true, R->mask, &R->B);
-    R->K = fg::blocks<kOps3>(R->B);
+    fg::BoxRun<kOps3> X;
+    FG_TRY(variant3(box, &X.variant));
+    fg::cpu_loops<kOps3>(R->nest, L, true, R->mask, &X.B);
+    if (++R->boxes == 1) {  // a row group runs the first box (the only one, where it joins)
+      R->variant = X.variant;
+      R->B = X.B;
+      R->K = fg::blocks<kOps3>(R->B);
+    }
+    X.K = fg::blocks<kOps3>(X.B);
+    R->alone.push_back(X);
     return int(fg::FG_OK);
   }));
   // operand ids (-1: an iota or a piece probe) and which are stored, for the row groups
   static const int kIds[kOps3] = {4, 5, 6, 2};
   static const bool kStored[kOps3] = {false, false, false, true};
-  fg::row_info<kOps3>(R->nest, R->B, R->boxes, R->any_modular, true, false, R->mask, kIds, kStored, ptr, I);
+  fg::row_info<kOps3>(R->nest, R->B, R->boxes, R->any_modular, true, false, R->mask, kIds, kStored, mem, I);
   return int(fg::FG_OK);
 }
 
@@ -3641,31 +3786,21 @@ void units0(const Run0 &R, const fg::BoxLoops<kOps0> &B, const fg::Blocks &K, in
 int stage0(const Run0 &R, const Shapes &s, void *const *ptr, const Data &d) {
   Fail gf;
   const ScalarAttrs a = scalar_attrs(&d);
-  const int status = fg::views::for_each_box(R.nest, [&](const fg::views::Box<kOps0> &box, const fg::views::BoxLayout<kOps0> &L) {
-    int variant = 0;
-    FG_TRY(variant0(box, &variant));
-    fg::BoxLoops<kOps0> B;
-    fg::cpu_loops<kOps0>(R.nest, L, true, R.mask, &B);
-    const fg::Blocks K = fg::blocks<kOps0>(B);
+  for (const fg::BoxRun<kOps0> &X : R.alone) {  // box after box
+    const fg::BoxLoops<kOps0> &B = X.B;
     const int64_t units = B.o_total;
     const bool parallel = units > 1 && B.o_total * B.m_total * B.inner >= fg::kParallelThreshold;
-    (void)parallel;
-#ifdef _OPENMP
-#pragma omp parallel if (parallel)
-#endif
-    {
+    fg::team(parallel, [&] {
       int64_t lo, hi;
       fg::thread_share(units, &lo, &hi);
       if (R.any_modular) {
-        units0(R, B, K, variant, std::true_type{}, s, ptr, a, lo, hi, &gf);
+        units0(R, B, X.K, X.variant, std::true_type{}, s, ptr, a, lo, hi, &gf);
       } else {
-        units0(R, B, K, variant, std::false_type{}, s, ptr, a, lo, hi, &gf);
+        units0(R, B, X.K, X.variant, std::false_type{}, s, ptr, a, lo, hi, &gf);
       }
       if (B.stream) fg::stream_fence();
-    }
-    return int(fg::FG_OK);
-  });
-  FG_TRY(status);
+    });
+  }
   return gather_status(s, gf);
 }
 
@@ -3754,31 +3889,21 @@ void units1(const Run1 &R, const fg::BoxLoops<kOps1> &B, const fg::Blocks &K, in
 int stage1(const Run1 &R, const Shapes &s, void *const *ptr, const Data &d) {
   Fail gf;
   const ScalarAttrs a = scalar_attrs(&d);
-  const int status = fg::views::for_each_box(R.nest, [&](const fg::views::Box<kOps1> &box, const fg::views::BoxLayout<kOps1> &L) {
-    int variant = 0;
-    FG_TRY(variant1(box, &variant));
-    fg::BoxLoops<kOps1> B;
-    fg::cpu_loops<kOps1>(R.nest, L, true, R.mask, &B);
-    const fg::Blocks K = fg::blocks<kOps1>(B);
+  for (const fg::BoxRun<kOps1> &X : R.alone) {  // box after box
+    const fg::BoxLoops<kOps1> &B = X.B;
     const int64_t units = B.o_total;
     const bool parallel = units > 1 && B.o_total * B.m_total * B.inner >= fg::kParallelThreshold;
-    (void)parallel;
-#ifdef _OPENMP
-#pragma omp parallel if (parallel)
-#endif
-    {
+    fg::team(parallel, [&] {
       int64_t lo, hi;
       fg::thread_share(units, &lo, &hi);
       if (R.any_modular) {
-        units1(R, B, K, variant, std::true_type{}, s, ptr, a, lo, hi, &gf);
+        units1(R, B, X.K, X.variant, std::true_type{}, s, ptr, a, lo, hi, &gf);
       } else {
-        units1(R, B, K, variant, std::false_type{}, s, ptr, a, lo, hi, &gf);
+        units1(R, B, X.K, X.variant, std::false_type{}, s, ptr, a, lo, hi, &gf);
       }
       if (B.stream) fg::stream_fence();
-    }
-    return int(fg::FG_OK);
-  });
-  FG_TRY(status);
+    });
+  }
   return int(fg::FG_OK);
 }
 
@@ -3888,31 +4013,21 @@ void units2(const Run2 &R, const fg::BoxLoops<kOps2> &B, const fg::Blocks &K, in
 int stage2(const Run2 &R, const Shapes &s, void *const *ptr, const Data &d) {
   Fail gf;
   const ScalarAttrs a = scalar_attrs(&d);
-  const int status = fg::views::for_each_box(R.nest, [&](const fg::views::Box<kOps2> &box, const fg::views::BoxLayout<kOps2> &L) {
-    int variant = 0;
-    FG_TRY(variant2(box, &variant));
-    fg::BoxLoops<kOps2> B;
-    fg::cpu_loops<kOps2>(R.nest, L, true, R.mask, &B);
-    const fg::Blocks K = fg::blocks<kOps2>(B);
+  for (const fg::BoxRun<kOps2> &X : R.alone) {  // box after box
+    const fg::BoxLoops<kOps2> &B = X.B;
     const int64_t units = B.o_total;
     const bool parallel = units > 1 && B.o_total * B.m_total * B.inner >= fg::kParallelThreshold;
-    (void)parallel;
-#ifdef _OPENMP
-#pragma omp parallel if (parallel)
-#endif
-    {
+    fg::team(parallel, [&] {
       int64_t lo, hi;
       fg::thread_share(units, &lo, &hi);
       if (R.any_modular) {
-        units2(R, B, K, variant, std::true_type{}, s, ptr, a, lo, hi, &gf);
+        units2(R, B, X.K, X.variant, std::true_type{}, s, ptr, a, lo, hi, &gf);
       } else {
-        units2(R, B, K, variant, std::false_type{}, s, ptr, a, lo, hi, &gf);
+        units2(R, B, X.K, X.variant, std::false_type{}, s, ptr, a, lo, hi, &gf);
       }
       if (B.stream) fg::stream_fence();
-    }
-    return int(fg::FG_OK);
-  });
-  FG_TRY(status);
+    });
+  }
   return int(fg::FG_OK);
 }
 
@@ -4031,31 +4146,21 @@ void units3(const Run3 &R, const fg::BoxLoops<kOps3> &B, const fg::Blocks &K, in
 int stage3(const Run3 &R, const Shapes &s, void *const *ptr, const Data &d) {
   Fail gf;
   const ScalarAttrs a = scalar_attrs(&d);
-  const int status = fg::views::for_each_box(R.nest, [&](const fg::views::Box<kOps3> &box, const fg::views::BoxLayout<kOps3> &L) {
-    int variant = 0;
-    FG_TRY(variant3(box, &variant));
-    fg::BoxLoops<kOps3> B;
-    fg::cpu_loops<kOps3>(R.nest, L, true, R.mask, &B);
-    const fg::Blocks K = fg::blocks<kOps3>(B);
+  for (const fg::BoxRun<kOps3> &X : R.alone) {  // box after box
+    const fg::BoxLoops<kOps3> &B = X.B;
     const int64_t units = B.o_total;
     const bool parallel = units > 1 && B.o_total * B.m_total * B.inner >= fg::kParallelThreshold;
-    (void)parallel;
-#ifdef _OPENMP
-#pragma omp parallel if (parallel)
-#endif
-    {
+    fg::team(parallel, [&] {
       int64_t lo, hi;
       fg::thread_share(units, &lo, &hi);
       if (R.any_modular) {
-        units3(R, B, K, variant, std::true_type{}, s, ptr, a, lo, hi, &gf);
+        units3(R, B, X.K, X.variant, std::true_type{}, s, ptr, a, lo, hi, &gf);
       } else {
-        units3(R, B, K, variant, std::false_type{}, s, ptr, a, lo, hi, &gf);
+        units3(R, B, X.K, X.variant, std::false_type{}, s, ptr, a, lo, hi, &gf);
       }
       if (B.stream) fg::stream_fence();
-    }
-    return int(fg::FG_OK);
-  });
-  FG_TRY(status);
+    });
+  }
   return int(fg::FG_OK);
 }
 
@@ -4068,11 +4173,7 @@ int group(const Shapes &s, void *const *ptr, const Data &d, const fg::RowInfo *I
   const int64_t chunk = fg::rows_per_task(G);
   const int64_t ntasks = (G.units + chunk - 1) / chunk;
   const bool parallel = ntasks > 1 && G.units * G.unit_len >= fg::kParallelThreshold;
-  (void)parallel;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (parallel)
-#endif
-  for (int64_t t = 0; t < ntasks; ++t) {
+  fg::for_tasks(parallel, ntasks, [&](int64_t t) {
     const int64_t lo = t * chunk, hi = std::min(G.units, lo + chunk);
     for (int j = first; j < last; ++j) {
       const int64_t per = I[j].units / G.units;  // the stage's units per row of the group
@@ -4097,14 +4198,81 @@ int group(const Shapes &s, void *const *ptr, const Data &d, const fg::RowInfo *I
           break;
       }
     }
-  }
+  });
   for (int j = first; j < last; ++j) FG_TRY(gather_status(s, gf[j]));
   return int(fg::FG_OK);
 }
 
 }  // namespace k_float32_int64
 
-int run(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, const Data &a) {
+// This call's plan (fg::PlanCache, _fg_plans.inc.j2): the node shapes, every stage's loop nest
+// for them, and the row groups: consecutive stages that run over the same rows and touch what
+// they share at the same elements run fused (fg::joins); a stage that joins none runs alone,
+// over its whole domain. Its key: the input shapes, the attribute values and which operands
+// share memory (an output bound to an input may keep two stages apart).
+struct Plan {
+  fg::Shape in[kInputs];
+  AttrValues attrs;
+  int mem[kOperands] = {};
+  Shapes s;
+  fg::RowInfo info[4];
+  int group_end[4] = {};  // the row group starting at stage j runs stages [j, group_end[j])
+  Run0 R0;
+  Run1 R1;
+  Run2 R2;
+  Run3 R3;
+
+  bool matches(const fg::Shape *x, const AttrValues &a, const int *m) const {
+    for (int i = 0; i < kInputs; ++i) {
+      if (!fg::same(in[i], x[i])) return false;
+    }
+    for (int i = 0; i < kOperands; ++i) {
+      if (mem[i] != m[i]) return false;
+    }
+    return same_attrs(attrs, a);
+  }
+};
+
+int build_plan(const fg::Shape *in, const Data &a, const int *mem, Plan *P) {
+  std::copy(in, in + kInputs, P->in);
+  P->attrs = a;
+  std::copy(mem, mem + kOperands, P->mem);
+  FG_TRY(infer_shapes(in, a, &P->s));
+  FG_TRY(check_nonempty(P->s));
+  FG_TRY(prep0(P->s, mem, &P->R0, &P->info[0]));
+  FG_TRY(prep1(P->s, mem, &P->R1, &P->info[1]));
+  FG_TRY(prep2(P->s, mem, &P->R2, &P->info[2]));
+  FG_TRY(prep3(P->s, mem, &P->R3, &P->info[3]));
+  for (int first = 0; first < 4;) {
+    const fg::RowInfo *prev[4] = {&P->info[first]};
+    int last = first + 1;
+    while (last < 4 && P->info[first].ok && fg::joins(P->info[first], prev, last - first, P->info[last])) {
+      prev[last - first] = &P->info[last];
+      ++last;
+    }
+    P->group_end[first] = last;
+    first = last;
+  }
+  return fg::FG_OK;
+}
+
+// The plan of a call with inputs of shapes `in` on `params`: the one `plans` holds for its key,
+// else built now and kept there. A call that fails planning (a bad shape) keeps nothing.
+int find_plan(const fg::Shape *in, const Data &a, void *const *params, fg::PlanCache<Plan> &plans,
+              std::shared_ptr<const Plan> *plan) {
+  int mem[kOperands];
+  fg::memory_classes(params, kInputs + kOutputs, kOperands, mem);
+  *plan = plans.find([&](const Plan &p) { return p.matches(in, a, mem); });
+  if (*plan != nullptr) return fg::FG_OK;
+  auto built = std::make_shared<Plan>();
+  FG_TRY(build_plan(in, a, mem, built.get()));
+  plans.add(built);
+  *plan = std::move(built);
+  return fg::FG_OK;
+}
+
+int run(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, const Data &a,
+        fg::PlanCache<Plan> &plans) {
   if (nparam != kInputs + kOutputs + (a.own_workspace ? 0 : kWorkspaces)) return fg::FG_ERR_NPARAM;
   const int combo = find_combo(dtypes, kInputs + kOutputs);
   if (combo < 0) return fg::FG_ERR_DTYPE;
@@ -4113,9 +4281,9 @@ int run(int nparam, void **params, int *ndims, int64_t **shapes, const char **dt
   for (int i = 0; i < kInputs; ++i) {
     if (!fg::known(in[i])) return fg::FG_ERR_UNKNOWN_DIM;
   }
-  Shapes s;
-  FG_TRY(infer_shapes(in, a, &s));
-  FG_TRY(check_nonempty(s));
+  std::shared_ptr<const Plan> plan;  // (held to the end of the call: another may evict it)
+  FG_TRY(find_plan(in, a, params, plans, &plan));
+  const Shapes &s = plan->s;
   for (int k = 0; k < kOutputs; ++k) {
     fg::Shape given;
     FG_TRY(fg::read_shape(ndims[kInputs + k], shapes[kInputs + k], &given));
@@ -4136,43 +4304,27 @@ int run(int nparam, void **params, int *ndims, int64_t **shapes, const char **dt
     for (int i = 0; i < kInputs + kOutputs; ++i) own[i] = params[i];
     ptr = own;
   }
-  // Every stage's loop nest for these shapes, then the row groups: consecutive stages that run
-  // over the same rows and touch what they share at the same elements run fused
-  // (fg::joins); a stage that joins none runs alone, over its whole domain.
-  fg::RowInfo info[4];
-  Run0 R0;
-  FG_TRY(prep0(s, ptr, &R0, &info[0]));
-  Run1 R1;
-  FG_TRY(prep1(s, ptr, &R1, &info[1]));
-  Run2 R2;
-  FG_TRY(prep2(s, ptr, &R2, &info[2]));
-  Run3 R3;
-  FG_TRY(prep3(s, ptr, &R3, &info[3]));
+  const Plan &P = *plan;
   for (int first = 0; first < 4;) {
-    const fg::RowInfo *prev[4] = {&info[first]};
-    int last = first + 1;
-    while (last < 4 && info[first].ok && fg::joins(info[first], prev, last - first, info[last])) {
-      prev[last - first] = &info[last];
-      ++last;
-    }
+    const int last = P.group_end[first];
     switch (combo) {
       case 0:
         if (last - first > 1) {
-          FG_TRY(k_float32_int64::group(s, ptr, a, info, first, last, R0, R1, R2, R3));
+          FG_TRY(k_float32_int64::group(s, ptr, a, P.info, first, last, P.R0, P.R1, P.R2, P.R3));
           break;
         }
         switch (first) {
           case 0:
-            FG_TRY(k_float32_int64::stage0(R0, s, ptr, a));
+            FG_TRY(k_float32_int64::stage0(P.R0, s, ptr, a));
             break;
           case 1:
-            FG_TRY(k_float32_int64::stage1(R1, s, ptr, a));
+            FG_TRY(k_float32_int64::stage1(P.R1, s, ptr, a));
             break;
           case 2:
-            FG_TRY(k_float32_int64::stage2(R2, s, ptr, a));
+            FG_TRY(k_float32_int64::stage2(P.R2, s, ptr, a));
             break;
           case 3:
-            FG_TRY(k_float32_int64::stage3(R3, s, ptr, a));
+            FG_TRY(k_float32_int64::stage3(P.R3, s, ptr, a));
             break;
           default:
             break;
@@ -4280,9 +4432,16 @@ ffi::Error status_to_error(int status) {
   return ffi::Error(ffi::ErrorCode::kInvalidArgument, std::string("fusegen op cross_entropy: ") + error_string(status));
 }
 
+// The plans of this library's calls (fg::PlanCache): a handler's Data lives for one call, so
+// they are kept here, for every handler, keyed by shapes and attribute values.
+fg::PlanCache<Plan> &plans() {
+  static fg::PlanCache<Plan> cache;
+  return cache;
+}
+
 int call_run(Operands &o, const char **dtypes, const Data &a) {
   try {
-    return run(o.n, o.params, o.ndims, o.shapes, dtypes, a);
+    return run(o.n, o.params, o.ndims, o.shapes, dtypes, a, plans());
   } catch (...) {
     return fg::FG_ERR_EXCEPTION;
   }
@@ -4418,7 +4577,7 @@ void run_legacy(void *out, const void **in, const char *opaque, size_t len, XlaC
       a.workspace.push_back(size_t(ndims[kInputs + kOutputs + b] == 1 ? dims[kInputs + kOutputs + b][0] : 0));
     }
     try {
-      code = run(kOperands, params, ndims, shapes, dtypes, a);
+      code = run(kOperands, params, ndims, shapes, dtypes, a, plans());
     } catch (...) {
       code = fg::FG_ERR_EXCEPTION;
     }
