@@ -219,7 +219,10 @@ class JaxFunction:
 
         def traced(*arrays, **attrs):
             values = {n: v.value for n, v in attrs.items()}
-            jf = self.specialized(arrays, values)   # a child for a new combination or rank, if it must be
+            # a child for a new combination or rank, if it must be; a partitioned call keeps the
+            # gradient's sum_to/unreduce for its rules (they tie the dims that ``plan.noops``
+            # drops: x's and y's of a sum's gradient), and each shard's call drops them
+            jf = self.specialized(arrays, values, noops=not self.partition)
             if jf.partition:
                 from . import jax_sharding
                 return jax_sharding.call(jf, arrays, values)   # rules from the specialization's graph
@@ -251,20 +254,21 @@ class JaxFunction:
             self.targets[combo] = f"fusegen_{symbol}_{tag}"
             _register(self.targets[combo], self.library, symbol, 1 if self.api == "ffi" else 0)
 
-    def specialized(self, arrays, attrs: dict) -> JaxFunction:
+    def specialized(self, arrays, attrs: dict, noops: bool = True) -> JaxFunction:
         """The JaxFunction that runs a call of these arrays (shapes and dtypes: JAX values or
         arrays) and attributes, built on first use: itself for a combination it has handlers for;
         a child for a combination the calls bring when no ``dtypes=`` was given (int labels,
         say, as the Numba and AOT backends build on demand); and for an op traced per input
         rank or shape, the child of that specialization (``OpDef.specialize``, cached on the op),
         emitted for the call's combination only. Specializations with the same graph (attribute
-        values that do not change the trace) share one child, and their handlers one name."""
+        values that do not change the trace) share one child, and their handlers one name.
+        ``noops=False``: keep a gradient's sum_to/unreduce that move nothing at these shapes."""
         combo = self._dtype_names(arrays)
         if self.op.graph is not None and self.op.for_dtypes(combo) is self.op:   # (else: fg.grad's complex trace)
             # a gradient's sum_to/unreduce that move nothing at these shapes: the handlers
             # emitted without them serve the call (their stages fuse: ``plan.noops``)
             shapes, bound = [tuple(a.shape) for a in arrays], self.op.bind_attrs(attrs)
-            op, _ = without_noops(fg.infer(self.op, combo, shapes, bound), combo, shapes, bound)
+            op = without_noops(fg.infer(self.op, combo, shapes, bound), combo, shapes, bound)[0] if noops else self.op
             if op is not self.op:
                 key = ("noops", op.key, combo)
             elif combo in self.targets or self.dtypes is not None:

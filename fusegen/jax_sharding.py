@@ -65,8 +65,9 @@ def call(jf, arrays, attrs: dict):
 
 
 def _body(jf, flow, attrs, *arrays):
-    """The call on whole arrays: what XLA lowers on one device, and what the types come from."""
-    return jf.ffi_call(arrays, attrs, _explicit_out(flow, arrays))
+    """The call on whole arrays: what XLA lowers on one device, and what the types come from
+    (``specialized``: the handlers for these shapes, a gradient's no-op sum_to dropped)."""
+    return jf.specialized(arrays, attrs).ffi_call(arrays, attrs, _explicit_out(flow, arrays))
 
 
 def _explicit_out(flow, arrays):
@@ -154,8 +155,8 @@ def _partition_program(jf, flow, attrs, mesh, arg_shapes):
     prog = dimflow.program(flow, sh, exchange=_wire)
     multi = jf.op.multi_output
     if prog is None:
-        def lower(*local):
-            return jf.ffi_call(local, attrs)
+        def lower(*local):   # each shard's call, on the handlers for its shapes (as _body)
+            return jf.specialized(local, attrs).ffi_call(local, attrs)
     else:
         rounds = list(prog.rounds) + ([prog.final] if prog.final is not None else [])
         with ThreadPoolExecutor(max(1, min(len(rounds), 4))) as pool:   # builds run in parallel

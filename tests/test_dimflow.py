@@ -149,6 +149,28 @@ def test_basic_indexing_keeps_whole_slices_and_replicates_the_sliced_dim():
     assert flow_of(picks, [(8, 16)]).text().splitlines() == ["x: (f0!, f1)", "out0: (f1, f2)"]
 
 
+def test_broadcast_like_walks_with_its_like_and_stated_dims_stay_whole():
+    """``broadcast_like`` (full_like, a gradient's no-op sum_to: plan.noops) ties each output dim
+    to ``like``'s and to x's where that has the same size; ``broadcast_to`` with stated sizes
+    keeps its dims whole (a device would make the whole stated shape from its block)."""
+    @fg.op
+    def spread(v, x):
+        return fg.full_like(x, 2.0) * x + v
+
+    @fg.op
+    def stated(v):
+        return fg.broadcast_to(v, (8, 16))
+
+    lines = flow_of(spread, [(16,), (8, 16)]).text().splitlines()
+    assert lines[:3] == ["v: (f1)", "x: (f0, f1)", "out0: (f0, f1)"], lines
+    assert flow_of(stated, [(16,)]).text().splitlines() == ["v: (f0!)", "out0: (f1!, f2!)"]
+    # the gradient of a sum over rows at shapes where its sum_to moves nothing: x's and y's rows
+    # are still one factor through the op fg.grad traced (the sharded call keeps it for its rules)
+    g = fg.grad(ex.add_reduce_sum)
+    flow = flow_of(g, [(8, 16), (8, 16), (16,)], axis=0)
+    assert flow.inputs[0] == flow.inputs[1] and flow.inputs[2] == (flow.inputs[0][1],)
+
+
 def test_a_scan_keeps_its_axis_whole_and_lets_the_others_split():
     """A block of the scanned dim would start its running value from the identity (a partial
     cumulative sum): that dim must stay whole; the other dims are elementwise."""

@@ -87,6 +87,18 @@ def whole_rule(n: Node, info: NodeInfo, srcs: list[NodeInfo]) -> list[LoopDim]:
     return loops + [LoopDim((), d, REPLICATE) for d in range(len(info.shape))]
 
 
+def broadcast_rule(n: Node, info: NodeInfo, srcs: list[NodeInfo]) -> list[LoopDim]:
+    """``broadcast_like(x, like)`` (``full_like``, a gradient's ``sum_to`` that sums nothing at a
+    call's shapes: ``plan.noops``): NumPy broadcasting of ``x`` against ``like``, whose shape the
+    result takes, so each output dim is one index space with ``like``'s and with ``x``'s where
+    that has the same size (a size-1 dim of ``x`` is read at index 0). A device holding a block of
+    ``like`` makes that block of the result. Stated dims (``broadcast_to(x, (8, 16))``) stay whole:
+    a device would make the whole stated shape from its block."""
+    if n.arg[0] != "like":
+        return whole_rule(n, info, srcs)
+    return [LoopDim(_aligned(srcs, info.shape, d), d) for d in range(len(info.shape))]
+
+
 def permute_rule(n: Node, info: NodeInfo, srcs: list[NodeInfo]) -> list[LoopDim]:
     """A transpose: output dim ``d`` is source dim ``perm[d]``, one index space (the sharding
     follows the dim to its new position)."""
@@ -152,7 +164,8 @@ DIM_RULES: dict[Op, DimRule] = {
     Op.PERMUTE: permute_rule,
     Op.RESHAPE: reshape_rule,
     Op.INDEX: index_rule,
-    **{o: whole_rule for o in (Op.DIM, Op.BROADCAST_TO, Op.FLIP, Op.CONCAT,
+    Op.BROADCAST_TO: broadcast_rule,
+    **{o: whole_rule for o in (Op.DIM, Op.FLIP, Op.CONCAT,
                                Op.PAD, Op.IOTA, Op.GATHER, Op.RANDOM)},
 }
 _LEAVES = (Op.INPUT, Op.ATTR, Op.CONST)

@@ -264,6 +264,18 @@ def test_every_reference_op_sharded_along_each_dim(case, spec, types):
 @pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=[f"{c[0].name}-{i}" for i, c in enumerate(CASES)])
 def test_every_gradient_sharded_on_two_mesh_axes(case):
+    check_sharded_gradient(case)
+
+
+@pytest.mark.extended
+def test_a_sum_gradient_gathers_no_operand():
+    """The gradient of a sum over rows, whose sum_to moves nothing at these shapes: the sharded
+    call takes its rules from the op with the sum_to (x's and y's rows one factor), each shard
+    runs without it. (Its rules from the op without it gathered y: 2026-11-28.)"""
+    check_sharded_gradient(CASES[0])
+
+
+def check_sharded_gradient(case):
     op, shapes, attrs = case
     xs = _inputs(shapes, seed=1)
     f = function(op)
