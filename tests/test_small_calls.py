@@ -101,6 +101,13 @@ def test_small_call_path_writes_into_out(monkeypatch):
                               (np.empty_like(X), fg.ArgumentError, "out= has 1 arrays")]:
         with pytest.raises(error, match=match):
             k(X, Y, out=bad)
+
+
+@needs_gxx
+@pytest.mark.extended   # (cross_entropy's build: about 7 CPU-seconds)
+def test_small_call_path_writes_one_output_and_reports_a_kernel_error():
+    """One output: ``out=`` takes the array or a list of it, and returns the array, as the
+    ctypes path does; a kernel's error says the output may hold partial results."""
     ce = fg.compile(ex.cross_entropy, backend="aot", dtypes="float32,int64")
     logits, labels, out = np.zeros((3, 9), np.float32), np.array([0, 8, 3]), np.empty((), np.float32)
     assert ce(logits, labels, out=out) is out and np.isclose(out, np.log(9))
