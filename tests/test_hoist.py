@@ -9,7 +9,7 @@ import re
 import pytest
 
 import fusegen as fg
-from fusegen.emitters.hoist import constant_text, line_names, row_constant_names, split_lines
+from fusegen.emitters.hoist import constant_text, row_constant_names, split_lines
 from fusegen.examples import embedding_layer_norm
 
 
@@ -35,10 +35,10 @@ def test_constant_text(expr, known, constant):
 def test_lines_split_in_order_and_dependencies_follow():
     lines = ["const auto t0 = int64_t(rc1);", "const auto t1 = float(v0[ii]);", "const auto t2 = t0 + gn2;",
              "const auto t3 = t1 * t2;", "const auto t4 = t3 + t2;"]
-    hoisted, rest = split_lines(lines)
+    hoisted, rest, names = split_lines(lines)
     assert hoisted == [lines[0], lines[2]]
     assert rest == [lines[1], lines[3], lines[4]]
-    assert line_names(hoisted) == {"t0", "t2"}
+    assert names == {"t0", "t2"}
     assert row_constant_names([("t0", "rc1 * 2"), ("t1", "v0[ii]"), ("t2", "t0 + t1")]) == {"t0"}
 
 

@@ -47,20 +47,10 @@ def row_constant_names(lines: list[tuple[str, str]]) -> set[str]:
     return known
 
 
-def split_lines(lines: list[str]) -> tuple[list[str], list[str]]:
-    """A body's rendered lines as (row-constant, per element), each in its order."""
-    known: set[str] = set()
-    hoisted, rest = [], []
-    for line in lines:
-        m = _LINE.match(line)
-        if m and constant_text(m.group(2), known):
-            known.add(m.group(1))
-            hoisted.append(line)
-        else:
-            rest.append(line)
-    return hoisted, rest
-
-
-def line_names(lines: list[str]) -> set[str]:
-    """The names rendered lines define."""
-    return {m.group(1) for m in map(_LINE.match, lines) if m}
+def split_lines(lines: list[str]) -> tuple[list[str], list[str], set[str]]:
+    """A body's rendered lines as (row-constant, per element, the row-constant lines' names),
+    each in its order."""
+    pairs = [m.groups() if m else (None, None) for m in map(_LINE.match, lines)]
+    names = row_constant_names([(n, e) for n, e in pairs if n is not None])
+    hoisted = [line for line, (n, _) in zip(lines, pairs) if n in names]
+    return hoisted, [line for line, (n, _) in zip(lines, pairs) if n not in names], names

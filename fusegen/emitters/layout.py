@@ -413,8 +413,8 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
                 body["invariant"]["consts"] = sorted(cur["consts"].items())
                 if "seg" not in body["invariant"]:   # (a split's bodies keep their lines)
                     inv = body["invariant"]
-                    inv["hoisted"], inv["lines"] = hoist.split_lines(inv["lines"])
-                    inv["row_names"] = sorted(hoist.line_names(inv["hoisted"]))
+                    inv["hoisted"], inv["lines"], names = hoist.split_lines(inv["lines"])
+                    inv["row_names"] = sorted(names)
                 cur["fixed"] = set()
             # chunk-viewed reads through a permutation (only then can fg::transposed hold): a block's
             # task copies such a read transposed first (ew_unit; a kBlock x kBlockCols stack buffer)
