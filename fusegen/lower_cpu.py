@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .ir import Node, Op, Spec, nodes_of
-from .lower import cpu_blocks, cpu_fold, cpu_inplace, cpu_kept, cpu_moments, cpu_rows, cpu_scans, cpu_splits
+from .lower import cpu_blocks, cpu_fold, cpu_inplace, cpu_kept, cpu_moments, cpu_rows, cpu_scans, cpu_splits, cpu_stream
 from .lower import rng as rnglower
 from .lower.cpu_layout import HEADER, OperandSlot, index_text, meta_array, stride_pattern, unravel_lines, view_text  # noqa: F401  (HEADER, meta_array: part of the face)
 from .lower.gathers import GatherSlots
@@ -135,7 +135,7 @@ class GroupSource:
     def _task_loop(self) -> None:
         """The parallel loop over tasks, each running every stage of the group on its tile."""
         w = self.lines.append
-        loop = "prange" if self.parallel else "range"
+        loop, start = "prange" if self.parallel else "range", len(self.lines)
         w(f"    for t in {loop}(ntasks):")
         w("        _fg_wide()   # LLVM: 512-bit vectors where the CPU has them (fusegen/pyhelpers_numba.py)")
         if self.block > 1:
@@ -181,6 +181,8 @@ class GroupSource:
             self.lines[body_at:] = ["    " + line for line in self.lines[body_at:]]
         self.lines += self.g.cpu_lines("task end")
         self.lines[alloc_at:alloc_at] = self.fills.allocations("        ")
+        if self.stream:   # outputs stored around the cache (rt.policy.stream_order, lower/cpu_stream)
+            self.lines[start:] = cpu_stream.stream_task_loop(self.lines[start:], [o.name for o in self.ops.values() if o.key[0] == "out"])
 
     # --- one stage ----------------------------------------------------------------------------
     def _stage(self, st, pair: CenteredPair | None = None):
@@ -347,11 +349,7 @@ class GroupSource:
         w = self.lines.append
         results = {}
         for j, (r, acc) in enumerate(accs):
-            val = f"acc{j}"
-            if values is not None:
-                val = values[j]
-            elif r.arg.kind == "mean":
-                val = f"acc{j} / {PYTHON.cast('count', acc)}"
+            val = values[j] if values is not None else (f"acc{j} / {PYTHON.cast('count', acc)}" if r.arg.kind == "mean" else f"acc{j}")
             w(f"{pad}r{j} = {val}")
             results[id(r)] = f"r{j}"
             for dst in self.result_targets(r):
@@ -439,8 +437,7 @@ class GroupSource:
             return f"{o.name}_[np.uint64(ga_{o.name}{step}{terms})]"
         if o.kind == "array":
             return f"s_{o.name}" if cls == 0 and o.key[0] != "out" else f"v_{o.name}[{var}]"   # (out: a slice)
-        stride = f"{o.name}_s{var}"
-        lin = f"q_{o.name}" if cls == 0 else (f"(q_{o.name} + {var})" if cls == 1 else f"(q_{o.name} + {var} * {stride})")
+        lin = f"q_{o.name}" if cls == 0 else (f"(q_{o.name} + {var})" if cls == 1 else f"(q_{o.name} + {var} * {o.name}_s{var})")
         if o.kind == "iota":
             return lin
         nops = len(self.ops)
@@ -470,14 +467,15 @@ def _nodes_of(st) -> list[Node]:
 # Compilation (``lower/cpu_module``: the file, its header and the njit wrapping)
 # ---------------------------------------------------------------------------------------------
 def compile_group(plan: Plan, spec: Spec, run: GroupRun, parallel: bool, split: bool = False,
-                  block: int = 1, single: frozenset = frozenset()) -> GroupKernel:
+                  block: int = 1, single: frozenset = frozenset(), stream: bool = False) -> GroupKernel:
     """Generate, write, import and JIT the function for one fused group (``block``: rows per task
     where it runs in blocks, ``rt.policy.choose_block``; ``single``: the workspaces no other group
-    names, which it may keep in locals, ``lower/cpu_kept``; ``GroupKernel.kept`` says which it did)."""
-    gs = _source(plan, spec, run, parallel, split, block, single=single)
+    names, which it may keep in locals, ``lower/cpu_kept``; ``GroupKernel.kept`` says which it did;
+    ``stream``: outputs stored around the cache, ``lower/cpu_stream``)."""
+    gs = _source(plan, spec, run, parallel, split, block, single=single, stream=stream)
     body = gs.emit("kernel")
     if cpu_kept.leaks(body, [gs.ops[key].name for key in gs.kept]):
-        gs = _source(plan, spec, run, parallel, split, block)
+        gs = _source(plan, spec, run, parallel, split, block, stream=stream)
         body = gs.emit("kernel")
     src, mod = build_module(plan, spec, body, [gs], parallel)
     return GroupKernel(src, mod.__file__, mod.kernel, tuple(gs.attrs), tuple(gs.params), gs.g, gs.kept)
@@ -494,6 +492,7 @@ def compile_rows(plan: Plan, spec: Spec, rows: BoxRows, parallel: bool) -> Group
     return GroupKernel(src, mod.__file__, mod.kernel, tuple(gs.attrs), tuple(gs.params), gs.g)
 
 
-def _source(plan, spec, run, parallel, split=False, block=1, rows=False, single=frozenset()) -> GroupSource:
-    mode = "row" if run.layout.inner == 1 else "col"
-    return GroupSource(plan, spec, run, stride_pattern(run), mode, parallel, split, block, rows, single)
+def _source(plan, spec, run, parallel, split=False, block=1, rows=False, single=frozenset(), stream=False) -> GroupSource:
+    gs = GroupSource(plan, spec, run, stride_pattern(run), "row" if run.layout.inner == 1 else "col", parallel, split, block, rows, single)
+    gs.stream = stream
+    return gs

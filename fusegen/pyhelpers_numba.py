@@ -52,7 +52,8 @@ DIGEST = hashlib.sha256((_TEXT + Path(__file__).read_text(encoding="utf-8")).enc
 #: the helpers compiled from the text below
 HELPERS = ("_fmax", "_fmin") + HELPER_NAMES
 #: every name a generated CPU kernel imports from here
-NAMES = HELPERS + ("_fg_row", "_fg_flat", "_fg_maximum", "_fg_minimum", "_fg_wide")
+NAMES = HELPERS + ("_fg_row", "_fg_flat", "_fg_maximum", "_fg_minimum", "_fg_wide", "_fg_stream", "_fg_fence",
+                   "_fg_transpose")
 
 
 def _jit_helpers(module) -> None:
@@ -148,3 +149,110 @@ def _fg_wide(typingctx):
         return context.get_dummy_value()
 
     return types.none(), codegen
+
+
+#: the bytes of one non-temporal store (``_fg_stream``): a cache line, one zmm register
+STREAM_BYTES = 64
+
+
+@intrinsic
+def _fg_stream(typingctx, dst, at, src, n):
+    """``dst[at:at + n] = src[:n]`` for 1-d C arrays of one dtype, the whole cache lines of the
+    destination written with non-temporal stores (LLVM ``!nontemporal``, 64 aligned bytes at a
+    time; the unaligned ends copied as usual). Why: a large permuted copy read in its source's
+    order (``rt.policy.stream_order``) writes each line of its output once, far from the lines
+    around it; a cached store first reads the line (read-for-ownership) and evicts the operands,
+    a third of the traffic of a copy. The emitted C++'s ``fg::stream_out`` does the same.
+    Stores of this kind are weakly ordered: the task that made them calls ``_fg_fence`` before it
+    ends. ``n`` past ``src``'s or ``dst``'s end is the caller's error (the kernels pass a tile
+    that fits both)."""
+    if not (isinstance(dst, types.Array) and isinstance(src, types.Array) and dst.ndim == src.ndim == 1
+            and dst.layout == src.layout == "C" and dst.dtype == src.dtype
+            and isinstance(at, types.Integer) and isinstance(n, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        i64, i8p = ir.IntType(64), ir.IntType(8).as_pointer()
+
+        def c(v):
+            return ir.Constant(i64, v)
+        d = make_array(sig.args[0])(context, builder, args[0])
+        s = make_array(sig.args[2])(context, builder, args[2])
+        at = context.cast(builder, args[1], sig.args[1], types.int64)
+        count = context.cast(builder, args[3], sig.args[3], types.int64)
+        dp = builder.bitcast(builder.gep(d.data, [at]), i8p)
+        sp = builder.bitcast(s.data, i8p)
+        nbytes = builder.mul(count, c(context.get_abi_sizeof(context.get_data_type(sig.args[0].dtype))))
+        # bytes up to the destination's next line boundary, at most all of them
+        head = builder.and_(builder.sub(c(STREAM_BYTES), builder.and_(builder.ptrtoint(dp, i64), c(STREAM_BYTES - 1))),
+                            c(STREAM_BYTES - 1))
+        head = builder.select(builder.icmp_signed("<", nbytes, head), nbytes, head)
+        cgutils.raw_memcpy(builder, dp, sp, head, 1)
+        lines = builder.udiv(builder.sub(nbytes, head), c(STREAM_BYTES))
+        vec = ir.VectorType(ir.IntType(32), STREAM_BYTES // 4).as_pointer()
+        hint = builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)])
+        with cgutils.for_range(builder, lines) as loop:
+            k = builder.add(head, builder.mul(loop.index, c(STREAM_BYTES)))
+            v = builder.load(builder.bitcast(builder.gep(sp, [k]), vec), align=1)
+            store = builder.store(v, builder.bitcast(builder.gep(dp, [k]), vec), align=STREAM_BYTES)
+            store.set_metadata("nontemporal", hint)
+        done = builder.add(head, builder.mul(lines, c(STREAM_BYTES)))
+        cgutils.raw_memcpy(builder, builder.gep(dp, [done]), builder.gep(sp, [done]), builder.sub(nbytes, done), 1)
+        return context.get_dummy_value()
+
+    return types.none(dst, at, src, n), codegen
+
+
+@intrinsic
+def _fg_fence(typingctx):
+    """A full memory fence (``fence seq_cst``: x86's mfence), which also orders the calling
+    thread's earlier non-temporal stores (``_fg_stream``) before anything it does next."""
+    def codegen(context, builder, sig, args):
+        builder.fence("seq_cst")
+        return context.get_dummy_value()
+
+    return types.none(), codegen
+
+
+@intrinsic
+def _fg_transpose(typingctx, dst, dst_at, dst_step, src, src_at, src_step):
+    """``dst[dst_at + c * dst_step + r] = src[src_at + r * src_step + c]`` for r, c < L, where L
+    is ``STREAM_BYTES // itemsize`` (16 float32s, 8 float64s): a square tile of one cache line
+    per row, transposed in registers: L vector loads, log2(L) rounds of L two-vector shuffles
+    (rows i and i + b trade their blocks of b lanes, b = L/2 ... 1), L vector stores. Why: a
+    transposed read (y in ``x + y.T``) copied element by element into its block buffer
+    (``lower/cpu_blocks``) ran a load and a store per element, most of the Numba backend's time
+    on that row; the emitted C++ transposes in registers too. For 4- and 8-byte dtypes only
+    (``None`` otherwise: the caller keeps its scalar copy). Bounds are the caller's."""
+    if not (isinstance(dst, types.Array) and isinstance(src, types.Array) and dst.ndim == src.ndim == 1
+            and dst.layout == src.layout == "C" and dst.dtype == src.dtype and dst.dtype.bitwidth in (32, 64)
+            and all(isinstance(t, types.Integer) for t in (dst_at, dst_step, src_at, src_step))):
+        return None
+    lanes = STREAM_BYTES * 8 // dst.dtype.bitwidth
+
+    def codegen(context, builder, sig, args):
+        elem = ir.IntType(sig.args[0].dtype.bitwidth)
+        vec = ir.VectorType(elem, lanes)
+        d = make_array(sig.args[0])(context, builder, args[0])
+        s = make_array(sig.args[3])(context, builder, args[3])
+        dat, dstep, sat, sstep = (context.cast(builder, v, t, types.intp)
+                                  for v, t in zip((args[1], args[2], args[4], args[5]), sig.args[1:3] + sig.args[4:6]))
+
+        def row(base, at, step, r):
+            ptr = builder.gep(base, [builder.add(at, builder.mul(step, ir.Constant(at.type, r)))])
+            return builder.bitcast(ptr, vec.as_pointer())
+        rows = [builder.load(row(builder.bitcast(s.data, elem.as_pointer()), sat, sstep, r), align=1) for r in range(lanes)]
+        b = lanes // 2
+        while b >= 1:
+            low = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [j if j & b == 0 else lanes + j - b for j in range(lanes)])
+            high = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [j + b if j & b == 0 else lanes + j for j in range(lanes)])
+            for i in range(lanes):
+                if i & b == 0:
+                    rows[i], rows[i + b] = (builder.shuffle_vector(rows[i], rows[i + b], low),
+                                            builder.shuffle_vector(rows[i], rows[i + b], high))
+            b //= 2
+        for c, v in enumerate(rows):
+            builder.store(v, row(builder.bitcast(d.data, elem.as_pointer()), dat, dstep, c), align=1)
+        return context.get_dummy_value()
+
+    return types.none(dst, dst_at, dst_step, src, src_at, src_step), codegen

@@ -324,6 +324,63 @@ def test_emitted_head_split_reads_in_its_source_order_and_streams_its_stores():
         np.testing.assert_array_equal(got, want, err_msg=f"{dt} {(b, s, h, d)}")
 
 
+
+def test_numba_head_split_reads_in_its_source_order_and_streams_its_stores():
+    """The Numba backend's twin of the test above (rt.policy.stream_order, lower/cpu_stream): the
+    head split's outer dims are reordered so x streams whole rows, each task's row is computed
+    into a buffer and written with non-temporal stores (_fg_stream), blocks of tasks end with a
+    fence. Pinned in the text; the values (above STREAM_MIN elements), with rows that are not
+    whole cache lines, 1-, 2- and 8-byte elements and out=, are NumPy's bit for bit; an
+    elementwise op already read in order, a small one and a broadcast read keep cached stores."""
+    from fusegen import dtypes, examples
+    from fusegen.ir import infer
+    from fusegen.plan import build_plan, schedule
+    from fusegen.rt.policy import stream_order
+    rng = np.random.default_rng(8)
+    k = _numba_head_splits([("float32", (2, 1030, 16, 128)), ("float32", (1, 700, 20, 150))])
+    src = k.source
+    assert "sb_out0 = np.empty(TILE, dtype=out0_.dtype)" in src and "_fg_stream(out0_, c_out0 + 0, sb_out0, n)" in src
+    assert src.index("_fg_stream(") < src.index("_fg_fence()") < src.index("return 0")
+
+    @fg.op
+    def swap_bool(x):   # a permuted copy of 1-byte elements, d = 24: rows of 24 bytes
+        return fg.permute_dims(x.reshape(x.shape[0], x.shape[1], 4, 24), (0, 2, 1, 3))
+    x = rng.random((4, 6000, 96)) < 0.5
+    np.testing.assert_array_equal(fg.compile(swap_bool, backend="numba")(x), x.reshape(4, 6000, 4, 24).transpose(0, 2, 1, 3))
+
+    def decided(op, *shapes, **attrs):
+        plan = build_plan(op)
+        spec = infer(op, [dtypes.float32] * len(shapes), list(shapes), attrs)
+        return [stream_order(plan, run) is not None for run in schedule(plan, spec, regroup=True, rows=True)]
+    assert decided(examples.heads_split, (2, 1024, 2048), heads=16, scale=1.0) == [True]
+    assert decided(examples.heads_split, (2, 16, 2048), heads=16, scale=1.0) == [False]   # below STREAM_MIN
+    assert decided(examples.add_mul_div, (2048, 2048), (2048, 2048)) == [False]   # already in order
+    assert decided(_bcast_add_t, (2048, 2048), (2048,)) == [False]
+
+
+def _numba_head_splits(cases):
+    from fusegen import examples
+    from fusegen.rt.policy import STREAM_MIN
+    rng = np.random.default_rng(7)
+    k = fg.compile(examples.heads_split, backend="numba")
+    for dt, (b, s, h, d) in cases:
+        x = rng.integers(-50, 50, (b, s, h * d)).astype(dt)
+        assert x.size >= STREAM_MIN
+        want = np.ascontiguousarray(x.reshape(b, s, h, d).transpose(0, 2, 1, 3)) * np.asarray(2, dt)
+        np.testing.assert_array_equal(k(x, heads=h, scale=2), want, err_msg=f"{dt} {(b, s, h, d)}")
+        out = np.full_like(want, 7)
+        assert k(x, heads=h, scale=2, out=out) is out
+        np.testing.assert_array_equal(out, want, err_msg=f"out= {dt} {(b, s, h, d)}")
+    return k
+
+
+@pytest.mark.extended
+def test_numba_head_split_streams_every_width():
+    """test_numba_head_split_reads_in_its_source_order_and_streams_its_stores with 8- and 2-byte
+    elements (float16 is computed in float32 and streamed as such)."""
+    _numba_head_splits([("float64", (1, 4000, 8, 72)), ("float16", (3, 2000, 4, 200))])
+
+
 def test_emitted_broadcast_chunks_are_filled_once_per_value():
     """A read broadcast along the inner loop (group norm's gamma and beta: one value per row of
     H * W) fills its chunk buffer only where its value changes (fg::chunk_view's `filled`, compared
@@ -477,3 +534,9 @@ def test_too_many_piece_combinations_are_a_clear_error():
     with pytest.raises(fg.UnsupportedError, match=r"op stacks_of_a_padded_scan: stage \d+ has \d+ combinations of "
                                                   r"concat/pad/stack pieces; .* support 64: use the Numba backend"):
         fg.emit(stacks_of_a_padded_scan, dtypes=["float32"], ranks=[1])
+
+
+@fg.op
+def _bcast_add_t(x, y):
+    """x's transpose plus a row broadcast along it: no read continues its rows along an outer dim."""
+    return x.T + y

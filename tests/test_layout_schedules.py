@@ -43,6 +43,48 @@ def test_transposed_read_runs_blocked_and_matches_numpy():
     assert "x1_[c_x1" not in blocked[0]
 
 
+
+def test_transposed_block_tiles_move_in_registers():
+    """Whole 16 x 16 tiles (float32; 8 x 8 for 8-byte dtypes) of the transposed operand's block
+    are transposed in registers (``_fg_transpose``), the rows and columns after the last whole tile
+    element by element; 1-, 2- and 16-byte dtypes keep the element copy. Blocks with partial tiles
+    on both sides, and every dtype, are NumPy's bit for bit; the intrinsic alone moves a tile from
+    and to any offsets and steps."""
+    from numba import njit
+    from fusegen.pyhelpers_numba import _fg_transpose
+
+    @njit
+    def move(dst, dst_at, dst_step, src, src_at, src_step):
+        _fg_transpose(dst, dst_at, dst_step, src, src_at, src_step)
+    for dt, lanes in [(np.float32, 16), (np.int64, 8), (np.complex64, 8), (np.int32, 16)]:
+        src, dst = np.arange(40 * 50).astype(dt), np.zeros(60 * 70, dt)
+        move(dst, 75, 70, src, 53, 50)
+        want = np.zeros_like(dst)
+        for c in range(lanes):
+            want[75 + c * 70:75 + c * 70 + lanes] = src[53 + c:53 + c + 50 * lanes:50]
+        np.testing.assert_array_equal(dst, want, err_msg=str(dt))
+    for shape in [(100, 83), (64, 300), (17, 40)]:
+        x, y = _r(*shape), _r(*shape[::-1])
+        np.testing.assert_array_equal(_K(x, y), x + y.T, err_msg=str(shape))
+    src = _K.sources()
+    blocked = [s for s in src.values() if "_fg_transpose(pk_x1, rr * TILE + ii, TILE, x1_, p_x1 + ii * x1_si + rr, x1_si)" in s]
+    assert blocked and "for rr in range(nr - nr % 16, nr):" in blocked[0]
+
+
+
+@pytest.mark.extended
+def test_transposed_block_tiles_every_dtype():
+    """The blocked copy of test_transposed_block_tiles_move_in_registers for 8-, 2-, 16- and
+    1-byte dtypes (tiles of 8, and the element copy), blocks with partial tiles on both sides."""
+    rng = np.random.default_rng(5)
+    for dt in (np.float64, np.int16, np.complex128, np.bool_):
+        for shape in [(100, 83), (64, 300), (17, 40)]:
+            x, y = (rng.standard_normal(shape) * 50).astype(dt), (rng.standard_normal(shape[::-1]) * 50).astype(dt)
+            got = fg.compile(_tadd)(x, y)
+            assert got.dtype == (x + y.T).dtype
+            np.testing.assert_array_equal(got, x + y.T, err_msg=f"{np.dtype(dt)} {shape}")
+
+
 def test_block_policy():
     from fusegen.plan.layout import Layout
     # y.T over a (4096, 4096) domain: unit stride on the outer dim, 4096 on the inner one

@@ -3,10 +3,18 @@ operand read across the rows (y in ``x + y.T``: strided along the inner dim) is 
 block along its rows into a transposed buffer, ``pk_<name>``, whose row ``o`` the block's loop
 reads at unit stride (``_fg_row(pk_<name>, (o - o0) * TILE)``). Gathered row after row with its
 large stride instead, y's lines (4 KiB-aliased where the stride is a power of two) left L1 before
-the next row reused them, and the loop ran LLVM's vector gathers."""
+the next row reused them, and the loop ran LLVM's vector gathers. Whole tiles of 16 float32s
+(8 float64s) square are transposed in registers (``_fg_transpose``), the rest element by element."""
 from __future__ import annotations
 
+from ..plan.exprs import reg_dtype
 from .cpu_layout import unravel_lines
+
+
+def tile_lanes(itemsize: int) -> int:
+    """Rows (and lanes) of the square tiles ``_fg_transpose`` moves for elements of ``itemsize``
+    bytes: one cache line per row; 0 where it has no form (1-, 2- and 16-byte elements)."""
+    return 64 // itemsize if itemsize in (4, 8) else 0
 
 
 def transposed_reads(gs) -> list:
@@ -41,8 +49,18 @@ def block_transposes(gs) -> list[str]:
         lines += [f"{pad}pk_{n} = np.empty(BLOCK * TILE, dtype={n}_.dtype)",
                   f"{pad}pt_{n} = pk_{n}.reshape((BLOCK, TILE))",
                   f"{pad}so_{n} = meta[SB + {o.k} * W + nO - 1]",
-                  f"{pad}ii = 0",
-                  f"{pad}if so_{n} == 1:   # 8 rows at a time: their loads in flight together",
+                  f"{pad}ii = 0"]
+        lanes = tile_lanes(reg_dtype(gs.spec.dtypes[o.key[1]]).np.itemsize)
+        if lanes:   # whole tiles of lanes x lanes, transposed in registers
+            lines += [f"{pad}if so_{n} == 1 and nr >= {lanes}:",
+                      f"{pad}    while ii + {lanes} <= n:",
+                      f"{pad}        for rr in range(0, nr - {lanes - 1}, {lanes}):",
+                      f"{pad}            _fg_transpose(pk_{n}, rr * TILE + ii, TILE, {n}_, p_{n} + ii * {si} + rr, {si})",
+                      f"{pad}        for rr in range(nr - nr % {lanes}, nr):   # (the rows after the last whole tile)",
+                      f"{pad}            for a in range({lanes}):",
+                      f"{pad}                pt_{n}[rr, ii + a] = {n}_[p_{n} + (ii + a) * {si} + rr]",
+                      f"{pad}        ii += {lanes}"]
+        lines += [f"{pad}if so_{n} == 1:   # 8 rows at a time: their loads in flight together",
                   f"{pad}    while ii + 8 <= n:"]
         lines += [f"{pad}        s{a} = _fg_row({n}_, p_{n} + (ii + {a}) * {si})" for a in range(8)]
         lines += [f"{pad}        for rr in range(nr):"]

@@ -25,7 +25,7 @@ from ..plan.exprs import reg_dtype
 from ..plan.noops import without_noops
 from ..native import fastcall
 from .cpu import finish, host_outputs
-from .policy import PARALLEL_THRESHOLD, choose_block, num_threads, split_count
+from .policy import PARALLEL_THRESHOLD, choose_block, num_threads, split_count, stream_order
 from .call import Call, Executor
 
 @dataclass
@@ -78,13 +78,15 @@ class NumbaCpuExecutor(Executor):
             big = numel >= PARALLEL_THRESHOLD and nthreads > 1
             nsplit = split_count(plan, run, nthreads) if big else 1
             block, tile = (1, run.layout.inner) if nsplit > 1 else choose_block(run.layout, nthreads)
+            streamed = stream_order(plan, run) if nsplit == 1 and block == 1 else None
+            run = streamed or run
             meta = meta_array(run, tile, nsplit)
             ntasks = int(meta[6] * meta[4] * nsplit)
             if block > 1:
                 rows = run.layout.o_ext[-1]
                 ntasks = ntasks // rows * -(-rows // block)
             parallel = big and ntasks > 1
-            gk = compile_group(plan, spec, run, parallel, nsplit > 1, block, single)
+            gk = compile_group(plan, spec, run, parallel, nsplit > 1, block, single, streamed is not None)
             groups.append(Group(gk.func, meta, tuple(k[:2] for k in run.operands if k[0] != "iota" and k not in gk.kept),
                                 gk.attrs,
                                 gk.source, tuple(spec.of(n).value for n in gk.params) + gather_args(gk, spec),

@@ -5,6 +5,7 @@ copies it (``fg::choose_tile``, ``fg::split_count``); ``fusegen.runtime`` re-exp
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 from ..ir import Op, nodes_of
 from ..lower.cpu_scans import SCAN_SPLIT_CHUNK
@@ -97,3 +98,41 @@ def _scan_split(stage, L, nthreads: int) -> int:
     if any(n.op in (Op.GATHER, Op.RANDOM) for n in nodes_of(r.srcs[0] for r in stage.reductions)):
         return 1
     return max(1, min(-(-4 * nthreads // L.o_total), L.ri // SCAN_CHUNK))
+
+
+#: Elements of a permuted copy from which its stores stream (``stream_order``): well beyond the
+#: caches. (The emitted C++: ``fg::kStreamMin``.)
+STREAM_MIN = 1 << 21
+
+
+def stream_order(plan: Plan, run):
+    """``run`` with its outer dims reordered, for a large elementwise group whose outputs are
+    written at unit stride and whose inputs read rows that continue along an outer dim other than
+    the last (a head split, ``out[b, h, s, :] = x[b, s, h * d + :]``: x's ``h`` steps one row of
+    ``d``): that dim moves innermost of the outer ones, so the inputs stream whole spans instead of
+    a row of ``d`` per page, and the outputs, now written one row per page, are stored around the
+    cache (``lower/cpu_stream``). None: the order stays, with cached stores. Mirrors the emitted
+    C++'s ``fg::stream_order``, where the same order with cached stores measured slower than the
+    output's order."""
+    L = run.layout
+    stages = [plan.stages[i] for i in run.stages]
+    if len(stages) != 1 or stages[0].reductions or stages[0].is_scan or stages[0].keeps or L.ri != 1 or L.ro_ext:
+        return None
+    if any(n.op in (Op.GATHER, Op.RANDOM) for n in nodes_of([v for _, v in stages[0].writes])):
+        return None   # (their per-task setup assumes a task per tile)
+    n = len(L.o_ext)
+    if n < 2 or L.inner < 16 or L.o_total * L.inner < STREAM_MIN or any(i is not None for i in run.inners or ()):
+        return None
+    stored = [key[0] == "out" for key in run.operands]
+    if not any(stored) or any(key[0] == "buf" for key in run.operands):
+        return None
+    if any(s and L.i_str[k] != 1 for k, s in enumerate(stored)):
+        return None
+    if all(s or L.i_str[k] != 1 or L.o_str[k][n - 1] == L.inner for k, s in enumerate(stored)):
+        return None   # every input already reads its rows one after another
+    for d in range(n - 2, -1, -1):
+        if all(s or L.o_str[k][d] == L.inner * L.i_str[k] for k, s in enumerate(stored)):
+            order = [e for e in range(n) if e != d] + [d]
+            layout = replace(L, o_ext=[L.o_ext[e] for e in order], o_str=[[st[e] for e in order] for st in L.o_str])
+            return replace(run, layout=layout)
+    return None
