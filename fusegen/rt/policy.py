@@ -114,20 +114,10 @@ def stream_order(plan: Plan, run):
     cache (``lower/cpu_stream``). None: the order stays, with cached stores. Mirrors the emitted
     C++'s ``fg::stream_order``, where the same order with cached stores measured slower than the
     output's order."""
-    L = run.layout
-    stages = [plan.stages[i] for i in run.stages]
-    if len(stages) != 1 or stages[0].reductions or stages[0].is_scan or stages[0].keeps or L.ri != 1 or L.ro_ext:
-        return None
-    if any(n.op in (Op.GATHER, Op.RANDOM) for n in nodes_of([v for _, v in stages[0].writes])):
-        return None   # (their per-task setup assumes a task per tile)
-    n = len(L.o_ext)
-    if n < 2 or L.inner < 16 or L.o_total * L.inner < STREAM_MIN or any(i is not None for i in run.inners or ()):
+    L, n = run.layout, len(run.layout.o_ext)
+    if n < 2 or not streamable(plan, run):
         return None
     stored = [key[0] == "out" for key in run.operands]
-    if not any(stored) or any(key[0] == "buf" for key in run.operands):
-        return None
-    if any(s and L.i_str[k] != 1 for k, s in enumerate(stored)):
-        return None
     if all(s or L.i_str[k] != 1 or L.o_str[k][n - 1] == L.inner for k, s in enumerate(stored)):
         return None   # every input already reads its rows one after another
     for d in range(n - 2, -1, -1):
@@ -136,3 +126,21 @@ def stream_order(plan: Plan, run):
             layout = replace(L, o_ext=[L.o_ext[e] for e in order], o_str=[[st[e] for e in order] for st in L.o_str])
             return replace(run, layout=layout)
     return None
+
+
+def streamable(plan: Plan, run) -> bool:
+    """Whether a group's outputs may be stored around the cache (``lower/cpu_stream``): one large
+    elementwise stage (no gathers or random numbers, whose per-task setup assumes a task per tile)
+    writing only outputs, each at unit stride along the inner dim. (Not a blocked group's, ``x +
+    y.T``: its output's rows are written in order, and streaming them measured no faster.)"""
+    L = run.layout
+    stages = [plan.stages[i] for i in run.stages]
+    if len(stages) != 1 or stages[0].reductions or stages[0].is_scan or stages[0].keeps or L.ri != 1 or L.ro_ext:
+        return False
+    if any(n.op in (Op.GATHER, Op.RANDOM) for n in nodes_of([v for _, v in stages[0].writes])):
+        return False
+    if L.inner < 16 or L.o_total * L.inner < STREAM_MIN or any(i is not None for i in run.inners or ()):
+        return False
+    stored = [key[0] == "out" for key in run.operands]
+    return any(stored) and not any(key[0] == "buf" for key in run.operands) and all(
+        L.i_str[k] == 1 for k, s in enumerate(stored) if s)
