@@ -111,3 +111,39 @@ def test_size_zero(aot):
     got = aot(t, none, j, k)                               # no ids
     assert [g.shape for g in got] == [(0, 3, C), (0, 3), (6, C), (6,), (3, 2, C), (3, 2), (C, 0, 3)]
     _check(got, _ref(t, none, j, k))
+
+
+@fg.op
+def _extrema_rows(x):
+    """Max, min, argmax and argmin of rows read through a slice (the views path, where a row of
+    max/min reductions alone keeps fg::kUnroll lane groups), beside a sum, which keeps one."""
+    v = x[:, 1:]
+    return fg.max(v, axis=-1), fg.min(v, axis=-1), fg.argmax(v, axis=-1), fg.argmin(v, axis=-1), fg.sum(v, axis=-1)
+
+
+def test_max_and_min_rows_fold_several_lane_groups():
+    """A row whose reductions are all max or min folds into fg::kUnroll groups of fg::kLanes
+    accumulators (independent chains for g++), then halves into halves; a sum keeps one group.
+    Rows of 64 * 3 + 16 + 5 elements run every part (the grouped steps, a 16-lane step, the
+    tail): NaN in each part wins, ties give the first index, -inf and +inf rows, and NumPy's
+    values otherwise."""
+    src = fg.emit(_extrema_rows, dtypes="float32").source
+    assert "float lane0[fg::kUnroll * fg::kLanes];" in src and "for (int w = fg::kUnroll * fg::kLanes / 2; w >= 1; w /= 2) {" in src
+    assert "float lane0[fg::kLanes];" in src   # (the sum's)
+    n = 64 * 3 + 16 + 5
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((12, n + 1)).astype(np.float32)
+    for r, at in enumerate((1, 70, 150, 200, 210, n)):   # NaN in a group step, the 16-lane step, the tail
+        x[r, at] = np.nan
+    x[6, 5] = x[6, 180] = x[6, 100] = 50.0            # ties: the first wins
+    x[7, 40] = x[7, 190] = -50.0
+    x[8, 1:] = -np.inf
+    x[9, 1:] = np.inf
+    x[10, 1:] = 0.0
+    x[10, 77] = -0.0
+    got = fg.compile(_extrema_rows, backend="aot")(x)
+    v = x[:, 1:]
+    want = (v.max(-1), v.min(-1), v.argmax(-1), v.argmin(-1), v.sum(-1, dtype=np.float64).astype(np.float32))
+    for g, w, name in zip(got, want, ("max", "min", "argmax", "argmin")):
+        np.testing.assert_array_equal(g, w, err_msg=name)
+    np.testing.assert_allclose(got[4][np.isfinite(want[4])], want[4][np.isfinite(want[4])], rtol=1e-5, atol=1e-4)

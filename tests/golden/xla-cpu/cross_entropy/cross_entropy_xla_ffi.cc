@@ -122,6 +122,7 @@ constexpr int kMaxRank = 8;
 constexpr int kUnknownRank = -2;       // the AOT ABI's shape [-2]
 constexpr int64_t kUnknownDim = -1;    // the AOT ABI's unknown dim
 constexpr int kLanes = 16;             // independent accumulators per row reduction
+constexpr int kUnroll = 4;             // lane groups of a max or min row (fg's lane_groups)
 constexpr int64_t kChunk = 512;        // row-mode elements per packed chunk
 constexpr int64_t kTile = 2048;        // col-mode inner-dim tile (accumulators live on the stack)
 constexpr int64_t kParallelThreshold = int64_t(1) << 17;  // below this, threads cost more than they save
@@ -3838,10 +3839,10 @@ void units1(const Run1 &R, const fg::BoxLoops<kOps1> &B, const fg::Blocks &K, in
         int64_t base[kOps1];
         for (int j = 0; j < kOps1; ++j) base[j] = B.offset[j];
         fg::unravel<kOps1>(o, B.n_o, B.o_ext, B.o_str, base);
-        float lane0[fg::kLanes];
-        std::fill(lane0, lane0 + fg::kLanes, -std::numeric_limits<float>::infinity());
-        float lane1[fg::kLanes];
-        std::fill(lane1, lane1 + fg::kLanes, -std::numeric_limits<float>::infinity());
+        float lane0[fg::kUnroll * fg::kLanes];
+        std::fill(lane0, lane0 + fg::kUnroll * fg::kLanes, -std::numeric_limits<float>::infinity());
+        float lane1[fg::kUnroll * fg::kLanes];
+        std::fill(lane1, lane1 + fg::kUnroll * fg::kLanes, -std::numeric_limits<float>::infinity());
         for (int64_t m = 0; m < B.m_total; ++m) {
           int64_t c[kOps1];
           for (int j = 0; j < kOps1; ++j) c[j] = base[j];
@@ -3850,6 +3851,20 @@ void units1(const Run1 &R, const fg::BoxLoops<kOps1> &B, const fg::Blocks &K, in
             const int64_t nc = std::min<int64_t>(fg::kChunk, B.inner - j0);
             const float *v0 = fg::chunk_view(p0 + c[0] + j0 * B.istr[0], B.istr[0], nc, pk0, &pf0);
             int64_t iv = 0;
+            for (; iv + fg::kUnroll * fg::kLanes <= nc; iv += fg::kUnroll * fg::kLanes) {
+          #pragma GCC unroll 4
+              for (int u = 0; u < fg::kUnroll; ++u) {
+            #if defined(__GNUC__) && !defined(__clang__)
+            #pragma GCC unroll 1  // (a max or min across lanes: see keep_loop)
+            #endif
+                for (int l = 0; l < fg::kLanes; ++l) {
+                  const int64_t ii = iv + u * fg::kLanes + l, i = j0 + ii;
+                  (void)i;
+                  lane0[u * fg::kLanes + l] = fg::fg_max(lane0[u * fg::kLanes + l], float(v0[ii]));
+                  lane1[u * fg::kLanes + l] = fg::fg_max(lane1[u * fg::kLanes + l], float(v0[ii]));
+                }
+              }
+            }
             for (; iv + fg::kLanes <= nc; iv += fg::kLanes) {
           #if defined(__GNUC__) && !defined(__clang__)
           #pragma GCC unroll 1  // (a max or min across lanes: see keep_loop)
@@ -3869,10 +3884,15 @@ void units1(const Run1 &R, const fg::BoxLoops<kOps1> &B, const fg::Blocks &K, in
             }
           }
         }
+        #pragma GCC unroll 8
+        for (int w = fg::kUnroll * fg::kLanes / 2; w >= 1; w /= 2) {
+          for (int l = 0; l < w; ++l) {
+            lane0[l] = fg::fg_max(lane0[l], lane0[l + w]);
+            lane1[l] = fg::fg_max(lane1[l], lane1[l + w]);
+          }
+        }
         float acc0 = lane0[0];
-        for (int l = 1; l < fg::kLanes; ++l) acc0 = fg::fg_max(acc0, lane0[l]);
         float acc1 = lane1[0];
-        for (int l = 1; l < fg::kLanes; ++l) acc1 = fg::fg_max(acc1, lane1[l]);
         const float r0 = acc0;
         q1[base[1]] = float(r0);
         const float r1 = acc1;

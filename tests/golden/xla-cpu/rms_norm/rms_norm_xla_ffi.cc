@@ -109,6 +109,7 @@ constexpr int kMaxRank = 8;
 constexpr int kUnknownRank = -2;       // the AOT ABI's shape [-2]
 constexpr int64_t kUnknownDim = -1;    // the AOT ABI's unknown dim
 constexpr int kLanes = 16;             // independent accumulators per row reduction
+constexpr int kUnroll = 4;             // lane groups of a max or min row (fg's lane_groups)
 constexpr int64_t kChunk = 512;        // row-mode elements per packed chunk
 constexpr int64_t kTile = 2048;        // col-mode inner-dim tile (accumulators live on the stack)
 constexpr int64_t kParallelThreshold = int64_t(1) << 17;  // below this, threads cost more than they save
