@@ -158,10 +158,22 @@ def _exp_parts(x):
 
 @njit(**_JIT)
 def exp_f32(x):
-    """np.exp for a float32 x in float32 lanes, within 1 ulp (see fusegen/vmath.py)."""
-    a = np.copysign(LIMIT, x) if abs(x) > LIMIT else x   # NaN fails the test and passes
-    hi, lo, s1, s2 = _exp_parts(a)
-    return _mul(hi * s1, s2)                   # exact, then one rounding (also to a subnormal, inf)
+    """np.exp for a float32 x in float32 lanes, within 1 ulp (see fusegen/vmath.py): the reduction
+    of ``_exp_parts``, then 1 + (r + r^2 P(r)) in two roundings, where the pair users (sigmoid, tanh,
+    erf) keep 1 + r_hi apart from the small terms: 8 fewer operations, 0.8% of inputs 1 ulp off
+    instead of 0.05%, the same bound."""
+    a = LIMIT if x > LIMIT else x              # |x| clamped to LIMIT; NaN fails both tests and passes
+    a = -LIMIT if a < -LIMIT else a
+    k = _fma(a, LOG2E, SHIFTER)                # n + 1.5 * 2^23: rounded to an integer
+    n = k - SHIFTER
+    r = _fma(-n, LN2_LO, _fma(-n, LN2_HI, a))  # the inner product is exact (see _exp_parts)
+    p = _fma(_fma(_fma(_fma(C6, r, C5), r, C4), r, C3), r, C2)
+    y = ONE + _fma(r * r, p, r)
+    m = _bits(k) - SHIFTER32_BITS
+    m1 = m >> 1
+    s1 = _from_bits((m1 + 127) << 23)
+    s2 = _from_bits((m - m1 + 127) << 23)
+    return _mul(y * s1, s2)                    # exact, then one rounding (also to a subnormal, inf)
 
 
 @njit(**_JIT)

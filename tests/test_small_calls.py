@@ -218,3 +218,35 @@ def test_numba_runner_fresh_outputs_and_the_general_path_agree(monkeypatch):
     for w, g in zip(want, slow(X, Y)):
         assert np.array_equal(w, g)
     assert "_fresh(" not in slow._calls[slow.key(X, Y)].run.source
+
+
+def test_large_fresh_outputs_are_cache_line_aligned(monkeypatch):
+    """Fresh outputs of 64 KiB and more own 64-byte aligned data (NumPy's allocator aligns to 16:
+    a kernel's vector stores then straddle two cache lines), allocated and freed through the
+    extension's NumPy allocator (NEP 49), on every path that makes them: the Numba runner's C call
+    and its general path, the AOT backend's ctypes path, ``fastcall.empty`` itself (0-d, size 0,
+    several dtypes). Smaller ones, and everything without the extension, are ``np.empty``'s."""
+    if fastcall.module() is None:
+        pytest.skip("no small-call extension here (no compiler or Python headers)")
+    from numpy._core.multiarray import get_handler_name
+    big = np.random.default_rng(1).standard_normal((256, 130)).astype(np.float32)   # 130 KiB
+    backends = ["numba"] + (["aot"] if shutil.which("g++") else [])
+    for backend in backends:
+        k = fg.compile(ex.add_mul_div, backend=backend)
+        for x in (big, np.asfortranarray(big)):   # the fresh-output C call, the general path
+            got = k(x, big)
+            for g, w in zip(got, (big + big, big * big, big / big)):
+                assert g.ctypes.data % 64 == 0 and g.flags.owndata and get_handler_name(g) == "fusegen_aligned64", backend
+                np.testing.assert_array_equal(g, w)
+        assert all(get_handler_name(g) != "fusegen_aligned64" for g in k(X, Y))
+    for shape, dtype in [((1 << 14,), np.float32), ((3, 5000), np.complex128), ((70000,), np.bool_)]:
+        a = fastcall.empty(shape, dtype)
+        assert (a.shape, a.dtype, a.ctypes.data % 64, a.flags.owndata) == (shape, np.dtype(dtype), 0, True)
+        a[...] = 1
+        a.resize((7,), refcheck=False)   # realloc through the same allocator
+        assert a.sum() == 7
+    for shape in [(), (0, 5), (3,)]:
+        a = fastcall.empty(shape, np.float64)
+        assert a.shape == shape and get_handler_name(a) != "fusegen_aligned64"
+    monkeypatch.setattr(fastcall, "_state", [None])
+    assert get_handler_name(fastcall.empty((1 << 16,), np.float64)) != "fusegen_aligned64"

@@ -478,7 +478,7 @@ class AotKernel(aot_cuda.DeviceCalls, GuardedCalls):
         """One call through the argument block ``entry`` (``(block, address, params, keep)``)."""
         block, address, params, _ = entry
         if out is None:
-            outs = [np.empty(shape, dtype) for shape, dtype in signature.outputs]
+            outs = [fastcall.empty(shape, dtype) for shape, dtype in signature.outputs]   # (64-byte aligned)
         else:
             outs = self._check_out(out, signature)
         i = 0

@@ -112,3 +112,11 @@ def ctypes_address(function) -> int:
     """The address of a ctypes foreign function."""
     import ctypes
     return ctypes.cast(function, ctypes.c_void_p).value
+
+
+def empty(shape, dtype) -> np.ndarray:
+    """``np.empty(shape, dtype)``, its data 64-byte aligned from 64 KiB on where the extension is
+    available (``host/fastcall.cc``'s ``kAlignBytes``: a kernel's vector stores then never straddle
+    two cache lines); an ordinary array that owns its data either way."""
+    mod = module()
+    return np.empty(shape, dtype) if mod is None else mod.empty(tuple(shape), np.dtype(dtype))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ArgumentError, DTypeError, ShapeError
+from ..native import fastcall
 from .call import check_count, signature_key
 
 
@@ -55,7 +56,7 @@ def host_outputs(name: str, out, shapes, dtypes, reg_dtypes) -> list:
             raise ArgumentError(f"op {name}: out[{k}] is read-only")
         flags = o.flags
         direct = flags.c_contiguous and flags.aligned and r == d  # what the compiled code is typed for
-        res.append(o if direct else np.empty(s, r))
+        res.append(o if direct else fastcall.empty(s, r))   # (64-byte aligned where large)
     return res
 
 

@@ -138,7 +138,7 @@ def _behaved(a: np.ndarray) -> np.ndarray:
 def make_runner(op, call: NumbaCpuCall):
     """A small function specialized to one signature: no loops or lookups on the hot path."""
     nin, nout = len(op.inputs), len(call.out_shapes)
-    g = {"np": np, "_empty": np.empty, "_behaved": _behaved, "_nd": np.ndarray, "_pool": call.pool, "_call": call,
+    g = {"np": np, "_empty": fastcall.empty, "_behaved": _behaved, "_nd": np.ndarray, "_pool": call.pool, "_call": call,
          "_outputs": functools.partial(host_outputs, op.name, shapes=call.out_shapes, dtypes=call.out_dtypes,
                                        reg_dtypes=call.reg_out_dtypes),
          "_finish": functools.partial(finish, dtypes=call.out_dtypes, multi=op.multi_output)}

@@ -630,12 +630,26 @@ FG_VM float div_pair32(float n_hi, float n_lo, float d_hi, float d_lo) {
   return vm_fmaf(corr, inv, q);
 }
 
-// ---- exp_f32 ----
+// ---- exp_f32: exp_parts32's reduction, then 1 + (r + r^2 P(r)) in two roundings (the pair users
+// keep 1 + r_hi apart instead); within 1 ulp ----
 FG_VM float exp_f32(float x) {
-  // |x| clamped to 104.0, its sign kept; NaN passes
-  const float a = vm_selectf(vm_fabsf(x) > 104.0f, vm_copysignf(104.0f, x), x);
-  const ExpParts32 e = exp_parts32(a);
-  return vm_mulf(e.hi * e.s1, e.s2);  // exact, then one rounding (also to a subnormal, inf)
+  // x clamped to +-104.0; NaN fails both tests and passes
+  float a = vm_selectf(x > 104.0f, 104.0f, x);
+  a = vm_selectf(a < -104.0f, -104.0f, a);
+  const float k = vm_fmaf(a, 1.4426950216293335f, 12582912.0f);
+  const float n = k - 12582912.0f;
+  const float r = vm_fmaf(-n, 1.4286067653302662e-06f, vm_fmaf(-n, 0.693145751953125f, a));  // the inner one exact
+  float p = 0.0013814592966809869f;
+  p = vm_fmaf(p, r, 0.008368715643882751f);
+  p = vm_fmaf(p, r, 0.04166838899254799f);
+  p = vm_fmaf(p, r, 0.1666652113199234f);
+  p = vm_fmaf(p, r, 0.4999999403953552f);
+  const float y = 1.0f + vm_fmaf(r * r, p, r);
+  const int32_t m = static_cast<int32_t>(f32_bits(k) - 0x4b400000u);  // n
+  const int32_t m1 = m >> 1;
+  const float s1 = f32_from_bits(static_cast<uint32_t>(m1 + 127) << 23);
+  const float s2 = f32_from_bits(static_cast<uint32_t>(m - m1 + 127) << 23);
+  return vm_mulf(y * s1, s2);  // exact, then one rounding (also to a subnormal, inf)
 }
 
 // ---- sigmoid_f32: e = exp(-|x|) as a pair; 1 / (1 + e) for x >= 0, e / (1 + e) below ----
