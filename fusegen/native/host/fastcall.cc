@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -71,12 +72,26 @@ void release_outputs(std::vector<Output> *outputs) {
 constexpr size_t kAlignBytes = size_t(1) << 16;
 
 // The allocator those arrays own their data through (NEP 49's PyDataMem_Handler, so they are
-// ordinary arrays: owndata, freed by this allocator, resizable): posix_memalign at 64 bytes;
-// realloc and free are libc's, which take such blocks (a reallocated block keeps malloc's
-// alignment, which is all NumPy asks).
+// ordinary arrays: owndata, freed by this allocator, resizable): malloc's block 64 bytes larger,
+// the data at its first 64-byte boundary past a 16-byte header (the block, the data's size).
+// Not posix_memalign: in a process whose heap keeps freed memory (mallopt M_MMAP_MAX=0, as
+// `fusegen bench` runs), its split-off fragments beside NumPy's own blocks of the same sizes
+// grew the heap on every round (an OOM at 24 GB in the bench's cross_entropy (8192, 32000));
+// blocks of plain malloc are reused like NumPy's.
+struct AlignedHeader {
+  void *block;
+  size_t size;
+};
+
 void *aligned_malloc(void *, size_t size) {
-  void *p = nullptr;
-  return posix_memalign(&p, 64, size == 0 ? 1 : size) == 0 ? p : nullptr;
+  if (size > SIZE_MAX - 64) return nullptr;
+  char *block = static_cast<char *>(malloc(size + 64));
+  if (block == nullptr) return nullptr;
+  const uintptr_t at = (reinterpret_cast<uintptr_t>(block) + sizeof(AlignedHeader) + 63) & ~uintptr_t(63);
+  auto *header = reinterpret_cast<AlignedHeader *>(at) - 1;
+  header->block = block;
+  header->size = size;
+  return reinterpret_cast<void *>(at);
 }
 void *aligned_calloc(void *ctx, size_t nelem, size_t elsize) {
   if (elsize != 0 && nelem > SIZE_MAX / elsize) return nullptr;
@@ -84,8 +99,17 @@ void *aligned_calloc(void *ctx, size_t nelem, size_t elsize) {
   if (p != nullptr) memset(p, 0, nelem * elsize);
   return p;
 }
-void *aligned_realloc(void *, void *ptr, size_t size) { return realloc(ptr, size == 0 ? 1 : size); }
-void aligned_free(void *, void *ptr, size_t) { free(ptr); }
+void aligned_free(void *, void *ptr, size_t) {
+  if (ptr != nullptr) free((static_cast<AlignedHeader *>(ptr) - 1)->block);
+}
+void *aligned_realloc(void *ctx, void *ptr, size_t size) {
+  if (ptr == nullptr) return aligned_malloc(ctx, size);
+  void *fresh = aligned_malloc(ctx, size);
+  if (fresh == nullptr) return nullptr;   // (the old block stays valid, as realloc's)
+  memcpy(fresh, ptr, std::min(size, (static_cast<AlignedHeader *>(ptr) - 1)->size));
+  aligned_free(ctx, ptr, 0);
+  return fresh;
+}
 
 PyDataMem_Handler aligned_handler = {"fusegen_aligned64", 1,
                                      {nullptr, aligned_malloc, aligned_calloc, aligned_realloc, aligned_free}};
