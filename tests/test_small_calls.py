@@ -250,3 +250,35 @@ def test_large_fresh_outputs_are_cache_line_aligned(monkeypatch):
         assert a.shape == shape and get_handler_name(a) != "fusegen_aligned64"
     monkeypatch.setattr(fastcall, "_state", [None])
     assert get_handler_name(fastcall.empty((1 << 16,), np.float64)) != "fusegen_aligned64"
+
+
+_HEAP_CHECK = """
+import ctypes, numpy as np
+libc = ctypes.CDLL("libc.so.6")
+libc.mallopt(-4, 0); libc.mallopt(-1, 2 ** 31 - 1)   # a heap that keeps freed memory (fusegen bench)
+from fusegen.native import fastcall
+def rss():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096
+sizes = []
+for i in range(8):
+    a = fastcall.empty((1 << 24,), np.float32); a[:] = 1
+    b = np.empty((1 << 24,), np.float32); b[:] = 1
+    del a
+    c = fastcall.empty((1 << 24,), np.float32); c[:] = 1
+    del b, c
+    sizes.append(rss())
+print(sizes[-1] - sizes[1])
+"""
+
+
+def test_aligned_outputs_reuse_a_kept_heap():
+    """Aligned blocks and NumPy's own, of one size, allocated and freed in turn in a process whose
+    heap keeps freed memory (glibc with M_MMAP_MAX=0, as ``fusegen bench`` runs): the heap stops
+    growing after the first round (posix_memalign's split-off fragments grew it every round)."""
+    import subprocess
+    import sys
+    if fastcall.module() is None or not sys.platform.startswith("linux"):
+        pytest.skip("needs the small-call extension and glibc")
+    grown = int(subprocess.run([sys.executable, "-c", _HEAP_CHECK], capture_output=True, text=True,
+                               check=True, timeout=120).stdout.strip())
+    assert grown < 64 << 20, f"the heap grew by {grown / 2 ** 20:.0f} MiB over six rounds of 64 MiB blocks"

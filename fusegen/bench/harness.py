@@ -45,7 +45,7 @@ import numpy as np
 
 from .cases import OPS, Method, OpBench, Thunk, check, competitor_methods, reference, tolerance  # noqa: F401
 from .machine import (BANDWIDTH_BYTES, SPREAD_LIMIT, Bandwidth, copy_bandwidth, gbps, machine_info, noise_warnings,  # noqa: F401
-                      read_bandwidth, read_pass, reused_pages, round_spread, time_interleaved)
+                      read_bandwidth, read_pass, reused_pages, round_spread, time_interleaved, trim_heap)
 from .methods import cuda_available, cuda_unavailable, discover, fg_jax_method, gxx_works, why  # noqa: F401
 from .targets import CPU_TARGETS, Targets, judge
 from .variants import ALL_OPS
@@ -374,6 +374,7 @@ def measure_ops(cfg: BenchConfig, cases: list[Case], methods_for: Callable[[OpBe
             docs.append(measure(methods, case, arrays, rounds, per_round))
         del arrays, methods
         gc.collect()
+        trim_heap()
     return docs, names, skipped, step
 
 

@@ -202,6 +202,18 @@ def reused_pages() -> Iterator[str | None]:
             libc.malloc_trim(0)
 
 
+def trim_heap() -> None:
+    """Give the heap's free pages back to the system (glibc's malloc_trim), between ops: inside
+    ``reused_pages`` nothing else does, and the holes that ops of other sizes left behind (one
+    op's 1 GiB blocks beside another's 64 MiB ones, each method's allocator beside NumPy's) added
+    up to an out-of-memory kill at 24 GB in a full run on a 23 GB host. Within an op's cases the
+    heap stays as it is: its first calls, the correctness check, map its pages again."""
+    libc_name = ctypes.util.find_library("c") if sys.platform.startswith("linux") else None
+    libc = ctypes.CDLL(libc_name) if libc_name else None
+    if libc is not None and hasattr(libc, "malloc_trim"):
+        libc.malloc_trim(0)
+
+
 # --- timing ---------------------------------------------------------------------------------------
 def time_interleaved(calls: dict[str, Thunk], rounds: int,
                      calls_per_round: int | dict[str, int] = 1, between: str | None = None) -> dict[str, list[float]]:
