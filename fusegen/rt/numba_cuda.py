@@ -8,6 +8,7 @@ numba.cuda is imported only when a CUDA kernel is prepared, so the CPU backends 
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -40,6 +41,7 @@ class CudaGroup:
     gathers: tuple = ()        # gathers (issue #17): extents and strides after the dims
     gerr: object = None        # checked gathers: the host's initial error block, and the raising function
     on_error: object = None
+    loaded: bool = False       # its kernels' modules are in the context (``_launch``)
 
 
 @dataclass
@@ -126,9 +128,9 @@ def _runner(op, call: NumbaCudaCall):
             tail = [g.meta] + [call.attr_values[a] for a in g.attrs] + list(g.dims)
             gerr = None if g.gerr is None else cuda.to_device(g.gerr, stream=st)
             tail += ([] if gerr is None else [gerr]) + list(g.gathers)
-            g.kernel[g.grid, g.block, st](*args, *parts, *tail)
+            _launch(g, g.kernel, g.grid, g.block, st, (*args, *parts, *tail))
             if g.combine is not None:
-                g.combine[g.combine_grid, g.block, st](*args, *parts, *tail)
+                _launch(g, g.combine, g.combine_grid, g.block, st, (*args, *parts, *tail))
             if gerr is not None:   # a checked gather: its error block decides before anything is delivered
                 code = gerr.copy_to_host(stream=st)
                 st.synchronize()
@@ -151,3 +153,21 @@ def _gather_fields(plan, spec, slots) -> dict:
         tuple(int(gather_stride(a, k, spec, None, ())) for a, k in slots.terms)
     init = np.array([0, np.iinfo(np.int64).min] * len(slots.checks), dtype=np.int64) if slots.checks else None
     return dict(gathers=values, gerr=init, on_error=gather_error(plan.opdef, spec, tuple(slots.checks)))
+
+
+#: Held by the first launch of each group's kernels (``_launch``).
+_FIRST_LAUNCH = threading.Lock()
+
+
+def _launch(g: CudaGroup, kernel, grid, block, st, args) -> None:
+    """``kernel[grid, block, st](*args)``; the group's first launches under one lock: numba-cuda
+    loads a kernel's module into the context at its first launch, and two threads doing that at
+    once both insert it, the second failing with "key already in dictionary" (seen on an H200:
+    four threads' first calls of one softmax kernel). Later launches find it loaded."""
+    if g.loaded:
+        kernel[grid, block, st](*args)
+        return
+    with _FIRST_LAUNCH:
+        kernel[grid, block, st](*args)
+        if kernel is g.kernel and g.combine is None or kernel is g.combine:
+            g.loaded = True

@@ -152,7 +152,8 @@ def test_write_requests_on_device(rng):
     np.testing.assert_allclose(acc.copy_to_host(), 1 + want, rtol=1e-6)
     y, mean, rstd = compiled(ex.layer_norm)(*on_device(x), skip=[0, 2])
     assert y is None and rstd is None
-    np.testing.assert_allclose(mean.copy_to_host(), x.mean(-1, keepdims=True), rtol=1e-5)
+    # (float32's tolerance, tests/conftest.py: a GPU sums in another order than NumPy; 1.1e-5 seen on an H200)
+    np.testing.assert_allclose(mean.copy_to_host(), x.mean(-1, keepdims=True), rtol=2e-5, atol=1e-6)
 
 
 def test_attributes_and_workspaces(rng):

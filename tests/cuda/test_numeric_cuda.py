@@ -5,6 +5,8 @@ block/thread modes, split reductions, device arrays, streams and the error paths
 """
 from __future__ import annotations
 
+import re
+
 import sys
 from pathlib import Path
 
@@ -132,7 +134,8 @@ def test_long_rows_use_several_block_iterations(rng):
     x = sample(rng, (9, 37), "float32")
     k = cuda_kernel(ex.softmax, threads=8, max_blocks=2)
     assert_close(k(x), np_ref(cpu._softmax, x, -1))
-    assert "one block of 8 threads per output row" in k.source
+    # (8 threads under the simulator; a GPU's block is at least a warp, 32)
+    assert re.search(r"one block of (8|32) threads per output row", k.source)
 
 
 # --- the reference ops --------------------------------------------------------------------------
