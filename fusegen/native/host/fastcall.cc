@@ -361,10 +361,9 @@ PyObject *fresh(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
 PyObject *empty(PyObject *, PyObject *args) {
   PyObject *shape, *dtype;
   if (!PyArg_ParseTuple(args, "OO", &shape, &dtype)) return nullptr;
-  std::vector<Output> one(1);
   PyObject *list = Py_BuildValue("[(OO)]", shape, dtype);
   if (list == nullptr) return nullptr;
-  one.clear();
+  std::vector<Output> one;
   const bool ok = parse_outputs(list, &one);
   Py_DECREF(list);
   PyObject *array = ok ? allocate(one, nullptr) : nullptr;
