@@ -43,6 +43,7 @@ from numba.core.imputils import impl_ret_borrowed
 from numba.extending import intrinsic
 from numba.np.arrayobj import make_array
 
+from .lower.cpu_blocks import tile_lanes
 from .lower.pyhelpers import HELPER_NAMES, python_helpers
 from .lower.pysource import NAN_HELPERS, import_source
 
@@ -217,7 +218,7 @@ def _fg_fence(typingctx):
 @intrinsic
 def _fg_transpose(typingctx, dst, dst_at, dst_step, src, src_at, src_step):
     """``dst[dst_at + c * dst_step + r] = src[src_at + r * src_step + c]`` for r, c < L, where L
-    is ``STREAM_BYTES // itemsize`` (16 float32s, 8 float64s): a square tile of one cache line
+    is ``lower.cpu_blocks.tile_lanes(itemsize)`` (16 float32s, 8 float64s): a square tile of one cache line
     per row, transposed in registers: L vector loads, log2(L) rounds of L two-vector shuffles
     (rows i and i + b trade their blocks of b lanes, b = L/2 ... 1), L vector stores. Why: a
     transposed read (y in ``x + y.T``) copied element by element into its block buffer
@@ -225,10 +226,10 @@ def _fg_transpose(typingctx, dst, dst_at, dst_step, src, src_at, src_step):
     on that row; the emitted C++ transposes in registers too. For 4- and 8-byte dtypes only
     (``None`` otherwise: the caller keeps its scalar copy). Bounds are the caller's."""
     if not (isinstance(dst, types.Array) and isinstance(src, types.Array) and dst.ndim == src.ndim == 1
-            and dst.layout == src.layout == "C" and dst.dtype == src.dtype and dst.dtype.bitwidth in (32, 64)
+            and dst.layout == src.layout == "C" and dst.dtype == src.dtype and tile_lanes(dst.dtype.bitwidth // 8)
             and all(isinstance(t, types.Integer) for t in (dst_at, dst_step, src_at, src_step))):
         return None
-    lanes = STREAM_BYTES * 8 // dst.dtype.bitwidth
+    lanes = tile_lanes(dst.dtype.bitwidth // 8)   # (the rule the generated code's copy loops use)
 
     def codegen(context, builder, sig, args):
         elem = ir.IntType(sig.args[0].dtype.bitwidth)

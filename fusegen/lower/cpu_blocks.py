@@ -13,7 +13,8 @@ from .cpu_layout import unravel_lines
 
 def tile_lanes(itemsize: int) -> int:
     """Rows (and lanes) of the square tiles ``_fg_transpose`` moves for elements of ``itemsize``
-    bytes: one cache line per row; 0 where it has no form (1-, 2- and 16-byte elements)."""
+    bytes: one cache line (64 bytes) per row; 0 where it has no form (1-, 2- and 16-byte elements).
+    The intrinsic takes its width from here too."""
     return 64 // itemsize if itemsize in (4, 8) else 0
 
 

@@ -46,5 +46,9 @@ def stream_task_loop(lines: list[str], outputs: list[str]) -> list[str]:
             continue
         out.append("    " + line)
     out += ["    " + text for _, text in reversed(pending)]
+    streamed = {line.split("(", 1)[1].split("_,", 1)[0] for line in out if "_fg_stream(" in line}
+    # (an output whose view took another form would keep an unused buffer and cached stores:
+    # the generator's text changed under this rewrite, which must follow it)
+    assert streamed == set(outputs), (sorted(streamed), outputs)
     out.append("        _fg_fence()   # the block's streamed stores, ordered before the task ends")
     return out
