@@ -292,7 +292,8 @@ class GroupSource:
             self.lines += self.fills.end(pad) + (cpu_moments.late_pivot(st, pair, ew.lines, e, pad) if pair else [])
             blocked = moved and st.is_scan and len(loops) == 1 and cpu_scans.blocked(self, st)
             if blocked:   # (the line's last stretch: the loop below, from pos)
-                self.lines += cpu_scans.blocked_lines(self, accs, vals, ew.lines, *moved, pad)
+                scan = cpu_scans.vector_lines if cpu_scans.vectored(accs) else cpu_scans.blocked_lines
+                self.lines += scan(self, accs, vals, ew.lines, *moved, pad)
             lines, folded = ew.lines, set()
             # (a gather's index constant along the loop, an embedding's id per row, is checked
             # once before it: its bad-index count and value lines are invariant then, so the

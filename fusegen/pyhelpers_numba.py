@@ -44,6 +44,7 @@ from numba.extending import intrinsic
 from numba.np.arrayobj import make_array
 
 from .lower.cpu_blocks import tile_lanes
+from .lower.cpu_scans import SCAN_SUM_DTYPES
 from .lower.pyhelpers import HELPER_NAMES, python_helpers
 from .lower.pysource import NAN_HELPERS, import_source
 
@@ -54,7 +55,7 @@ DIGEST = hashlib.sha256((_TEXT + Path(__file__).read_text(encoding="utf-8")).enc
 HELPERS = ("_fmax", "_fmin") + HELPER_NAMES
 #: every name a generated CPU kernel imports from here
 NAMES = HELPERS + ("_fg_row", "_fg_flat", "_fg_maximum", "_fg_minimum", "_fg_wide", "_fg_stream", "_fg_fence",
-                   "_fg_transpose")
+                   "_fg_transpose", "_fg_scan_sum")
 
 
 def _jit_helpers(module) -> None:
@@ -257,3 +258,61 @@ def _fg_transpose(typingctx, dst, dst_at, dst_step, src, src_at, src_step):
         return context.get_dummy_value()
 
     return types.none(dst, dst_at, dst_step, src, src_at, src_step), codegen
+
+
+
+@intrinsic
+def _fg_scan_sum(typingctx, buf, n, carry):
+    """``buf[:n]`` replaced by its inclusive running sum, starting from ``carry``; returns the last
+    sum (``carry`` when ``n`` is 0). In 64-byte vectors: each vector's own prefix sums in log2(L)
+    rounds of a shift by 1, 2, 4 ... lanes and an add (independent of the vectors before it), then
+    the carry added; the next carry is the carry plus the vector's own total broadcast, so the
+    chain from one vector to the next is one add. Why: a running sum one element at a time is a chain of
+    dependent adds, 4 cycles each; the blocked scan's independent chains (``lower/cpu_scans``)
+    still ran a scalar load, add and store per element. A float sum adds in a different order than
+    one element at a time (each element: the carry plus a tree of at most L of the piece's values),
+    within the same error bound; integers wrap as before. The lanes shifted in are -0.0 for floats,
+    which leaves every value, -0.0 included, as it is. Bounds are the caller's."""
+    if not (isinstance(buf, types.Array) and buf.ndim == 1 and buf.layout == "C" and str(buf.dtype) in SCAN_SUM_DTYPES
+            and isinstance(n, types.Integer) and carry == buf.dtype):
+        return None
+    lanes = 64 // (buf.dtype.bitwidth // 8)
+    is_float = isinstance(buf.dtype, types.Float)
+
+    def codegen(context, builder, sig, args):
+        elem = context.get_value_type(sig.args[0].dtype)
+        vec = ir.VectorType(elem, lanes)
+        add = builder.fadd if is_float else builder.add
+        shift_in = ir.Constant(vec, [-0.0 if is_float else 0] * lanes)
+        a = make_array(sig.args[0])(context, builder, args[0])
+        data = builder.bitcast(a.data, elem.as_pointer())
+        count = context.cast(builder, args[1], sig.args[1], types.intp)
+        width = ir.Constant(count.type, lanes)
+        last = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [lanes - 1] * lanes)
+        running = cgutils.alloca_once_value(builder, builder.shuffle_vector(
+            builder.insert_element(ir.Constant(vec, ir.Undefined), args[2], ir.Constant(ir.IntType(32), 0)),
+            ir.Constant(vec, ir.Undefined), ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)))
+        with cgutils.for_range(builder, builder.sdiv(count, width)) as loop:
+            ptr = builder.bitcast(builder.gep(data, [builder.mul(loop.index, width)]), vec.as_pointer())
+            v = builder.load(ptr, align=1)
+            step = 1
+            while step < lanes:   # lane j += lane j - step (shift_in's lanes below step)
+                mask = [lanes + j if j < step else j - step for j in range(lanes)]
+                v = add(v, builder.shuffle_vector(v, shift_in, ir.Constant(ir.VectorType(ir.IntType(32), lanes), mask)))
+                step *= 2
+            carry_in = builder.load(running)
+            builder.store(add(v, carry_in), ptr, align=1)
+            # (the next carry from this vector's own total, not from the stored sums: the chain
+            # from vector to vector is then one add; the values are the same)
+            builder.store(add(carry_in, builder.shuffle_vector(v, ir.Constant(vec, ir.Undefined), last)), running)
+        total = cgutils.alloca_once_value(builder, builder.extract_element(builder.load(running),
+                                                                           ir.Constant(ir.IntType(32), 0)))
+        tail = builder.mul(builder.sdiv(count, width), width)
+        with cgutils.for_range_slice(builder, tail, count, ir.Constant(count.type, 1)) as (i, _):
+            ptr = builder.gep(data, [i])
+            value = add(builder.load(total), builder.load(ptr))
+            builder.store(value, ptr)
+            builder.store(value, total)
+        return builder.load(total)
+
+    return carry(buf, n, carry), codegen

@@ -116,6 +116,11 @@ def test_the_probe_runs_around_every_method_and_flags_a_bound_beaten():
     samples = bench.time_interleaved(calls, 2, between="P")
     assert log == ["P", "a", "P", "b", "P", "c", "P", "P", "b", "P", "c", "P", "a", "P"]
     assert len(samples["P"]) == 8 and all(len(samples[n]) == 2 for n in "abc")
+    # settle: every timed call follows an untimed one of the same thunk (another's pool may spin)
+    log.clear()
+    settled = bench.time_interleaved(calls, 1, between="P", settle=True)
+    assert log == ["P", "P", "a", "a", "P", "P", "b", "b", "P", "P", "c", "c", "P", "P"]
+    assert len(settled["P"]) == 4 and all(len(settled[n]) == 1 for n in "abc")
     entry = bench.probed_bandwidth(100, [1.0, 2.0, 4.0, 1.0], "how")
     assert entry["bytes_per_s"] == 75.0 and entry["min_gbps"] == 25e-9 and entry["max_gbps"] == 100e-9
     assert entry["spread"] == pytest.approx((100 - 50) / 75)

@@ -14,6 +14,8 @@ import fusegen as fg
 from fusegen.graph.scans import composed
 from fusegen.plan import build_plan
 
+from _optional import needs_gxx
+
 
 @fg.op
 def around(x, y):
@@ -331,3 +333,41 @@ def test_cuda_scan_kernels_compile_to_ptx():
         pytest.skip(f"needs numba-cuda: {numba_cuda_missing()}")
     ptx = compile_ptx(around, ["float32", "float32"], [(2, 5, 3), (2, 5, 3)])
     assert ptx and all(".entry" in text for _, text in ptx)
+
+
+# --- a running sum in vector registers (cpu_scans.vector_lines, _fg_scan_sum, fg::scan_sum) -------
+#: around a vector (16 float32 or 8 float64 lanes), a piece (2048) and across pieces
+VECTOR_EDGES = [1, 7, 8, 9, 15, 16, 17, 33, 2047, 2048, 2049, 4099]
+
+
+@pytest.mark.parametrize("backend", ["numba", pytest.param("aot", marks=needs_gxx)])
+def test_running_sums_in_vector_registers(backend):
+    k = fg.compile(int_lines, backend=backend)
+    rng = np.random.default_rng(11)
+    for dtype in ("float32", "float64", "int32", "uint32", "int64"):
+        for n in VECTOR_EDGES:
+            if dtype.startswith("float"):
+                x = rng.standard_normal((4, n)).astype(dtype)
+                x[1, n // 2] = np.inf                        # inf from there on
+                x[2, n // 3] = np.nan                        # NaN from there on, not before
+                x[3] = -0.0
+            else:
+                x = rng.integers(0 if dtype[0] == "u" else -1000, 1000, (4, n)).astype(dtype)
+            got, want = k(x), np.cumsum(x, -1, dtype=np.result_type(x.dtype, np.int64 if dtype[0] == "i" else x.dtype))
+            if dtype == "uint32":
+                want = np.cumsum(x, -1, dtype=np.uint64)
+            assert got.dtype == want.dtype, (dtype, got.dtype)
+            if dtype.startswith("float"):
+                # a different order of additions than NumPy's, within the sequential bound
+                exact = np.cumsum(x.astype(np.float64), -1)
+                u = np.finfo(dtype).eps / 2
+                with np.errstate(invalid="ignore"):
+                    bound = np.arange(1, n + 1) * u * np.cumsum(np.abs(x.astype(np.float64)), -1)
+                    fin = np.isfinite(exact)
+                    assert (np.abs(got[fin] - exact[fin]) <= bound[fin]).all(), (dtype, n)
+                np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=f"{dtype} n={n}")
+                np.testing.assert_array_equal(got[~fin], want[~fin], err_msg=f"{dtype} n={n}")
+            else:
+                np.testing.assert_array_equal(got, want, err_msg=f"{dtype} n={n}")
+    src = "\n".join(k.sources().values())
+    assert ("_fg_scan_sum(sv0, pb, acc0)" if backend == "numba" else "fg::scan_sum(sv, m, acc0)") in src

@@ -156,7 +156,8 @@ def measure_case(methods: list[Method], case: Case, arrays: tuple, rounds: int, 
         calls["(read probe)"] = lambda: read_pass(probe)
         counts["(read probe)"] = 1
     each = probe_each and "(read probe)" in calls
-    samples = time_interleaved(calls, rounds, counts, between="(read probe)" if each else None)
+    samples = time_interleaved(calls, rounds, counts, between="(read probe)" if each else None,
+                               settle=not case.small)
     extra: dict[str, Any] = {}
     if case.small:
         extra["loop_overhead_s"] = median(samples.pop("(empty loop)"))
@@ -421,7 +422,8 @@ def run_bench(cfg: BenchConfig, progress: Progress | None = None) -> dict:
                          "small_shape": list(cfg.small_shape), "per_call_rounds": cfg.per_call_rounds,
                          "per_call_calls": cfg.per_call_calls, "dtype": cfg.dtype, "backends": list(cfg.backends),
                          "devices": list(cfg.devices), "aot_flags": cfg.aot_flags, "jax": cfg.jax,
-                         "torch": cfg.torch, "interleaved": "rotating start", "warmup_calls": 2},
+                         "torch": cfg.torch, "interleaved": "rotating start", "warmup_calls": 2,
+                         "settle": "an untimed call of the same method before each timed one (large shapes)"},
             "methods": list(names), "fusegen_methods": [n for n, f in names.items() if f],
             "skipped": {n: w for n, w in skipped.items() if n not in names},
             "round_spread": spread, "warnings": warnings,

@@ -215,21 +215,32 @@ def trim_heap() -> None:
 
 
 # --- timing ---------------------------------------------------------------------------------------
-def time_interleaved(calls: dict[str, Thunk], rounds: int,
-                     calls_per_round: int | dict[str, int] = 1, between: str | None = None) -> dict[str, list[float]]:
+def time_interleaved(calls: dict[str, Thunk], rounds: int, calls_per_round: int | dict[str, int] = 1,
+                     between: str | None = None, settle: bool = False) -> dict[str, list[float]]:
     """Per round, time each call in turn, starting one method later each round (A B C, B C A,
     ...: no method always follows the same one); returns seconds per call, one sample per round
     (the round's mean when a method makes several calls per round: ``calls_per_round``, one
     count for all or one per name). ``between`` names a call (a bandwidth probe) timed before
     every other call and once more at the end of each round (P A P B P C P), so it samples the
     machine right around each method: it gets ``len(calls)`` samples a round. The collector is
-    off meanwhile: a collection landing in one sample is not its cost."""
+    off meanwhile: a collection landing in one sample is not its cost.
+
+    ``settle``: each timed call follows an untimed call of the same thunk. Thread pools keep
+    spinning after their work ends (XLA's for about 10 ms, OpenMP's, Numba's), and on 2 cores a
+    pool still spinning from the method before slows the next one: a 2-thread Numba scan took
+    14.7 ms (median) right after ``jax.jit``, 7.5 ms after itself. The untimed call takes that
+    hit and wakes the method's own threads, so a sample is the method's steady state, as in a
+    loop of its own calls (seven methods' medians interleaved, against each alone: 0.96-1.87x
+    without it, 1.01-1.42x with it; sleeping 20 ms instead left silu 1.55x and an AOT scan 1.43x,
+    as a core left idle that long wakes slowly on this shared host)."""
     names = [n for n in calls if n != between]
     counts = calls_per_round if isinstance(calls_per_round, dict) else dict.fromkeys(calls, calls_per_round)
     samples: dict[str, list[float]] = {name: [] for name in calls}
 
     def timed(name: str) -> None:
         fn, count = calls[name], counts[name]
+        if settle:
+            fn()
         t0 = time.perf_counter_ns()
         for _ in range(count):
             fn()

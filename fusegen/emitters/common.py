@@ -20,9 +20,10 @@ from ..cache import cache_dir
 from ..dtypes import AttrType, DType
 from ..errors import DTypeError, ShapeError
 from ..ir import AttrRef, Node, Op, OpDef, ShapeOf, infer, is_scan, leaves_of, node_text
-from ..lower.cpu_scans import SCAN_BLOCKS, SCAN_FOLDS, SCAN_MIN, SCAN_PIECE, SCAN_ROWS, SCAN_SPLIT_CHUNK, SCAN_STEPS, SCAN_STRIDE
+from ..lower.cpu_scans import (SCAN_BLOCKS, SCAN_FOLDS, SCAN_MIN, SCAN_PIECE, SCAN_ROWS, SCAN_SPLIT_CHUNK, SCAN_STEPS,
+                                SCAN_STRIDE, SCAN_SUM_DTYPES)
 from ..plan import Plan, scan_form  # noqa: F401  (scan_form: the emitters import it from here)
-from ..plan.exprs import CPP_HELPER_OPS, vmath_functions
+from ..plan.exprs import CPP, CPP_HELPER_OPS, vmath_functions
 from ..plan.cexprs import uses_complex
 from ..version import __version__
 from . import gathers as G
@@ -390,5 +391,6 @@ def template_data(op: OpDef, plan: Plan, combos: list[dict], errors=None, spec_r
         scans=any(is_scan(n) for n in op.graph.nodes), scan_blocks=SCAN_BLOCKS, scan_steps=SCAN_STEPS,
         scan_piece=SCAN_PIECE, scan_min=SCAN_MIN, scan_stride=SCAN_STRIDE, scan_folds=SCAN_FOLDS,
         scan_split_chunk=SCAN_SPLIT_CHUNK, scan_rows=SCAN_ROWS,
+        scan_sum_types=[CPP.type_name(dt.as_dtype(d)) for d in SCAN_SUM_DTYPES],
         complex_types=uses_complex(op, [c["inputs"] + c["outputs"] for c in combos]), **G.template_data(op),
         **R.template_data(op), **extra)

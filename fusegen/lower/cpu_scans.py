@@ -11,6 +11,13 @@ in place, ``SCAN_STEPS`` steps of a chain at a time), then each block combined w
 for integers, max and min; for floats a sum's rounding changes only in that the carry is added
 to each block's partial sums instead of element by element (``|error| <= (k + 1) u sum |x|``
 for the k-th element, as the sequential scan's bound).
+
+**A running sum is scanned in vector registers** (``vector_lines``) where its accumulator is a
+4- or 8-byte number: the piece's values into the scratch row (vectorized), the row scanned in
+place by ``_fg_scan_sum`` (``pyhelpers_numba``: each 64-byte vector's own prefix sums by shifts
+and adds, then the carry), then stored (vectorized). The blocks' scalar chains ran a load, an
+add and a store per element. In cache, one thread, 16 x 4096 float32, ns per element: Numba
+0.40 -> 0.32, the emitted C++ (`fg::scan_sum`, the same method) 0.39 -> 0.32.
 """
 from __future__ import annotations
 
@@ -40,6 +47,8 @@ SCAN_ROWS = 4
 SCAN_SPLIT_CHUNK = 1 << 13
 #: Shorter lines (and a line's last few elements) are scanned as one chain.
 SCAN_MIN = 256
+#: The accumulator dtypes a running sum is scanned in vector registers in (``vector_lines``).
+SCAN_SUM_DTYPES = ("float32", "float64", "int32", "int64", "uint32", "uint64")
 #: A block's place in the scratch row: 16 times an odd number of elements apart, so no two
 #: blocks lie a multiple of 4 KiB apart (a load would wait on an unrelated store: 4K aliasing).
 SCAN_STRIDE = (SCAN_PIECE // SCAN_BLOCKS // 32) * 32 + 16
@@ -131,6 +140,32 @@ def blocked_lines(gs, accs, vals: list[str], ew_lines, reads, written, pad: str)
     out += store_lines(gs, accs, p4, None, "ri", "t{j}")
     out += [f"{p3}{combine(r.arg.kind, f'acc{j}', f'w{j}[pb - 1]')}" for j, (r, _) in enumerate(accs)]
     out.append(f"{p2}pos += {K} * pb")
+    return out + row_views(gs, list(reads) + list(written), written, "(r_lo + pos)", pad)
+
+
+def vectored(accs) -> bool:
+    """Whether a blocked scan's line runs as ``vector_lines``: one running sum whose accumulator
+    ``_fg_scan_sum`` adds in vector lanes."""
+    return len(accs) == 1 and accs[0][0].arg.kind == "sum" and accs[0][1].name in SCAN_SUM_DTYPES
+
+
+def vector_lines(gs, accs, vals: list[str], ew_lines, reads, written, pad: str) -> list[str]:
+    """The line ``[r_lo, r_hi)`` scanned whole, a piece of up to ``SCAN_PIECE`` at a time, as the
+    module docstring says (``vectored``); leaves ``pos`` at the line's end."""
+    (r, acc), = accs
+    p1, p2 = pad + "    ", pad + "        "
+    out = [f"{pad}# the vector scan: each piece's values into the scratch row (vectorized), the row",
+           f"{pad}# scanned in vector registers from the carry, then stored (vectorized)",
+           f"{pad}pos = 0",
+           f"{pad}sv0 = np.empty({SCAN_PIECE}, dtype=np.{acc.name})",
+           f"{pad}while pos < r_hi - r_lo:",
+           f"{p1}pb = min({SCAN_PIECE}, r_hi - r_lo - pos)"]
+    out += row_views(gs, reads, written, "(r_lo + pos)", p1)
+    out += [f"{p1}for ri in range(pb):"] + [f"{p2}{name} = {expr}" for name, expr in ew_lines]
+    out += [f"{p2}sv0[ri] = {vals[0]}", f"{p1}acc0 = _fg_scan_sum(sv0, pb, acc0)"]
+    out += row_views(gs, written, written, "(r_lo + pos)", p1)
+    out += [f"{p1}for ri in range(pb):"] + store_lines(gs, accs, p2, None, "ri", "sv{j}[ri]")
+    out.append(f"{p1}pos += pb")
     return out + row_views(gs, list(reads) + list(written), written, "(r_lo + pos)", pad)
 
 

@@ -103,8 +103,9 @@ class Kernel:
         return self.executor.source(self._last)
 
     def sources(self) -> dict:
-        """Numba: every prepared signature's generated source, by signature key."""
-        return {k: "\n\n".join(g.source for g in c.groups) for k, c in self._calls.items()}
+        """Every prepared signature's generated source, by signature key (AOT: its library's
+        emitted source, one for all signatures unless the op is emitted per specialization)."""
+        return {k: self.executor.source(c) for k, c in self._calls.items()}
 
     def close(self) -> None:
         """Release native resources (AOT: unload the libraries); the kernel is unusable afterwards."""

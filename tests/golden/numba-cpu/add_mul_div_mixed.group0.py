@@ -6,7 +6,7 @@
 import math
 import numpy as np
 from numba import prange
-from fusegen.pyhelpers_numba import _fmax, _fmin, _fg_floor_divide, _fg_remainder, _fg_floor_divide_int, _fg_remainder_int, _fg_shl, _fg_shr, _fg_shr_u, _fg_logaddexp, _fg_trunc, _fg_rint, _fg_row, _fg_flat, _fg_maximum, _fg_minimum, _fg_wide, _fg_stream, _fg_fence, _fg_transpose
+from fusegen.pyhelpers_numba import _fmax, _fmin, _fg_floor_divide, _fg_remainder, _fg_floor_divide_int, _fg_remainder_int, _fg_shl, _fg_shr, _fg_shr_u, _fg_logaddexp, _fg_trunc, _fg_rint, _fg_row, _fg_flat, _fg_maximum, _fg_minimum, _fg_wide, _fg_stream, _fg_fence, _fg_transpose, _fg_scan_sum
 def kernel(x0, x1, out0, out1, out2, meta):
     # stages 0 of op add_mul_div, col mode
     x0_ = _fg_flat(x0)

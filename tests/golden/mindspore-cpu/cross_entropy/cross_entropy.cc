@@ -91,6 +91,8 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 #ifdef _OPENMP
 #include <omp.h>
