@@ -147,3 +147,32 @@ def test_max_and_min_rows_fold_several_lane_groups():
     for g, w, name in zip(got, want, ("max", "min", "argmax", "argmin")):
         np.testing.assert_array_equal(g, w, err_msg=name)
     np.testing.assert_allclose(got[4][np.isfinite(want[4])], want[4][np.isfinite(want[4])], rtol=1e-5, atol=1e-4)
+
+
+@fg.op
+def _plain_extrema(x):
+    return fg.max(x, axis=-1), fg.min(x, axis=-1)
+
+
+def test_plain_max_and_min_rows_fold_several_lane_groups():
+    """The same lane groups in the kernels of ops without layout ops (_cpu_stages' row loops: a
+    softmax's max pass): fg::kUnroll groups, halves folded into halves; NaN in every part of the
+    loop wins, +-inf rows, zeros, and NumPy's values otherwise. (A stage with a sum keeps one
+    group: softmax's exp-and-sum stage, the emitted text's golden files.)"""
+    src = fg.emit(_plain_extrema, dtypes="float32").source
+    assert "float acc1[fg::kUnroll * fg::kLanes];" in src and "for (int w = fg::kUnroll * fg::kLanes / 2; w >= 1; w /= 2) {" in src
+    k = fg.compile(_plain_extrema, backend="aot")
+    for n in (5, 16, 64 * 3 + 16 + 5, 1024 + 7):
+        rng = np.random.default_rng(n)
+        x = rng.standard_normal((9, n)).astype(np.float32)
+        for r, at in enumerate((0, n // 3, n - 1, min(n - 1, 200))):   # NaN at the start, a group, the tail
+            x[r, at] = np.nan
+        x[4] = -np.inf
+        x[5] = np.inf
+        x[6] = 0.0
+        x[6, n // 2] = -0.0
+        x[7, n // 4] = 99.0
+        x[8, n - 1] = -99.0
+        got = k(x)
+        np.testing.assert_array_equal(got[0], x.max(-1), err_msg=f"max n={n}")
+        np.testing.assert_array_equal(got[1], x.min(-1), err_msg=f"min n={n}")

@@ -1074,8 +1074,8 @@ void stage0(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
   if (L.inner == 1) {
     // Row mode: the innermost dim is reduced; several accumulators per reduction keep the adds independent.
     (void)n;
-    float acc0[fg::kLanes];
-    std::fill(acc0, acc0 + fg::kLanes, -std::numeric_limits<float>::infinity());
+    float acc0[fg::kUnroll * fg::kLanes];
+    std::fill(acc0, acc0 + fg::kUnroll * fg::kLanes, -std::numeric_limits<float>::infinity());
     for (int64_t ro = 0; ro < L.ro_total; ++ro) {
       int64_t c[kOperands];
       fg::ro_offsets(L, ro, base, c);
@@ -1084,6 +1084,17 @@ void stage0(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
         const int64_t m = std::min<int64_t>(fg::kChunk, r_hi - r0);
         const _Float16 *v0 = fg::view(p0 + c[0] + r0 * L.ri_str[0], L.ri_str[0], m, pk0);
         int64_t i = 0;
+        for (; i + fg::kUnroll * fg::kLanes <= m; i += fg::kUnroll * fg::kLanes) {
+#pragma GCC unroll 4
+          for (int u = 0; u < fg::kUnroll; ++u) {
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC unroll 1
+#endif
+            for (int l = 0; l < fg::kLanes; ++l) {
+              acc0[u * fg::kLanes + l] = fg::fg_max(acc0[u * fg::kLanes + l], s0_r0(v0[i + u * fg::kLanes + l], a));
+            }
+          }
+        }
         for (; i + fg::kLanes <= m; i += fg::kLanes) {
 #if defined(__GNUC__) && !defined(__clang__)
           // Kept a loop, which g++ 12 vectorizes (fg_max's compare-and-blend on a vector of
@@ -1099,8 +1110,15 @@ void stage0(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
         }
       }
     }
+    // (halves folded into halves: vector steps; one lane at a time was a compare and a
+    // mispredicted branch per lane, per row)
+#pragma GCC unroll 8
+    for (int w = fg::kUnroll * fg::kLanes / 2; w >= 1; w /= 2) {
+      for (int l = 0; l < w; ++l) {
+        acc0[l] = fg::fg_max(acc0[l], acc0[l + w]);
+      }
+    }
     float r0 = acc0[0];
-    for (int l = 1; l < fg::kLanes; ++l) r0 = fg::fg_max(r0, acc0[l]);
     if (part != nullptr) {  // split mode: leave the partial result for combine0
       reinterpret_cast<float *>(part + 0 * stride)[0] = r0;
       return;
@@ -1406,8 +1424,8 @@ void stage0(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
   if (L.inner == 1) {
     // Row mode: the innermost dim is reduced; several accumulators per reduction keep the adds independent.
     (void)n;
-    float acc0[fg::kLanes];
-    std::fill(acc0, acc0 + fg::kLanes, -std::numeric_limits<float>::infinity());
+    float acc0[fg::kUnroll * fg::kLanes];
+    std::fill(acc0, acc0 + fg::kUnroll * fg::kLanes, -std::numeric_limits<float>::infinity());
     for (int64_t ro = 0; ro < L.ro_total; ++ro) {
       int64_t c[kOperands];
       fg::ro_offsets(L, ro, base, c);
@@ -1416,6 +1434,17 @@ void stage0(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
         const int64_t m = std::min<int64_t>(fg::kChunk, r_hi - r0);
         const float *v0 = fg::view(p0 + c[0] + r0 * L.ri_str[0], L.ri_str[0], m, pk0);
         int64_t i = 0;
+        for (; i + fg::kUnroll * fg::kLanes <= m; i += fg::kUnroll * fg::kLanes) {
+#pragma GCC unroll 4
+          for (int u = 0; u < fg::kUnroll; ++u) {
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC unroll 1
+#endif
+            for (int l = 0; l < fg::kLanes; ++l) {
+              acc0[u * fg::kLanes + l] = fg::fg_max(acc0[u * fg::kLanes + l], s0_r0(v0[i + u * fg::kLanes + l], a));
+            }
+          }
+        }
         for (; i + fg::kLanes <= m; i += fg::kLanes) {
 #if defined(__GNUC__) && !defined(__clang__)
           // Kept a loop, which g++ 12 vectorizes (fg_max's compare-and-blend on a vector of
@@ -1431,8 +1460,15 @@ void stage0(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
         }
       }
     }
+    // (halves folded into halves: vector steps; one lane at a time was a compare and a
+    // mispredicted branch per lane, per row)
+#pragma GCC unroll 8
+    for (int w = fg::kUnroll * fg::kLanes / 2; w >= 1; w /= 2) {
+      for (int l = 0; l < w; ++l) {
+        acc0[l] = fg::fg_max(acc0[l], acc0[l + w]);
+      }
+    }
     float r0 = acc0[0];
-    for (int l = 1; l < fg::kLanes; ++l) r0 = fg::fg_max(r0, acc0[l]);
     if (part != nullptr) {  // split mode: leave the partial result for combine0
       reinterpret_cast<float *>(part + 0 * stride)[0] = r0;
       return;
@@ -1738,8 +1774,8 @@ void stage0(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
   if (L.inner == 1) {
     // Row mode: the innermost dim is reduced; several accumulators per reduction keep the adds independent.
     (void)n;
-    double acc0[fg::kLanes];
-    std::fill(acc0, acc0 + fg::kLanes, -std::numeric_limits<double>::infinity());
+    double acc0[fg::kUnroll * fg::kLanes];
+    std::fill(acc0, acc0 + fg::kUnroll * fg::kLanes, -std::numeric_limits<double>::infinity());
     for (int64_t ro = 0; ro < L.ro_total; ++ro) {
       int64_t c[kOperands];
       fg::ro_offsets(L, ro, base, c);
@@ -1748,6 +1784,17 @@ void stage0(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
         const int64_t m = std::min<int64_t>(fg::kChunk, r_hi - r0);
         const double *v0 = fg::view(p0 + c[0] + r0 * L.ri_str[0], L.ri_str[0], m, pk0);
         int64_t i = 0;
+        for (; i + fg::kUnroll * fg::kLanes <= m; i += fg::kUnroll * fg::kLanes) {
+#pragma GCC unroll 4
+          for (int u = 0; u < fg::kUnroll; ++u) {
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC unroll 1
+#endif
+            for (int l = 0; l < fg::kLanes; ++l) {
+              acc0[u * fg::kLanes + l] = fg::fg_max(acc0[u * fg::kLanes + l], s0_r0(v0[i + u * fg::kLanes + l], a));
+            }
+          }
+        }
         for (; i + fg::kLanes <= m; i += fg::kLanes) {
 #if defined(__GNUC__) && !defined(__clang__)
           // Kept a loop, which g++ 12 vectorizes (fg_max's compare-and-blend on a vector of
@@ -1763,8 +1810,15 @@ void stage0(const Layout &L, const int64_t *base, int64_t n, void *const *ptr, c
         }
       }
     }
+    // (halves folded into halves: vector steps; one lane at a time was a compare and a
+    // mispredicted branch per lane, per row)
+#pragma GCC unroll 8
+    for (int w = fg::kUnroll * fg::kLanes / 2; w >= 1; w /= 2) {
+      for (int l = 0; l < w; ++l) {
+        acc0[l] = fg::fg_max(acc0[l], acc0[l + w]);
+      }
+    }
     double r0 = acc0[0];
-    for (int l = 1; l < fg::kLanes; ++l) r0 = fg::fg_max(r0, acc0[l]);
     if (part != nullptr) {  // split mode: leave the partial result for combine0
       reinterpret_cast<double *>(part + 0 * stride)[0] = r0;
       return;
