@@ -145,6 +145,78 @@ def test_small_calls_from_threads_beside_ctypes_path_calls():
     assert not bad
 
 
+@needs_gxx
+def test_large_calls_release_the_gil_without_the_ctypes_path(monkeypatch):
+    """Above ``SMALL_CALL_BYTES`` the extension runs the kernel with the GIL released (no ctypes
+    path): threads on one signature (fresh outputs, ``out=``, and a Fortran-order input that takes
+    the ctypes path) all get NumPy's results; while one call has the extension's block, another
+    thread's takes the ctypes path. A kernel error leaves the block usable, and ``close()`` waits
+    for running calls."""
+    import threading
+    import time
+    from fusegen.native.aot_kernel import AotKernel
+    ctypes_calls = []
+    run_prepared = AotKernel.run_prepared
+    monkeypatch.setattr(AotKernel, "run_prepared", lambda *a, **kw: ctypes_calls.append(1) or run_prepared(*a, **kw))
+    big_x = np.random.default_rng(0).standard_normal((256, 512)).astype(np.float32)   # 512 KiB an array
+    big_y = np.linspace(1, 2, big_x.size, dtype=np.float32).reshape(big_x.shape)
+    k = fg.compile(ex.add_mul_div, backend="aot", dtypes="float32")
+    want = k(big_x, big_y)
+    assert "_small(" in k._calls[k.key(big_x, big_y)].run.source and not ctypes_calls
+    outs = tuple(np.empty_like(big_x) for _ in range(3))
+    assert all(g is o for g, o in zip(k(big_x, big_y, out=outs), outs)) and not ctypes_calls
+    bad, seen = [], threading.Event()
+
+    def work(i):
+        for _ in range(40):
+            if i % 3 == 0:
+                got = k(big_x, big_y, out=tuple(np.empty_like(big_x) for _ in range(3)))
+            elif i % 3 == 1:
+                got = k(np.asfortranarray(big_x), big_y)
+            else:
+                got = k(big_x, big_y)
+            if not all(np.array_equal(w, g) for w, g in zip(want, got)):
+                bad.append(i)
+            seen.set()
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not bad and seen.is_set()
+    # a kernel's error on the large path, then the same signature again: the block was released
+    ce = fg.compile(ex.cross_entropy, backend="aot", dtypes="float32,int64")
+    logits = np.zeros((4096, 9), np.float32)
+    labels = np.arange(4096) % 9
+    np.testing.assert_allclose(ce(logits, labels), np.log(9), rtol=1e-5)
+    calls = len(ctypes_calls)
+    for _ in range(2):
+        with pytest.raises(fg.BoundsError, match="index 9 is out of bounds for axis 1 with size 9"):
+            ce(logits, np.where(labels == 8, 9, labels))
+        np.testing.assert_allclose(ce(logits, labels), np.log(9), rtol=1e-5)
+    assert len(ctypes_calls) == calls
+    # close() while threads call: each call either finishes or is refused, never crashes
+    k2 = fg.compile(ex.add_mul_div, backend="aot", dtypes="float32")
+    k2(big_x, big_y)
+    errors, stop = [], threading.Event()
+
+    def hammer():
+        while not stop.is_set():
+            try:
+                k2(big_x, big_y)
+            except fg.FusegenError as e:
+                errors.append(type(e).__name__)
+                return
+    runners = [threading.Thread(target=hammer) for _ in range(3)]
+    for t in runners:
+        t.start()
+    time.sleep(0.05)
+    k2.close()
+    stop.set()
+    for t in runners:
+        t.join()
+
+
 def test_no_small_call_extension_without_a_compiler(monkeypatch):
     """A failed build (no compiler, no headers) leaves the ctypes path, once per process."""
     from fusegen.errors import CompileError

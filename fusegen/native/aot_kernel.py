@@ -460,6 +460,29 @@ class AotKernel(aot_cuda.DeviceCalls, GuardedCalls):
                 if signature.evicted or not self._open:
                     self._leave_idle(signature)
 
+    def running_calls(self, signature: Signature) -> tuple:
+        """``(enter, leave)`` for calls on ``signature`` that the small-call extension runs with
+        the GIL released: ``enter()`` counts one running under the lock, as ``run_prepared``
+        does (False: the kernel was closed or the signature evicted; take ``run_prepared``),
+        ``leave()`` ends it and releases what waited for it."""
+        lock = self._lock
+
+        def enter() -> bool:
+            with lock:
+                if signature.evicted or not self._open:
+                    return False
+                signature.busy += 1
+                self._running += 1
+                return True
+
+        def leave() -> None:
+            with lock:
+                signature.busy -= 1
+                self._running -= 1
+                if signature.evicted or not self._open:
+                    self._leave_idle(signature)
+        return enter, leave
+
     def small_call(self, signature: Signature) -> tuple | None:
         """The small-call path for ``signature`` (``fastcall.small_call``), or None."""
         key = signature.key   # (dtype, shape) per input

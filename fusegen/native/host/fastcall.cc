@@ -6,10 +6,13 @@
 //
 // It runs only what it can run exactly as the Python path would; anything else returns False
 // with nothing done, and the caller takes that path (which copies, checks and reports): an input
-// that is not a C-contiguous ndarray, a closed kernel, an evicted signature. It holds the GIL
-// from those checks to the kernel's return, so no other thread can close the kernel, evict the
-// signature or use the block in between; hence it serves only calls small enough that holding
-// the GIL costs others less than a thread switch would.
+// that is not a C-contiguous ndarray, a closed kernel, an evicted signature. A small call holds
+// the GIL from those checks to the kernel's return, so no other thread can close the kernel,
+// evict the signature or use the block in between. A large one (prepared with `enter` and
+// `leave`) releases it while the kernel runs, as the ctypes path does: `enter` counts the call
+// running under the kernel's lock (close() and eviction wait for it), the block is marked in use
+// (another thread's call meanwhile takes the ctypes path, with blocks of its own), and `leave`
+// ends the call. The ctypes path's Python cost ~4 us per call from 64 KiB on.
 //
 // The Numba backend's runners use `fresh` (below): the same input checks and output allocation,
 // without a kernel call (theirs is a Numba entry point, called from Python).
@@ -171,6 +174,8 @@ struct Prepared {
   FgCall *block;
   Py_ssize_t n_inputs;
   std::vector<Output> outputs;
+  PyObject *enter = nullptr, *leave = nullptr;   // a large call's (GIL released): else null
+  bool in_use = false;   // a large call has the block (read and written with the GIL held)
 };
 
 const char *const kCapsule = "fusegen.fastcall.Prepared";
@@ -181,20 +186,28 @@ void destroy(PyObject *capsule) {
   if (p == nullptr) return;
   Py_XDECREF(p->kernel);
   Py_XDECREF(p->signature);
+  Py_XDECREF(p->enter);
+  Py_XDECREF(p->leave);
   release_outputs(&p->outputs);
   delete p;
 }
 
-// prepare(kernel, signature, call_main, block, n_inputs, [(shape, dtype), ...]) -> capsule
+// prepare(kernel, signature, call_main, block, n_inputs, [(shape, dtype), ...][, enter, leave])
+// -> capsule; with `enter` and `leave` (callables of no arguments), its calls release the GIL.
 PyObject *prepare(PyObject *, PyObject *args) {
-  PyObject *kernel, *signature, *main, *block, *outputs;
+  PyObject *kernel, *signature, *main, *block, *outputs, *enter = Py_None, *leave = Py_None;
   Py_ssize_t n_inputs;
-  if (!PyArg_ParseTuple(args, "OOOOnO!", &kernel, &signature, &main, &block, &n_inputs, &PyList_Type, &outputs))
+  if (!PyArg_ParseTuple(args, "OOOOnO!|OO", &kernel, &signature, &main, &block, &n_inputs, &PyList_Type, &outputs,
+                        &enter, &leave))
     return nullptr;
   auto *p = new Prepared{kernel, signature, reinterpret_cast<CallMain>(PyLong_AsVoidPtr(main)),
                          static_cast<FgCall *>(PyLong_AsVoidPtr(block)), n_inputs, {}};
   Py_INCREF(kernel);
   Py_INCREF(signature);
+  if (enter != Py_None && leave != Py_None) {
+    p->enter = Py_NewRef(enter);
+    p->leave = Py_NewRef(leave);
+  }
   PyObject *capsule = PyCapsule_New(p, kCapsule, destroy);
   if (capsule == nullptr) {
     Py_DECREF(kernel);
@@ -245,15 +258,65 @@ Gate gate(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t skip, const char *
   return open && !evicted ? Gate::kRun : Gate::kSkip;
 }
 
-// Runs the kernel on `inputs` (the outputs' pointers already in the block): `result` when it
-// returned 0, else (`result` released) the shim's status as an int.
+// Claims the block for a call before anything is written into it: 1 (a small call, or a large
+// one that `enter` let run and that now has the block), 0 (take the ctypes path: another
+// thread's large call has the block, or the kernel closed) or -1 (a Python error).
+int claim(Prepared *p) {
+  if (p->enter == nullptr) return 1;
+  if (p->in_use) return 0;
+  PyObject *ok = PyObject_CallNoArgs(p->enter);
+  if (ok == nullptr) return -1;
+  const int go = PyObject_IsTrue(ok);
+  Py_DECREF(ok);
+  if (go == 1) p->in_use = true;
+  return go;
+}
+
+// Gives a claimed block back without running (a Python error is set: kept across `leave`).
+void unclaim(Prepared *p) {
+  if (p->enter == nullptr) return;
+  p->in_use = false;
+  PyObject *type, *value, *trace;
+  PyErr_Fetch(&type, &value, &trace);
+  PyObject *left = PyObject_CallNoArgs(p->leave);
+  Py_XDECREF(left);
+  PyErr_Restore(type, value, trace);
+}
+
+// Runs the kernel on `inputs` (the block claimed, the outputs' pointers in it): `result` when it
+// returned 0, else (`result` released) the shim's status as an int. A large call runs with the
+// GIL released; one that failed keeps the block until `release`: the caller reads its error
+// from the block first.
 PyObject *run(Prepared *p, PyObject *const *inputs, PyObject *result) {
+  const bool large = p->enter != nullptr;
   for (Py_ssize_t i = 0; i < p->n_inputs; ++i)
     p->block->params[i] = PyArray_DATA(reinterpret_cast<PyArrayObject *>(inputs[i]));
-  int status = p->main(p->block);
-  if (status == 0 && p->block->result == 0) return result;
+  int status;
+  if (large) {
+    Py_BEGIN_ALLOW_THREADS
+    status = p->main(p->block);
+    Py_END_ALLOW_THREADS
+  } else {
+    status = p->main(p->block);
+  }
+  const bool ok = status == 0 && p->block->result == 0;
+  if (large) {
+    if (ok) p->in_use = false;
+    PyObject *left = PyObject_CallNoArgs(p->leave);
+    if (left == nullptr) return Py_DECREF(result), nullptr;
+    Py_DECREF(left);
+  }
+  if (ok) return result;
   Py_DECREF(result);
   return PyLong_FromLong(status);
+}
+
+// release(prepared): a failed large call's block is free again (its error has been read).
+PyObject *release(PyObject *, PyObject *capsule) {
+  auto *p = static_cast<Prepared *>(PyCapsule_GetPointer(capsule, kCapsule));
+  if (p == nullptr) return nullptr;
+  p->in_use = false;
+  Py_RETURN_NONE;
 }
 
 // call(prepared, *inputs): the outputs (one array, or a tuple of them) when the kernel ran and
@@ -263,8 +326,10 @@ PyObject *call(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
   Prepared *p;
   const Gate g = gate(args, nargs, 0, "call(prepared, *inputs)", &p);
   if (g != Gate::kRun) return g == Gate::kSkip ? Py_NewRef(Py_False) : nullptr;
+  const int go = claim(p);
+  if (go != 1) return go == 0 ? Py_NewRef(Py_False) : nullptr;
   PyObject *result = allocate(p->outputs, p->block->params + p->n_inputs);
-  if (result == nullptr) return nullptr;
+  if (result == nullptr) return unclaim(p), nullptr;
   return run(p, args + 1, result);
 }
 
@@ -299,8 +364,10 @@ PyObject *call_out(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
   for (Py_ssize_t k = 0; k < n_out; ++k) {
     if (!output_array(outs[k], p->outputs[k])) Py_RETURN_FALSE;
   }
+  const int go = claim(p);
+  if (go != 1) return go == 0 ? Py_NewRef(Py_False) : nullptr;
   PyObject *result = n_out == 1 ? Py_NewRef(outs[0]) : PyTuple_New(n_out);
-  if (result == nullptr) return nullptr;
+  if (result == nullptr) return unclaim(p), nullptr;
   for (Py_ssize_t k = 0; k < n_out; ++k) {
     if (n_out > 1) PyTuple_SET_ITEM(result, k, Py_NewRef(outs[k]));
     p->block->params[p->n_inputs + k] = PyArray_DATA(reinterpret_cast<PyArrayObject *>(outs[k]));
@@ -374,7 +441,8 @@ PyObject *empty(PyObject *, PyObject *args) {
 PyMethodDef methods[] = {
     {"empty", empty, METH_VARARGS, "empty(shape, dtype) -> array (64-byte aligned data from 64 KiB on)"},
     {"prepare", prepare, METH_VARARGS,
-     "prepare(kernel, signature, call_main, block, n_inputs, [(shape, dtype), ...]) -> prepared"},
+     "prepare(kernel, signature, call_main, block, n_inputs, [(shape, dtype), ...][, enter, leave]) -> prepared"},
+    {"release", release, METH_O, "release(prepared): a failed large call's block is free again"},
     {"call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(call)), METH_FASTCALL,
      "call(prepared, *inputs) -> outputs | False | status"},
     {"call_out", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(call_out)), METH_FASTCALL,
