@@ -121,20 +121,22 @@ def test_small_calls_from_threads_beside_ctypes_path_calls():
     """Threads on one signature: the small-call path (its own block, the GIL held; fresh outputs
     and ``out=``) beside calls that take the ctypes path (a Fortran-order input) with the GIL
     released."""
-    import threading
     k = fg.compile(ex.add_mul_div, backend="aot", dtypes="float32")
-    want = k(X, Y)
-    bad = []
+    assert not _three_ways_from_threads(k, X, Y, 150)
+
+
+def _three_ways_from_threads(k, x, y, calls: int) -> list:
+    """Six threads, each making ``calls`` calls of ``k`` one way: ``out=``, a Fortran-order input
+    (the ctypes path), fresh outputs; the threads whose results differed from one call's."""
+    import threading
+    want, bad = k(x, y), []
 
     def work(i):
-        for _ in range(150):
+        for _ in range(calls):
             if i % 3 == 0:
-                outs = tuple(np.empty_like(X) for _ in range(3))
-                got = k(X, Y, out=outs)
-            elif i % 3 == 1:
-                got = k(np.asfortranarray(X), Y)
+                got = k(x, y, out=tuple(np.empty_like(x) for _ in range(3)))
             else:
-                got = k(X, Y)
+                got = k(np.asfortranarray(x) if i % 3 == 1 else x, y)
             if not all(np.array_equal(w, g) for w, g in zip(want, got)):
                 bad.append(i)
     threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
@@ -142,7 +144,7 @@ def test_small_calls_from_threads_beside_ctypes_path_calls():
         t.start()
     for t in threads:
         t.join()
-    assert not bad
+    return bad
 
 
 @needs_gxx
@@ -165,25 +167,8 @@ def test_large_calls_release_the_gil_without_the_ctypes_path(monkeypatch):
     assert "_small(" in k._calls[k.key(big_x, big_y)].run.source and not ctypes_calls
     outs = tuple(np.empty_like(big_x) for _ in range(3))
     assert all(g is o for g, o in zip(k(big_x, big_y, out=outs), outs)) and not ctypes_calls
-    bad, seen = [], threading.Event()
-
-    def work(i):
-        for _ in range(40):
-            if i % 3 == 0:
-                got = k(big_x, big_y, out=tuple(np.empty_like(big_x) for _ in range(3)))
-            elif i % 3 == 1:
-                got = k(np.asfortranarray(big_x), big_y)
-            else:
-                got = k(big_x, big_y)
-            if not all(np.array_equal(w, g) for w, g in zip(want, got)):
-                bad.append(i)
-            seen.set()
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not bad and seen.is_set()
+    assert all(np.array_equal(w, o) for w, o in zip(want, outs))
+    assert not _three_ways_from_threads(k, big_x, big_y, 40)
     # a kernel's error on the large path, then the same signature again: the block was released
     ce = fg.compile(ex.cross_entropy, backend="aot", dtypes="float32,int64")
     logits = np.zeros((4096, 9), np.float32)
