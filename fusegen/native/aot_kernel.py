@@ -335,22 +335,6 @@ class AotKernel(aot_cuda.DeviceCalls, GuardedCalls):
 
     # ----------------------------------------------------------------- the call
 
-    def _check_out(self, out: Any, signature: Signature) -> list[np.ndarray]:
-        outs = list(out) if isinstance(out, (list, tuple)) else [out]
-        if len(outs) != len(signature.outputs):
-            raise ArgumentError(f"{self.name}: out= has {len(outs)} arrays, the kernel has "
-                                f"{len(signature.outputs)} outputs")
-        for k, (array, (shape, dtype)) in enumerate(zip(outs, signature.outputs)):
-            if not isinstance(array, np.ndarray):
-                raise ArgumentError(f"{self.name}: out[{k}] is a {type(array).__name__}, not a numpy array")
-            if array.shape != shape:
-                raise ShapeError(f"{self.name}: out[{k}] has shape {array.shape}, expected {shape}")
-            if array.dtype != dtype:
-                raise DTypeError(f"{self.name}: out[{k}] has dtype {array.dtype}, expected {dtype}")
-            if not (array.flags.c_contiguous and array.flags.writeable):
-                raise ArgumentError(f"{self.name}: out[{k}] must be C-contiguous and writeable")
-        return outs
-
     def _arrays(self, inputs: tuple) -> tuple[list[np.ndarray], tuple]:
         """C-contiguous arrays for ``inputs`` (others are copied) and their signature key.
 
@@ -461,26 +445,20 @@ class AotKernel(aot_cuda.DeviceCalls, GuardedCalls):
                     self._leave_idle(signature)
 
     def running_calls(self, signature: Signature) -> tuple:
-        """``(enter, leave)`` for calls on ``signature`` that the small-call extension runs with
-        the GIL released: ``enter()`` counts one running under the lock, as ``run_prepared``
-        does (False: the kernel was closed or the signature evicted; take ``run_prepared``),
-        ``leave()`` ends it and releases what waited for it."""
-        lock = self._lock
-
+        """``(enter, leave)`` for the small-call extension's calls on ``signature`` that release the
+        GIL: ``enter()`` counts one running under the lock, as ``run_prepared`` does (False: the
+        kernel was closed or the signature evicted: take ``run_prepared``), ``leave()`` ends it."""
         def enter() -> bool:
-            with lock:
-                if signature.evicted or not self._open:
-                    return False
-                signature.busy += 1
-                self._running += 1
-                return True
+            with self._lock:
+                ok = self._open and not signature.evicted
+                if ok:
+                    signature.busy += 1
+                    self._running += 1
+                return ok
 
         def leave() -> None:
-            with lock:
-                signature.busy -= 1
-                self._running -= 1
-                if signature.evicted or not self._open:
-                    self._leave_idle(signature)
+            with self._lock:
+                self._leave(signature)
         return enter, leave
 
     def small_call(self, signature: Signature) -> tuple | None:
@@ -503,7 +481,7 @@ class AotKernel(aot_cuda.DeviceCalls, GuardedCalls):
         if out is None:
             outs = [fastcall.empty(shape, dtype) for shape, dtype in signature.outputs]   # (64-byte aligned)
         else:
-            outs = self._check_out(out, signature)
+            outs = signature.check_out(self.name, out)
         i = 0
         for array in (*arrays, *outs):
             # c_char.from_buffer is ~4x cheaper than array.ctypes.data (this loop is most

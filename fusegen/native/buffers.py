@@ -108,7 +108,7 @@ class GuardedCalls:
     def _run_guarded(self, signature, arrays, out):
         """run_prepared in guard mode: outputs in fenced buffers, every fence checked after the call;
         a caller's out= arrays are only written once the kernel is known to have stayed in bounds."""
-        given = self._check_out(out, signature) if out is not None else None
+        given = signature.check_out(self.name, out) if out is not None else None
         fences = [GuardedBuffer(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize, f"output {k}")
                   for k, (shape, dtype) in enumerate(signature.outputs)]
         outs = [f.array(shape, dtype) for f, (shape, dtype) in zip(fences, signature.outputs)]

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import ArgumentError, DTypeError, ShapeError
 from . import build
 from .buffers import aligned_workspace
 from .host import FgCall
@@ -92,3 +93,21 @@ class Signature:
         block = FgCall(fn=self.block.fn, nparam=len(params), params=_addressof(params), ndims=_addressof(ndims),
                         shapes=_addressof(shapes), dtypes=_addressof(dtypes), stream=None, extra=self.extra)
         return block, _addressof(block), params, workspaces
+
+    def check_out(self, name: str, out: Any) -> list[np.ndarray]:
+        """``out=`` (one array, or a list or tuple of them) as the list of arrays the kernel
+        ``name`` may write into: one per output, ndarrays of its shape and dtype, C-contiguous
+        and writeable; else the error that says which is wrong."""
+        outs = list(out) if isinstance(out, (list, tuple)) else [out]
+        if len(outs) != len(self.outputs):
+            raise ArgumentError(f"{name}: out= has {len(outs)} arrays, the kernel has {len(self.outputs)} outputs")
+        for k, (array, (shape, dtype)) in enumerate(zip(outs, self.outputs)):
+            if not isinstance(array, np.ndarray):
+                raise ArgumentError(f"{name}: out[{k}] is a {type(array).__name__}, not a numpy array")
+            if array.shape != shape:
+                raise ShapeError(f"{name}: out[{k}] has shape {array.shape}, expected {shape}")
+            if array.dtype != dtype:
+                raise DTypeError(f"{name}: out[{k}] has dtype {array.dtype}, expected {dtype}")
+            if not (array.flags.c_contiguous and array.flags.writeable):
+                raise ArgumentError(f"{name}: out[{k}] must be C-contiguous and writeable")
+        return outs
