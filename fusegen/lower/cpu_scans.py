@@ -152,7 +152,7 @@ def vectored(accs) -> bool:
 def vector_lines(gs, accs, vals: list[str], ew_lines, reads, written, pad: str) -> list[str]:
     """The line ``[r_lo, r_hi)`` scanned whole, a piece of up to ``SCAN_PIECE`` at a time, as the
     module docstring says (``vectored``); leaves ``pos`` at the line's end."""
-    (r, acc), = accs
+    (_, acc), = accs
     p1, p2 = pad + "    ", pad + "        "
     out = [f"{pad}# the vector scan: each piece's values into the scratch row (vectorized), the row",
            f"{pad}# scanned in vector registers from the carry, then stored (vectorized)",
