@@ -260,7 +260,6 @@ def _fg_transpose(typingctx, dst, dst_at, dst_step, src, src_at, src_step):
     return types.none(dst, dst_at, dst_step, src, src_at, src_step), codegen
 
 
-
 @intrinsic
 def _fg_scan_sum(typingctx, buf, n, carry):
     """``buf[:n]`` replaced by its inclusive running sum, starting from ``carry``; returns the last

@@ -5,6 +5,7 @@ freed pages mapped, and whether the run was quiet enough to trust.
 from __future__ import annotations
 
 import contextlib
+import functools
 import ctypes
 import ctypes.util
 import gc
@@ -185,8 +186,7 @@ def reused_pages() -> Iterator[str | None]:
     trimming), so a method's output comes from pages already mapped instead of fresh ones; the
     defaults are restored and the heap trimmed afterwards. Yields what was done, None where it
     cannot be done (not glibc)."""
-    libc_name = ctypes.util.find_library("c") if sys.platform.startswith("linux") else None
-    libc = ctypes.CDLL(libc_name) if libc_name else None
+    libc = _glibc()
     if libc is None or not hasattr(libc, "mallopt"):
         yield None
         return
@@ -208,10 +208,16 @@ def trim_heap() -> None:
     op's 1 GiB blocks beside another's 64 MiB ones, each method's allocator beside NumPy's) added
     up to an out-of-memory kill at 24 GB in a full run on a 23 GB host. Within an op's cases the
     heap stays as it is: its first calls, the correctness check, map its pages again."""
-    libc_name = ctypes.util.find_library("c") if sys.platform.startswith("linux") else None
-    libc = ctypes.CDLL(libc_name) if libc_name else None
+    libc = _glibc()
     if libc is not None and hasattr(libc, "malloc_trim"):
         libc.malloc_trim(0)
+
+
+@functools.lru_cache(maxsize=1)
+def _glibc():
+    """The C library (Linux), for its allocator's knobs; None elsewhere."""
+    libc_name = ctypes.util.find_library("c") if sys.platform.startswith("linux") else None
+    return ctypes.CDLL(libc_name) if libc_name else None
 
 
 # --- timing ---------------------------------------------------------------------------------------

@@ -108,7 +108,9 @@ class Kernel:
         return {k: self.executor.source(c) for k, c in self._calls.items()}
 
     def close(self) -> None:
-        """Release native resources (AOT: unload the libraries); the kernel is unusable afterwards."""
+        """Release native resources (AOT: unload the libraries, once the calls running on them
+        end; calls meanwhile on a closed library raise LibraryError). The prepared signatures go
+        too: a later call prepares its signature again, loading the library anew."""
         self.executor.close()
         self._calls.clear()
 
