@@ -166,6 +166,13 @@ LN2_LO32 = 1.4286067653302662e-06      # float32(ln 2 - LN2_HI32)
 # exp(-104) < 2^-150 rounds to 0 and exp(88.73) overflows; |x| <= 104 keeps |n| <= 150, so each
 # factor of 2^n = 2^(n >> 1) 2^(n - (n >> 1)) is a normal float32.
 EXP32_LIMIT = 104.0
+# exp(x - max) summed over the max's own slice (logsumexp, cross-entropy, log_softmax:
+# plan/fusedmath.py finds them): the argument is at most 0 and the sum holds the max's exp(0) = 1,
+# so one clamp from below, at EXP32_SUM_FLOOR where 2^n is still one normal float32 (n >= -126),
+# and one scaling factor: 15 operations instead of exp_f32's 22. Bit for bit exp_f32 on
+# [EXP32_SUM_FLOOR, 0]; below it exp(EXP32_SUM_FLOOR) ~ 1.6e-38 stands in for a smaller value,
+# which changes no bit of a sum that holds a 1 unless the slice has more than 2^100 elements.
+EXP32_SUM_FLOOR = -87.0
 # tanh(x) = x + x^3 (t3 + t5 x^2) for |x| < 2^-7 (the next term is below 2^-43 relative); from
 # there on the quotient: 1 - e_hi cancels, but e's low part holds the digits it loses.
 TANH32_POLY = (-1.0 / 3.0, 2.0 / 15.0)
@@ -315,10 +322,11 @@ VMATH_F32: dict[str, dict] = {
 FUSED_F32: dict[str, dict] = {
     "tanh_softplus": _entry("tanh_softplus_f32", ("lanes", "fast_two_sum"), 1, "sweep"),
     "softplus": _entry("softplus_f32", ("lanes", "fast_two_sum"), 1, "sweep"),
+    "exp_shifted": _entry("exp_shifted_f32", ("lanes",), 1, "exhaustive"),   # exp_f32's bits on its domain
 }
 
 #: The C++ partial's blocks in the order it defines them (a helper before its users).
-CPP_BLOCKS = ("lanes", "exp", "sigmoid", "tanh", "fast_two_sum", "tanh_softplus", "softplus", "log1p", "erf", "exp_core", "expm1_core", "expm1", "log_core", "log",
+CPP_BLOCKS = ("lanes", "exp", "exp_shifted", "sigmoid", "tanh", "fast_two_sum", "tanh_softplus", "softplus", "log1p", "erf", "exp_core", "expm1_core", "expm1", "log_core", "log",
               "log2", "log10", "trig_core", "sin", "cos", "tan", "atan_core", "atan", "atan2", "asin", "acos",
               "sinh", "cosh", "one_plus", "asinh", "acosh", "atanh", "hypot", "cbrt")
 
@@ -349,7 +357,7 @@ def template_data(functions=("exp", "tanh", "sigmoid")) -> dict:
         blocks=blocks_for(functions),
         exp32_poly=lits32(EXP32_POLY), log2e32=lit(LOG2E32),
         shifter32=lit(SHIFTER32), shifter32_bits=hex(SHIFTER32_BITS), ln2_hi32=lit(LN2_HI32), ln2_lo32=lit(LN2_LO32),
-        exp32_limit=lit(EXP32_LIMIT), tanh32_poly=lits32(TANH32_POLY),
+        exp32_limit=lit(EXP32_LIMIT), exp32_sum_floor=lit(EXP32_SUM_FLOOR), tanh32_poly=lits32(TANH32_POLY),
         tanh32_small=lit(TANH32_SMALL), tanh32_clamp=lit(TANH32_CLAMP), log1p32_poly=lits32(LOG1P32_POLY),
         sqrt_half32_bits=hex(SQRT_HALF32_BITS), erf32_small=lits32(ERF32_SMALL),
         softplus32_poly2=lits32(2.0 * c for c in SOFTPLUS32_POLY),   # 2 G: the doubling is exact

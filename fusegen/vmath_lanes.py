@@ -25,11 +25,11 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-from .vmath import (ERF32_BIG, ERF32_CLAMP, ERF32_SMALL, ERF32_SPLIT, EXP32_LIMIT, EXP32_POLY, LN2_HI32,
+from .vmath import (ERF32_BIG, ERF32_CLAMP, ERF32_SMALL, ERF32_SPLIT, EXP32_LIMIT, EXP32_POLY, EXP32_SUM_FLOOR, LN2_HI32,
                     LN2_LO32, LOG1P32_POLY, LOG2E32, SHIFTER32, SHIFTER32_BITS, SOFTPLUS32_POLY, SQRT_HALF32_BITS,
                     TANH32_CLAMP, TANH32_POLY, TANH32_SMALL)
 
-__all__ = ["exp_f32", "sigmoid_f32", "tanh_f32", "tanh_softplus_f32", "softplus_f32", "log1p_f32", "erf_f32"]
+__all__ = ["exp_f32", "exp_shifted_f32", "sigmoid_f32", "tanh_f32", "tanh_softplus_f32", "softplus_f32", "log1p_f32", "erf_f32"]
 
 
 @intrinsic
@@ -101,6 +101,8 @@ _T = tuple(_F(c) for c in TANH32_POLY)
 T3, T5 = _T
 LOG2E, SHIFTER, LN2_HI, LN2_LO = _F(LOG2E32), _F(SHIFTER32), _F(LN2_HI32), _F(LN2_LO32)
 LIMIT, CLAMP, SMALL = _F(EXP32_LIMIT), _F(TANH32_CLAMP), _F(TANH32_SMALL)
+SUM_FLOOR = _F(EXP32_SUM_FLOOR)
+_UNBIAS = np.int64(127 - SHIFTER32_BITS)   # bits(k) + this = n + 127, the exponent field of 2^n
 ERF_SPLIT, ERF_CLAMP = _F(ERF32_SPLIT), _F(ERF32_CLAMP)
 ERF_L0_LO = _F(ERF32_BIG[0] - float(_F(ERF32_BIG[0])))   # the low part of L's constant term
 
@@ -174,6 +176,20 @@ def exp_f32(x):
     s1 = _from_bits((m1 + 127) << 23)
     s2 = _from_bits((m - m1 + 127) << 23)
     return _mul(y * s1, s2)                    # exact, then one rounding (also to a subnormal, inf)
+
+
+@njit(**_JIT)
+def exp_shifted_f32(x):
+    """exp(x) for a float32 x <= 0 that is summed with a 1 (x = z - max(z) over the sum's slice;
+    see fusegen/vmath.py, EXP32_SUM_FLOOR): ``exp_f32``'s bits from EXP32_SUM_FLOOR to 0, about
+    1.6e-38 below; one clamp and one scaling factor, 2^n being normal there."""
+    a = SUM_FLOOR if x < SUM_FLOOR else x      # NaN fails the test and passes
+    k = _fma(a, LOG2E, SHIFTER)
+    n = k - SHIFTER
+    r = _fma(-n, LN2_LO, _fma(-n, LN2_HI, a))
+    p = _fma(_fma(_fma(_fma(C6, r, C5), r, C4), r, C3), r, C2)
+    y = ONE + _fma(r * r, p, r)
+    return _mul(y, _from_bits((_bits(k) + _UNBIAS) << 23))   # one rounding, as exp_f32's
 
 
 @njit(**_JIT)

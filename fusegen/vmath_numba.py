@@ -26,13 +26,13 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-from .vmath_lanes import (erf_f32, exp_f32, horner, log1p_f32, sigmoid_f32, softplus_f32, tanh_f32,  # noqa: F401
-                          tanh_softplus_f32)  # (float32 lanes)
+from .vmath_lanes import (erf_f32, exp_f32, exp_shifted_f32, horner, log1p_f32, sigmoid_f32,  # noqa: F401
+                          softplus_f32, tanh_f32, tanh_softplus_f32)  # (float32 lanes)
 from .vmath import (ASINH_BIG, ATAN_POLY, CBRT2, CBRT4, CBRT_POLY, COS_POLY, EXPM1_POLY, EXP_LIMIT, EXP_POLY, LN2_HI, LN2_LO, LOG10E, LOG10_2_HI,
                     LOG10_2_LO, LOG2E, LOG_POLY, PIO2_HI, PIO2_LO, PI_HI, PI_LO, SHIFTER, SHIFTER_BITS,
                     SIN_POLY, SQRT_HALF_BITS, TAN_PI8, TRIG_CHUNKS, TRIG_FULL)
 
-__all__ = ["exp_f32", "expm1_f32", "tanh_f32", "tanh_softplus_f32", "softplus_f32", "sigmoid_f32", "log_f32", "log1p_f32", "log2_f32",
+__all__ = ["exp_f32", "exp_shifted_f32", "expm1_f32", "tanh_f32", "tanh_softplus_f32", "softplus_f32", "sigmoid_f32", "log_f32", "log1p_f32", "log2_f32",
            "log10_f32", "erf_f32", "sin_f32", "cos_f32", "tan_f32", "atan_f32", "atan2_f32", "asin_f32",
            "acos_f32", "sinh_f32", "cosh_f32", "asinh_f32", "acosh_f32", "atanh_f32", "hypot_f32", "cbrt_f32"]
 

@@ -132,7 +132,7 @@ def test_cross_entropy_reads_the_logits_once():
     spec = infer(ex.cross_entropy, [dt.float32, dt.int64], [(64, 100), (64,)], {})
     plan = build_plan(ex.cross_entropy)
     kinds = [[r.arg.kind for r in st.reductions] for st in plan.stages]
-    assert kinds == [["sum"], ["max", "max"], ["sum"], ["mean"]]
+    assert kinds == [["sum"], ["max"], ["sum"], ["mean"]]   # (max with and without keepdims: one, fusegen.graph.canon)
     groups = [run.stages for run in schedule(plan, spec)]
     assert sorted(s for g in groups for s in g) == [0, 1, 2, 3] and (1, 2) in groups
 

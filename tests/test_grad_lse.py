@@ -29,7 +29,7 @@ def lse_dropped(x):
 
 @fg.op
 def lse_helper(x):
-    return fg.logsumexp(x, axis=-1)   # its shift: where(isfinite(max), max, 0)
+    return fg.logsumexp(x, axis=-1)   # where(isfinite(top), log(sum(exp(x - max))), 0) + top
 
 
 @fg.op

@@ -369,6 +369,8 @@ def _shift_stops(nodes, outs) -> set[tuple[int, int]]:
             continue
         for k in (0, 1):
             log, b = n.srcs[k], n.srcs[1 - k]
+            if _finite_only(log, b) and uses.get(id(log)) == 1:
+                log = log.srcs[1]   # fg.logsumexp's where(isfinite(b), log(s), 0) + b (below)
             if log.op is not Op.LOG or uses.get(id(log)) != 1:
                 continue
             s = log.srcs[0]
@@ -383,6 +385,14 @@ def _shift_stops(nodes, outs) -> set[tuple[int, int]]:
                 stops |= {(id(n), 1 - k), (id(e.srcs[0]), 1)}
                 break
     return stops
+
+
+def _finite_only(w: Node, b: Node) -> bool:
+    """Whether ``w`` is ``where(isfinite(b), ..., 0)``. Where b is not finite, neither is the
+    sum's argument x - a (a NaN in every element of the slice), so the gradient there is NaN
+    whatever reaches ``b``: dropping ``b``'s edge stays exact."""
+    return w.op is Op.WHERE and w.srcs[0].op is Op.ISFINITE and w.srcs[0].srcs[0] is b and \
+        w.srcs[2].op is Op.CONST and w.srcs[2].arg[1] == 0
 
 
 def _along(a: Node, axes) -> bool:
@@ -402,6 +412,9 @@ def _same_shift(a: Node, b: Node, keep) -> bool:
     if a is b:   # one node: the same value, if no reduction in it drops dims
         from .nodes import nodes_of
         return keep is True or not any(m.op is Op.REDUCE for m in nodes_of((a,)))
+    if keep is False and a.op is Op.REDUCE and b.op is Op.INDEX and b.srcs[0] is a and \
+            b.arg == _squeezes(a.arg.axes):   # (the twin fusegen.graph.canon reads b as)
+        return True
     if a.op is not b.op or len(a.srcs) != len(b.srcs):
         return False
     if a.op is Op.REDUCE:
@@ -410,6 +423,11 @@ def _same_shift(a: Node, b: Node, keep) -> bool:
     if a.op is Op.CONST:
         return a.arg == b.arg
     return a.arg == b.arg and all(_same_shift(x, y, keep) for x, y in zip(a.srcs, b.srcs))
+
+
+def _squeezes(axes):
+    from .canon import squeeze_items
+    return squeeze_items(axes)
 
 
 def _fits(acc: _Adjoints, lab: frozenset, mine: frozenset) -> bool:

@@ -15,7 +15,7 @@ from .. import dtypes as dt
 from ..dtypes import AttrType
 from ..errors import ArgumentError, AttrError, FusegenError, TraceError
 from . import requests
-from .canon import materialize_pieces
+from .canon import materialize_pieces, share_common
 from .nodes import AttrSpec, Graph, Op, is_static
 from .text import op_text
 from .trace import Attr, NeedsDtype, NeedsRank, NeedsShape, Tensor, make, tracing
@@ -225,7 +225,8 @@ class OpDef:
         g = Graph(tuple(nodes), checks)
         roots = g.outputs + tuple(x for c in g.checks for x in c[:2])
         new = materialize_pieces(g.nodes, roots)
-        if new is not roots:   # pieces read through a reshape or by a reduction are copied first
+        new = share_common(Graph(new).nodes if new is not roots else g.nodes, new)
+        if new is not roots:   # pieces read through a reshape or by a reduction are copied first; one node a value
             k = len(g.outputs)
             g = Graph(new[:k], tuple((new[k + 2 * i], new[k + 2 * i + 1], c[2]) for i, c in enumerate(g.checks)))
         for i, o in enumerate(g.outputs):

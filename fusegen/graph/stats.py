@@ -70,14 +70,15 @@ def any(x, /, *, axis=None, keepdims=False, keep_dims=None) -> Tensor:  # noqa: 
 
 def logsumexp(x, /, *, axis=None, keepdims=False, keep_dims=None) -> Tensor:
     """``log(sum(exp(x), axis))`` without overflow (SciPy's ``logsumexp``): the maximum is taken
-    out first, and a slice whose maximum is infinite (all -inf, or a +inf) gives it unchanged."""
+    out first, and a slice whose maximum is infinite (all -inf, or a +inf) or NaN gives it
+    unchanged. The exps' argument is ``x - max`` itself (not a shift that is 0 for an infinite
+    max), so that plan/fusedmath.py may compute them as exp_shifted_f32; where the max is not
+    finite that sum is NaN, and the log is dropped."""
     x = Tensor(operand(x))
     keep = _keep(keepdims, keep_dims)
-    m = reduce("max", x, axis, True)
-    shift = where(unary(Op.ISFINITE, m), m, 0)
-    s = reduce("sum", unary(Op.EXP, x - shift), axis, keep)
+    s = reduce("sum", unary(Op.EXP, x - reduce("max", x, axis, True)), axis, keep)
     top = reduce("max", x, axis, keep)
-    return unary(Op.LOG, s) + where(unary(Op.ISFINITE, top), top, 0)
+    return where(unary(Op.ISFINITE, top), unary(Op.LOG, s), 0) + top
 
 
 def softmax(x, /, *, axis=-1) -> Tensor:

@@ -15,7 +15,7 @@ from ..dtypes import DType
 from ..errors import FusegenError
 from ..graph.cplx import REAL_RESULT
 from ..ir import PIECEWISE, VIEWS, Node, Op, Spec
-from .fusedmath import SOFTPLUS, TANH_SOFTPLUS, bound_select, fused_row, softplus_of
+from .fusedmath import FUSED_ROWS, bound_select, fused_functions, fused_row, shifted_exps
 from .paths import is_param, reads_reduction, row_level
 
 # The C-like base table. NaN handling follows NumPy: maximum/minimum propagate NaN,
@@ -188,6 +188,7 @@ class ExprWriter:
         # [(node, the register dtype of the leaf's text)], converted to the node's own
         self.stored = {id(n): d for n, d in stored}
         self.random = random
+        self.shifted = shifted_exps(spec)   # exps that may be exp_shifted_f32 (plan/fusedmath.py)
         self.lines: list[tuple[str, str]] = []   # (name, expr)
         self.names: dict[tuple, str] = {}
         self.types: dict[tuple, DType] = {}
@@ -269,7 +270,7 @@ class ExprWriter:
                 args = [self.value(s, dt.bool_, ctx) for s in node.srcs]
             else:
                 args = None
-            fused = fused_row(node, self.d.typed.get(comp, {})) if comp is dt.float32 else None
+            fused = fused_row(node, self.d.typed.get(comp, {}), self.shifted) if comp is dt.float32 else None
             bound = bound_select(node) if comp.kind == "f" else None
             if bound is not None:   # max/min with a constant: a comparison and a select (plan/fusedmath.py)
                 cmp, lhs, rhs, c, v = bound
@@ -475,22 +476,20 @@ def _vmath_call(prefix: str, name: str) -> str:
 PY_F32_ROWS.update({op: _vmath_call("_", n) for op, n in VMATH_OPS.items()})
 CPP_F32_ROWS.update({op: _vmath_call("fg::", n) for op, n in VMATH_OPS.items()})
 # chains computed as one float32-lane function (plan/fusedmath.py; vmath.FUSED_F32)
-for _name in (TANH_SOFTPLUS, SOFTPLUS):
+for _name in FUSED_ROWS:
     PY_F32_ROWS[_name] = _vmath_call("_", _name)
     CPP_F32_ROWS[_name] = _vmath_call("fg::", _name)
 #: the vmath functions generated Numba sources may import (``_<name>_f32``)
-VMATH_NUMBA_IMPORTS = (*VMATH_BASE.values(), *VMATH_OPS.values(), TANH_SOFTPLUS, SOFTPLUS)
+VMATH_NUMBA_IMPORTS = (*VMATH_BASE.values(), *VMATH_OPS.values(), *FUSED_ROWS)
 
 
 def vmath_functions(nodes) -> tuple[str, ...]:
     """The vmath functions an op's C++ may call: exp, tanh and sigmoid (the base rows), those
     of its nodes in ``VMATH_OPS`` (whatever their dtype: the emitted file serves every dtype
-    combination), softplus where a node is one, and tanh_softplus where a tanh reads one
-    (plan/fusedmath.py)."""
+    combination), and the chains of plan/fusedmath.py it may compute as one function."""
     used = dict.fromkeys(VMATH_BASE.values())
     used.update(dict.fromkeys(VMATH_OPS[n.op] for n in nodes if n.op in VMATH_OPS))
-    used.update(dict.fromkeys(TANH_SOFTPLUS for n in nodes if n.op is Op.TANH and softplus_of(n.srcs[0]) is not None))
-    used.update(dict.fromkeys(SOFTPLUS for n in nodes if softplus_of(n) is not None))
+    used.update(dict.fromkeys(fused_functions(nodes)))
     return tuple(used)
 
 

@@ -21,6 +21,12 @@ no intermediate rounding to amplify.
   result is sigmoid's (within 1 ulp), where adding 1 to a rounded tanh loses the digits 1 + tanh
   cancels for negative u; and sigmoid costs less than tanh.
 
+* ``exp(z - max(z))`` whose every user sums over the max's axes (logsumexp's, cross-entropy's,
+  log_softmax's; not a softmax's, which also divides it): ``vmath_lanes.exp_shifted_f32``, exp
+  for an argument at most 0 in a sum that holds a 1, with 15 operations instead of 22 and the
+  same bits (fusegen/vmath.py, EXP32_SUM_FLOOR). cross_entropy at (8192, 32000) is exp-bound on
+  two cores: the exps alone took longer than reading the logits.
+
 Only where the backend has the float32-lane functions (``typed[float32]`` rows; the CPU dialects):
 CUDA's float functions are not these, and its rows stay the composition. The peephole reads
 its operands' values through the writer, so the skipped nodes cost nothing unless something else
@@ -30,9 +36,12 @@ from __future__ import annotations
 
 from ..ir import Node, Op
 
-#: the row keys of tanh(softplus(x)) and softplus(x) in a dialect's float32 rows
+#: the row keys of tanh(softplus(x)), softplus(x) and a summed exp(z - max z) in a dialect's
+#: float32 rows
 TANH_SOFTPLUS = "tanh_softplus"
 SOFTPLUS = "softplus"
+EXP_SHIFTED = "exp_shifted"
+FUSED_ROWS = (TANH_SOFTPLUS, SOFTPLUS, EXP_SHIFTED)
 
 
 def _const(n: Node, value: float) -> bool:
@@ -75,9 +84,83 @@ def softplus_of(n: Node) -> Node | None:
     return None
 
 
-def fused_row(node: Node, f32_rows: dict) -> tuple[str, Node, float] | None:
+def _items(n: Node, kinds: list[str]) -> bool:
+    return n.op is Op.INDEX and len(n.srcs) == 1 and [i.kind for i in n.arg] == kinds
+
+
+def _row_max(m: Node, z: Node) -> tuple[Node, bool] | None:
+    """(the ``max`` reduction of ``z`` that ``m`` reads, whether ``m`` puts its dropped last axis
+    back by ``[..., None]``), else None. ``max(z, keepdims=True)[..., squeeze][..., None]`` (a
+    max without keepdims re-expanded, as fusegen.graph.canon writes it) is the kept max itself."""
+    expanded = _items(m, ["ellipsis", "new"])
+    r = m.srcs[0] if expanded else m
+    if expanded and _items(r, ["ellipsis", "squeeze"]) and r.srcs[0].op is Op.REDUCE and r.srcs[0].arg.keep_dims is True:
+        r, expanded = r.srcs[0], False
+    if r.op is Op.REDUCE and r.arg.kind == "max" and not r.arg.scan and (r.srcs[0] is z or r.srcs[0] == z):
+        return r, expanded
+    return None
+
+
+def shifted_exps(spec) -> frozenset[int]:
+    """The ids of the ``exp`` nodes whose argument is ``z - max(z)`` over some axes and whose
+    every user is a ``sum`` over those axes or more: the argument is at most 0 (or NaN: z - max is
+    exact in sign) and each sum holds the max's exp(0) = 1, which is all ``exp_shifted_f32``
+    needs (fusegen/vmath.py). The axes are compared as written where the rank is not known (the
+    emitted C++ serves every rank): the same ``axis`` (a number or an attribute) is the same axes."""
+    graph = spec.opdef.graph
+    users: dict[int, list[Node]] = {}
+    for n in graph.nodes:
+        for s in n.srcs:
+            users.setdefault(id(s), []).append(n)
+    outputs = {id(o) for o in graph.outputs}
+    found = set()
+    for n in graph.nodes:
+        if n.op is not Op.EXP or id(n) in outputs or n.srcs[0].op is not Op.SUB:
+            continue
+        z, m = n.srcs[0].srcs
+        found_max = _row_max(m, z)
+        if found_max is None:
+            continue
+        r, expanded = found_max
+        info, shape = spec.of(r), spec.of(z).shape
+        kept = info.keep_dims or r.arg.keep_dims is True
+        if not expanded and not kept:
+            continue   # (without keepdims the max would broadcast against other axes)
+        if expanded and (kept or not (r.arg.axes == (-1,) or shape is not None and info.axes == (len(shape) - 1,))):
+            continue   # ([..., None] puts back the last axis only)
+        us = users.get(id(n), ())
+        if us and all(u.op is Op.REDUCE and u.arg.kind == "sum" and not u.arg.scan and _covers(spec, u, r) for u in us):
+            found.add(id(n))
+    return frozenset(found)
+
+
+def _covers(spec, u: Node, r: Node) -> bool:
+    """Whether reduction ``u`` reduces every axis that ``r`` does."""
+    if u.arg.axes is None or u.arg.axes == r.arg.axes:
+        return True
+    a, b = spec.of(r).axes, spec.of(u).axes
+    return a is not None and b is not None and set(a) <= set(b)
+
+
+def fused_functions(nodes) -> list[str]:
+    """The functions above that an op of ``nodes`` may call: its C++ partial's blocks are chosen
+    per op, before any signature (so an exp of the form ``shifted_exps`` wants counts, axes
+    aside)."""
+    used = [TANH_SOFTPLUS for n in nodes if n.op is Op.TANH and softplus_of(n.srcs[0]) is not None]
+    used += [SOFTPLUS for n in nodes if softplus_of(n) is not None]
+    summed = {id(n.srcs[0]) for n in nodes if n.op is Op.REDUCE and n.arg.kind == "sum"}
+    others = {id(s) for n in nodes if not (n.op is Op.REDUCE and n.arg.kind == "sum") for s in n.srcs}
+    used += [EXP_SHIFTED for n in nodes if n.op is Op.EXP and id(n) in summed and id(n) not in others
+             and n.srcs[0].op is Op.SUB and _row_max(n.srcs[0].srcs[1], n.srcs[0].srcs[0]) is not None]
+    return used
+
+
+def fused_row(node: Node, f32_rows: dict, shifted=frozenset()) -> tuple[str, Node, float] | None:
     """(row text, operand, scale) where ``node`` is one of the chains above and the backend has its
-    float32 row: the node's value is ``scale * row(scale * operand)``; else None."""
+    float32 row (for ``exp_shifted``: ``node`` is in ``shifted``, from ``shifted_exps``): the
+    node's value is ``scale * row(scale * operand)``; else None."""
+    if node.op is Op.EXP and id(node) in shifted and EXP_SHIFTED in f32_rows:
+        return f32_rows[EXP_SHIFTED], node.srcs[0], 1.0
     if node.op is Op.TANH and TANH_SOFTPLUS in f32_rows:
         x = softplus_of(node.srcs[0])
         if x is not None:

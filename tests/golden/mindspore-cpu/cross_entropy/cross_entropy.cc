@@ -9,7 +9,7 @@
 //     %3 = exp %2                                    # examples.py:174
 //     %4 = sum %3, axis=-1, keep_dims=False          # examples.py:174
 //     %5 = log %4                                    # examples.py:174
-//     %6 = max %0, axis=-1, keep_dims=False          # examples.py:174
+//     %6 = %1[..., squeeze]                          # examples.py:174
 //     %7 = add %5, %6                                # examples.py:174
 //     %8 = input labels
 //     %9 = %8[..., None]                             # examples.py:175
@@ -43,7 +43,7 @@
 // Attributes: none
 // Dtype combinations (inputs -> outputs):
 //   (float32, int64) -> (float32)
-// Workspaces: 4 (reduction results that later stages read; sized by Init)
+// Workspaces: 3 (reduction results that later stages read; sized by Init)
 //
 // Return codes of CrossEntropy and CrossEntropyInit (CrossEntropyErrorString(code) gives the text):
 //   0  FG_OK: success
@@ -674,6 +674,25 @@ FG_VM float exp_f32(float x) {
   const float s1 = f32_from_bits(static_cast<uint32_t>(m1 + 127) << 23);
   const float s2 = f32_from_bits(static_cast<uint32_t>(m - m1 + 127) << 23);
   return vm_mulf(y * s1, s2);  // exact, then one rounding (also to a subnormal, inf)
+}
+
+// ---- exp_shifted_f32: exp(x) for x <= 0 summed with a 1 (x = z - max z over the sum's slice):
+// exp_f32's bits from -87.0 to 0, exp(-87.0) below, which no such sum can tell
+// apart; 2^n is one normal factor there, so one clamp and one scaling instead of four and two ----
+FG_VM float exp_shifted_f32(float x) {
+  const float a = vm_selectf(x < -87.0f, -87.0f, x);  // NaN passes
+  const float k = vm_fmaf(a, 1.4426950216293335f, 12582912.0f);
+  const float n = k - 12582912.0f;
+  const float r = vm_fmaf(-n, 1.4286067653302662e-06f, vm_fmaf(-n, 0.693145751953125f, a));
+  float p = 0.0013814592966809869f;
+  p = vm_fmaf(p, r, 0.008368715643882751f);
+  p = vm_fmaf(p, r, 0.04166838899254799f);
+  p = vm_fmaf(p, r, 0.1666652113199234f);
+  p = vm_fmaf(p, r, 0.4999999403953552f);
+  const float y = 1.0f + vm_fmaf(r * r, p, r);
+  // the exponent field of 2^n: bits(k) - bits(shifter) is n
+  const float s = f32_from_bits((f32_bits(k) - 0x4b400000u + 127u) << 23);
+  return vm_mulf(y, s);
 }
 
 // ---- sigmoid_f32: e = exp(-|x|) as a pair; 1 / (1 + e) for x >= 0, e / (1 + e) below ----
@@ -3181,8 +3200,8 @@ namespace {
 
 constexpr int kInputs = 2;
 constexpr int kOutputs = 1;
-constexpr int kWorkspaces = 4;
-constexpr int kOperands = 7;
+constexpr int kWorkspaces = 3;
+constexpr int kOperands = 6;
 constexpr int kNodes = 14;
 constexpr int kStages = 4;
 constexpr int kOutputNode[kOutputs] = {13};
@@ -3249,10 +3268,11 @@ int infer_shapes(const fg::Shape *in, const CrossEntropyData &a, Shapes *s) {
     const fg::Shape *src[] = {&s->node[4]};
     FG_TRY(fg::broadcast(src, 1, &s->node[5]));
   }
-  // %6 = max %0, axis=-1, keep_dims=False
+  // %6 = %1[..., squeeze]
   {
-    const int64_t axes[] = {-1};
-    FG_TRY(fg::reduce(s->node[0], axes, 1, false, false, &s->node[6], &s->mask[6]));
+    const fg::IndexItem items[] = {{3, false, false, false}, {4, false, false, false}};
+    const fg::Scalar *vals = nullptr;
+    FG_TRY(fg::index_rule(s->node[1], items, 2, vals, &s->node[6], &s->prm[6]));
   }
   // %7 = add %5, %6
   {
@@ -3291,9 +3311,6 @@ int check_nonempty(const Shapes &s) {
   for (int k = 0; k < s.node[0].rank; ++k) {
     if (((s.mask[1] >> k) & 1u) && s.node[0].d[k] == 0) return fg::FG_ERR_EMPTY_REDUCTION;
   }
-  for (int k = 0; k < s.node[0].rank; ++k) {
-    if (((s.mask[6] >> k) & 1u) && s.node[0].d[k] == 0) return fg::FG_ERR_EMPTY_REDUCTION;
-  }
   (void)s;
   return fg::FG_OK;
 }
@@ -3318,9 +3335,9 @@ int find_combo(const char **dtypes, int count) {
 }
 
 const int64_t kWorkspaceItemsize[][kWorkspaces + 1] = {
-    {4, 4, 4, 4, 0},
+    {4, 4, 4, 0},
 };
-const int kWorkspaceNode[kWorkspaces] = {1, 6, 11, 4};
+const int kWorkspaceNode[kWorkspaces] = {1, 11, 4};
 
 int read_inputs(int *ndims, int64_t **shapes, fg::Shape *in) {
   for (int i = 0; i < kInputs; ++i) FG_TRY(fg::read_shape(ndims[i], shapes[i], &in[i]));
@@ -3374,17 +3391,17 @@ int nest0(const Shapes &s, fg::views::Nest<kOps0> *nest, uint32_t *mask, int64_t
   FG_TRY(fg::views::index_params(&v[1], s.prm[9]));
   FG_TRY(fg::views::gather(&v[1], 1, false, s.prm[10], s.node[9], s.node[10]));
   FG_TRY(fg::views::broadcast(&v[1], dom));
-  // 2: ws2 (%11) through reduced
+  // 2: ws1 (%11) through reduced
   FG_TRY(fg::views::contiguous(s.node[11], &v[2]));
   FG_TRY(fg::views::reduced(&v[2], dom, *mask));
   const fg::views::View *ops[kOps0] = {&v[0], &v[1], &v[2]};
   return fg::views::refine<kOps0>(ops, dom, nest);
 }
 
-// --- stage 1: max (%1), max (%6)
+// --- stage 1: max (%1)
 // The loop nest of this call: one view per operand, the domain refined so that every operand is
 // strided, and `count` = the number of reduced elements per result.
-constexpr int kOps1 = 3;
+constexpr int kOps1 = 2;
 
 int nest1(const Shapes &s, fg::views::Nest<kOps1> *nest, uint32_t *mask, int64_t *count) {
   fg::Shape dom;
@@ -3402,10 +3419,7 @@ int nest1(const Shapes &s, fg::views::Nest<kOps1> *nest, uint32_t *mask, int64_t
   // 1: ws0 (%1) through reduced
   FG_TRY(fg::views::contiguous(s.node[1], &v[1]));
   FG_TRY(fg::views::reduced(&v[1], dom, *mask));
-  // 2: ws1 (%6) through reduced
-  FG_TRY(fg::views::contiguous(s.node[6], &v[2]));
-  FG_TRY(fg::views::reduced(&v[2], dom, *mask));
-  const fg::views::View *ops[kOps1] = {&v[0], &v[1], &v[2]};
+  const fg::views::View *ops[kOps1] = {&v[0], &v[1]};
   return fg::views::refine<kOps1>(ops, dom, nest);
 }
 
@@ -3430,7 +3444,7 @@ int nest2(const Shapes &s, fg::views::Nest<kOps2> *nest, uint32_t *mask, int64_t
   // 1: ws0 (%1) through broadcast
   FG_TRY(fg::views::contiguous(s.node[1], &v[1]));
   FG_TRY(fg::views::broadcast(&v[1], dom));
-  // 2: ws3 (%4) through reduced
+  // 2: ws2 (%4) through reduced
   FG_TRY(fg::views::contiguous(s.node[4], &v[2]));
   FG_TRY(fg::views::reduced(&v[2], dom, *mask));
   const fg::views::View *ops[kOps2] = {&v[0], &v[1], &v[2]};
@@ -3452,13 +3466,14 @@ int nest3(const Shapes &s, fg::views::Nest<kOps3> *nest, uint32_t *mask, int64_t
     if ((*mask >> k) & 1u) *count *= dom.d[k];
   }
   fg::views::View v[kOps3];
-  // 0: ws1 (%6) through broadcast
-  FG_TRY(fg::views::contiguous(s.node[6], &v[0]));
+  // 0: ws0 (%1) through index then broadcast
+  FG_TRY(fg::views::contiguous(s.node[1], &v[0]));
+  FG_TRY(fg::views::index_params(&v[0], s.prm[6]));
   FG_TRY(fg::views::broadcast(&v[0], dom));
-  // 1: ws2 (%11) through broadcast
+  // 1: ws1 (%11) through broadcast
   FG_TRY(fg::views::contiguous(s.node[11], &v[1]));
   FG_TRY(fg::views::broadcast(&v[1], dom));
-  // 2: ws3 (%4) through broadcast
+  // 2: ws2 (%4) through broadcast
   FG_TRY(fg::views::contiguous(s.node[4], &v[2]));
   FG_TRY(fg::views::broadcast(&v[2], dom));
   // 3: out0 (%13) through reduced
@@ -3520,13 +3535,13 @@ int prep0(const Shapes &s, const int *mem, Run0 *R, fg::RowInfo *I) {
     return int(fg::FG_OK);
   }));
   // operand ids (-1: an iota or a piece probe) and which are stored, for the row groups
-  static const int kIds[kOps0] = {0, 1, 5};
+  static const int kIds[kOps0] = {0, 1, 4};
   static const bool kStored[kOps0] = {false, false, true};
   fg::row_info<kOps0>(R->nest, R->B, R->boxes, R->any_modular, true, false, R->mask, kIds, kStored, mem, I);
   return int(fg::FG_OK);
 }
 
-// --- stage 1: max (%1), max (%6)
+// --- stage 1: max (%1)
 // This call's loop nest of the stage; where it is one box, that box's loops, which a row group
 // runs a range of at a time (Run1 is the same for every dtype combination).
 struct Run1 {
@@ -3568,8 +3583,8 @@ int prep1(const Shapes &s, const int *mem, Run1 *R, fg::RowInfo *I) {
     return int(fg::FG_OK);
   }));
   // operand ids (-1: an iota or a piece probe) and which are stored, for the row groups
-  static const int kIds[kOps1] = {0, 3, 4};
-  static const bool kStored[kOps1] = {false, true, true};
+  static const int kIds[kOps1] = {0, 3};
+  static const bool kStored[kOps1] = {false, true};
   fg::row_info<kOps1>(R->nest, R->B, R->boxes, R->any_modular, true, false, R->mask, kIds, kStored, mem, I);
   return int(fg::FG_OK);
 }
@@ -3617,7 +3632,7 @@ int prep2(const Shapes &s, const int *mem, Run2 *R, fg::RowInfo *I) {
     return int(fg::FG_OK);
   }));
   // operand ids (-1: an iota or a piece probe) and which are stored, for the row groups
-  static const int kIds[kOps2] = {0, 3, 6};
+  static const int kIds[kOps2] = {0, 3, 5};
   static const bool kStored[kOps2] = {false, false, true};
   fg::row_info<kOps2>(R->nest, R->B, R->boxes, R->any_modular, true, false, R->mask, kIds, kStored, mem, I);
   return int(fg::FG_OK);
@@ -3667,7 +3682,7 @@ int prep3(const Shapes &s, const int *mem, Run3 *R, fg::RowInfo *I) {
     return int(fg::FG_OK);
   }));
   // operand ids (-1: an iota or a piece probe) and which are stored, for the row groups
-  static const int kIds[kOps3] = {4, 5, 6, 2};
+  static const int kIds[kOps3] = {3, 4, 5, 2};
   static const bool kStored[kOps3] = {false, false, false, true};
   fg::row_info<kOps3>(R->nest, R->B, R->boxes, R->any_modular, true, false, R->mask, kIds, kStored, mem, I);
   return int(fg::FG_OK);
@@ -3698,7 +3713,7 @@ void units0(const Run0 &R, const fg::BoxLoops<kOps0> &B, const fg::Blocks &K, in
   (void)count;
   const float *p0 = static_cast<const float *>(ptr[0]);
   const int64_t *p1 = static_cast<const int64_t *>(ptr[1]);
-  float *q2 = static_cast<float *>(ptr[5]);
+  float *q2 = static_cast<float *>(ptr[4]);
   // the chunks' buffers for operands strided along the inner loop
   float pk0[fg::kChunk];
   (void)pk0;
@@ -3821,7 +3836,7 @@ int stage0(const Run0 &R, const Shapes &s, void *const *ptr, const Data &d) {
   return gather_status(s, gf);
 }
 
-// --- stage 1: max (%1), max (%6)
+// --- stage 1: max (%1)
 // Units [lo, hi) of one box's loops `B` (outer indices) with the body of `variant`, on this
 // thread. `modular`: std::true_type where some operand is read through a modular map (the
 // per-element test); else std::false_type, and the loops have no branch and vectorize.
@@ -3838,7 +3853,6 @@ void units1(const Run1 &R, const fg::BoxLoops<kOps1> &B, const fg::Blocks &K, in
   (void)count;
   const float *p0 = static_cast<const float *>(ptr[0]);
   float *q1 = static_cast<float *>(ptr[3]);
-  float *q2 = static_cast<float *>(ptr[4]);
   // the chunks' buffers for operands strided along the inner loop
   float pk0[fg::kChunk];
   (void)pk0;
@@ -3846,8 +3860,6 @@ void units1(const Run1 &R, const fg::BoxLoops<kOps1> &B, const fg::Blocks &K, in
   (void)pf0;
   float wk1[fg::kChunk];
   (void)wk1;
-  float wk2[fg::kChunk];
-  (void)wk2;
 
   switch (variant) {
     case 0: 
@@ -3857,8 +3869,6 @@ void units1(const Run1 &R, const fg::BoxLoops<kOps1> &B, const fg::Blocks &K, in
         fg::unravel<kOps1>(o, B.n_o, B.o_ext, B.o_str, base);
         float lane0[fg::kUnroll * fg::kLanes];
         std::fill(lane0, lane0 + fg::kUnroll * fg::kLanes, -std::numeric_limits<float>::infinity());
-        float lane1[fg::kUnroll * fg::kLanes];
-        std::fill(lane1, lane1 + fg::kUnroll * fg::kLanes, -std::numeric_limits<float>::infinity());
         for (int64_t m = 0; m < B.m_total; ++m) {
           int64_t c[kOps1];
           for (int j = 0; j < kOps1; ++j) c[j] = base[j];
@@ -3877,7 +3887,6 @@ void units1(const Run1 &R, const fg::BoxLoops<kOps1> &B, const fg::Blocks &K, in
                   const int64_t ii = iv + u * fg::kLanes + l, i = j0 + ii;
                   (void)i;
                   lane0[u * fg::kLanes + l] = fg::fg_max(lane0[u * fg::kLanes + l], float(v0[ii]));
-                  lane1[u * fg::kLanes + l] = fg::fg_max(lane1[u * fg::kLanes + l], float(v0[ii]));
                 }
               }
             }
@@ -3889,14 +3898,12 @@ void units1(const Run1 &R, const fg::BoxLoops<kOps1> &B, const fg::Blocks &K, in
                 const int64_t ii = iv + l, i = j0 + ii;
                 (void)i;
                 lane0[l] = fg::fg_max(lane0[l], float(v0[ii]));
-                lane1[l] = fg::fg_max(lane1[l], float(v0[ii]));
               }
             }
             for (int64_t ii = iv; ii < nc; ++ii) {
               const int64_t i = j0 + ii;
               (void)i;
               lane0[ii - iv] = fg::fg_max(lane0[ii - iv], float(v0[ii]));
-              lane1[ii - iv] = fg::fg_max(lane1[ii - iv], float(v0[ii]));
             }
           }
         }
@@ -3904,15 +3911,11 @@ void units1(const Run1 &R, const fg::BoxLoops<kOps1> &B, const fg::Blocks &K, in
         for (int w = fg::kUnroll * fg::kLanes / 2; w >= 1; w /= 2) {
           for (int l = 0; l < w; ++l) {
             lane0[l] = fg::fg_max(lane0[l], lane0[l + w]);
-            lane1[l] = fg::fg_max(lane1[l], lane1[l + w]);
           }
         }
         float acc0 = lane0[0];
-        float acc1 = lane1[0];
         const float r0 = acc0;
         q1[base[1]] = float(r0);
-        const float r1 = acc1;
-        q2[base[2]] = float(r1);
 
       }
       break;
@@ -3960,7 +3963,7 @@ void units2(const Run2 &R, const fg::BoxLoops<kOps2> &B, const fg::Blocks &K, in
   (void)count;
   const float *p0 = static_cast<const float *>(ptr[0]);
   const float *p1 = static_cast<const float *>(ptr[3]);
-  float *q2 = static_cast<float *>(ptr[6]);
+  float *q2 = static_cast<float *>(ptr[5]);
   // the chunks' buffers for operands strided along the inner loop
   float pk0[fg::kChunk];
   (void)pk0;
@@ -3996,7 +3999,7 @@ void units2(const Run2 &R, const fg::BoxLoops<kOps2> &B, const fg::Blocks &K, in
                   const int64_t ii = iv + l, i = j0 + ii;
                   (void)i;
                   const auto t0 = (float(v0[ii]) - float(rc1));
-                  const auto t1 = fg::exp_f32(t0);
+                  const auto t1 = fg::exp_shifted_f32(t0);
                   lane0[l] += t1;
                 }
               }
@@ -4004,7 +4007,7 @@ void units2(const Run2 &R, const fg::BoxLoops<kOps2> &B, const fg::Blocks &K, in
                 const int64_t i = j0 + ii;
                 (void)i;
                 const auto t0 = (float(v0[ii]) - float(rc1));
-                const auto t1 = fg::exp_f32(t0);
+                const auto t1 = fg::exp_shifted_f32(t0);
                 lane0[ii - iv] += t1;
               }
             }
@@ -4019,7 +4022,7 @@ void units2(const Run2 &R, const fg::BoxLoops<kOps2> &B, const fg::Blocks &K, in
                   const int64_t ii = iv + l, i = j0 + ii;
                   (void)i;
                   const auto t0 = (float(v0[ii]) - float(v1[ii]));
-                  const auto t1 = fg::exp_f32(t0);
+                  const auto t1 = fg::exp_shifted_f32(t0);
                   lane0[l] += t1;
                 }
               }
@@ -4027,7 +4030,7 @@ void units2(const Run2 &R, const fg::BoxLoops<kOps2> &B, const fg::Blocks &K, in
                 const int64_t i = j0 + ii;
                 (void)i;
                 const auto t0 = (float(v0[ii]) - float(v1[ii]));
-                const auto t1 = fg::exp_f32(t0);
+                const auto t1 = fg::exp_shifted_f32(t0);
                 lane0[ii - iv] += t1;
               }
             }
@@ -4083,9 +4086,9 @@ void units3(const Run3 &R, const fg::BoxLoops<kOps3> &B, const fg::Blocks &K, in
   const int64_t gn10 = s.prm[10].v[1];  // %10 gathers along an axis of this extent
   const int64_t count = R.count;
   (void)count;
-  const float *p0 = static_cast<const float *>(ptr[4]);
-  const float *p1 = static_cast<const float *>(ptr[5]);
-  const float *p2 = static_cast<const float *>(ptr[6]);
+  const float *p0 = static_cast<const float *>(ptr[3]);
+  const float *p1 = static_cast<const float *>(ptr[4]);
+  const float *p2 = static_cast<const float *>(ptr[5]);
   float *q3 = static_cast<float *>(ptr[2]);
   // the chunks' buffers for operands strided along the inner loop
   float pk0[fg::kChunk];

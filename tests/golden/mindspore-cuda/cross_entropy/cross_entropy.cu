@@ -9,7 +9,7 @@
 //     %3 = exp %2                                    # examples.py:174
 //     %4 = sum %3, axis=-1, keep_dims=False          # examples.py:174
 //     %5 = log %4                                    # examples.py:174
-//     %6 = max %0, axis=-1, keep_dims=False          # examples.py:174
+//     %6 = %1[..., squeeze]                          # examples.py:174
 //     %7 = add %5, %6                                # examples.py:174
 //     %8 = input labels
 //     %9 = %8[..., None]                             # examples.py:175
@@ -42,7 +42,7 @@
 // Attributes: none
 // Dtype combinations (inputs -> outputs; float16 is __half, computed in float):
 //   (float32, int64) -> (float32)
-// Workspaces: 4 (device memory for reduction results that later stages read; sized by Init)
+// Workspaces: 3 (device memory for reduction results that later stages read; sized by Init)
 //
 // Return codes of CrossEntropy and CrossEntropyInit (CrossEntropyErrorString(code) gives the text):
 //   0  FG_OK: success
@@ -667,6 +667,25 @@ FG_VM float exp_f32(float x) {
   const float s1 = f32_from_bits(static_cast<uint32_t>(m1 + 127) << 23);
   const float s2 = f32_from_bits(static_cast<uint32_t>(m - m1 + 127) << 23);
   return vm_mulf(y * s1, s2);  // exact, then one rounding (also to a subnormal, inf)
+}
+
+// ---- exp_shifted_f32: exp(x) for x <= 0 summed with a 1 (x = z - max z over the sum's slice):
+// exp_f32's bits from -87.0 to 0, exp(-87.0) below, which no such sum can tell
+// apart; 2^n is one normal factor there, so one clamp and one scaling instead of four and two ----
+FG_VM float exp_shifted_f32(float x) {
+  const float a = vm_selectf(x < -87.0f, -87.0f, x);  // NaN passes
+  const float k = vm_fmaf(a, 1.4426950216293335f, 12582912.0f);
+  const float n = k - 12582912.0f;
+  const float r = vm_fmaf(-n, 1.4286067653302662e-06f, vm_fmaf(-n, 0.693145751953125f, a));
+  float p = 0.0013814592966809869f;
+  p = vm_fmaf(p, r, 0.008368715643882751f);
+  p = vm_fmaf(p, r, 0.04166838899254799f);
+  p = vm_fmaf(p, r, 0.1666652113199234f);
+  p = vm_fmaf(p, r, 0.4999999403953552f);
+  const float y = 1.0f + vm_fmaf(r * r, p, r);
+  // the exponent field of 2^n: bits(k) - bits(shifter) is n
+  const float s = f32_from_bits((f32_bits(k) - 0x4b400000u + 127u) << 23);
+  return vm_mulf(y, s);
 }
 
 // ---- sigmoid_f32: e = exp(-|x|) as a pair; 1 / (1 + e) for x >= 0, e / (1 + e) below ----
@@ -2659,8 +2678,8 @@ namespace {
 
 constexpr int kInputs = 2;
 constexpr int kOutputs = 1;
-constexpr int kWorkspaces = 4;
-constexpr int kOperands = 7;
+constexpr int kWorkspaces = 3;
+constexpr int kOperands = 6;
 constexpr int kNodes = 14;
 constexpr int kStages = 4;
 constexpr int kOutputNode[kOutputs] = {13};
@@ -2717,10 +2736,11 @@ int infer_shapes(const fg::Shape *in, const CrossEntropyData &a, Shapes *s) {
     const fg::Shape *src[] = {&s->node[4]};
     FG_TRY(fg::broadcast(src, 1, &s->node[5]));
   }
-  // %6 = max %0, axis=-1, keep_dims=False
+  // %6 = %1[..., squeeze]
   {
-    const int64_t axes[] = {-1};
-    FG_TRY(fg::reduce(s->node[0], axes, 1, false, false, &s->node[6], &s->mask[6]));
+    const fg::IndexItem items[] = {{3, false, false, false}, {4, false, false, false}};
+    const fg::Scalar *vals = nullptr;
+    FG_TRY(fg::index_rule(s->node[1], items, 2, vals, &s->node[6], &s->prm[6]));
   }
   // %7 = add %5, %6
   {
@@ -2759,9 +2779,6 @@ int check_nonempty(const Shapes &s) {
   for (int k = 0; k < s.node[0].rank; ++k) {
     if (((s.mask[1] >> k) & 1u) && s.node[0].d[k] == 0) return fg::FG_ERR_EMPTY_REDUCTION;
   }
-  for (int k = 0; k < s.node[0].rank; ++k) {
-    if (((s.mask[6] >> k) & 1u) && s.node[0].d[k] == 0) return fg::FG_ERR_EMPTY_REDUCTION;
-  }
   (void)s;
   return fg::FG_OK;
 }
@@ -2786,9 +2803,9 @@ int find_combo(const char **dtypes, int count) {
 }
 
 const int64_t kWorkspaceItemsize[][kWorkspaces + 1] = {
-    {4, 4, 4, 4, 0},
+    {4, 4, 4, 0},
 };
-const int kWorkspaceNode[kWorkspaces] = {1, 6, 11, 4};
+const int kWorkspaceNode[kWorkspaces] = {1, 11, 4};
 
 int read_inputs(int *ndims, int64_t **shapes, fg::Shape *in) {
   for (int i = 0; i < kInputs; ++i) FG_TRY(fg::read_shape(ndims[i], shapes[i], &in[i]));
@@ -2908,17 +2925,17 @@ int nest0(const Shapes &s, fg::views::Nest<kOps0> *nest, uint32_t *mask, int64_t
   FG_TRY(fg::views::index_params(&v[1], s.prm[9]));
   FG_TRY(fg::views::gather(&v[1], 1, false, s.prm[10], s.node[9], s.node[10]));
   FG_TRY(fg::views::broadcast(&v[1], dom));
-  // 2: ws2 (%11) through reduced
+  // 2: ws1 (%11) through reduced
   FG_TRY(fg::views::contiguous(s.node[11], &v[2]));
   FG_TRY(fg::views::reduced(&v[2], dom, *mask));
   const fg::views::View *ops[kOps0] = {&v[0], &v[1], &v[2]};
   return fg::views::refine<kOps0>(ops, dom, nest);
 }
 
-// --- stage 1: max (%1), max (%6)
+// --- stage 1: max (%1)
 // The loop nest of this call: one view per operand, the domain refined so that every operand is
 // strided, and `count` = the number of reduced elements per result.
-constexpr int kOps1 = 3;
+constexpr int kOps1 = 2;
 
 int nest1(const Shapes &s, fg::views::Nest<kOps1> *nest, uint32_t *mask, int64_t *count) {
   fg::Shape dom;
@@ -2936,10 +2953,7 @@ int nest1(const Shapes &s, fg::views::Nest<kOps1> *nest, uint32_t *mask, int64_t
   // 1: ws0 (%1) through reduced
   FG_TRY(fg::views::contiguous(s.node[1], &v[1]));
   FG_TRY(fg::views::reduced(&v[1], dom, *mask));
-  // 2: ws1 (%6) through reduced
-  FG_TRY(fg::views::contiguous(s.node[6], &v[2]));
-  FG_TRY(fg::views::reduced(&v[2], dom, *mask));
-  const fg::views::View *ops[kOps1] = {&v[0], &v[1], &v[2]};
+  const fg::views::View *ops[kOps1] = {&v[0], &v[1]};
   return fg::views::refine<kOps1>(ops, dom, nest);
 }
 
@@ -2964,7 +2978,7 @@ int nest2(const Shapes &s, fg::views::Nest<kOps2> *nest, uint32_t *mask, int64_t
   // 1: ws0 (%1) through broadcast
   FG_TRY(fg::views::contiguous(s.node[1], &v[1]));
   FG_TRY(fg::views::broadcast(&v[1], dom));
-  // 2: ws3 (%4) through reduced
+  // 2: ws2 (%4) through reduced
   FG_TRY(fg::views::contiguous(s.node[4], &v[2]));
   FG_TRY(fg::views::reduced(&v[2], dom, *mask));
   const fg::views::View *ops[kOps2] = {&v[0], &v[1], &v[2]};
@@ -2986,13 +3000,14 @@ int nest3(const Shapes &s, fg::views::Nest<kOps3> *nest, uint32_t *mask, int64_t
     if ((*mask >> k) & 1u) *count *= dom.d[k];
   }
   fg::views::View v[kOps3];
-  // 0: ws1 (%6) through broadcast
-  FG_TRY(fg::views::contiguous(s.node[6], &v[0]));
+  // 0: ws0 (%1) through index then broadcast
+  FG_TRY(fg::views::contiguous(s.node[1], &v[0]));
+  FG_TRY(fg::views::index_params(&v[0], s.prm[6]));
   FG_TRY(fg::views::broadcast(&v[0], dom));
-  // 1: ws2 (%11) through broadcast
+  // 1: ws1 (%11) through broadcast
   FG_TRY(fg::views::contiguous(s.node[11], &v[1]));
   FG_TRY(fg::views::broadcast(&v[1], dom));
-  // 2: ws3 (%4) through broadcast
+  // 2: ws2 (%4) through broadcast
   FG_TRY(fg::views::contiguous(s.node[4], &v[2]));
   FG_TRY(fg::views::broadcast(&v[2], dom));
   // 3: out0 (%13) through reduced
@@ -3033,7 +3048,7 @@ __global__ void stage0_v0(const fg::BoxLoops<kOps0> B, Ptrs P, Attrs a, const Mo
   (void)gn10;
   const float *p0 = static_cast<const float *>(P.p[0]);
   const int64_t *p1 = static_cast<const int64_t *>(P.p[1]);
-  float *q2 = static_cast<float *>(P.p[5]);
+  float *q2 = static_cast<float *>(P.p[4]);
   for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < B.o_total; o += int64_t(gridDim.x) * blockDim.x) {
     int64_t base[kOps0];
     for (int j = 0; j < kOps0; ++j) base[j] = B.offset[j];
@@ -3096,7 +3111,7 @@ int stage0(const Shapes &s, const Ptrs &P, const Attrs &a, cudaStream_t stream, 
   });
 }
 
-// --- stage 1: max (%1), max (%6)
+// --- stage 1: max (%1)
 // The modular maps of its reads (a reshape whose radices do not nest), for the device.
 struct Mods1 {
   fg::views::Inner inner[2];
@@ -3109,26 +3124,21 @@ __global__ void stage1_v0(const fg::BoxLoops<kOps1> B, Ptrs P, Attrs a, const Mo
   (void)count;
   const float *p0 = static_cast<const float *>(P.p[0]);
   float *q1 = static_cast<float *>(P.p[3]);
-  float *q2 = static_cast<float *>(P.p[4]);
   for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < B.o_total; o += int64_t(gridDim.x) * blockDim.x) {
     int64_t base[kOps1];
     for (int j = 0; j < kOps1; ++j) base[j] = B.offset[j];
     fg::unravel<kOps1>(o, B.n_o, B.o_ext, B.o_str, base);
     float acc0 = -std::numeric_limits<float>::infinity();
-    float acc1 = -std::numeric_limits<float>::infinity();
     for (int64_t m = 0; m < B.m_total; ++m) {
       int64_t c[kOps1];
       for (int j = 0; j < kOps1; ++j) c[j] = base[j];
       fg::unravel<kOps1>(m, B.n_m, B.m_ext, B.m_str, c);
       for (int64_t i = 0; i < B.inner; ++i) {
         acc0 = fgd::fg_max(acc0, float(fg::at(p0, M.mod[0], M.inner[0], c[0] + i * B.istr[0])));
-        acc1 = fgd::fg_max(acc1, float(fg::at(p0, M.mod[0], M.inner[0], c[0] + i * B.istr[0])));
       }
     }
     const float r0 = acc0;
     q1[base[1]] = float(r0);
-    const float r1 = acc1;
-    q2[base[2]] = float(r1);
   }
 }
 
@@ -3176,7 +3186,7 @@ __global__ void stage2_v0(const fg::BoxLoops<kOps2> B, Ptrs P, Attrs a, const Mo
   (void)count;
   const float *p0 = static_cast<const float *>(P.p[0]);
   const float *p1 = static_cast<const float *>(P.p[3]);
-  float *q2 = static_cast<float *>(P.p[6]);
+  float *q2 = static_cast<float *>(P.p[5]);
   for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < B.o_total; o += int64_t(gridDim.x) * blockDim.x) {
     int64_t base[kOps2];
     for (int j = 0; j < kOps2; ++j) base[j] = B.offset[j];
@@ -3250,9 +3260,9 @@ __global__ void stage3_v0(const fg::BoxLoops<kOps3> B, Ptrs P, Attrs a, const Mo
   (void)gs;
   const int64_t gn10 = G.gn[0];  // %10 gathers along an axis of this extent
   (void)gn10;
-  const float *p0 = static_cast<const float *>(P.p[4]);
-  const float *p1 = static_cast<const float *>(P.p[5]);
-  const float *p2 = static_cast<const float *>(P.p[6]);
+  const float *p0 = static_cast<const float *>(P.p[3]);
+  const float *p1 = static_cast<const float *>(P.p[4]);
+  const float *p2 = static_cast<const float *>(P.p[5]);
   float *q3 = static_cast<float *>(P.p[2]);
   for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < B.o_total; o += int64_t(gridDim.x) * blockDim.x) {
     int64_t base[kOps3];
