@@ -35,6 +35,17 @@ def test_an_expression_written_twice_is_one_node():
     assert sum(1 for n in twice.graph.nodes if n.op is Op.MUL) == 1
 
 
+@fg.op
+def plain_twins(x):
+    return fg.max(x, axis=-1, keepdims=True) + 1.0, fg.max(x, axis=-1)
+
+
+def test_an_op_without_views_keeps_both_and_its_plain_stages():
+    assert _reductions(plain_twins, "max") == 2
+    assert not any(n.op is Op.INDEX for n in plain_twins.graph.nodes)
+    assert "chunk_view" not in fg.emit(plain_twins, dtypes=["float32"]).source
+
+
 def test_a_reduction_without_keepdims_reads_its_twin():
     assert _reductions(ex.cross_entropy, "max") == 1
     assert _reductions(twins, "max") == 1 and _reductions(twins, "sum") == 1

@@ -18,13 +18,15 @@ which it is, only run time knows in the emitted code.)
 
 Second (``share_common``): one node for each value. A user who writes the same expression twice
 gets it computed once, and a reduction written without keepdims whose twin with keepdims is
-also there (cross-entropy's ``max(z, keepdims=True)`` for the shift and ``max(z)`` to add back;
-``fg.logsumexp`` has both) reads that twin through a squeeze: one accumulator per element
-instead of two (0.135 against 0.086 ns per float32 element for a row max).
+also there (cross-entropy's ``max(z, keepdims=True)`` for the shift and ``max(z)`` to add back)
+reads that twin through a squeeze: one accumulator per element instead of two (0.135 against
+0.086 ns per float32 element for a row max). That squeeze is a view, so only in an op that has
+views (or pieces, iotas, dims, gathers) already: the emitted C++ of an op without them keeps its
+plain stages.
 """
 from __future__ import annotations
 
-from .nodes import PIECEWISE, Item, Node, Op, ReduceArg, ShapeOf, value_srcs
+from .nodes import PIECEWISE, VIEWS, Item, Node, Op, ReduceArg, ShapeOf, value_srcs
 
 COPY = ReduceArg("copy", (), False)
 
@@ -131,8 +133,11 @@ def share_common(nodes: tuple[Node, ...], roots: tuple[Node, ...]):
             one[key] = _rebuilt(n, srcs)
             order.append(one[key])
         same[id(n)] = one[key]
+    # Only where the op has layout nodes already: a first view would move an op of plain
+    # stages onto the emitted C++'s layout path (twice the source, and its own loops).
+    laid_out = any(n.op in VIEWS or n.op in PIECEWISE or n.op in (Op.IOTA, Op.DIM, Op.GATHER) for n in order)
     twins = {(id(n.srcs[0]), n.arg.kind, n.arg.axes, n.arg.empty_ok): n for n in order
-             if n.op is Op.REDUCE and n.arg.keep_dims is True and not n.arg.scan}
+             if laid_out and n.op is Op.REDUCE and n.arg.keep_dims is True and not n.arg.scan}
     # a node some other reads for its shape or axes (fg.grad's ``unreduce``, ``sum_to``) stays
     measured = {id(s) for n in order for s in n.srcs[len(value_srcs(n)):]}
     final: dict[int, Node] = {}
