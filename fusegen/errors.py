@@ -20,6 +20,12 @@ class ShapeError(FusegenError, ValueError):
     """Shapes do not fit the op: broadcast failure, axis out of range, wrong rank."""
 
 
+class AxisError(ShapeError, IndexError):
+    """An axis outside the tensor's rank, more indices than it has dims, or more dims than
+    kernels take: a ``ShapeError`` and, as NumPy's ``AxisError`` and ``IndexError`` for too many
+    indices, an ``IndexError``."""
+
+
 class BoundsError(FusegenError, IndexError):
     """An index is outside the axis it indexes (an integer index at trace or infer time, or a
     gathered index a kernel checked): the message names the op, the node, the axis and the value."""

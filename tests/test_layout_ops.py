@@ -57,6 +57,12 @@ def test_dynamic_dims_stay_unknown_where_they_must():
     (lambda x: fg.pad(x, -1), ShapeError, "pad widths must be >= 0"),
     (lambda x: fg.repeat(x, (1, -1, 2), axis=1), TraceError, "non-negative ints"),
     (lambda x: fg.repeat(x, "2"), TraceError, "repeats must be an int or a sequence of ints"),
+    # an axis past the rank, too many indices, too many dims: NumPy's IndexError (fg.AxisError)
+    (lambda x: fg.expand_dims(x, axis=3), IndexError, "too many indices"),
+    (lambda x: x[:, :, :, None], fg.AxisError, "too many indices"),
+    (lambda x: fg.moveaxis(x, 2, 0), IndexError, "out of range for rank 2"),
+    (lambda x: fg.expand_dims(x, axis=(4, -1)), IndexError, "out of range for the result's rank 4"),
+    (lambda x: fg.expand_dims(x, axis=(1, -3)), ShapeError, "repeated axis"),
 ])
 def test_bad_layouts_name_the_op_node_and_line(body, exc, words):
     with pytest.raises(exc) as e:   # at trace time where the constants show it, else at the call
@@ -240,3 +246,24 @@ def test_a_shape_error_found_while_tracing_per_shape_names_the_node():
     with pytest.raises(ShapeError, match=r"op per_shape_bad: add %\?, %\? at test_layout_ops\.py:\d+: "
                                          r"cannot broadcast shapes \(2, 3\) and \(4, 3\)"):
         fg.compile(per_shape_bad)(np.ones((2, 3), F32), np.ones((4, 3), F32))
+
+
+def test_expand_dims_with_a_tuple_counts_axes_in_the_result():
+    """NumPy's: each axis of the tuple is a position in the result (rank ndim + len(axis)), mixed
+    signs included (traced per rank)."""
+    x = np.arange(6, dtype=F32).reshape(2, 3)
+    for axis in ((3, -4), (0, -1), (-1, -2), (0, 1), (-4, 1)):
+        (got,) = [fg.compile(fg.op(lambda x: fg.expand_dims(x, axis=axis), name="ed"))(x)]
+        np.testing.assert_array_equal(got, np.expand_dims(x, axis))
+
+
+def test_a_view_of_more_than_eight_dims_is_refused_by_name():
+    """Kernels stop at 8 dims (the emitted C++'s fg::kMaxRank, MindSpore's limit): a clear error
+    naming the op, an IndexError as NumPy's AxisError, where NumPy would go on to 64."""
+    op = fg.op(lambda x: x.reshape((1,) * 7 + (2, 3)), name="deep")
+    with pytest.raises(fg.AxisError, match="op deep: reshape to rank 9.*at most 8 dims"):
+        fg.compile(op)(np.ones((2, 3), F32))
+    with pytest.raises(fg.FusegenError, match="deep.*FG_ERR_RANK.*more dims than the kernel supports \\(8\\)"):
+        fg.compile(op, backend="aot")(np.ones((2, 3), F32))
+    with pytest.raises(fg.AxisError, match="op wide: .* to rank 10"):
+        fg.compile(fg.op(lambda x: x * 2.0 + 1.0, name="wide"))(np.ones((1,) * 9 + (2,), F32))

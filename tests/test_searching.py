@@ -105,3 +105,22 @@ def test_errors():
             fg.op(fn, name="bad").graph
     with pytest.raises(fg.ShapeError, match="out of range"):
         fg.infer(fg.op(lambda x: fg.argmax(x, axis=2), name="ax"), ["float32"], [(3, 4)], {})
+
+
+@fg.op
+def search_sorter(a, v, order):
+    return fg.searchsorted(a, v, sorter=order), fg.searchsorted(a, v, side="right", sorter=order)
+
+
+@pytest.mark.parametrize("backend", ["numba", "aot"])
+def test_searchsorted_with_a_sorter(backend):
+    """x1 unsorted with the indices that sort it (NumPy's ``sorter``), ties and NaN included; an
+    index outside x1 is a BoundsError, as any gather's."""
+    a = np.array([3.0, 1.0, np.nan, 2.0, 2.0, 5.0])
+    order = np.argsort(a, kind="stable")
+    v = np.array([[0.0, 2.0, 2.5], [6.0, np.nan, 1.0]])
+    left, right = fg.compile(search_sorter, backend=backend)(a, v, order)
+    np.testing.assert_array_equal(left, np.searchsorted(a, v, sorter=order))
+    np.testing.assert_array_equal(right, np.searchsorted(a, v, side="right", sorter=order))
+    with pytest.raises(fg.BoundsError, match="search_sorter"):
+        fg.compile(search_sorter, backend=backend)(a, v, np.array([0, 1, 2, 3, 4, 6]))

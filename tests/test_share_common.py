@@ -30,6 +30,24 @@ def twins(x):
             fg.mean(x, axis=1, keepdims=True), fg.mean(x, axis=-2))
 
 
+@fg.op
+def lookalikes(x):
+    """Constants that compare equal in Python but are not the same value or kind."""
+    return x * 0.0, x * -0.0, x + 1, x + True, x * 2, x * 2.0, fg.copysign(1.0, x * float("nan")), \
+        fg.copysign(1.0, x * -float("nan"))
+
+
+def test_constants_equal_in_python_stay_apart():
+    x = np.ones(3, np.float32)
+    got = fg.compile(lookalikes)(x)
+    assert not np.signbit(got[0]).any() and np.signbit(got[1]).all()
+    assert got[2].dtype == got[3].dtype == np.float32
+    want = fg.compile(lookalikes, backend="aot")(x)
+    for g, w in zip(got, want):
+        assert np.array_equal(np.signbit(g), np.signbit(w)) and np.array_equal(g, w, equal_nan=True)
+    assert sum(1 for n in lookalikes.graph.nodes if n.op is Op.CONST) == 9   # (1.0 twice: one)
+
+
 def test_an_expression_written_twice_is_one_node():
     assert sum(1 for n in twice.graph.nodes if n.op is Op.EXP) == 1
     assert sum(1 for n in twice.graph.nodes if n.op is Op.MUL) == 1

@@ -16,17 +16,18 @@ of a permuted, sliced or flipped view (``take(x.T.reshape(-1), i)``: a div/mod m
 copied the same way. (A reshape of such a view that strides could still express is copied too:
 which it is, only run time knows in the emitted code.)
 
-Second (``share_common``): one node for each value. A user who writes the same expression twice
-gets it computed once, and a reduction written without keepdims whose twin with keepdims is
-also there (cross-entropy's ``max(z, keepdims=True)`` for the shift and ``max(z)`` to add back)
-reads that twin through a squeeze: one accumulator per element instead of two (0.135 against
-0.086 ns per float32 element for a row max). That squeeze is a view, so only in an op that has
-views (or pieces, iotas, dims, gathers) already: the emitted C++ of an op without them keeps its
-plain stages.
+Second (``share_common``): one node for each value. Tracing interns nodes already (a user who
+writes the same expression twice gets one node, ``fusegen.graph.trace.make``); this pass does the
+same for the nodes made after it (the copies above), and a reduction written without keepdims
+whose twin with keepdims is also there (cross-entropy's ``max(z, keepdims=True)`` for the shift
+and ``max(z)`` to add back) reads that twin through a squeeze: one accumulator per element
+instead of two (0.135 against 0.086 ns per float32 element for a row max). That squeeze is a
+view, so only in an op that has views (or pieces, iotas, dims, gathers) already: the emitted C++
+of an op without them keeps its plain stages.
 """
 from __future__ import annotations
 
-from .nodes import PIECEWISE, VIEWS, Item, Node, Op, ReduceArg, ShapeOf, value_srcs
+from .nodes import PIECEWISE, VIEWS, Item, Node, Op, ReduceArg, ShapeOf, arg_key, value_srcs
 
 COPY = ReduceArg("copy", (), False)
 
@@ -128,7 +129,7 @@ def share_common(nodes: tuple[Node, ...], roots: tuple[Node, ...]):
     order: list[Node] = []           # the one nodes, in topological order
     for n in nodes:
         srcs = tuple(same[id(s)] for s in n.srcs)
-        key = (n.op, tuple(id(s) for s in srcs), n.arg)
+        key = (n.op, tuple(id(s) for s in srcs), arg_key(n.arg))
         if key not in one:
             one[key] = _rebuilt(n, srcs)
             order.append(one[key])

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import TraceError
+from ..errors import AxisError, ShapeError, TraceError
 from .nodes import GatherArg, Item, Node, Op, Perm, is_static
 from .trace import (Attr, NeedsRank, NeedsShape, Tensor, current_shape, make, op_prefix, operand, specialization,
                     user_loc)
@@ -269,8 +269,17 @@ def expand_dims(x, /, axis=0) -> Tensor:
     x = as_tensor(x, "expand_dims")
     axes = axes_arg(axis, "expand_dims")
     if len(axes) > 1:
-        if any(a < 0 for a in axes) and len(set(axes)) != len(axes):
-            raise TraceError(f"{op_prefix()}expand_dims: repeated axis in {axes}{_where()}")
+        if any(a < 0 for a in axes) and any(a >= 0 for a in axes):
+            # NumPy's: each axis counts in the result, of rank ndim + len(axes)
+            if specialization() is None:
+                _need(NeedsRank, "expand_dims with both negative and non-negative axes")
+            out = ndim_of(x) + len(axes)
+            if any(not -out <= a < out for a in axes):
+                raise AxisError(f"{op_prefix()}expand_dims: axis {axes} is out of range for the result's rank "
+                                f"{out}{_where()}")
+            axes = tuple(a % out for a in axes)
+        if len(set(axes)) != len(axes):
+            raise ShapeError(f"{op_prefix()}expand_dims: repeated axis in {axes}{_where()}")
         for a in sorted(axes, key=lambda a: (a < 0, a if a >= 0 else -a)):
             x = expand_dims(x, axis=a)
         return x

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import struct
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -270,6 +271,19 @@ class Node:
 
     def __hash__(self) -> int:
         return self._hash
+
+
+def arg_key(a):
+    """A node's ``arg`` as a dict key that tells apart what ``==`` does not: a float by its bits
+    (a constant -0.0 is not 0.0, whose product with x has the other sign), and each value with
+    its type (1, 1.0 and True)."""
+    if isinstance(a, float):
+        return (float, struct.pack("<d", a))
+    if isinstance(a, complex):
+        return (complex, struct.pack("<dd", a.real, a.imag))
+    if isinstance(a, tuple):
+        return (tuple, tuple(arg_key(x) for x in a))
+    return (type(a), a)
 
 
 #: Layout ops whose sources after the first are static parameters (bounds, dims, widths):

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from .. import dtypes as dt
 from ..dtypes import AttrType, DType
-from ..errors import ArgumentError, DTypeError, ShapeError
+from ..errors import ArgumentError, AxisError, DTypeError, ShapeError
 from .nodes import (AttrRef, BINARY_UFUNC, DTypeOf, Graph, Node, Op, ShapeOf, UNARY_UFUNC, UNKNOWN_DIM,
                     UNKNOWN_RANK)
 from .shapes import LAYOUT_RULES, NodeInfo, Shape, static_cast, static_value  # noqa: F401
@@ -68,7 +68,7 @@ def normalize_axes(axes, rank: int, fail) -> tuple[int, ...]:
     for a in axes:
         if not -rank <= a < rank:
             fail(f"axis {a} is out of range for rank {rank} (valid: {-rank}..{rank - 1})" if rank
-                 else f"axis {a} is out of range: the operand is a scalar (rank 0)")
+                 else f"axis {a} is out of range: the operand is a scalar (rank 0)", exc=AxisError)
         out.append(a % rank)
     if len(set(out)) != len(out):
         fail(f"repeated axis in {tuple(axes)}")

@@ -10,10 +10,12 @@ iota, so it fuses with what follows (``argmax(z, axis=-1) == labels`` is one ker
   before it (``side="left"``) or not after it (``"right"``), in NumPy's order (NaN last). A
   comparison per (x1, x2) pair: O(len(x1)) per result, exact, for the short sorted tables this
   is used with in fused kernels (bucket boundaries, CDFs); a binary search is not generated.
+  ``sorter`` (indices that sort ``x1``) reads x1 through them: a gather.
 """
 from __future__ import annotations
 
 from ..errors import TraceError
+from .gathers import take
 from .layout import as_tensor, expand_dims, iota, is_int, moveaxis, reshape
 from .trace import Tensor, cast, op_prefix, reduce, user_loc, where
 
@@ -65,8 +67,8 @@ def searchsorted(x1, x2, /, *, side: str = "left", sorter=None) -> Tensor:
     if side not in ("left", "right"):
         raise TraceError(f"{op_prefix()}searchsorted: side must be 'left' or 'right', got {side!r} "
                          f"[at {user_loc()}]")
-    if sorter is not None:
-        raise TraceError(f"{op_prefix()}searchsorted: sorter is not supported (pass x1 sorted) [at {user_loc()}]")
+    if sorter is not None:   # x1 in the order the indices in sorter give (a gather, fused)
+        x1 = take(x1, as_tensor(sorter, "searchsorted"), axis=0)
     a, b = reshape(x1, (-1,)), x2[..., None]   # a 1-d table, each x2 element against all of it
     before = ((a < b) | ((b != b) & (a == a))) if side == "left" else ((a <= b) | (b != b))
     return reduce("sum", cast(before, "int64"), -1, False)

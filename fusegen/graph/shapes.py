@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..dtypes import DType
-from ..errors import BoundsError, DTypeError, ShapeError
+from ..errors import AxisError, BoundsError, DTypeError, ShapeError
 from .nodes import UNKNOWN_DIM, Node, Op
 
 Shape = typing.Optional[tuple]  # None: unknown rank; -1 entries: unknown dims
@@ -85,7 +85,7 @@ def static_cast(v, to) -> object:
 def _axis(a: int, rank: int, fail, what: str = "axis") -> int:
     if not -rank <= a < rank:
         fail(f"{what} {a} is out of range for rank {rank} (valid: {-rank}..{rank - 1})" if rank
-             else f"{what} {a} is out of range: the operand is a scalar (rank 0)")
+             else f"{what} {a} is out of range: the operand is a scalar (rank 0)", exc=AxisError)
     return a % rank
 
 
@@ -154,7 +154,7 @@ def _index(n: Node, srcs, fail) -> NodeInfo:
         return NodeInfo(x.dtype, None)
     r = len(x.shape)
     if consumed > r:
-        fail(f"too many indices ({consumed}) for a tensor of rank {r}")
+        fail(f"too many indices ({consumed}) for a tensor of rank {r}", exc=AxisError)
     expanded = []
     for it in items:
         if it.kind == "ellipsis":

@@ -16,7 +16,7 @@ import threading
 from .. import dtypes as dt
 from ..dtypes import AttrType
 from ..errors import TraceError
-from .nodes import AttrRef, AttrSpec, DTypeOf, Node, Op, REDUCE_KINDS, ReduceArg, ShapeOf
+from .nodes import AttrRef, AttrSpec, DTypeOf, Node, Op, REDUCE_KINDS, ReduceArg, ShapeOf, arg_key
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _TRACING_FILES = {os.path.join(_HERE, f) for f in ("trace.py", "vocab.py", "layout.py", "compose.py", "gathers.py", "searching.py", "scans.py")}
@@ -41,7 +41,9 @@ def make(op: Op, srcs=(), arg=None) -> Node:
     intern = getattr(_tls, "intern", None)
     if intern is None:
         return node
-    return intern.setdefault(node, node)  # common subexpressions become one node
+    # common subexpressions become one node; the key holds the sources themselves (interned
+    # already) and the arg by ``arg_key``, so x * -0.0 is not x * 0.0 (Node's == says they are)
+    return intern.setdefault((op, tuple(id(s) for s in node.srcs), arg_key(arg)), node)
 
 
 @contextlib.contextmanager

@@ -23,9 +23,10 @@ import operator
 import threading
 
 from .. import dtypes as dt
-from ..errors import DTypeError
+from ..errors import AxisError, DTypeError
 from ..ir import OpDef, infer, set_eager_executor
 from ..plan import Plan, build_plan, scan_form
+from ..plan.viewsteps import MAX_RANK, MapError
 from . import requests
 from .call import Call, call_fn, key_fn
 
@@ -205,7 +206,13 @@ class Kernel:
         self.executor.check(arrs)
         bound = op.bind_attrs(attrs)
         spec = infer(op, [a.dtype for a in arrs], [tuple(a.shape) for a in arrs], bound)
-        call = self.executor.prepare(spec, bound, arrs, key)
+        try:
+            call = self.executor.prepare(spec, bound, arrs, key)
+        except MapError as e:
+            if e.code != "FG_ERR_VIEW_RANK":
+                raise
+            raise AxisError(f"op {op.name}: {e}: fusegen's kernels take at most {MAX_RANK} dims (the emitted "
+                            f"C++'s limit, as MindSpore's AOT ABI's)") from None
         if key is not None:
             with self._lock:
                 self._calls[key] = call
