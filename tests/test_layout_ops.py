@@ -267,3 +267,10 @@ def test_a_view_of_more_than_eight_dims_is_refused_by_name():
         fg.compile(op, backend="aot")(np.ones((2, 3), F32))
     with pytest.raises(fg.AxisError, match="op wide: .* to rank 10"):
         fg.compile(fg.op(lambda x: x * 2.0 + 1.0, name="wide"))(np.ones((1,) * 9 + (2,), F32))
+
+
+def test_squeeze_of_no_axes_is_the_operand():
+    x = np.arange(6, dtype=F32).reshape(1, 6)
+    for backend in ("numba", "aot"):
+        np.testing.assert_array_equal(fg.compile(fg.op(lambda x: fg.squeeze(x, ()) * 1.0, name="sq0"),
+                                                 backend=backend)(x), x)

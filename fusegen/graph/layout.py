@@ -296,6 +296,8 @@ def squeeze(x, /, axis) -> Tensor:
     axes = axes_arg(axis, "squeeze")
     if len(set(axes)) != len(axes):
         raise TraceError(f"{op_prefix()}squeeze: repeated axis in {axes}{_where()}")
+    if not axes:   # axis=(): nothing to drop
+        return x
     if any(a < 0 for a in axes) and any(a >= 0 for a in axes):
         if specialization() is None:
             _need(NeedsRank, "squeeze with both negative and non-negative axes")
