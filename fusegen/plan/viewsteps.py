@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from ..errors import FusegenError
 
 #: Dims of a view (and of a tensor: ``fg::kMaxRank``).
-MAX_RANK = 8
+MAX_RANK = 16
 #: Sub-dims of one dim of a view (a group), and digits of a modular map (``Inner``).
 MAX_SUBDIMS = 16
 #: Dims of a refined loop nest (``refine``).
