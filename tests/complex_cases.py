@@ -28,7 +28,7 @@ def unary_b(x):
 @fg.op
 def binary(x, y):
     return (x + y, x - y, x * y, x / y, x ** y, x == y, x != y, fg.where(fg.real(x) > 0, x, y),
-            fg.sum(x), fg.prod(y), fg.mean(x))
+            fg.sum(x), fg.prod(y), fg.mean(x), fg.round(x * 0.75))
 
 
 def _expm1(z):  # NumPy's formula where z is finite; the standard's table (exp(z) - 1) elsewhere:
@@ -45,7 +45,8 @@ UNARY_A = [np.exp, _expm1, np.log, np.log1p, np.log2, np.log10, np.sqrt, np.sin,
 UNARY_B = [np.arcsinh, np.arccosh, np.arctanh, np.abs, np.sign, np.conj, np.real, np.imag, np.isnan, np.isinf,
            np.isfinite, np.square, _reciprocal, np.negative, lambda x: x * 1j, lambda x: x + 2.5]
 BINARY = [np.add, np.subtract, np.multiply, np.divide, np.power, np.equal, np.not_equal,
-          lambda x, y: np.where(x.real > 0, x, y), np.sum, lambda x, y: np.prod(y), np.mean]
+          lambda x, y: np.where(x.real > 0, x, y), np.sum, lambda x, y: np.prod(y), np.mean,
+          lambda x, y: np.round(x * 0.75)]   # (each part, ties to even: the standard's round)
 CASES = {"unary_a": (unary_a, UNARY_A), "unary_b": (unary_b, UNARY_B), "binary": (binary, BINARY)}
 
 PARTS = [0.0, -0.0, 1.0, -1.0, 0.5, -2.0, 3.0, np.inf, -np.inf, np.nan]

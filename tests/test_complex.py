@@ -52,7 +52,7 @@ def test_promotion_is_numpys(a, b):
 
 REFUSED = {
     "less": lambda x: x < x, "maximum": lambda x: fg.maximum(x, x), "floor": lambda x: fg.floor(x), "ceil": lambda x: fg.ceil(x),
-    "trunc": lambda x: fg.trunc(x), "round": lambda x: fg.round(x), "remainder": lambda x: x % x, "floor_divide": lambda x: x // x,
+    "trunc": lambda x: fg.trunc(x), "remainder": lambda x: x % x, "floor_divide": lambda x: x // x,
     "atan2": lambda x: fg.atan2(x, x), "signbit": lambda x: fg.signbit(x), "copysign": lambda x: fg.copysign(x, x),
     "hypot": lambda x: fg.hypot(x, x), "logaddexp": lambda x: fg.logaddexp(x, x),
     "max": lambda x: fg.max(x), "min": lambda x: fg.min(x, axis=0), "astype": lambda x: x.astype("float32"),

@@ -3,6 +3,7 @@
 The Python array API standard (2024.12) defines arithmetic, ``equal``/``not_equal``, ``abs`` (a
 real result), ``sign`` (``z / |z|``), the exponential, logarithmic, trigonometric and hyperbolic
 functions with C99's branch cuts, ``conj``/``real``/``imag``, ``isnan``/``isinf``/``isfinite``,
+``round`` (each part, ties to even),
 ``sum``/``prod``/``mean`` on complex operands; orderings, rounding, ``floor_divide``,
 ``remainder``, ``atan2`` and the like are not defined there (NumPy orders complex numbers
 lexicographically; fusegen follows the standard and refuses). The type promotion itself is
@@ -18,7 +19,7 @@ from .nodes import Node, Op
 #: ops whose operands may not be complex (the standard leaves them undefined there)
 REFUSED = frozenset({
     Op.LT, Op.LE, Op.GT, Op.GE, Op.MAX, Op.MIN, Op.RELU, Op.SIGMOID, Op.ERF, Op.FLOOR, Op.CEIL, Op.TRUNC,
-    Op.ROUND, Op.SIGNBIT, Op.ATAN2, Op.HYPOT, Op.COPYSIGN, Op.NEXTAFTER, Op.LOGADDEXP, Op.FLOOR_DIVIDE,
+    Op.SIGNBIT, Op.ATAN2, Op.HYPOT, Op.COPYSIGN, Op.NEXTAFTER, Op.LOGADDEXP, Op.FLOOR_DIVIDE,
     Op.REMAINDER, Op.AND, Op.OR, Op.NOT, Op.XOR, Op.RSQRT})
 #: reductions with no order to follow on complex values
 REFUSED_REDUCE = frozenset({"max", "min"})
@@ -26,21 +27,22 @@ REFUSED_REDUCE = frozenset({"max", "min"})
 REAL_RESULT = frozenset({Op.ABS, Op.REAL, Op.IMAG})
 
 
-def _is_complex(d) -> bool:
+def is_complex(d) -> bool:
+    """Whether ``d`` (a DType or a weak scalar kind) is complex."""
     return d == "complex" or (isinstance(d, dt.DType) and d.is_complex)
 
 
 def check_elementwise(n: Node, operands, comp, fail) -> None:
     """Refuse ``n`` (an elementwise op of compute dtype ``comp``) where the standard does."""
-    if n.op is Op.WHERE and _is_complex(operands[0]):
+    if n.op is Op.WHERE and is_complex(operands[0]):
         fail("where's condition must be bool, not complex", exc=DTypeError)
-    if n.op in REFUSED and (_is_complex(comp) or any(_is_complex(o) for o in operands)):
+    if n.op in REFUSED and (is_complex(comp) or any(is_complex(o) for o in operands)):
         fail(f"{n.op.value} is not defined for complex operands (the array API standard leaves it "
              "undefined; compare real parts, or abs, explicitly)", exc=DTypeError)
 
 
 def check_reduce(kind: str, x, fail) -> None:
-    if kind in REFUSED_REDUCE and _is_complex(x):
+    if kind in REFUSED_REDUCE and is_complex(x):
         fail(f"{kind} is not defined for complex operands (no order); reduce abs or the real part",
              exc=DTypeError)
 
@@ -48,7 +50,7 @@ def check_reduce(kind: str, x, fail) -> None:
 def check_cast(src, to, fail) -> None:
     """astype from complex to a real dtype is implementation-defined in the standard: fusegen
     refuses it (NumPy drops the imaginary part with a ComplexWarning) rather than lose data."""
-    if _is_complex(src) and not _is_complex(to):
+    if is_complex(src) and not is_complex(to):
         fail(f"casting {src} to {to} would drop the imaginary part: take fg.real(x) (or fg.abs(x)) "
              "first", exc=DTypeError)
 

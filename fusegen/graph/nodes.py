@@ -130,7 +130,8 @@ BINARY_UFUNC = {
     Op.OR: "logical_or", Op.FLOOR_DIVIDE: "floor_divide", Op.REMAINDER: "remainder",
 }
 # --- the array API's elementwise functions (#18): NumPy's ufunc for each one's dtype rule --------
-# (round follows np.trunc's: integers stay integers; reciprocal follows np.sqrt's, as the array
+# (round follows np.trunc's: integers stay integers; complex ones np.rint's, which takes them (the
+# rules pick it: graph/rules.py); reciprocal follows np.sqrt's, as the array
 # API defines it for floats only: NumPy's integer reciprocal, 1 // x, is not reproduced)
 UNARY_UFUNC.update({
     Op.EXPM1: "expm1", Op.LOG1P: "log1p", Op.LOG2: "log2", Op.LOG10: "log10", Op.TAN: "tan",

@@ -193,7 +193,9 @@ def infer_nodes(opdef, g: Graph, in_dtypes, in_shapes, attrs: dict) -> list[Node
                 fail(f"{a.kind} over an axis of size 0 has no identity", exc=ShapeError)
             info.append(NodeInfo(out_dt, shp, xd, acc, ax, keep))
         else:
-            if n.op in UNARY_UFUNC:
+            if n.op is Op.ROUND and cplx.is_complex(srcs[0].dtype):
+                uf = "rint"   # (np.trunc takes no complex values; rint does, part by part)
+            elif n.op in UNARY_UFUNC:
                 uf = UNARY_UFUNC[n.op]
             elif n.op in BINARY_UFUNC:
                 uf = BINARY_UFUNC[n.op]

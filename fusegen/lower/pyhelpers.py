@@ -28,7 +28,7 @@ def vmath_imports(body: str) -> str:
 HELPER_NAMES = ("_fg_floor_divide", "_fg_remainder", "_fg_floor_divide_int", "_fg_remainder_int", "_fg_shl",
                 "_fg_shr", "_fg_shr_u", "_fg_logaddexp", "_fg_trunc", "_fg_rint")
 #: the functions ``COMPLEX_HELPERS`` defines (a kernel that computes with complex values has them)
-COMPLEX_HELPER_NAMES = ("_fg_cmul", "_fg_cdiv", "_fg_cpow", "_fg_cexpm1", "_fg_clog1p", "_fg_cscale", "_fg_csign",
+COMPLEX_HELPER_NAMES = ("_fg_cmul", "_fg_cdiv", "_fg_cpow", "_fg_cexpm1", "_fg_clog1p", "_fg_cscale", "_fg_cround", "_fg_csign",
                 "_fg_csinh", "_fg_ccosh", "_fg_ctanh", "_fg_casinh", "_fg_catanh", "_fg_cacos", "_fg_cacosh",
                 "_fg_ctimes_i", "_fg_cback")
 
@@ -183,6 +183,10 @@ def _fg_clog1p(z):  # NumPy's: log|1 + z| + i arg(1 + z)
 
 def _fg_cscale(z, s):  # z * s for a real s, part by part
     return complex(z.real * s, z.imag * s)
+
+
+def _fg_cround(z):  # the standard's round on complex numbers: each part, ties to even (_fg_rint)
+    return complex(_fg_rint(z.real, 1.0), _fg_rint(z.imag, 1.0))
 
 
 def _fg_csign(z):  # the standard's sign, z / |z| and 0 at 0, with NumPy's infinities: inf + 1j gives 1

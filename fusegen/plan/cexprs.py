@@ -36,7 +36,7 @@ PY_COMPLEX = {
     Op.ABS: "abs({0})", Op.MUL: "_fg_cmul({0}, {1})", Op.DIV: "_fg_cdiv({0}, {1})",
     Op.RECIPROCAL: "_fg_cdiv({one}, {0})", Op.SQUARE: "_fg_cmul({0}, {0})", Op.POW: "_fg_cpow({0}, {1})",
     Op.EXPM1: "_fg_cexpm1({0})", Op.LOG1P: "_fg_clog1p({0})", Op.LOG2: "_fg_cscale(cmath.log({0}), 1.4426950408889634)",
-    Op.LOG10: "_fg_cscale(cmath.log({0}), 0.4342944819032518)", Op.SIGN: "_fg_csign({0})",
+    Op.LOG10: "_fg_cscale(cmath.log({0}), 0.4342944819032518)", Op.SIGN: "_fg_csign({0})", Op.ROUND: "_fg_cround({0})",
     Op.ISNAN: "cmath.isnan({0})", Op.ISINF: "cmath.isinf({0})", Op.ISFINITE: "cmath.isfinite({0})",
     Op.REAL: "{0}.real", Op.IMAG: "{0}.imag", Op.CONJ: "{0}.conjugate()",
 }
@@ -47,7 +47,7 @@ CPP_COMPLEX = {
     Op.ABS: "fg::cx::abs({0})", Op.MUL: "fg::cmul({0}, {1})", Op.DIV: "fg::cdiv({0}, {1})",
     Op.RECIPROCAL: "fg::cdiv({one}, {0})", Op.SQUARE: "fg::cmul({0}, {0})", Op.POW: "fg::cpow({0}, {1})",
     Op.EXPM1: "fg::cexpm1({0})", Op.LOG1P: "fg::clog1p({0})", Op.LOG2: "fg::cscale(fg::cx::log({0}), 1.4426950408889634)",
-    Op.LOG10: "fg::cscale(fg::cx::log({0}), 0.4342944819032518)", Op.SIGN: "fg::csign({0})",
+    Op.LOG10: "fg::cscale(fg::cx::log({0}), 0.4342944819032518)", Op.SIGN: "fg::csign({0})", Op.ROUND: "fg::cround({0})",
     Op.ISNAN: "fg::cisnan({0})", Op.ISINF: "fg::cisinf({0})", Op.ISFINITE: "fg::cisfinite({0})",
     Op.REAL: "{0}.real()", Op.IMAG: "{0}.imag()", Op.CONJ: "fg::cx::conj({0})",
     Op.WHERE: "({0} ? {1} : {2})",
