@@ -257,20 +257,21 @@ def test_expand_dims_with_a_tuple_counts_axes_in_the_result():
         np.testing.assert_array_equal(got, np.expand_dims(x, axis))
 
 
-def test_more_than_sixteen_dims_are_refused_by_name():
-    """Kernels take up to 16 dims (the emitted C++'s fg::kMaxRank; NumPy goes to 64): past them a
-    clear error naming the op, an IndexError as NumPy's AxisError. Nine or ten work."""
-    op = fg.op(lambda x: x.reshape((1,) * 15 + (2, 3)), name="deep")
-    with pytest.raises(fg.AxisError, match="op deep: reshape to rank 17.*at most 16 dims"):
+def test_more_than_thirty_two_dims_are_refused_by_name():
+    """Kernels take up to 32 dims (the emitted C++'s fg::kMaxRank; NumPy goes to 64): past them a
+    clear error naming the op, an IndexError as NumPy's AxisError. 9, 10 and 32 work."""
+    op = fg.op(lambda x: x.reshape((1,) * 31 + (2, 3)), name="deep")
+    with pytest.raises(fg.AxisError, match="op deep: reshape to rank 33.*at most 32 dims"):
         fg.compile(op)(np.ones((2, 3), F32))
-    with pytest.raises(fg.FusegenError, match="deep.*FG_ERR_RANK.*more dims than the kernel supports \\(16\\)"):
+    with pytest.raises(fg.FusegenError, match="deep.*FG_ERR_RANK.*more dims than the kernel supports \\(32\\)"):
         fg.compile(op, backend="aot")(np.ones((2, 3), F32))
-    with pytest.raises(fg.AxisError, match="op wide: .* to rank 17"):
-        fg.compile(fg.op(lambda x: x * 2.0 + 1.0, name="wide"))(np.ones((1,) * 16 + (2,), F32))
+    with pytest.raises(fg.AxisError, match="op wide: .* to rank 33"):
+        fg.compile(fg.op(lambda x: x * 2.0 + 1.0, name="wide"))(np.ones((1,) * 32 + (2,), F32))
     x = np.arange(6, dtype=F32).reshape(2, 3)
-    nine = fg.op(lambda x: x.reshape((1,) * 7 + (2, 3)) * 2.0, name="nine")
-    for backend in ("numba", "aot"):
-        np.testing.assert_array_equal(fg.compile(nine, backend=backend)(x), x.reshape((1,) * 7 + (2, 3)) * 2)
+    for shape in ((1,) * 7 + (2, 3), (1,) * 30 + (2, 3)):
+        many = fg.op(lambda x: x.reshape(shape) * 2.0, name="many")
+        for backend in ("numba", "aot"):
+            np.testing.assert_array_equal(fg.compile(many, backend=backend)(x), x.reshape(shape) * 2)
     y = np.random.default_rng(0).random((1, 2) * 5).astype(F32)   # rank 10: a reduction and a permute
     ten = fg.op(lambda y: (fg.sum(y, axis=(1, 9)), fg.permute_dims(y, tuple(range(10))[::-1]) + 1.0), name="ten")
     for backend in ("numba", "aot"):

@@ -160,6 +160,10 @@ def test_sixteen_loop_dims(driver):
     compare(driver, make_case(*[grouped_pairs(j) for j in (1, 2, 3)], domain=(32,) * 4, numpy=False))
 
 
+def test_thirty_two_loop_dims(driver):
+    compare(driver, make_case(*[grouped_pairs(j, 8) for j in (1, 2, 3)], domain=(32,) * 8, numpy=False))
+
+
 def test_inner_address(driver):
     rng = np.random.default_rng(0)
     for _ in range(200):

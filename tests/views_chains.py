@@ -286,10 +286,11 @@ def scrambled(n: int, rounds: int) -> list[tuple]:
     return rnd * rounds
 
 
-def grouped_pairs(j: int) -> tuple:
-    """(32,)*4, every dim grouped as (2**j, 2**(5-j)): its one cut point is 2**(5-j)."""
+def grouped_pairs(j: int, dims: int = 4) -> tuple:
+    """(32,)*dims, every dim grouped as (2**j, 2**(5-j)): its one cut point is 2**(5-j)."""
     a, b = 2 ** (5 - j), 2 ** j
-    return (a, b) * 4, [("permute", (1, 0, 3, 2, 5, 4, 7, 6)), ("reshape", (32,) * 4)]
+    swap = tuple(k + 1 - 2 * (k % 2) for k in range(2 * dims))   # (1, 0, 3, 2, ...)
+    return (a, b) * dims, [("permute", swap), ("reshape", (32,) * dims)]
 
 
 _FULL23 = [("slice", 0, 1, 2), ("slice", 0, 1, 3)]
@@ -311,16 +312,19 @@ ERROR_CASES: list[tuple[tuple[str, int, int] | None, Case]] = [
         ("index", [("int", 0), ("slice", 2, -(2 ** 62), 3)]), ("index", [(3,), ("int", 0), ("int", 0)])]],
     (("FG_ERR_VIEW_PARAM", -1, -1), make_case(((2, 3), []), domain=(3, 2), numpy=False)),
     (("FG_ERR_VIEW_PARAM", 1, -1), make_case(((2, 3), []), ((1, -1), []), domain=(2, 3), numpy=False)),
-    (("FG_ERR_VIEW_RANK", 0, -1), make_case(((1,) * 17, []), domain=(), numpy=False)),
-    (("FG_ERR_VIEW_RANK", 0, 0), make_case(((1,) * 16, [("broadcast", (1,) * 17)]), domain=(), numpy=False)),
-    (("FG_ERR_VIEW_RANK", 0, 0), make_case(((2,) * 8, [("reshape", (1,) * 9 + (2,) * 8)]), domain=(), numpy=False)),
-    (("FG_ERR_VIEW_RANK", 0, 0), make_case(((1,) * 16, [("index", [("new",)] + [("slice", 0, 1, 2)] * 16)]),
-                                           domain=(), numpy=False)),
-    (("FG_ERR_VIEW_RANK", -1, -1), make_case(((2,) * 8, []), domain=(1,) * 9 + (2,) * 8, numpy=False)),
+    # (one dim past V.MAX_RANK, however it comes)
+    (("FG_ERR_VIEW_RANK", 0, -1), make_case(((1,) * (V.MAX_RANK + 1), []), domain=(), numpy=False)),
+    (("FG_ERR_VIEW_RANK", 0, 0), make_case(((1,) * V.MAX_RANK, [("broadcast", (1,) * (V.MAX_RANK + 1))]), domain=(),
+                                           numpy=False)),
+    (("FG_ERR_VIEW_RANK", 0, 0), make_case(((2,) * 8, [("reshape", (1,) * (V.MAX_RANK - 7) + (2,) * 8)]), domain=(),
+                                           numpy=False)),
+    (("FG_ERR_VIEW_RANK", 0, 0), make_case(((1,) * V.MAX_RANK, [("index", [("new",)] + [("slice", 0, 1, 2)] *
+                                                                 V.MAX_RANK)]), domain=(), numpy=False)),
+    (("FG_ERR_VIEW_RANK", -1, -1), make_case(((2,) * 8, []), domain=(1,) * (V.MAX_RANK - 7) + (2,) * 8, numpy=False)),
     (("FG_ERR_VIEW_SUBDIMS", 0, 8), make_case(((2 ** 22,), scrambled(22, 3)), domain=(), numpy=False)),
     (("FG_ERR_VIEW_SUBDIMS", 0, 8), make_case(((2 ** 22,), scrambled(22, 3)[:-1] + [
         ("index", [("slice", 1, 1, 2)] + [("slice", 0, 1, 2)] * 7)]), domain=(), numpy=False)),
-    (("FG_ERR_VIEW_LOOP_DIMS", -1, -1), make_case(*[grouped_pairs(j) for j in (1, 2, 3, 4)], domain=(32,) * 4,
+    (("FG_ERR_VIEW_LOOP_DIMS", -1, -1), make_case(*[grouped_pairs(j, 8) for j in (1, 2, 3, 4)], domain=(32,) * 8,
                                                   numpy=False)),
     (("FG_ERR_VIEW_MODULAR", 0, 3), make_case(((3, 2), _MODULAR + [("permute", (1, 0)), ("reshape", (3, 2))]))),
     (("FG_ERR_VIEW_MODULAR", 0, 4), make_case(((3, 2), _MODULAR + [("permute", (1, 0)), ("reshape", (6,)),

@@ -41,11 +41,11 @@ from dataclasses import dataclass, field
 from ..errors import FusegenError
 
 #: Dims of a view (and of a tensor: ``fg::kMaxRank``).
-MAX_RANK = 16
+MAX_RANK = 32
 #: Sub-dims of one dim of a view (a group), and digits of a modular map (``Inner``).
 MAX_SUBDIMS = 16
 #: Dims of a refined loop nest (``refine``).
-MAX_LOOP_DIMS = 16
+MAX_LOOP_DIMS = 32
 _INT64_MAX = 2**63 - 1
 
 #: The C++ error codes, in the enum's order: (name, message). The emitted error table takes

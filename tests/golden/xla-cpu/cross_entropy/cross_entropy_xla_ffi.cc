@@ -53,7 +53,7 @@
 //   0  FG_OK: success
 //   1  FG_ERR_NPARAM: wrong number of buffers (inputs + outputs + scratch results)
 //   2  FG_ERR_DTYPE: input/output dtypes match none of the dtype combinations this file was generated for
-//   3  FG_ERR_RANK: a tensor has more dims than the kernel supports (16) or a negative rank
+//   3  FG_ERR_RANK: a tensor has more dims than the kernel supports (32) or a negative rank
 //   4  FG_ERR_BROADCAST: input shapes cannot be broadcast together
 //   5  FG_ERR_AXIS: a reduction axis is out of range or repeated
 //   6  FG_ERR_OUT_SHAPE: a result's declared shape differs from the shape the op infers
@@ -119,7 +119,7 @@ class AotKernelData {
 
 namespace fg {
 
-constexpr int kMaxRank = 16;
+constexpr int kMaxRank = 32;
 constexpr int kUnknownRank = -2;       // the AOT ABI's shape [-2]
 constexpr int64_t kUnknownDim = -1;    // the AOT ABI's unknown dim
 constexpr int kLanes = 16;             // independent accumulators per row reduction
@@ -132,7 +132,7 @@ enum Error : int {
   FG_OK = 0,  // success
   FG_ERR_NPARAM = 1,  // wrong number of buffers (inputs + outputs + scratch results)
   FG_ERR_DTYPE = 2,  // input/output dtypes match none of the dtype combinations this file was generated for
-  FG_ERR_RANK = 3,  // a tensor has more dims than the kernel supports (16) or a negative rank
+  FG_ERR_RANK = 3,  // a tensor has more dims than the kernel supports (32) or a negative rank
   FG_ERR_BROADCAST = 4,  // input shapes cannot be broadcast together
   FG_ERR_AXIS = 5,  // a reduction axis is out of range or repeated
   FG_ERR_OUT_SHAPE = 6,  // a result's declared shape differs from the shape the op infers
@@ -1055,7 +1055,7 @@ enum ViewError : int {
 namespace views {
 
 constexpr int kMaxSubDims = 16;                      // views.MAX_SUBDIMS
-constexpr int kMaxLoopDims = 16;                     // views.MAX_LOOP_DIMS
+constexpr int kMaxLoopDims = 32;                     // views.MAX_LOOP_DIMS
 constexpr int kMaxDigits = kMaxRank * kMaxSubDims;   // every sub-dim of a view: a reshape's digits
 
 // Python's divmod (the quotient rounds toward -inf, the remainder takes the divisor's sign), so
@@ -4386,7 +4386,7 @@ const char *error_string(int code) {
     case 2:
       return "FG_ERR_DTYPE: input/output dtypes match none of the dtype combinations this file was generated for";
     case 3:
-      return "FG_ERR_RANK: a tensor has more dims than the kernel supports (16) or a negative rank";
+      return "FG_ERR_RANK: a tensor has more dims than the kernel supports (32) or a negative rank";
     case 4:
       return "FG_ERR_BROADCAST: input shapes cannot be broadcast together";
     case 5:
@@ -4428,11 +4428,11 @@ const char *error_string(int code) {
     case 64:
       return "FG_ERR_VIEW_PARAM: a view step's parameters do not fit its operand (a permutation, axis, index, slice, target shape or domain that shape inference should have rejected)";
     case 65:
-      return "FG_ERR_VIEW_RANK: a view would have more dims than kernels support (16)";
+      return "FG_ERR_VIEW_RANK: a view would have more dims than kernels support (32)";
     case 66:
       return "FG_ERR_VIEW_SUBDIMS: a reshaped dim would be a group of more than 16 strided sub-dims, or a div/mod index map would need more than 16 digits";
     case 67:
-      return "FG_ERR_VIEW_LOOP_DIMS: the loop nest refined for the operands' reshapes would have more than 16 dims";
+      return "FG_ERR_VIEW_LOOP_DIMS: the loop nest refined for the operands' reshapes would have more than 32 dims";
     case 68:
       return "FG_ERR_VIEW_MODULAR: a view needs div/mod index arithmetic on top of a reshape that already needs it (only one level is supported)";
     case 69:

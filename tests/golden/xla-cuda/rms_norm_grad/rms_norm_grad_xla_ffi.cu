@@ -71,7 +71,7 @@
 //   0  FG_OK: success
 //   1  FG_ERR_NPARAM: wrong number of buffers (inputs + outputs + scratch results)
 //   2  FG_ERR_DTYPE: input/output dtypes match none of the dtype combinations this file was generated for
-//   3  FG_ERR_RANK: a tensor has more dims than the kernel supports (16) or a negative rank
+//   3  FG_ERR_RANK: a tensor has more dims than the kernel supports (32) or a negative rank
 //   4  FG_ERR_BROADCAST: input shapes cannot be broadcast together
 //   5  FG_ERR_AXIS: a reduction axis is out of range or repeated
 //   6  FG_ERR_OUT_SHAPE: a result's declared shape differs from the shape the op infers
@@ -123,7 +123,7 @@ class AotKernelData {
 
 namespace fg {
 
-constexpr int kMaxRank = 16;
+constexpr int kMaxRank = 32;
 constexpr int kUnknownRank = -2;       // the AOT ABI's shape [-2]
 constexpr int64_t kUnknownDim = -1;    // the AOT ABI's unknown dim
 constexpr int kLanes = 16;             // independent accumulators per row reduction
@@ -136,7 +136,7 @@ enum Error : int {
   FG_OK = 0,  // success
   FG_ERR_NPARAM = 1,  // wrong number of buffers (inputs + outputs + scratch results)
   FG_ERR_DTYPE = 2,  // input/output dtypes match none of the dtype combinations this file was generated for
-  FG_ERR_RANK = 3,  // a tensor has more dims than the kernel supports (16) or a negative rank
+  FG_ERR_RANK = 3,  // a tensor has more dims than the kernel supports (32) or a negative rank
   FG_ERR_BROADCAST = 4,  // input shapes cannot be broadcast together
   FG_ERR_AXIS = 5,  // a reduction axis is out of range or repeated
   FG_ERR_OUT_SHAPE = 6,  // a result's declared shape differs from the shape the op infers
@@ -1610,7 +1610,7 @@ const char *error_string(int code) {
     case 2:
       return "FG_ERR_DTYPE: input/output dtypes match none of the dtype combinations this file was generated for";
     case 3:
-      return "FG_ERR_RANK: a tensor has more dims than the kernel supports (16) or a negative rank";
+      return "FG_ERR_RANK: a tensor has more dims than the kernel supports (32) or a negative rank";
     case 4:
       return "FG_ERR_BROADCAST: input shapes cannot be broadcast together";
     case 5:
