@@ -65,6 +65,7 @@ class Kernel:
         self._calls: dict = {}
         self._variants: dict = {}   # write-request variants of the op -> their kernels
         self._lock = threading.Lock()
+        self._first_calls = threading.RLock()   # one signature prepared at a time (``_slow_call``)
         self._last: Call | None = None
         self.key = key_fn(op)                  # the signature key of a call (``rt.call.key_fn``)
         # (a reference cycle, as the executor's back reference is: the kernel holds its call)
@@ -158,10 +159,21 @@ class Kernel:
     def _slow_call(self, arrays, out, attrs):
         arrs, key, stream = self.place.arguments(self, arrays, attrs)
         call = self._calls.get(key) if key is not None else None
-        if call is None:
-            own = self.plan is not None and self.op.for_dtypes([a.dtype for a in arrs]) is self.op
-            call = self._prepare(arrs, attrs, key) if own else self._specialized(arrs, attrs, key)
+        if call is None and key is not None:
+            # One thread prepares a signature, the others wait for it and share its call (threads
+            # preparing one at once each made an argument block and small-call path of their own;
+            # a CI run saw one such call's result come back unwritten, zeros, under load).
+            with self._first_calls:
+                call = self._calls.get(key)
+                if call is None:
+                    call = self._first_call(arrs, attrs, key)
+        elif call is None:
+            call = self._first_call(arrs, attrs, key)
         return call.run(arrs, out) if stream is None else call.run(arrs, out, stream)
+
+    def _first_call(self, arrs, attrs, key) -> Call:
+        own = self.plan is not None and self.op.for_dtypes([a.dtype for a in arrs]) is self.op
+        return self._prepare(arrs, attrs, key) if own else self._specialized(arrs, attrs, key)
 
     def specialized(self, arrays, attrs: dict) -> Kernel:
         """The kernel of the op's specialization for these arrays (itself for an op traced once)."""

@@ -175,7 +175,7 @@ struct Prepared {
   Py_ssize_t n_inputs;
   std::vector<Output> outputs;
   PyObject *enter = nullptr, *leave = nullptr;   // a large call's (GIL released): else null
-  bool in_use = false;   // a large call has the block (read and written with the GIL held)
+  bool in_use = false;   // a call has the block (read and written with the GIL held)
 };
 
 const char *const kCapsule = "fusegen.fastcall.Prepared";
@@ -261,21 +261,29 @@ Gate gate(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t skip, const char *
 // Claims the block for a call before anything is written into it: 1 (a small call, or a large
 // one that `enter` let run and that now has the block), 0 (take the ctypes path: another
 // thread's large call has the block, or the kernel closed) or -1 (a Python error).
+// The block is marked taken before `enter` runs: `enter` is Python code, during which another
+// thread may run and claim too (both then wrote their outputs' pointers into one block, and one
+// call's result came back unwritten: zeros). A small call marks it as well: allocating its outputs
+// may run a finalizer, and another thread with it.
 int claim(Prepared *p) {
-  if (p->enter == nullptr) return 1;
   if (p->in_use) return 0;
+  p->in_use = true;
+  if (p->enter == nullptr) return 1;
   PyObject *ok = PyObject_CallNoArgs(p->enter);
-  if (ok == nullptr) return -1;
+  if (ok == nullptr) {
+    p->in_use = false;
+    return -1;
+  }
   const int go = PyObject_IsTrue(ok);
   Py_DECREF(ok);
-  if (go == 1) p->in_use = true;
+  if (go != 1) p->in_use = false;
   return go;
 }
 
 // Gives a claimed block back without running (a Python error is set: kept across `leave`).
 void unclaim(Prepared *p) {
-  if (p->enter == nullptr) return;
   p->in_use = false;
+  if (p->enter == nullptr) return;
   PyObject *type, *value, *trace;
   PyErr_Fetch(&type, &value, &trace);
   PyObject *left = PyObject_CallNoArgs(p->leave);
@@ -300,6 +308,7 @@ PyObject *run(Prepared *p, PyObject *const *inputs, PyObject *result) {
     status = p->main(p->block);
   }
   const bool ok = status == 0 && p->block->result == 0;
+  if (!large) p->in_use = false;   // (a small call's error is read before any other call runs)
   if (large) {
     if (ok) p->in_use = false;
     PyObject *left = PyObject_CallNoArgs(p->leave);
