@@ -1,6 +1,7 @@
-"""One node for each value (fusegen.graph.canon.share_common): an expression written twice is
-computed once, and a reduction without keepdims beside its keepdims twin reads the twin through a
-squeeze; the values and shapes stay NumPy's on both CPU backends."""
+"""One node for each value: an expression written twice is one node (trace interning, which
+tells constants apart by their bits), and a reduction without keepdims beside its keepdims twin
+reads the twin through a squeeze (fusegen.graph.canon.share_common); the values and shapes stay
+NumPy's on both CPU backends."""
 from __future__ import annotations
 
 import numpy as np

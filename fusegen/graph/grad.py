@@ -30,7 +30,7 @@ from . import vocab as fg
 from .grad_complex import complex_nodes, complex_rule, complex_variants, to_source
 from .grad_views import view_adjoints
 from .layout import broadcast_like, size_of
-from .nodes import PIECEWISE, VIEWS, Graph, Node, Op, ReduceArg, ShapeOf, computed_nodes, shape_atoms, value_srcs
+from .nodes import PIECEWISE, VIEWS, Graph, Node, Op, ReduceArg, ShapeOf, computed_nodes, shape_atoms, squeeze_items, value_srcs
 from .opdef import OpDef
 from .trace import Tensor, cast_like, expect_same_shape, make as _make, sum_to, unreduce, where
 
@@ -413,7 +413,7 @@ def _same_shift(a: Node, b: Node, keep) -> bool:
         from .nodes import nodes_of
         return keep is True or not any(m.op is Op.REDUCE for m in nodes_of((a,)))
     if keep is False and a.op is Op.REDUCE and b.op is Op.INDEX and b.srcs[0] is a and \
-            b.arg == _squeezes(a.arg.axes):   # (the twin fusegen.graph.canon reads b as)
+            b.arg == squeeze_items(a.arg.axes):   # (the twin fusegen.graph.canon reads b as)
         return True
     if a.op is not b.op or len(a.srcs) != len(b.srcs):
         return False
@@ -423,11 +423,6 @@ def _same_shift(a: Node, b: Node, keep) -> bool:
     if a.op is Op.CONST:
         return a.arg == b.arg
     return a.arg == b.arg and all(_same_shift(x, y, keep) for x, y in zip(a.srcs, b.srcs))
-
-
-def _squeezes(axes):
-    from .canon import squeeze_items
-    return squeeze_items(axes)
 
 
 def _fits(acc: _Adjoints, lab: frozenset, mine: frozenset) -> bool:

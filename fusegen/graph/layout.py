@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import AxisError, ShapeError, TraceError
-from .nodes import GatherArg, Item, Node, Op, Perm, is_static
+from .nodes import GatherArg, Item, Node, Op, Perm, is_static, squeeze_items
 from .trace import (Attr, NeedsRank, NeedsShape, Tensor, current_shape, make, op_prefix, operand, specialization,
                     user_loc)
 
@@ -303,16 +303,7 @@ def squeeze(x, /, axis) -> Tensor:
             _need(NeedsRank, "squeeze with both negative and non-negative axes")
         r = ndim_of(x)
         axes = tuple(a % r for a in axes)
-    if all(a >= 0 for a in axes):
-        items = [Item("slice")] * (max(axes) + 1) + [Item("ellipsis")]
-        for a in axes:
-            items[a] = Item("squeeze")
-    else:
-        n = -min(axes)
-        items = [Item("ellipsis")] + [Item("slice")] * n
-        for a in axes:
-            items[len(items) + a] = Item("squeeze")
-    return Tensor(make(Op.INDEX, (x.node,), tuple(items)))
+    return Tensor(make(Op.INDEX, (x.node,), squeeze_items(axes)))
 
 
 def flip(x, /, *, axis=None) -> Tensor:

@@ -287,6 +287,22 @@ def arg_key(a):
     return (type(a), a)
 
 
+def squeeze_items(axes) -> tuple[Item, ...] | None:
+    """The INDEX items that drop ``axes`` (ints, written all negative or all non-negative; a
+    squeeze checks each dim is 1), else None."""
+    if not isinstance(axes, tuple) or not axes or not all(isinstance(a, int) for a in axes):
+        return None
+    if all(a >= 0 for a in axes):
+        items = [Item("slice")] * (max(axes) + 1) + [Item("ellipsis")]
+    elif all(a < 0 for a in axes):
+        items = [Item("ellipsis")] + [Item("slice")] * -min(axes)
+    else:
+        return None
+    for a in axes:
+        items[a] = Item("squeeze")
+    return tuple(items)
+
+
 #: Layout ops whose sources after the first are static parameters (bounds, dims, widths):
 #: evaluated by shape inference, never read by a kernel.
 STATIC_PARAMS = frozenset({Op.INDEX, Op.RESHAPE, Op.BROADCAST_TO})

@@ -144,8 +144,8 @@ def _covers(spec, u: Node, r: Node) -> bool:
 
 def fused_functions(nodes) -> list[str]:
     """The functions above that an op of ``nodes`` may call: its C++ partial's blocks are chosen
-    per op, before any signature (so an exp of the form ``shifted_exps`` wants counts, axes
-    aside)."""
+    per op, before any signature, so an exp counts here when it has ``shifted_exps``' form and
+    users, whatever its axes turn out to be."""
     used = [TANH_SOFTPLUS for n in nodes if n.op is Op.TANH and softplus_of(n.srcs[0]) is not None]
     used += [SOFTPLUS for n in nodes if softplus_of(n) is not None]
     summed = {id(n.srcs[0]) for n in nodes if n.op is Op.REDUCE and n.arg.kind == "sum"}

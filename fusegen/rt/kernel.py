@@ -160,9 +160,9 @@ class Kernel:
         arrs, key, stream = self.place.arguments(self, arrays, attrs)
         call = self._calls.get(key) if key is not None else None
         if call is None and key is not None:
-            # One thread prepares a signature, the others wait for it and share its call (threads
-            # preparing one at once each made an argument block and small-call path of their own;
-            # a CI run saw one such call's result come back unwritten, zeros, under load).
+            # One thread prepares a signature, the others wait for it and share its call: threads
+            # preparing one at once each made an argument block and small-call path of their own
+            # (a suspect, not proven, in a CI run where one threaded call's result came back zeros).
             with self._first_calls:
                 call = self._calls.get(key)
                 if call is None:

@@ -262,9 +262,9 @@ Gate gate(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t skip, const char *
 // one that `enter` let run and that now has the block), 0 (take the ctypes path: another
 // thread's large call has the block, or the kernel closed) or -1 (a Python error).
 // The block is marked taken before `enter` runs: `enter` is Python code, during which another
-// thread may run and claim too (both then wrote their outputs' pointers into one block, and one
-// call's result came back unwritten: zeros). A small call marks it as well: allocating its outputs
-// may run a finalizer, and another thread with it.
+// thread may run and claim too (both would then write their outputs' pointers into one block,
+// and one call's result would come back unwritten). A small call marks it as well: allocating
+// its outputs may run a finalizer, and another thread with it.
 int claim(Prepared *p) {
   if (p->in_use) return 0;
   p->in_use = true;
@@ -308,8 +308,9 @@ PyObject *run(Prepared *p, PyObject *const *inputs, PyObject *result) {
     status = p->main(p->block);
   }
   const bool ok = status == 0 && p->block->result == 0;
-  if (!large) p->in_use = false;   // (a small call's error is read before any other call runs)
-  if (large) {
+  if (!large) {
+    p->in_use = false;   // (a small call's error is read before any other call runs)
+  } else {
     if (ok) p->in_use = false;
     PyObject *left = PyObject_CallNoArgs(p->leave);
     if (left == nullptr) return Py_DECREF(result), nullptr;
