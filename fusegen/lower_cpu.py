@@ -281,7 +281,7 @@ class GroupSource:
             self.fills.begin(lambda n, ctx: self._load(n, ctx, mode), f"r{st.index}_", mode, var, count)
             ew = ExprWriter(self.spec, PYTHON, lambda n, ctx: self._load(n, ctx, mode),
                             prefix=f"s{st.index}{_tag(choice)}_", variant={**(self.run.variant or {}), **choice},
-                            gather=self.g.cpu_index, random=self.rng, stored=kept)
+                            gather=self.g.cpu_index, random=self.rng, stored=kept, stage=st)
             self._ew = ew
             if pair is not None:
                 e = ew.value(pair.e, accs[0][1])

@@ -247,7 +247,7 @@ def _body(st, spec: Spec, dialect, leaf, variant: dict, stores: list[dict], op: 
     gw = G.IndexWriter(op, op.graph.idx)
     # values an earlier stage stored (``Stage.kept``, plan.shared) are read back, not recomputed
     w = cur["w"] = ExprWriter(spec, dialect, leaf, prefix="t", variant=variant, gather=gw, random=random_text,
-                              stored=ExprWriter.outputs_read(spec, st))
+                              stored=ExprWriter.outputs_read(spec, st), stage=st)
     writes = []
     for k, n in st.keeps:   # stored for a later stage; the reductions below reuse its lines
         want = reg_dtype(dt.materialize(spec.of(n).dtype))

@@ -55,7 +55,7 @@ def combo_data(op: OpDef, plan: Plan, combo: tuple[DType, ...], ranks=None) -> d
         for k, n in st.keeps:   # stored first; the reductions then take them as arguments (plan.shared)
             reg = reg_dtype(dt.materialize(spec.of(n).dtype))
             values.append(dict(kind="write", fn=f"s{st.index}_k{k}", op=of(("out", k)), reg=CPP.type_name(reg),
-                               body=expr_fn(spec, n, reg, names)))
+                               body=expr_fn(spec, n, reg, names, stage=st)))
             kept.append(dict(op=of(("out", k)), name=f"k{of(('out', k))}", reg=CPP.type_name(reg), node=n, dtype=reg))
         rnames = {**names, **{id(p["node"]): p["name"] for p in kept}}
         for j, r in enumerate(st.reductions):
@@ -63,7 +63,7 @@ def combo_data(op: OpDef, plan: Plan, combo: tuple[DType, ...], ranks=None) -> d
             acc = reg_dtype(info.acc)
             values.append(dict(kind="reduce", fn=f"s{st.index}_r{j}", reduce=r.arg.kind, node=g.idx(r),
                                acc=CPP.type_name(acc), init=CPP.literal(reduce_identity(r.arg.kind, acc), acc),
-                               body=expr_fn(spec, r.srcs[0], acc, rnames, [(p["node"], p["dtype"]) for p in kept]),
+                               body=expr_fn(spec, r.srcs[0], acc, rnames, [(p["node"], p["dtype"]) for p in kept], st),
                                out_type=CPP.type_name(reg_dtype(dt.materialize(info.dtype))),
                                targets=[of(a.slot) for a in st.stores if a.node is r]))
         for k, n in st.writes:
@@ -72,7 +72,7 @@ def combo_data(op: OpDef, plan: Plan, combo: tuple[DType, ...], ranks=None) -> d
             src = op.inplace.get(k) if getattr(op, "inplace", None) else None
             alias = next((f"v{of(a.slot)}" for a in st.reads if a.slot == ("in", src)), None)
             values.append(dict(kind="write", fn=f"s{st.index}_w{k}", op=of(("out", k)), alias=alias,
-                               reg=CPP.type_name(out), body=expr_fn(spec, n, out, names, ExprWriter.outputs_read(spec, st))))
+                               reg=CPP.type_name(out), body=expr_fn(spec, n, out, names, ExprWriter.outputs_read(spec, st), st)))
         finals = []
         for k, n in st.finals:
             rs = st.reductions
@@ -125,12 +125,12 @@ def _randoms(g, st) -> list[Node]:
     return sorted(out, key=g.idx)
 
 
-def expr_fn(spec, node: Node, want: DType, names: dict, stored=()) -> list[str]:
+def expr_fn(spec, node: Node, want: DType, names: dict, stored=(), stage=None) -> list[str]:
     """Body lines of an inline function computing ``node`` from its leaves (random nodes, whose
     values the stage's fills give: ``names``; the ``stored`` values, read back as arguments:
-    ``plan.shared``)."""
+    ``plan.shared``) in ``stage``'s loop."""
     w = ExprWriter(spec, CPP, lambda n, ctx=(): names[id(n)] if n.op is not Op.ATTR else
-                   attr_text[spec.of(n).dtype].format(f"a.{n.arg}"), prefix="t", stored=stored,
+                   attr_text[spec.of(n).dtype].format(f"a.{n.arg}"), prefix="t", stored=stored, stage=stage,
                    random=lambda ew, n, ctx: R.buffered_text(ew, n, ctx, names[id(n)]))
     v = w.value(node, want)
     lines = [f"const auto {name} = {expr};" for name, expr in w.lines]

@@ -182,13 +182,13 @@ class ExprWriter:
 
     def __init__(self, spec: Spec, dialect: Dialect, leaf: Callable[[Node, tuple], str], prefix: str = "t",
                  variant: dict | None = None, gather: Callable | None = None, random: Callable | None = None,
-                 stored=()):
+                 stored=(), stage=None):
         self.spec, self.d, self.leaf, self.prefix = spec, dialect, leaf, prefix
         # values the stage reads back from an array (``Stage.kept``): leaves here; ``stored`` is
         # [(node, the register dtype of the leaf's text)], converted to the node's own
         self.stored = {id(n): d for n, d in stored}
         self.random = random
-        self.shifted = shifted_exps(spec)   # exps that may be exp_shifted_f32 (plan/fusedmath.py)
+        self.shifted = shifted_exps(spec, stage)   # exps that may be exp_shifted_f32 in this loop (plan/fusedmath)
         self.lines: list[tuple[str, str]] = []   # (name, expr)
         self.names: dict[tuple, str] = {}
         self.types: dict[tuple, DType] = {}

@@ -21,8 +21,10 @@ no intermediate rounding to amplify.
   result is sigmoid's (within 1 ulp), where adding 1 to a rounded tanh loses the digits 1 + tanh
   cancels for negative u; and sigmoid costs less than tanh.
 
-* ``exp(z - max(z))`` whose every user sums over the max's axes (logsumexp's, cross-entropy's,
-  log_softmax's; not a softmax's, which also divides it): ``vmath_lanes.exp_shifted_f32``, exp
+* ``exp(z - max(z))`` whose every user in the loop computing it sums over the max's axes
+  (logsumexp's, cross-entropy's, log_softmax's; the exp-sum pass of a gradient whose output pass
+  recomputes the exp; not a softmax's, whose sum pass also stores the exp for its output pass):
+  ``vmath_lanes.exp_shifted_f32``, exp
   for an argument at most 0 in a sum that holds a 1, with 15 operations instead of 22 and the
   same bits (fusegen/vmath.py, EXP32_SUM_FLOOR). cross_entropy at (8192, 32000) is exp-bound on
   two cores: the exps alone took longer than reading the logits.
@@ -101,20 +103,26 @@ def _row_max(m: Node, z: Node) -> tuple[Node, bool] | None:
     return None
 
 
-def shifted_exps(spec) -> frozenset[int]:
+def shifted_exps(spec, stage=None) -> frozenset[int]:
     """The ids of the ``exp`` nodes whose argument is ``z - max(z)`` over some axes and whose
     every user is a ``sum`` over those axes or more: the argument is at most 0 (or NaN: z - max is
     exact in sign) and each sum holds the max's exp(0) = 1, which is all ``exp_shifted_f32``
     needs (fusegen/vmath.py). The axes are compared as written where the rank is not known (the
-    emitted C++ serves every rank): the same ``axis`` (a number or an attribute) is the same axes."""
+    emitted C++ serves every rank): the same ``axis`` (a number or an attribute) is the same axes.
+
+    ``stage`` (a ``plan.Stage``): only its loop's users count, for the values that loop computes.
+    Why: a gradient's exp-sum pass and its output pass each compute the exp (nothing stores it
+    between them), and only the output pass needs exp's value below the sum's floor. A value the
+    stage stores (a softmax's exp, kept for its output pass) is a user of its own."""
     graph = spec.opdef.graph
+    nodes, roots = (graph.nodes, graph.outputs) if stage is None else _stage_nodes(stage)
     users: dict[int, list[Node]] = {}
-    for n in graph.nodes:
+    for n in nodes:
         for s in n.srcs:
             users.setdefault(id(s), []).append(n)
-    outputs = {id(o) for o in graph.outputs}
+    outputs = {id(o) for o in roots}
     found = set()
-    for n in graph.nodes:
+    for n in nodes:
         if n.op is not Op.EXP or id(n) in outputs or n.srcs[0].op is not Op.SUB:
             continue
         z, m = n.srcs[0].srcs
@@ -134,6 +142,23 @@ def shifted_exps(spec) -> frozenset[int]:
     return frozenset(found)
 
 
+def _stage_nodes(stage) -> tuple[list[Node], list[Node]]:
+    """(the nodes a stage's loop computes: its reductions and what their sources, its writes and
+    its kept values are made of, down to the earlier stages' results; the values it stores)"""
+    roots = [n for _, n in stage.writes + stage.keeps + stage.finals]
+    seen: dict[int, Node] = {}
+    stack = list(stage.reductions) + roots
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen[id(n)] = n
+        if n.op is Op.REDUCE and all(n is not r for r in stage.reductions):
+            continue   # (an earlier stage's result: read here, not computed)
+        stack.extend(n.srcs)
+    return list(seen.values()), roots
+
+
 def _covers(spec, u: Node, r: Node) -> bool:
     """Whether reduction ``u`` reduces every axis that ``r`` does."""
     if u.arg.axes is None or u.arg.axes == r.arg.axes:
@@ -145,12 +170,11 @@ def _covers(spec, u: Node, r: Node) -> bool:
 def fused_functions(nodes) -> list[str]:
     """The functions above that an op of ``nodes`` may call: its C++ partial's blocks are chosen
     per op, before any signature, so an exp counts here when it has ``shifted_exps``' form and
-    users, whatever its axes turn out to be."""
+    a sum among its users (a stage may have no other), whatever its axes turn out to be."""
     used = [TANH_SOFTPLUS for n in nodes if n.op is Op.TANH and softplus_of(n.srcs[0]) is not None]
     used += [SOFTPLUS for n in nodes if softplus_of(n) is not None]
     summed = {id(n.srcs[0]) for n in nodes if n.op is Op.REDUCE and n.arg.kind == "sum"}
-    others = {id(s) for n in nodes if not (n.op is Op.REDUCE and n.arg.kind == "sum") for s in n.srcs}
-    used += [EXP_SHIFTED for n in nodes if n.op is Op.EXP and id(n) in summed and id(n) not in others
+    used += [EXP_SHIFTED for n in nodes if n.op is Op.EXP and id(n) in summed
              and n.srcs[0].op is Op.SUB and _row_max(n.srcs[0].srcs[1], n.srcs[0].srcs[0]) is not None]
     return used
 

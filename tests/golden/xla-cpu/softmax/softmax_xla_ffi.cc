@@ -659,6 +659,25 @@ FG_VM float exp_f32(float x) {
   return vm_mulf(y * s1, s2);  // exact, then one rounding (also to a subnormal, inf)
 }
 
+// ---- exp_shifted_f32: exp(x) for x <= 0 summed with a 1 (x = z - max z over the sum's slice):
+// exp_f32's bits from -87.0 to 0, exp(-87.0) below, which no such sum can tell
+// apart; 2^n is one normal factor there, so one clamp and one scaling instead of four and two ----
+FG_VM float exp_shifted_f32(float x) {
+  const float a = vm_selectf(x < -87.0f, -87.0f, x);  // NaN passes
+  const float k = vm_fmaf(a, 1.4426950216293335f, 12582912.0f);
+  const float n = k - 12582912.0f;
+  const float r = vm_fmaf(-n, 1.4286067653302662e-06f, vm_fmaf(-n, 0.693145751953125f, a));
+  float p = 0.0013814592966809869f;
+  p = vm_fmaf(p, r, 0.008368715643882751f);
+  p = vm_fmaf(p, r, 0.04166838899254799f);
+  p = vm_fmaf(p, r, 0.1666652113199234f);
+  p = vm_fmaf(p, r, 0.4999999403953552f);
+  const float y = 1.0f + vm_fmaf(r * r, p, r);
+  // the exponent field of 2^n: bits(k) - bits(shifter) is n
+  const float s = f32_from_bits((f32_bits(k) - 0x4b400000u + 127u) << 23);
+  return vm_mulf(y, s);
+}
+
 // ---- sigmoid_f32: e = exp(-|x|) as a pair; 1 / (1 + e) for x >= 0, e / (1 + e) below ----
 FG_VM float sigmoid_f32(float x) {
   const Pair32 e = exp_pair32(-vm_fabsf(x));
