@@ -114,6 +114,20 @@ def fresh_outputs(n_inputs: int, outputs) -> tuple | None:
     return mod.fresh, mod.prepare_fresh(n_inputs, [(tuple(s), np.dtype(d)) for s, d in outputs])
 
 
+def overlap_fn():
+    """``overlap(out, *inputs)``: whether an ndarray of ``out`` (one, or a tuple or list) spans
+    bytes that an ndarray among ``inputs`` spans (bounds only, as ``np.may_share_memory``); the
+    extension's (one C call on a kernel's ``out=`` path), else NumPy's."""
+    mod = module()
+    return mod.overlap if mod is not None else _overlap
+
+
+def _overlap(out, *inputs) -> bool:
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    return any(isinstance(o, np.ndarray) and isinstance(a, np.ndarray) and np.may_share_memory(o, a)
+               for o in outs for a in inputs)
+
+
 def ctypes_address(function) -> int:
     """The address of a ctypes foreign function."""
     import ctypes

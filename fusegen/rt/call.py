@@ -146,11 +146,12 @@ def attrs_key(op, attrs: dict):
     return key
 
 
-def call_fn(op, calls: dict, generic):
+def call_fn(op, calls: dict, generic, overlap=None):
     """The kernel's call, generated for its op: builds the signature key inline (``key_fn``'s),
     looks the runner up in ``calls`` and runs it; anything else (a first call with a signature,
     a write request, a wrong input count, an unknown attribute, a non-array input, an unhashable
-    attribute, a ``stream=``) goes to ``generic(arrays, out, accumulate, skip, inplace, attrs)``.
+    attribute, a ``stream=``; with ``overlap``, ``fastcall.overlap_fn()``'s, an ``out=`` array
+    sharing memory with an input) goes to ``generic(arrays, out, accumulate, skip, inplace, attrs)``.
 
     Generated because a generic ``__call__(self, *arrays, **attrs)`` spends more than the native
     call itself at small sizes: the keyword dict, the key's nested tuples and unpacking, a helper
@@ -164,12 +165,14 @@ def call_fn(op, calls: dict, generic):
            f"        if _fg_more or _fg_kw or accumulate is not False or skip is not None or inplace:\n"
            f"            raise KeyError\n"
            f"        _fg_run = _fg_calls[{_key_expr(n, attrs)}].run\n"
-           f"    except (KeyError, AttributeError, TypeError):\n"
+           + (f"        if out is not None and _fg_overlap(out{''.join(f', _fg_a{i}' for i in range(n))}):\n"
+              f"            raise KeyError\n" if overlap is not None else "")
+           + f"    except (KeyError, AttributeError, TypeError):\n"
            f"        return _fg_generic(tuple(a for a in {ins} if a is not _fg_M) + _fg_more, out, "
            f"accumulate, skip, inplace,\n"
            f"                           {_given(attrs)})\n"
            f"    return _fg_run({ins}, out)\n")
-    return _generate(src, f"call of {op.name}", _fg_calls=calls, _fg_generic=generic)
+    return _generate(src, f"call of {op.name}", _fg_calls=calls, _fg_generic=generic, _fg_overlap=overlap)
 
 
 def signature_key(kernel, arrays, attrs: dict):

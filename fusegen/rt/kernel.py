@@ -22,9 +22,12 @@ from __future__ import annotations
 import operator
 import threading
 
+import numpy as np
+
 from .. import dtypes as dt
 from ..errors import AxisError, DTypeError
 from ..ir import OpDef, infer, set_eager_executor
+from ..native import fastcall
 from ..plan import Plan, build_plan, scan_form
 from ..plan.viewsteps import MAX_RANK, MapError
 from . import requests
@@ -69,7 +72,10 @@ class Kernel:
         self._last: Call | None = None
         self.key = key_fn(op)                  # the signature key of a call (``rt.call.key_fn``)
         # (a reference cycle, as the executor's back reference is: the kernel holds its call)
-        self._call = call_fn(op, self._calls, self._generic)
+        # (on the CPU an out= array sharing memory with an input takes ``_slow_call``, which sees
+        # that inputs are read before it is written; a device's outputs are copied back after)
+        self._overlap = fastcall.overlap_fn() if device == "cpu" else None
+        self._call = call_fn(op, self._calls, self._generic, self._overlap)
         self.place = _device(device)          # what the device contributes: rt.cpu.HOST or rt.cuda.CUDA
         self.executor = _executor(backend, device)(self, **options)
 
@@ -169,7 +175,46 @@ class Kernel:
                     call = self._first_call(arrs, attrs, key)
         elif call is None:
             call = self._first_call(arrs, attrs, key)
-        return call.run(arrs, out) if stream is None else call.run(arrs, out, stream)
+        if stream is not None:
+            return call.run(arrs, out, stream)
+        if out is not None and self._overlap is not None and self._overlap(out, *arrs):
+            return self._aliased(call, arrs, out)
+        return call.run(arrs, out)
+
+    def _aliased(self, call: Call, arrs, out):
+        """``call.run`` writing into ``out=`` arrays that share memory with inputs, as NumPy's
+        ufuncs do: as if every input were read before any output is written. An output that is
+        exactly an input's memory (same address, shape and strides) is written there where the
+        plan reads that input only at the index it writes (``requests.inplace_hazard``: an add-to
+        request's ``prev + y``, a declared in-place output); any other is computed into a
+        temporary array and copied over afterwards."""
+        several = isinstance(out, (tuple, list))
+        outs = list(out) if several else [out]
+        temps = {}
+        for k, o in enumerate(outs):
+            if not (isinstance(o, np.ndarray) and o.flags.writeable):
+                continue   # (the runner's checks say what is wrong with it)
+            shared = [i for i, a in enumerate(arrs) if np.may_share_memory(o, a)]
+            if not shared or len(shared) == 1 and _same_memory(o, arrs[shared[0]]) \
+                    and self._hazard(k, shared[0]) is None:
+                continue
+            temps[k] = np.empty(o.shape, o.dtype)
+        if not temps:
+            return call.run(arrs, out)
+        given = [temps.get(k, o) for k, o in enumerate(outs)]
+        res = call.run(arrs, given if several else given[0])
+        for k, t in temps.items():
+            np.copyto(outs[k], t)
+        if isinstance(res, tuple):
+            return tuple(outs[k] if k in temps else r for k, r in enumerate(res))
+        return outs[0] if temps else res
+
+    def _hazard(self, k: int, i: int) -> str | None:
+        """Why output ``k`` may not be written over input ``i`` (None: it may), from this kernel's
+        plan; an op traced per signature has none here, so it may not."""
+        if self.plan is None or k >= len(self.op.graph.outputs):
+            return "no plan"
+        return requests.inplace_hazard(self.plan, k, i)
 
     def _first_call(self, arrs, attrs, key) -> Call:
         own = self.plan is not None and self.op.for_dtypes([a.dtype for a in arrs]) is self.op
@@ -230,6 +275,11 @@ class Kernel:
                 self._calls[key] = call
         self._last = call
         return call
+
+
+def _same_memory(a, b) -> bool:
+    return (a.__array_interface__["data"][0] == b.__array_interface__["data"][0] and a.shape == b.shape
+            and a.strides == b.strides and a.dtype.itemsize == b.dtype.itemsize)
 
 
 def _device(device: str):

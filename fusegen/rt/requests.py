@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import ArgumentError, DTypeError, ShapeError
 from ..graph.requests import check_disjoint, derive, output_indices
 from ..ir import Op, OpDef
-from ..plan import Plan, build_plan, leaves_of
+from ..plan import BROADCAST, Plan, build_plan, leaves_of
 from ..plan.paths import stage_reads
 
 
@@ -86,6 +86,10 @@ def inplace_hazard(plan: Plan, k: int, i: int) -> str | None:
     stage reads input ``i``, and no later stage reads input ``i`` at all: every read of the
     input then happens before, or at the very index of, the write that overwrites it."""
     keeper = next((s for s in plan.stages if any(kk == k for kk, _ in s.keeps)), None)
+    writer = keeper or next((s for s in plan.stages if any(kk == k for kk, _ in s.writes)), None)
+    shifted = _shifted_read(plan, writer, i) if writer is not None else None
+    if shifted is not None:
+        return shifted
     if keeper is not None:   # output k holds a stored value from this stage on (plan.shared)
         kept = {id(n) for kk, n in keeper.keeps if kk == k}
         if any(l.op is Op.INPUT and l.arg == i for l, _ in stage_reads([r.srcs[0] for r in keeper.reductions],
@@ -106,6 +110,20 @@ def inplace_hazard(plan: Plan, k: int, i: int) -> str | None:
         exprs = [r.srcs[0] for r in s.reductions] + [n for _, n in s.writes] + [n for _, n in s.finals]
         if any(l.op is Op.INPUT and l.arg == i for e in exprs for l in leaves_of(e)):
             return f"a later pass reads input {plan.opdef.inputs[i]!r} after output {k} is written"
+    return None
+
+
+def _shifted_read(plan: Plan, writer, i: int) -> str | None:
+    """Why the passes up to ``writer`` (the stage writing the output) may read input ``i`` at an
+    element the output has already overwritten: a read through a view (a transpose, a slice, a
+    flip, a gather...) is at another index than the write beside it, and a pass fused into the
+    same task as the write runs its reads after the earlier tasks' writes."""
+    g = plan.opdef.graph
+    for s in plan.stages[:writer.index + 1]:
+        for a in s.reads:
+            if a.slot == ("in", i) and a.steps not in ((), (BROADCAST,)):
+                return (f"stage {s.index} reads input {plan.opdef.inputs[i]!r} through "
+                        f"{a.map_text(lambda n: f'%{g.idx(n)}')}, at other indices than the output is written")
     return None
 
 

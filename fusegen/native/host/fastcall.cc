@@ -434,6 +434,48 @@ PyObject *fresh(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
   return allocate(p->outputs, nullptr);
 }
 
+// --- out= arrays that share memory with inputs (fusegen.rt.kernel) ----------------------------
+
+// The bytes [lo, hi) an array's elements span; false for an empty array, which spans none.
+bool extent(PyArrayObject *a, const char **lo, const char **hi) {
+  const char *l = PyArray_BYTES(a), *h = l + PyArray_ITEMSIZE(a);
+  for (int d = 0; d < PyArray_NDIM(a); ++d) {
+    const npy_intp n = PyArray_DIM(a, d);
+    if (n == 0) return false;
+    const npy_intp span = (n - 1) * PyArray_STRIDE(a, d);
+    (span < 0 ? l : h) += span;
+  }
+  *lo = l;
+  *hi = h;
+  return true;
+}
+
+// overlap(out, *inputs): whether an ndarray of `out` (one, or a tuple or list of them; anything
+// else counts as none) spans bytes that an ndarray among `inputs` spans. Bounds only, as
+// np.may_share_memory's default: interleaved views count as overlapping. The kernels' fast path
+// writes out= arrays as they are; where this is true the call takes the path that makes the
+// kernel read every input before an output overwrites it (fusegen.rt.kernel).
+PyObject *overlap(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+  if (nargs < 1) {
+    PyErr_SetString(PyExc_TypeError, "overlap(out, *inputs)");
+    return nullptr;
+  }
+  PyObject *out = args[0];
+  const bool several = PyTuple_CheckExact(out) || PyList_CheckExact(out);
+  const Py_ssize_t n_out = several ? PySequence_Fast_GET_SIZE(out) : 1;
+  PyObject *const *outs = several ? PySequence_Fast_ITEMS(out) : &out;
+  for (Py_ssize_t k = 0; k < n_out; ++k) {
+    const char *lo, *hi;
+    if (!PyArray_Check(outs[k]) || !extent(reinterpret_cast<PyArrayObject *>(outs[k]), &lo, &hi)) continue;
+    for (Py_ssize_t i = 1; i < nargs; ++i) {
+      const char *l, *h;
+      if (PyArray_Check(args[i]) && extent(reinterpret_cast<PyArrayObject *>(args[i]), &l, &h) && l < hi && lo < h)
+        Py_RETURN_TRUE;
+    }
+  }
+  Py_RETURN_FALSE;
+}
+
 // empty(shape, dtype): np.empty's array, its data 64-byte aligned from kAlignBytes on.
 PyObject *empty(PyObject *, PyObject *args) {
   PyObject *shape, *dtype;
@@ -450,6 +492,8 @@ PyObject *empty(PyObject *, PyObject *args) {
 
 PyMethodDef methods[] = {
     {"empty", empty, METH_VARARGS, "empty(shape, dtype) -> array (64-byte aligned data from 64 KiB on)"},
+    {"overlap", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(overlap)), METH_FASTCALL,
+     "overlap(out, *inputs) -> whether an out= array spans bytes an input spans"},
     {"prepare", prepare, METH_VARARGS,
      "prepare(kernel, signature, call_main, block, n_inputs, [(shape, dtype), ...][, enter, leave]) -> prepared"},
     {"release", release, METH_O, "release(prepared): a failed large call's block is free again"},
