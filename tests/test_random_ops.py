@@ -395,3 +395,33 @@ def test_numba_cuda_random_kernels_assemble_for_sm_90(tmp_path):
         r = subprocess.run(["ptxas", "-arch=sm_90", str(path), "-o", str(tmp_path / f"{name}.cubin")],
                            capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
+
+
+def test_dtype_of_a_traced_value():
+    """``dtype=x.dtype`` in a random function: the op is traced per input dtype (as for a
+    creation function's), and an integer dtype where a float is needed is refused by name."""
+    @fg.op
+    def noisy(x, *, seed: int = 0):
+        return x + fg.random.normal(seed, x.shape, dtype=x.dtype)
+
+    @fg.op
+    def jitter(x, *, seed: int = 0):
+        return x + fg.random.randint(seed, 0, 10, x.shape, dtype=x.dtype)
+
+    for d in (np.float32, np.float64):
+        x = np.zeros((3, 5), d)
+        got = fg.compile(noisy)(x, seed=7)
+        assert got.dtype == d
+        want = fg.compile(noisy_fixed(d))(x, seed=7)
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(fg.DTypeError, match=r"op noisy: fg.random.normal: dtype must be float32 or float64, got int32"):
+        noisy(np.zeros(3, np.int32))
+    got = jitter(np.zeros(4, np.int8))
+    assert got.dtype == np.int8 and ((got >= 0) & (got < 10)).all()
+
+
+def noisy_fixed(d):
+    @fg.op
+    def noisy(x, *, seed: int = 0):
+        return x + fg.random.normal(seed, x.shape, dtype=np.dtype(d).name)
+    return noisy

@@ -31,7 +31,7 @@ from ..errors import AttrError, DTypeError, TraceError
 from .layout import iota, is_int, reshape, scalar
 from .nodes import Node, Op
 from .shapes import NodeInfo
-from .trace import Attr, Tensor, make, op_prefix, operand, user_loc
+from .trace import Attr, Tensor, TracedDType, make, op_prefix, operand, user_loc
 
 KINDS = ("uniform", "normal", "bernoulli", "randint")
 _FLOATS = ("float32", "float64")
@@ -103,9 +103,17 @@ def _random(kind: str, dtype, seed, shape, offset, params=()) -> Tensor:
     return Tensor(make(Op.RANDOM, srcs, RandomArg(kind, d)))
 
 
+def _known(kind: str, dtype):
+    """``dtype``, once it is one: a traced value's ``x.dtype`` in the op's generic trace makes the
+    op trace again per input dtype, where it is (``trace.TracedDType``)."""
+    if isinstance(dtype, TracedDType):
+        dtype.unknown(f"fg.random.{kind}'s dtype=")
+    return dtype
+
+
 def _float_dtype(kind: str, dtype) -> DType:
     try:
-        d = dt.as_dtype(dtype)
+        d = dt.as_dtype(_known(kind, dtype))
     except DTypeError:
         d = None
     if d is None or d.name not in _FLOATS:
@@ -150,7 +158,7 @@ def randint(seed, low, high, shape, *, offset=0, dtype="int64") -> Tensor:
     """Integers in [low, high), exactly uniform (Lemire's multiply-shift with rejection, redrawing
     from a deterministic chain of blocks: docs/random.md). ``low``/``high``: ints or int attributes."""
     try:
-        d = dt.as_dtype(dtype)
+        d = dt.as_dtype(_known("randint", dtype))
     except DTypeError:
         d = None
     if d is None or not d.is_int:
