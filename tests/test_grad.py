@@ -292,3 +292,23 @@ def test_jax_grad_of_a_multi_output_op_with_attributes():
     y, mean, rstd = fg.compile(ex.layer_norm)(x, axis=0)
     want = fg.compile(fg.grad(ex.layer_norm))(x, 2 * y, 2 * mean, 2 * rstd, axis=0)[0]
     np.testing.assert_allclose(dx, want, rtol=1e-4, atol=1e-4)
+
+
+@fg.op
+def chained_reductions(x, w):
+    """Reductions of reductions without keepdims (a loss: the batch mean of per-row sums of
+    squares; a sum over what a tensordot summed; a prod of sums): each adjoint comes back with
+    size-1 dims where the next unreduce needs the result's shape."""
+    loss = fg.mean(fg.sum(x * x, axis=-1))
+    total = fg.sum(fg.sum(fg.sum(x, axis=2), axis=0))
+    td = fg.sum(fg.tensordot(x[0], w, axes=1), axis=0)
+    return loss, total, td, fg.prod(fg.sum(x, axis=(0, 2)))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_reductions_of_reductions(backend):
+    rng = np.random.default_rng(4)
+    args = [rng.standard_normal((3, 4, 5)), rng.standard_normal((5, 2))]
+    fwd, cots, gop, got = run_grad(chained_reductions, args, {}, backend, rng)
+    for name, g, w in zip(chained_reductions.inputs, got, finite_difference(fwd, args, cots, {})):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6, err_msg=f"d{name}")

@@ -138,6 +138,10 @@ def _reverse(op: OpDef, fwd_in: list[Tensor], outs: list[Tensor], cots: list[Ten
                         acc.alias[id(contribution.node)] = acc.extent(src)
                     acc.add(src, to_source(n, src, contribution, cx), ())
             continue
+        if n.op is Op.REDUCE and _unreduces(n) and acc.label(g, ()) != acc.extent(n):
+            # (a sum's adjoint comes back with its axes as size-1 dims, so a sum of a sum gets
+            # one smaller than its result: unreduce needs the result's very shape)
+            g = broadcast_like(g, Tensor(n))
         for j, (src, contribution, extra) in enumerate(complex_rule(n, g, cx, _rules)):
             if id(src) in live and (id(n), j) not in stops:
                 acc.add(src, to_source(n, src, contribution, cx), spans + extra)
@@ -268,6 +272,11 @@ def _rules(n: Node, g: Tensor) -> list[tuple[Node, Tensor, tuple]]:
         return [(n.srcs[0], ga, ()), (n.srcs[1], gb, ())]
     raise TraceError(f"fg.grad: no derivative rule for {o.value} (it is not differentiable here: "
                      "take it out of the path to the inputs, e.g. with a cast of a constant)")
+
+
+def _unreduces(r: Node) -> bool:
+    """Whether ``_reduce_rule`` puts ``r``'s reduced axes back with ``unreduce``."""
+    return not isinstance(r.arg.axes, ShapeOf) and not r.arg.scan and r.arg.keep_dims is not True
 
 
 def _reduce_rule(r: Node, g: Tensor) -> Tensor:

@@ -8,11 +8,11 @@
 //     %2 = input y
 //     %3 = add %1, %2                                # examples.py:16
 //     %4 = sum %3, axis=@axis, keep_dims=@keep_dims  # examples.py:17
-//     %5 = unreduce %0, axes of %4                   # grad.py:288
-//     %6 = sum_to %5, shape of %1                    # grad.py:205
-//     %7 = cast %6 to dtype of %1                    # grad.py:152
-//     %8 = sum_to %5, shape of %2                    # grad.py:205
-//     %9 = cast %8 to dtype of %2                    # grad.py:152
+//     %5 = unreduce %0, axes of %4                   # grad.py:297
+//     %6 = sum_to %5, shape of %1                    # grad.py:209
+//     %7 = cast %6 to dtype of %1                    # grad.py:156
+//     %8 = sum_to %5, shape of %2                    # grad.py:209
+//     %9 = cast %8 to dtype of %2                    # grad.py:156
 //     check shape %0 == %4  # cotangent 0 must have the shape of output 0 of add_reduce_sum
 //     return %7, %9
 //   }

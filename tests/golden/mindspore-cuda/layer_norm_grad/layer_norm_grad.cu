@@ -12,36 +12,36 @@
 //     %6 = attr @eps
 //     %7 = add %5, %6                                # examples.py:50
 //     %8 = rsqrt %7                                  # examples.py:50
-//     %9 = mul %0, %8                                # grad.py:250
-//     %10 = const -0.5                               # grad.py:237
+//     %9 = mul %0, %8                                # grad.py:254
+//     %10 = const -0.5                               # grad.py:241
 //     %11 = input d_out2
-//     %12 = mul %0, %3                               # grad.py:250
+//     %12 = mul %0, %3                               # grad.py:254
 //     %13 = mul %3, %8                               # examples.py:51
-//     %14 = sum_to %12, shape of %8                  # grad.py:205
-//     %15 = add %11, %14                             # grad.py:215
-//     %16 = mul %10, %15                             # grad.py:237
-//     %17 = mul %16, %8                              # grad.py:237
-//     %18 = div %17, %7                              # grad.py:237
-//     %19 = eq %4, %4                                # grad.py:295
-//     %20 = const 1.0                                # grad.py:295
-//     %21 = where %19, %20, %20                      # grad.py:295
-//     %22 = sum %21, axis=@axis, keep_dims=True      # grad.py:284
-//     %23 = div %18, %22                             # grad.py:296
-//     %24 = cast %23 to dtype of %18                 # grad.py:296
-//     %25 = mul %24, %3                              # grad.py:250
-//     %26 = add %9, %25                              # grad.py:215
-//     %27 = add %26, %25                             # grad.py:215
+//     %14 = sum_to %12, shape of %8                  # grad.py:209
+//     %15 = add %11, %14                             # grad.py:219
+//     %16 = mul %10, %15                             # grad.py:241
+//     %17 = mul %16, %8                              # grad.py:241
+//     %18 = div %17, %7                              # grad.py:241
+//     %19 = eq %4, %4                                # grad.py:304
+//     %20 = const 1.0                                # grad.py:304
+//     %21 = where %19, %20, %20                      # grad.py:304
+//     %22 = sum %21, axis=@axis, keep_dims=True      # grad.py:293
+//     %23 = div %18, %22                             # grad.py:305
+//     %24 = cast %23 to dtype of %18                 # grad.py:305
+//     %25 = mul %24, %3                              # grad.py:254
+//     %26 = add %9, %25                              # grad.py:219
+//     %27 = add %26, %25                             # grad.py:219
 //     %28 = input d_out1
-//     %29 = neg %27                                  # grad.py:249
-//     %30 = sum_to %29, shape of %2                  # grad.py:205
-//     %31 = add %28, %30                             # grad.py:215
-//     %32 = eq %1, %1                                # grad.py:295
-//     %33 = where %32, %20, %20                      # grad.py:295
-//     %34 = sum %33, axis=@axis, keep_dims=True      # grad.py:284
-//     %35 = div %31, %34                             # grad.py:296
-//     %36 = cast %35 to dtype of %31                 # grad.py:296
-//     %37 = add %27, %36                             # grad.py:215
-//     %38 = cast %37 to dtype of %1                  # grad.py:152
+//     %29 = neg %27                                  # grad.py:253
+//     %30 = sum_to %29, shape of %2                  # grad.py:209
+//     %31 = add %28, %30                             # grad.py:219
+//     %32 = eq %1, %1                                # grad.py:304
+//     %33 = where %32, %20, %20                      # grad.py:304
+//     %34 = sum %33, axis=@axis, keep_dims=True      # grad.py:293
+//     %35 = div %31, %34                             # grad.py:305
+//     %36 = cast %35 to dtype of %31                 # grad.py:305
+//     %37 = add %27, %36                             # grad.py:219
+//     %38 = cast %37 to dtype of %1                  # grad.py:156
 //     check shape %0 == %13  # cotangent 0 must have the shape of output 0 of layer_norm
 //     check shape %28 == %2  # cotangent 1 must have the shape of output 1 of layer_norm
 //     check shape %11 == %8  # cotangent 2 must have the shape of output 2 of layer_norm

@@ -3,35 +3,35 @@
 //
 // The op, as fusegen traced it (%N are nodes; @name are attributes read at Init):
 //   op rms_norm_grad(x, w, d_out; eps: float = 1e-06) {
-//     %0 = const -0.5                                # grad.py:237
+//     %0 = const -0.5                                # grad.py:241
 //     %1 = input d_out
 //     %2 = input w
-//     %3 = mul %1, %2                                # grad.py:250
+//     %3 = mul %1, %2                                # grad.py:254
 //     %4 = input x
-//     %5 = mul %3, %4                                # grad.py:250
-//     %6 = mul %0, %5                                # grad.py:237
+//     %5 = mul %3, %4                                # grad.py:254
+//     %6 = mul %0, %5                                # grad.py:241
 //     %7 = mul %4, %4                                # examples.py:57
 //     %8 = mean %7, axis=-1, keep_dims=True          # examples.py:57
 //     %9 = attr @eps
 //     %10 = add %8, %9                               # examples.py:58
 //     %11 = rsqrt %10                                # examples.py:58
-//     %12 = mul %6, %11                              # grad.py:237
-//     %13 = div %12, %10                             # grad.py:237
+//     %12 = mul %6, %11                              # grad.py:241
+//     %13 = div %12, %10                             # grad.py:241
 //     %14 = mul %4, %11                              # examples.py:58
 //     %15 = mul %14, %2                              # examples.py:58
-//     %16 = sum_to %13, shape of %8                  # grad.py:205
-//     %17 = eq %7, %7                                # grad.py:295
-//     %18 = const 1.0                                # grad.py:295
-//     %19 = where %17, %18, %18                      # grad.py:295
-//     %20 = sum %19, axis=-1, keep_dims=True         # grad.py:284
-//     %21 = div %16, %20                             # grad.py:296
-//     %22 = cast %21 to dtype of %16                 # grad.py:296
-//     %23 = mul %22, %4                              # grad.py:250
-//     %24 = add %23, %23                             # grad.py:215
-//     %25 = mul %3, %11                              # grad.py:250
-//     %26 = sum_to %25, shape of %4                  # grad.py:205
-//     %27 = add %24, %26                             # grad.py:215
-//     %28 = cast %27 to dtype of %4                  # grad.py:152
+//     %16 = sum_to %13, shape of %8                  # grad.py:209
+//     %17 = eq %7, %7                                # grad.py:304
+//     %18 = const 1.0                                # grad.py:304
+//     %19 = where %17, %18, %18                      # grad.py:304
+//     %20 = sum %19, axis=-1, keep_dims=True         # grad.py:293
+//     %21 = div %16, %20                             # grad.py:305
+//     %22 = cast %21 to dtype of %16                 # grad.py:305
+//     %23 = mul %22, %4                              # grad.py:254
+//     %24 = add %23, %23                             # grad.py:219
+//     %25 = mul %3, %11                              # grad.py:254
+//     %26 = sum_to %25, shape of %4                  # grad.py:209
+//     %27 = add %24, %26                             # grad.py:219
+//     %28 = cast %27 to dtype of %4                  # grad.py:156
 //     check shape %1 == %15  # cotangent 0 must have the shape of output 0 of rms_norm
 //     return %28
 //   }

@@ -11,27 +11,27 @@
 //     %3 = sub %1, %2                                # examples.py:40
 //     %4 = exp %3                                    # examples.py:40
 //     %5 = sum %4, axis=@axis, keep_dims=True        # examples.py:41
-//     %6 = div %0, %5                                # grad.py:251
-//     %7 = neg %0                                    # grad.py:251
+//     %6 = div %0, %5                                # grad.py:255
+//     %7 = neg %0                                    # grad.py:255
 //     %8 = div %4, %5                                # examples.py:41
-//     %9 = mul %7, %8                                # grad.py:251
-//     %10 = div %9, %5                               # grad.py:251
-//     %11 = sum_to %10, shape of %5                  # grad.py:205
-//     %12 = add %6, %11                              # grad.py:215
-//     %13 = mul %12, %4                              # grad.py:234
-//     %14 = eq %1, %2                                # grad.py:301
-//     %15 = neg %13                                  # grad.py:249
-//     %16 = sum_to %15, shape of %2                  # grad.py:205
-//     %17 = const 1.0                                # grad.py:302
-//     %18 = const 0.0                                # grad.py:302
-//     %19 = where %14, %17, %18                      # grad.py:302
-//     %20 = sum %19, axis=@axis, keep_dims=True      # grad.py:302
-//     %21 = div %16, %20                             # grad.py:303
-//     %22 = cast %21 to dtype of %16                 # grad.py:303
-//     %23 = const 0                                  # grad.py:303
-//     %24 = where %14, %22, %23                      # grad.py:303
-//     %25 = add %13, %24                             # grad.py:215
-//     %26 = cast %25 to dtype of %1                  # grad.py:152
+//     %9 = mul %7, %8                                # grad.py:255
+//     %10 = div %9, %5                               # grad.py:255
+//     %11 = sum_to %10, shape of %5                  # grad.py:209
+//     %12 = add %6, %11                              # grad.py:219
+//     %13 = mul %12, %4                              # grad.py:238
+//     %14 = eq %1, %2                                # grad.py:310
+//     %15 = neg %13                                  # grad.py:253
+//     %16 = sum_to %15, shape of %2                  # grad.py:209
+//     %17 = const 1.0                                # grad.py:311
+//     %18 = const 0.0                                # grad.py:311
+//     %19 = where %14, %17, %18                      # grad.py:311
+//     %20 = sum %19, axis=@axis, keep_dims=True      # grad.py:311
+//     %21 = div %16, %20                             # grad.py:312
+//     %22 = cast %21 to dtype of %16                 # grad.py:312
+//     %23 = const 0                                  # grad.py:312
+//     %24 = where %14, %22, %23                      # grad.py:312
+//     %25 = add %13, %24                             # grad.py:219
+//     %26 = cast %25 to dtype of %1                  # grad.py:156
 //     check shape %0 == %8  # cotangent 0 must have the shape of output 0 of softmax
 //     return %26
 //   }
