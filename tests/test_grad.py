@@ -312,3 +312,25 @@ def test_reductions_of_reductions(backend):
     fwd, cots, gop, got = run_grad(chained_reductions, args, {}, backend, rng)
     for name, g, w in zip(chained_reductions.inputs, got, finite_difference(fwd, args, cots, {})):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6, err_msg=f"d{name}")
+
+
+@fg.op
+def products(x):
+    return fg.prod(x, axis=1), fg.cumulative_prod(x, axis=1), fg.prod(x[:2])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_products_with_zeros(backend):
+    """d prod / d x_i is the others' product: one zero in a slice gives it to that zero and 0
+    elsewhere; two give 0 (P / x_i gave NaN to the whole slice). Products are multilinear, so
+    central differences are exact there too."""
+    rng = np.random.default_rng(5)
+    x = rng.uniform(0.5, 2.0, (5, 6))
+    x[0, 1] = 0.0
+    x[1, [2, 4]] = 0.0
+    x[2, 0] = 0.0
+    x[3, 5] = 0.0
+    fwd, cots, gop, got = run_grad(products, [x], {}, backend, rng)
+    (want,) = finite_difference(fwd, [x], cots, {})
+    assert not np.isnan(got[0]).any()
+    np.testing.assert_allclose(got[0], want, rtol=1e-6, atol=1e-7)

@@ -63,13 +63,16 @@ def take_along_axis(x, indices, /, *, axis: int = -1, mode: str = "raise") -> Te
 
 # --- the adjoint (fg.grad) -----------------------------------------------------------------------
 def _normalized(idx: Tensor, n, mode: str) -> Tensor:
-    """The index each element really read (as the kernel computes it; a bad one never got here)."""
-    from .trace import binary, where
+    """The index each element really read, as the kernel computes it. An index out of range
+    raises in the backward as it does in the forward (the backward runs on its own: a one-hot
+    compare would drop a bad label silently): a checked gather from ``arange(n)``, which reads
+    no memory and gives the index with negative ones counted from the end."""
+    from .trace import binary
     if mode == "wrap":
         return idx % n
     if mode == "clip":
         return binary(Op.MIN, binary(Op.MAX, idx, 0), n - 1)
-    return where(idx < 0, idx + n, idx)
+    return take(iota(n), idx, axis=0)
 
 
 #: Elementwise arithmetic an index may go through (``labels + offset``, ``labels % n``).

@@ -144,8 +144,8 @@ def scan_adjoint(n, g: Tensor) -> Tensor:
     """The adjoint of scan node ``n``'s source, given the adjoint ``g`` of its result (same shape);
     every one O(n) along the axis (a few scans, elementwise ops and, for max/min, two gathers).
 
-    ``sum``: a reverse cumulative sum; ``prod``: that of ``g * result``, over the source (as the
-    product reduction's rule: undefined at zeros); ``max``/``min``: JAX's rule, each output's
+    ``sum``: a reverse cumulative sum; ``prod``: that of ``g * result``, over the source, with
+    the axis's first zero and what follows it apart (``_prod_adjoint``); ``max``/``min``: JAX's rule, each output's
     adjoint flows to the position that attained its running extreme (``_extreme_adjoint``);
     ``logaddexp``: ``sum_{i >= j} g_i exp(x_j - out_i)``, as two reverse logcumsumexps (of the
     positive and the negative part of ``g``: no overflow, ``exp(x_j - out_i) <= 1``)."""
@@ -154,13 +154,28 @@ def scan_adjoint(n, g: Tensor) -> Tensor:
     if kind == "sum":
         return _reverse("sum", g, axis)
     if kind == "prod":
-        return _reverse("sum", g * v, axis) / a
+        return _prod_adjoint(a, v, g, axis)
     if kind == "logaddexp":
         gv = cast_like(g, v)
         pos = _reverse("logaddexp", log(where(gv > 0, gv, 0)) - v, axis)
         neg = _reverse("logaddexp", log(where(gv < 0, -gv, 0)) - v, axis)
         return exp(a + pos) - exp(a + neg)
     return _extreme_adjoint(a, v, g, axis)
+
+
+def _prod_adjoint(a: Tensor, v: Tensor, g: Tensor, axis: int) -> Tensor:
+    """cumulative_prod: input ``j`` gets ``sum_{i >= j} g_i prod_{k <= i, k != j} a_k``. Before the
+    axis's first zero that is ``R[j] / a_j``, ``R`` the reverse cumulative sum of ``g * out`` (the
+    outputs from the zero on are 0); at the first zero, the reverse cumulative sum of ``g * w``,
+    ``w`` the cumulative product with that zero taken as 1; after it, 0 (every product with ``j``
+    left out still holds the first zero). O(n): three scans and a reverse one."""
+    zero = a == 0
+    seen = scan("sum", where(zero, 1, 0), axis)              # zeros up to and including j
+    first = zero & (seen == 1)
+    w = scan("prod", where(first, 1, a), axis)
+    before = _reverse("sum", g * v, axis) / a
+    at_zero = _reverse("sum", g * cast_like(w, v), axis)
+    return where(seen == 0, before, where(first, at_zero, 0))
 
 
 def _extreme_adjoint(a: Tensor, v: Tensor, g: Tensor, axis: int) -> Tensor:
