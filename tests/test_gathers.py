@@ -310,3 +310,24 @@ def test_gathers_from_pieces_iotas_and_modular_views(backend):
     k = compile_for(gathered_layouts, backend, dtypes=[("float64", "int64", "int64")])
     assert_all_close(k(x, i, j), _gathered_layouts_ref(x, i, j))
     assert str(gathered_layouts).count("copy %") == 4
+
+
+@pytest.mark.parametrize("backend", ["numba", "aot"])
+def test_a_gradient_checks_the_indices_its_forward_checks(backend):
+    """The backward runs on its own: a bad label or id must raise there as in the forward (the
+    one-hot compare and the scatter-add matched no position and dropped it silently)."""
+    import fusegen.examples as ex
+
+    @fg.op
+    def emb_sum(table, ids):
+        return fg.sum(fg.take(table, ids, axis=0) * 3.0)
+
+    z = np.zeros((4, 5), np.float32)
+    ce = fg.compile(ex.cross_entropy_grad, backend=backend)
+    (d,) = ce(z, np.array([0, 1, -1, 4]), np.float32(1.0))
+    assert d[2, 4] < 0 and d[3, 4] < 0          # (-1 counts from the end, as in the forward)
+    with pytest.raises(fg.BoundsError, match=r"op cross_entropy_grad: .*index 5 is out of bounds"):
+        ce(z, np.array([0, 1, 2, 5]), np.float32(1.0))
+    emb = fg.compile(fg.grad(emb_sum, wrt="table"), backend=backend)
+    with pytest.raises(fg.BoundsError, match=r"op emb_sum_grad: .*index 7 is out of bounds"):
+        emb(np.ones((4, 3), np.float32), np.array([0, 7]), np.float32(1.0))
