@@ -305,11 +305,15 @@ def cmd_emit(args: argparse.Namespace) -> int:
         op = resolve_op(args.op)
     except Exception as e:  # noqa: BLE001 - any import failure is the user's module, report it
         return _fail("emit", f"cannot load {args.op}: {type(e).__name__}: {e}", 2)
-    dtypes = [d.strip() for d in args.dtypes.split(",")] if args.dtypes else None
+    # each --dtypes is one combination, as emit(dtypes="float32,int64") takes it (one per input,
+    # or one name for every input); repeated, several
+    dtypes = args.dtypes
+    if dtypes is not None and not all(d.strip() for d in dtypes):
+        return _fail("emit", "--dtypes needs dtype names, e.g. float32 or float32,int64", 2)
     try:
         emitted = emit(op, abi=args.abi, device=args.device, dtypes=dtypes)
         written = emitted.write(args.out_dir)
-    except (FusegenError, ValueError, TypeError, OSError) as e:
+    except (FusegenError, ValueError, TypeError, OSError, NotImplementedError) as e:
         return _fail("emit", f"{type(e).__name__}: {e}", 1)
     for path in _written_paths(written, args.out_dir):
         print(path)
@@ -406,9 +410,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("emit", help="write an op's sources for an ABI (e.g. MindSpore AOT)")
     e.add_argument("op", metavar="MODULE:OP", help="dotted module or path to a .py file, and the op's name")
-    e.add_argument("--abi", default="mindspore-aot", help="target ABI (default: mindspore-aot)")
+    e.add_argument("--abi", default="mindspore-aot", choices=("mindspore-aot", "xla-ffi"),
+                   help="target ABI (default: mindspore-aot)")
     e.add_argument("--device", choices=DEVICES, default="cpu", help="target device (default: cpu)")
-    e.add_argument("--dtypes", help="comma-separated input dtypes, e.g. float32,float32")
+    e.add_argument("--dtypes", action="append", metavar="DTYPES",
+                   help="one input dtype combination: a name per input, comma-separated (float32,int64), or "
+                        "one for every input (float32); repeat for several (default: every float dtype)")
     e.add_argument("-o", "--out-dir", required=True, metavar="DIR", help="directory to write into")
     e.set_defaults(func=cmd_emit)
 

@@ -163,6 +163,21 @@ def test_emit_writes_sources(tmp_path, capsys):
     assert written and all(p.is_file() and tmp_path in p.parents for p in written)
 
 
+def test_emit_dtypes_are_one_combination_each(tmp_path, capsys):
+    """--dtypes float32,int64 is one combination (a dtype per input), as fg.emit's string is;
+    repeated, several; an unknown ABI or an empty --dtypes is a usage error."""
+    rc = cli.main(["emit", "fusegen.examples:add_reduce_sum", "--dtypes", "float32,int64", "--dtypes", "float64",
+                   "-o", str(tmp_path)])
+    assert rc == 0
+    text = (tmp_path / "add_reduce_sum.cc").read_text()
+    assert "(float32, int64) -> (float64)" in text and "(float64, float64) -> (float64)" in text
+    assert "(int64, int64)" not in text and "(float32, float32)" not in text
+    assert cli.main(["emit", "fusegen.examples:add_reduce_sum", "--dtypes", "", "-o", str(tmp_path)]) == 2
+    with pytest.raises(SystemExit):
+        cli.main(["emit", "fusegen.examples:add_reduce_sum", "--abi", "bogus", "-o", str(tmp_path)])
+    assert "invalid choice: 'bogus'" in capsys.readouterr().err
+
+
 def test_build_prints_the_library(tmp_path, monkeypatch, capsys):
     # A source of our own: whether fusegen's *emitted* code compiles is test_build's and
     # the emitter's business; here only the command's plumbing is under test.
