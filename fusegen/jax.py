@@ -333,6 +333,11 @@ class JaxFunction:
     def _for_attrs(self, attrs: dict):
         if not attrs.keys() <= self.op.attrs.keys():
             self.op.bind_attrs(attrs)  # raises AttrError naming the unknown attribute
+        for n, v in attrs.items():
+            if isinstance(v, jax.core.Tracer):
+                raise fg.AttrError(f"op {self.op.name}: attribute {n!r} is a traced JAX value; attributes are "
+                                   "static (they specialize the kernel): pass a Python value, e.g. close over it "
+                                   "or mark it static in jax.jit (static_argnums / static_argnames)")
         static = {n: _Static(tuple(v) if isinstance(v, list) else v) for n, v in attrs.items()}
         fn = jax.jit(self._with_vjp(functools.partial(self._jit, **static), attrs))
         try:
@@ -383,6 +388,9 @@ class JaxFunction:
                                    f"got {len(arrays)}")
         names = []
         for i, a in enumerate(arrays):
+            if not hasattr(a, "dtype"):   # (under jit a list is a pytree of tracers: no dtype)
+                raise fg.ArgumentError(f"op {op.name}: input {op.inputs[i]!r} is a {type(a).__name__}; JAX "
+                                       "functions take arrays (jnp.asarray it first), as jax.numpy's do")
             try:
                 names.append(fg.as_dtype(a.dtype).name)
             except fg.DTypeError:
