@@ -124,3 +124,15 @@ def test_searchsorted_with_a_sorter(backend):
     np.testing.assert_array_equal(right, np.searchsorted(a, v, side="right", sorter=order))
     with pytest.raises(fg.BoundsError, match="search_sorter"):
         fg.compile(search_sorter, backend=backend)(a, v, np.array([0, 1, 2, 3, 4, 6]))
+
+
+@pytest.mark.parametrize("backend", ["numba", "aot"])
+def test_searchsorted_needs_a_1d_x1(backend):
+    """The standard's x1 is 1-d (NumPy's too): a matrix, a 0-d or an empty 2-d x1 is a ShapeError
+    (it was flattened); the op stays one trace for every rank, so it still emits without ranks."""
+    k = fg.compile(search_sorter, backend=backend)
+    v = np.array([2.5])
+    for a in (np.array([[1.0, 2.0], [3.0, 4.0]]), np.float64(1.0), np.zeros((0, 3))):
+        with pytest.raises(fg.ShapeError, match=r"op search_sorter: searchsorted: x1 must be 1-d"):
+            k(a, v, np.zeros(np.shape(a), np.int64))
+    assert search_sorter.graph is not None and fg.emit(search_sorter, dtypes="float64,float64,int64").main

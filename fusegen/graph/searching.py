@@ -17,7 +17,7 @@ from __future__ import annotations
 from ..errors import TraceError
 from .gathers import take
 from .layout import as_tensor, expand_dims, iota, is_int, moveaxis, reshape
-from .trace import Tensor, cast, op_prefix, reduce, user_loc, where
+from .trace import Tensor, cast, expect_same_shape, op_prefix, reduce, user_loc, where
 
 
 def _axis_arg(axis, fn: str):
@@ -67,8 +67,12 @@ def searchsorted(x1, x2, /, *, side: str = "left", sorter=None) -> Tensor:
     if side not in ("left", "right"):
         raise TraceError(f"{op_prefix()}searchsorted: side must be 'left' or 'right', got {side!r} "
                          f"[at {user_loc()}]")
+    # the standard's x1 is 1-d, as NumPy's a (flattening a matrix answered another question):
+    # checked where its shape is known, so the op stays one trace for every rank
+    flat = reshape(x1, (-1,))
+    expect_same_shape(flat, x1, "searchsorted: x1 must be 1-d")
     if sorter is not None:   # x1 in the order the indices in sorter give (a gather, fused)
-        x1 = take(x1, as_tensor(sorter, "searchsorted"), axis=0)
-    a, b = reshape(x1, (-1,)), x2[..., None]   # a 1-d table, each x2 element against all of it
+        flat = take(flat, as_tensor(sorter, "searchsorted"), axis=0)
+    a, b = flat, x2[..., None]   # each x2 element against the whole table
     before = ((a < b) | ((b != b) & (a == a))) if side == "left" else ((a <= b) | (b != b))
     return reduce("sum", cast(before, "int64"), -1, False)
