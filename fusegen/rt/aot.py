@@ -25,6 +25,7 @@ on the simulator's device arrays instead (how CI exercises the device path witho
 from __future__ import annotations
 
 import builtins
+import functools
 import hashlib
 import json
 import os
@@ -42,6 +43,7 @@ from ..native.build import MINDSPORE_CPU_FLAGS, default_cuda_flags
 from ..native.device import is_device_array
 from ..plan.noops import without_noops
 from .call import Call, Executor
+from .cpu import finish, host_outputs
 from .cuda import classify
 
 
@@ -315,7 +317,21 @@ class AotExecutor(Executor):
                       "        if type(res) is int:",
                       "            raise _error(res, out is not None)",
                       f"        return {wrap[0]}res{wrap[1]}"]
-        lines += [f"    if {contiguous}:",
+        # out= that the C path declined: checked as the Numba runner checks it (the same messages),
+        # written through temporaries where an array is not C-contiguous, then copied into it
+        n_out = len(call.out_shapes)
+        g["_outputs"] = functools.partial(host_outputs, self.op.name, shapes=call.out_shapes, dtypes=call.out_dtypes,
+                                          reg_dtypes=call.out_dtypes)
+        g["_finish"] = functools.partial(finish, dtypes=call.out_dtypes, multi=self.op.multi_output)
+        lines += ["    if out is not None:",
+                  "        outs = _outputs(out)",
+                  f"        given = {'outs' if n_out > 1 else 'outs[0]'}",
+                  f"        if {contiguous}:",
+                  "            _run_prepared(_signature, arrays, given)",
+                  "        else:",
+                  "            _kernel(*arrays, out=given)",
+                  "        return _finish(outs, out)",
+                  f"    if {contiguous}:",
                   f"        return {wrap[0]}_run_prepared(_signature, arrays, out){wrap[1]}",
                   f"    return {wrap[0]}_kernel(*arrays, out=out){wrap[1]}"]
         src = "\n".join(lines) + "\n"
