@@ -87,6 +87,13 @@ def test_flags_and_source_change_the_key(tmp_path, compiles):
     assert build.build_library(src) not in (fast, mindspore)
 
 
+def test_flags_as_one_string_are_split_as_a_shell_would(tmp_path, compiles):
+    src = write(tmp_path / "k.cc", SIMPLE)
+    one = build.build_library(src, flags="-O1 -fPIC -DWHY='a b'")
+    assert build.build_library(src, flags=["-O1", "-fPIC", "-DWHY=a b"]) == one and len(compiles) == 1
+    assert "-O1" in compiles[0] and "-DWHY=a b" in compiles[0] and "-" not in compiles[0]
+
+
 def test_source_locations_in_comments_do_not_change_the_key(tmp_path, compiles):
     # emitted sources quote the op's traced text with the line each node came from: moving an
     # unchanged op down a line must not rebuild it (it did: 1.74 s against 0.25 s from the cache)

@@ -89,7 +89,9 @@ def softmax(x, /, *, axis=-1) -> Tensor:
 
 
 def log_softmax(x, /, *, axis=-1) -> Tensor:
-    """``x - logsumexp(x, axis)``, computed as ``(x - max) - log(sum(exp(x - max)))``."""
+    """``x - logsumexp(x, axis)``, computed as ``(x - max) - log(sum(exp(x - max)))``: a slice
+    that holds +inf or NaN is NaN throughout, as ``jax.nn.log_softmax`` and PyTorch's are (SciPy's
+    gives -inf beside a +inf)."""
     x = Tensor(operand(x))
     z = x - reduce("max", x, axis, True)
     return z - unary(Op.LOG, reduce("sum", unary(Op.EXP, z), axis, True))

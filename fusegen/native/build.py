@@ -29,6 +29,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -419,12 +420,15 @@ def build_library(source_or_lib: str | os.PathLike, *, flags: list[str] | None =
     ``.cc``/``.cpp`` are compiled with g++ and ``.cu`` with nvcc (``flags=None``
     means ``default_cpp_flags()`` / ``default_cuda_flags()``; given flags replace
     them, ``-shared`` is added if missing, and ``-I<source dir>`` then ``-I<the folder of
-    fusegen's custom_aot_extra.h>`` always are: a source's own header wins).  Any
+    fusegen's custom_aot_extra.h>`` always are: a source's own header wins; one string is split
+    as a shell splits it: ``"-O3 -march=native"``).  Any
     other path is taken as a library and returned after checks.  The whitelist is
     applied to the path given (see the module docstring).  Raises ``CompileError``
     when the compiler fails or is missing, ``LibraryError`` for a missing file, a
     whitelist refusal, or a file that is not a shared library.
     """
+    if isinstance(flags, str):   # (a list of its characters reached g++: "-O3" as "-", "O", "3")
+        flags = shlex.split(flags)
     path = Path(source_or_lib).expanduser()
     if not path.is_file():
         raise LibraryError(f"{os.fspath(source_or_lib)!r}: no such file")

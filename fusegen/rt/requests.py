@@ -41,7 +41,8 @@ def call(kernel, derived_kernel, arrays, out, accumulate, skip, inplace, attrs):
     except (ShapeError, DTypeError) as e:
         if not inplace or "out[" not in str(e):
             raise
-        raise type(e)(f"op {op.name}: cannot write in place: {e}") from None
+        text = str(e).removeprefix(f"op {op.name}: ")
+        raise type(e)(f"op {op.name}: cannot write in place: {text}") from None
 
 
 def _run(kernel, derived_kernel, arrays, outs, acc, skp, attrs):
