@@ -744,6 +744,13 @@ def drive_unknown_rank(kernels):
     raw.main(extra, _arrays_for([(2, 3)] * 5), [(-2,)] * 5, ["float32"] * 5)
 
 
+def drive_overflowing_dims(kernels):
+    """dims whose element count overflows int64 (the main function crashed on them)."""
+    raw = Raw(default_kernel(kernels("add_mul_div")))
+    extra = raw.init([(2, 3)] * 5, ["float32"] * 5)
+    raw.main(extra, _arrays_for([(2, 3)] * 5), [(2**40, 2**40)] * 5, ["float32"] * 5)
+
+
 def drive_empty_reduction(kernels):
     k = AotKernel(kernels("softmax").func, {"axis": 1}, None, None)
     k(np.ones((3, 0), np.float32))
@@ -767,6 +774,7 @@ DRIVERS = {
     "workspace": ("FG_ERR_WORKSPACE", drive_workspace, "Softmax"),
     "unknown-dim": ("FG_ERR_UNKNOWN_DIM", drive_unknown_dim, "AddMulDiv"),
     "unknown-rank": ("FG_ERR_UNKNOWN_DIM", drive_unknown_rank, "AddMulDiv"),
+    "overflowing-dims": ("FG_ERR_RANK", drive_overflowing_dims, "AddMulDiv"),
     "empty-reduction": ("FG_ERR_EMPTY_REDUCTION", drive_empty_reduction, "Softmax"),
 }
 

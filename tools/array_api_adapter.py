@@ -57,7 +57,9 @@ _KERNELS: dict = {}
 
 # (``from numpy import *`` shadows ``bool`` with NumPy's: Python's types come from builtins)
 def _is_scalar(v) -> _builtins.bool:
-    return isinstance(v, (_builtins.bool, _builtins.int, _builtins.float)) and not isinstance(v, _np.ndarray)
+    """A Python scalar (a weak one in the standard's promotion). Not a NumPy scalar: np.float64
+    subclasses float, but it is a 0-d array's value and keeps its dtype (the suite draws them)."""
+    return isinstance(v, (_builtins.bool, _builtins.int, _builtins.float)) and not isinstance(v, (_np.ndarray, _np.generic))
 
 
 def _attr_type(v) -> str:

@@ -54,7 +54,8 @@ ERRORS: list[tuple[str, str]] = [
     ("FG_OK", "success"),
     ("FG_ERR_NPARAM", "wrong number of parameters (inputs + outputs + workspaces)"),
     ("FG_ERR_DTYPE", "input/output dtypes match none of the dtype combinations this file was generated for"),
-    ("FG_ERR_RANK", "a tensor has more dims than the kernel supports (32) or a negative rank"),
+    ("FG_ERR_RANK", "a tensor has more dims than the kernel supports (32), a negative rank, a dim below -1, or more "
+                    "elements than int64 indexing counts"),
     ("FG_ERR_BROADCAST", "input shapes cannot be broadcast together"),
     ("FG_ERR_AXIS", "a reduction axis is out of range or repeated"),
     ("FG_ERR_OUT_SHAPE", "an output's shape differs from the shape the op infers"),

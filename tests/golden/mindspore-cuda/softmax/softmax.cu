@@ -43,7 +43,7 @@
 //   0  FG_OK: success
 //   1  FG_ERR_NPARAM: wrong number of parameters (inputs + outputs + workspaces)
 //   2  FG_ERR_DTYPE: input/output dtypes match none of the dtype combinations this file was generated for
-//   3  FG_ERR_RANK: a tensor has more dims than the kernel supports (32) or a negative rank
+//   3  FG_ERR_RANK: a tensor has more dims than the kernel supports (32), a negative rank, a dim below -1, or more elements than int64 indexing counts
 //   4  FG_ERR_BROADCAST: input shapes cannot be broadcast together
 //   5  FG_ERR_AXIS: a reduction axis is out of range or repeated
 //   6  FG_ERR_OUT_SHAPE: an output's shape differs from the shape the op infers
@@ -98,7 +98,7 @@ enum Error : int {
   FG_OK = 0,  // success
   FG_ERR_NPARAM = 1,  // wrong number of parameters (inputs + outputs + workspaces)
   FG_ERR_DTYPE = 2,  // input/output dtypes match none of the dtype combinations this file was generated for
-  FG_ERR_RANK = 3,  // a tensor has more dims than the kernel supports (32) or a negative rank
+  FG_ERR_RANK = 3,  // a tensor has more dims than the kernel supports (32), a negative rank, a dim below -1, or more elements than int64 indexing counts
   FG_ERR_BROADCAST = 4,  // input shapes cannot be broadcast together
   FG_ERR_AXIS = 5,  // a reduction axis is out of range or repeated
   FG_ERR_OUT_SHAPE = 6,  // an output's shape differs from the shape the op infers
@@ -155,7 +155,11 @@ inline int read_shape(int ndim, const int64_t *dims, Shape *s) {
   }
   if (ndim < 0 || ndim > kMaxRank || (ndim > 0 && dims == nullptr)) return FG_ERR_RANK;
   s->rank = ndim;
-  for (int k = 0; k < ndim; ++k) s->d[k] = dims[k];
+  int64_t count = 1;   // (a dim below -1, or more elements than int64 indexing counts: refused)
+  for (int k = 0; k < ndim; ++k) {
+    s->d[k] = dims[k];
+    if (dims[k] < kUnknownDim || (dims[k] > 0 && __builtin_mul_overflow(count, dims[k], &count))) return FG_ERR_RANK;
+  }
   return FG_OK;
 }
 
@@ -1776,7 +1780,7 @@ extern "C" const char *SoftmaxErrorString(int code) {
     case 2:
       return "FG_ERR_DTYPE: input/output dtypes match none of the dtype combinations this file was generated for";
     case 3:
-      return "FG_ERR_RANK: a tensor has more dims than the kernel supports (32) or a negative rank";
+      return "FG_ERR_RANK: a tensor has more dims than the kernel supports (32), a negative rank, a dim below -1, or more elements than int64 indexing counts";
     case 4:
       return "FG_ERR_BROADCAST: input shapes cannot be broadcast together";
     case 5:
