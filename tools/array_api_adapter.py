@@ -101,7 +101,7 @@ def _op_for(name: str, pattern: tuple, static: tuple):
 def _kind(a) -> str:
     if a is None:
         return "none"
-    if isinstance(a, _builtins.complex) and not isinstance(a, _np.ndarray):
+    if isinstance(a, _builtins.complex) and not isinstance(a, (_np.ndarray, _np.generic)):
         return "complex"
     return _attr_type(a) if _is_scalar(a) else "array"
 
