@@ -304,7 +304,8 @@ def _reduce_rule(r: Node, g: Tensor) -> Tensor:
         count = size_of(a) / size_of(Tensor(r)) if _measures(a.node) else like_r(where(a == a, 1.0, 1.0))
         return up(cast_like(g / count, g))
     if arg.kind == "prod":   # the others' product: P / a without a zero in the slice (JAX's values)
-        return up(g) * _others_product(a, lambda t, kind: Tensor(_make(Op.REDUCE, (t.node,), ReduceArg(
+        from .scans import others_product
+        return up(g) * others_product(a, lambda t, kind: Tensor(_make(Op.REDUCE, (t.node,), ReduceArg(
             kind, arg.axes, True, arg.empty_ok))))
     kept = Tensor(_make(Op.REDUCE, (r.srcs[0],), ReduceArg(arg.kind, arg.axes, True, arg.empty_ok)))
     # max/min: the adjoint goes to the extremal elements, split evenly among ties
@@ -492,15 +493,3 @@ def _folded(acc: _Adjoints, n: Node, groups: dict, fitting: list) -> bool:
     acc.alias[id(total.node)] = acc.extent(n)
     fitting[:] = [(total, ())]
     return True
-
-
-# --- a product's adjoint where its slice holds zeros (at the end: cited lines stay put) -----------
-def _others_product(a: Tensor, over) -> Tensor:
-    """d prod(a) / d a_i, the product of the slice's other elements (``over(t, kind)``: ``t``
-    reduced over the product's axes, dims kept): ``P / a_i`` without a zero in the slice; with
-    one, that of the nonzero elements at the zero and 0 elsewhere; with more, 0. (``P / a_i``
-    alone gave NaN at a zero and, through it, to every element of the slice.)"""
-    zero = a == 0
-    count = over(where(zero, 1, 0), "sum")
-    nonzero = over(where(zero, 1, a), "prod")
-    return where(count == 0, nonzero / a, where(zero & (count == 1), nonzero, 0))

@@ -163,6 +163,18 @@ def scan_adjoint(n, g: Tensor) -> Tensor:
     return _extreme_adjoint(a, v, g, axis)
 
 
+def others_product(a: Tensor, over) -> Tensor:
+    """The product reduction's adjoint factor, d prod(a) / d a_i: the product of the slice's
+    other elements (``over(t, kind)``: ``t`` reduced over the product's axes, dims kept). ``P /
+    a_i`` without a zero in the slice; with one, that of the nonzero elements at the zero and 0
+    elsewhere; with more, 0 (``P / a_i`` alone gave NaN at a zero, and through the sum, to the
+    whole slice). Here beside the cumulative product's (``fusegen.graph.grad`` calls it)."""
+    zero = a == 0
+    count = over(where(zero, 1, 0), "sum")
+    nonzero = over(where(zero, 1, a), "prod")
+    return where(count == 0, nonzero / a, where(zero & (count == 1), nonzero, 0))
+
+
 def _prod_adjoint(a: Tensor, v: Tensor, g: Tensor, axis: int) -> Tensor:
     """cumulative_prod: input ``j`` gets ``sum_{i >= j} g_i prod_{k <= i, k != j} a_k``. Before the
     axis's first zero that is ``R[j] / a_j``, ``R`` the reverse cumulative sum of ``g * out`` (the

@@ -17,17 +17,17 @@
 //     %11 = sum_to %10, shape of %5                  # grad.py:209
 //     %12 = add %6, %11                              # grad.py:219
 //     %13 = mul %12, %4                              # grad.py:238
-//     %14 = eq %1, %2                                # grad.py:311
+//     %14 = eq %1, %2                                # grad.py:312
 //     %15 = neg %13                                  # grad.py:253
 //     %16 = sum_to %15, shape of %2                  # grad.py:209
-//     %17 = const 1.0                                # grad.py:312
-//     %18 = const 0.0                                # grad.py:312
-//     %19 = where %14, %17, %18                      # grad.py:312
-//     %20 = sum %19, axis=@axis, keep_dims=True      # grad.py:312
-//     %21 = div %16, %20                             # grad.py:313
-//     %22 = cast %21 to dtype of %16                 # grad.py:313
-//     %23 = const 0                                  # grad.py:313
-//     %24 = where %14, %22, %23                      # grad.py:313
+//     %17 = const 1.0                                # grad.py:313
+//     %18 = const 0.0                                # grad.py:313
+//     %19 = where %14, %17, %18                      # grad.py:313
+//     %20 = sum %19, axis=@axis, keep_dims=True      # grad.py:313
+//     %21 = div %16, %20                             # grad.py:314
+//     %22 = cast %21 to dtype of %16                 # grad.py:314
+//     %23 = const 0                                  # grad.py:314
+//     %24 = where %14, %22, %23                      # grad.py:314
 //     %25 = add %13, %24                             # grad.py:219
 //     %26 = cast %25 to dtype of %1                  # grad.py:156
 //     check shape %0 == %8  # cotangent 0 must have the shape of output 0 of softmax
