@@ -95,6 +95,13 @@ def backends(*names: str) -> list:
             for n in names]
 
 
+def backends_extended(first: str, *rest: str) -> list:
+    """``backends(first)`` in the default run and ``rest`` in ``pytest -m extended`` only: each
+    of those builds a library per op (g++, seconds), which the default run's 5 minutes lack."""
+    return backends(first) + [pytest.param(p.values[0], marks=[*p.marks, pytest.mark.extended])
+                              for p in backends(*rest)]
+
+
 needs_gxx = needs("g++")
 needs_jax = needs("jax", "g++")  # the XLA backend builds its handlers with the C++ compiler
 needs_numba_cuda = needs("numba-cuda")

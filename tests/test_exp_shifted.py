@@ -10,6 +10,7 @@ import pytest
 
 import fusegen as fg
 from fusegen import examples as ex
+from _optional import backends_extended
 from fusegen import vmath, vmath_lanes
 
 
@@ -102,7 +103,7 @@ def test_a_gradients_exp_sum_pass_is_shifted_and_its_output_pass_is_not(op):
     assert "_exp_shifted_f32(" in body and "_exp_f32(" in body
 
 
-@pytest.mark.parametrize("backend", ["numba", "aot"])
+@pytest.mark.parametrize("backend", backends_extended("numba", "aot"))
 def test_cross_entropy_grad_matches_float64_on_the_special_rows(backend):
     x = _rows()[[3, 4, 5, 7]]   # the finite rows: half -inf, underflowing exps, a far max, subnormal exps
     y = np.array([200, 0, 3, 1])

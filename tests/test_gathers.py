@@ -8,6 +8,7 @@ import pytest
 
 import fusegen as fg
 from fusegen.plan import build_plan
+from _optional import backends_extended
 
 
 @fg.op
@@ -312,7 +313,7 @@ def test_gathers_from_pieces_iotas_and_modular_views(backend):
     assert str(gathered_layouts).count("copy %") == 4
 
 
-@pytest.mark.parametrize("backend", ["numba", "aot"])
+@pytest.mark.parametrize("backend", backends_extended("numba", "aot"))
 def test_a_gradient_checks_the_indices_its_forward_checks(backend):
     """The backward runs on its own: a bad id raises there as in the forward (the scatter-add
     matched no position and dropped it silently), and a bad label of the fused one-hot backward

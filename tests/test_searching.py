@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import fusegen as fg
+from _optional import backends_extended
 
 
 @fg.op
@@ -126,7 +127,7 @@ def test_searchsorted_with_a_sorter(backend):
         fg.compile(search_sorter, backend=backend)(a, v, np.array([0, 1, 2, 3, 4, 6]))
 
 
-@pytest.mark.parametrize("backend", ["numba", "aot"])
+@pytest.mark.parametrize("backend", backends_extended("numba", "aot"))
 def test_searchsorted_needs_a_1d_x1(backend):
     """The standard's x1 is 1-d (NumPy's too): a matrix, a 0-d or an empty 2-d x1 is a ShapeError
     (it was flattened); the op stays one trace for every rank, so it still emits without ranks."""
