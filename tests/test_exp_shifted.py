@@ -86,6 +86,7 @@ def test_recognized_where_it_qualifies_and_nowhere_else():
     assert "fg::exp_shifted_f32(" in ce and "fg::exp_f32(" not in ce
 
 
+@pytest.mark.extended   # (a compile per op: the default run keeps its 5 minutes)
 @pytest.mark.parametrize("op", [ex.cross_entropy_grad, fg.grad(ex.softmax)], ids=["cross_entropy_grad", "softmax_grad"])
 def test_a_gradients_exp_sum_pass_is_shifted_and_its_output_pass_is_not(op):
     """The backward's sum pass and output pass each compute exp(z - max): only the sum's may be
@@ -103,6 +104,7 @@ def test_a_gradients_exp_sum_pass_is_shifted_and_its_output_pass_is_not(op):
     assert "_exp_shifted_f32(" in body and "_exp_f32(" in body
 
 
+@pytest.mark.extended   # (a compile per op: the default run keeps its 5 minutes)
 @pytest.mark.parametrize("backend", backends_extended("numba", "aot"))
 def test_cross_entropy_grad_matches_float64_on_the_special_rows(backend):
     x = _rows()[[3, 4, 5, 7]]   # the finite rows: half -inf, underflowing exps, a far max, subnormal exps

@@ -313,6 +313,7 @@ def test_gathers_from_pieces_iotas_and_modular_views(backend):
     assert str(gathered_layouts).count("copy %") == 4
 
 
+@pytest.mark.extended   # (a compile per op: the default run keeps its 5 minutes)
 @pytest.mark.parametrize("backend", backends_extended("numba", "aot"))
 def test_a_gradient_checks_the_indices_its_forward_checks(backend):
     """The backward runs on its own: a bad id raises there as in the forward (the scatter-add

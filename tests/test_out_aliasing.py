@@ -47,6 +47,7 @@ def test_an_output_over_an_input_another_output_reads(backend):
         np.testing.assert_array_equal(q, x0 * y)
 
 
+@pytest.mark.extended   # (a compile per op: the default run keeps its 5 minutes)
 @pytest.mark.parametrize("backend", WIDE)
 @pytest.mark.parametrize("n", [8, 64, 300])
 def test_an_output_over_an_input_read_transposed(backend, n):
@@ -60,6 +61,7 @@ def test_an_output_over_an_input_read_transposed(backend, n):
         np.testing.assert_array_equal(r, x + y0.T)
 
 
+@pytest.mark.extended   # (a compile per op: the default run keeps its 5 minutes)
 @pytest.mark.parametrize("backend", WIDE)
 def test_partly_overlapping_views(backend):
     k = fg.compile(twice, backend=backend)
@@ -73,6 +75,7 @@ def test_partly_overlapping_views(backend):
         np.testing.assert_array_equal(r, buf0[::2] * 2 + 1)
 
 
+@pytest.mark.extended   # (a compile per op: the default run keeps its 5 minutes)
 @pytest.mark.parametrize("backend", WIDE)
 def test_reductions_with_their_input_as_output(backend):
     """softmax stores its exp in the output and reads x for the sum: written over x, it must not
@@ -111,6 +114,7 @@ def test_exact_aliases_the_plan_allows_are_written_in_place(backend):
     np.testing.assert_array_equal(z, np.arange(6) + 3.0)
 
 
+@pytest.mark.extended   # (a compile per op: the default run keeps its 5 minutes)
 @pytest.mark.parametrize("backend", WIDE)
 def test_a_declared_in_place_output_is_refused_where_its_input_is_read_through_a_view(backend):
     k = fg.compile(add_transposed, backend=backend)
