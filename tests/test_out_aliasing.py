@@ -48,7 +48,7 @@ def test_an_output_over_an_input_another_output_reads(backend):
 
 
 @pytest.mark.extended   # (a compile per op: the default run keeps its 5 minutes)
-@pytest.mark.parametrize("backend", WIDE)
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("n", [8, 64, 300])
 def test_an_output_over_an_input_read_transposed(backend, n):
     k = fg.compile(ex.transpose_add, backend=backend)
@@ -62,7 +62,7 @@ def test_an_output_over_an_input_read_transposed(backend, n):
 
 
 @pytest.mark.extended   # (a compile per op: the default run keeps its 5 minutes)
-@pytest.mark.parametrize("backend", WIDE)
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_partly_overlapping_views(backend):
     k = fg.compile(twice, backend=backend)
     buf0 = np.arange(40, dtype=np.float32)
@@ -76,7 +76,7 @@ def test_partly_overlapping_views(backend):
 
 
 @pytest.mark.extended   # (a compile per op: the default run keeps its 5 minutes)
-@pytest.mark.parametrize("backend", WIDE)
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_reductions_with_their_input_as_output(backend):
     """softmax stores its exp in the output and reads x for the sum: written over x, it must not
     read its own exps back as x."""
@@ -115,7 +115,7 @@ def test_exact_aliases_the_plan_allows_are_written_in_place(backend):
 
 
 @pytest.mark.extended   # (a compile per op: the default run keeps its 5 minutes)
-@pytest.mark.parametrize("backend", WIDE)
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_declared_in_place_output_is_refused_where_its_input_is_read_through_a_view(backend):
     k = fg.compile(add_transposed, backend=backend)
     x, y = np.ones((8, 8), np.float32), np.arange(64, dtype=np.float32).reshape(8, 8)
@@ -125,7 +125,7 @@ def test_a_declared_in_place_output_is_refused_where_its_input_is_read_through_a
     np.testing.assert_array_equal(y, np.arange(64, dtype=np.float32).reshape(8, 8))   # (untouched)
 
 
-@pytest.mark.parametrize("overlap", [fastcall.overlap_fn(), fastcall._overlap], ids=["extension", "numpy"])
+@pytest.mark.parametrize("overlap", [fastcall.overlap_fn(), fastcall.numpy_overlap], ids=["extension", "numpy"])
 def test_the_overlap_check(overlap):
     a = np.arange(24, dtype=np.float32).reshape(4, 6)
     b = np.zeros_like(a)

@@ -119,10 +119,11 @@ def overlap_fn():
     bytes that an ndarray among ``inputs`` spans (bounds only, as ``np.may_share_memory``); the
     extension's (one C call on a kernel's ``out=`` path), else NumPy's."""
     mod = module()
-    return mod.overlap if mod is not None else _overlap
+    return mod.overlap if mod is not None else numpy_overlap
 
 
-def _overlap(out, *inputs) -> bool:
+def numpy_overlap(out, *inputs) -> bool:
+    """``overlap`` without the extension, with ``np.may_share_memory``."""
     outs = out if isinstance(out, (tuple, list)) else (out,)
     return any(isinstance(o, np.ndarray) and isinstance(a, np.ndarray) and np.may_share_memory(o, a)
                for o in outs for a in inputs)

@@ -150,11 +150,9 @@ def _stage_nodes(stage) -> tuple[list[Node], list[Node]]:
     stack = list(stage.reductions) + roots
     while stack:
         n = stack.pop()
-        if id(n) in seen:
-            continue
+        if id(n) in seen or n.op is Op.REDUCE and all(n is not r for r in stage.reductions):
+            continue   # (an earlier stage's result is read here, not computed: neither it nor its sources count)
         seen[id(n)] = n
-        if n.op is Op.REDUCE and all(n is not r for r in stage.reductions):
-            continue   # (an earlier stage's result: read here, not computed)
         stack.extend(n.srcs)
     return list(seen.values()), roots
 

@@ -69,6 +69,7 @@ class Kernel:
         self._variants: dict = {}   # write-request variants of the op -> their kernels
         self._lock = threading.Lock()
         self._first_calls = threading.RLock()   # one signature prepared at a time (``_slow_call``)
+        self._hazards: dict = {}                  # (output, input) -> why not in place (``_hazard``)
         self._last: Call | None = None
         self.key = key_fn(op)                  # the signature key of a call (``rt.call.key_fn``)
         # (a reference cycle, as the executor's back reference is: the kernel holds its call)
@@ -214,7 +215,9 @@ class Kernel:
         plan; an op traced per signature has none here, so it may not."""
         if self.plan is None or k >= len(self.op.graph.outputs):
             return "no plan"
-        return requests.inplace_hazard(self.plan, k, i)
+        if (k, i) not in self._hazards:   # (an add-to request meets this on every call: found once)
+            self._hazards[(k, i)] = requests.inplace_hazard(self.plan, k, i)
+        return self._hazards[(k, i)]
 
     def _first_call(self, arrs, attrs, key) -> Call:
         own = self.plan is not None and self.op.for_dtypes([a.dtype for a in arrs]) is self.op
