@@ -166,7 +166,41 @@ def _batch_safe_layout(n, Op) -> bool:
         return False
     if n.op is Op.DIM:
         return n.arg is not None and n.arg < 0
+    if n.op is Op.GATHER:
+        # take_along_axis along an axis from the end keeps its meaning with a leading batch dim on
+        # both operands; take (the indices' dims replace the axis: a batched index array would
+        # bring the batch dim twice) and x[idx] (axis 0) do not.
+        return n.arg.kind == "along" and n.arg.axis < 0
     return True
+
+
+def _varying(x) -> frozenset:
+    """The shard_map mesh axes along which ``x``'s value differs between devices (its type's
+    varying manual axes; empty outside ``shard_map``, or where JAX does not type them)."""
+    t = jax.typeof(x)
+    m = getattr(t, "manual_axis_type", None)
+    return frozenset(m.varying if m is not None else getattr(t, "vma", ()))
+
+
+def _vary(x, axes) -> Any:
+    """``x`` typed as varying along mesh ``axes`` too (a cast: the value is unchanged)."""
+    more = tuple(sorted(set(axes) - _varying(x)))
+    if not more:
+        return x
+    if hasattr(jax.lax, "pcast"):
+        return jax.lax.pcast(x, more, to="varying")
+    return jax.lax.pvary(x, more)
+
+
+def _typed_as_input(g, x) -> Any:
+    """A gradient ``g`` typed as its input ``x`` is inside ``shard_map`` (JAX's check): summed
+    over the axes along which only the gradient varies (the transpose of using an invariant
+    value on varying ones: a replicated weight's gradient is the sum of the devices'), cast to
+    varying along the axes only the input varies on."""
+    extra = tuple(sorted(_varying(g) - _varying(x)))
+    if extra:
+        g = jax.lax.psum(g, extra)
+    return _vary(g, _varying(x))
 
 
 class _Static:
@@ -236,7 +270,7 @@ class JaxFunction:
         self._by_attrs: dict = {}   # attribute values and types -> a jitted fn of the arrays only
         # (jax 0.10: INVALID_ARGUMENT is a ValueError)
         self._call = attrs_call_fn(op, self._by_attrs, self._for_attrs, "jax call",
-                                   (jax.errors.JaxRuntimeError, ValueError), self._translate)
+                                   (jax.errors.JaxRuntimeError, ValueError, TypeError), self._translate)
         self._backward: JaxFunction | None = None
 
     def _build(self, dtypes) -> None:
@@ -323,6 +357,11 @@ class JaxFunction:
     def _translate(self, e: Exception) -> None:
         """A handler's error surfacing in an eager call, as fusegen's exception (else returns)."""
         text = str(e)
+        if isinstance(e, TypeError) and "forward-mode autodiff" in text:
+            raise fg.TraceError(f"op {self.op.name}: forward-mode differentiation (jax.jvp, jax.jacfwd, jax.hessian) "
+                                "is not available: fusegen's JAX functions define reverse mode (a custom_vjp "
+                                "running fg.grad's fused op); use jax.grad, jax.vjp or jax.jacrev, and for "
+                                "second derivatives jax.jacrev(jax.jacrev(f))") from e
         if "fusegen op " not in text:
             return
         if "FG_ERR_GATHER: " in text:   # a bad gathered index (issue #17): the Numba backends' text
@@ -338,6 +377,8 @@ class JaxFunction:
                 raise fg.AttrError(f"op {self.op.name}: attribute {n!r} is a traced JAX value; attributes are "
                                    "static (they specialize the kernel): pass a Python value, e.g. close over it "
                                    "or mark it static in jax.jit (static_argnums / static_argnames)")
+        # a concrete JAX value (jnp.int32(0)) is its Python value, as a NumPy scalar is
+        attrs = {n: (v.tolist() if isinstance(v, jax.Array) else v) for n, v in attrs.items()}
         static = {n: _Static(tuple(v) if isinstance(v, list) else v) for n, v in attrs.items()}
         fn = jax.jit(self._with_vjp(functools.partial(self._jit, **static), attrs))
         try:
@@ -354,13 +395,24 @@ class JaxFunction:
         f = jax.custom_vjp(primal)
 
         def fwd(*arrays):
-            return primal(*arrays), arrays
+            # f, not primal: differentiating this forward again (jax.hessian, grad of grad) meets
+            # f's own rule, where the bare FFI call has none
+            return f(*arrays), arrays
 
         def bwd(arrays, cot):
             back = self.backward()
             needed = [a for n, a in zip(self.op.inputs, arrays) if n in back.op.needs]
-            grads = back(*needed, *(cot if isinstance(cot, (tuple, list)) else (cot,)), **attrs)
+            cots = tuple(cot) if isinstance(cot, (tuple, list)) else (cot,)
+            if any(c.dtype == jax.dtypes.float0 for c in cots):
+                # an integer or bool output (argmax beside a max) has no tangent space: JAX hands
+                # float0 zeros, fg.grad's cotangent input has the output's own dtype
+                outs = jax.eval_shape(primal, *arrays)
+                outs = tuple(outs) if isinstance(outs, (tuple, list)) else (outs,)
+                cots = tuple(jax.numpy.zeros(o.shape, o.dtype) if c.dtype == jax.dtypes.float0 else c
+                             for c, o in zip(cots, outs))
+            grads = back(*needed, *cots, **attrs)
             grads = tuple(grads) if isinstance(grads, (tuple, list)) else (grads,)
+            grads = tuple(map(_typed_as_input, grads, arrays))   # (inside shard_map)
             if self.partition:  # a gradient is typed as its input is (Explicit mesh axes)
                 from .jax_sharding import typed_like
                 grads = tuple(map(typed_like, grads, arrays))
@@ -440,6 +492,12 @@ class JaxFunction:
             call = jax.ffi.ffi_call(self.targets[combo], results, vmap_method=method)
         outs = call(*arrays, **ffi_attrs)
         outs = outs[:len(spec.out_shapes)] if isinstance(outs, (list, tuple)) else [outs]  # scratch dropped
+        # Inside shard_map, results vary between devices wherever an input does: typed so, JAX's
+        # check refuses out_specs that would claim them replicated (the FFI call types them as
+        # invariant otherwise)
+        axes = frozenset().union(*map(_varying, arrays)) if arrays else frozenset()
+        if axes:
+            outs = [_vary(o, axes) for o in outs]
         return tuple(outs) if op.multi_output or len(outs) > 1 else outs[0]
 
 

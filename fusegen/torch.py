@@ -201,11 +201,16 @@ class TorchFunction:
         return self.custom_op._opoverload
 
     def __call__(self, *tensors, inplace: bool = False, **attrs):
+        if any(type(v) is bool for v in attrs.values()):
+            self.op.bind_attrs(attrs)   # torch's schema takes True for an int (as 1): fusegen's rules refuse it
         if inplace:
             return self._call_inplace(tensors, attrs)
         if not torch.compiler.is_compiling() and any(type(t).__name__ == "DTensor" for t in tensors):
             from . import torch_sharding
-            if torch_sharding.needs_rounds(self, tensors, attrs):   # exact, not expressible as a strategy
+            # exact, not expressible as a strategy; forward only: with gradients wanted, the
+            # strategies' path (DTensor redistributes the split reduced dim, and differentiates that)
+            wants_grad = torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in tensors)
+            if not wants_grad and torch_sharding.needs_rounds(self, tensors, attrs):
                 return torch_sharding.run_rounds(self, tensors, attrs)
         return self.custom_op(*tensors, **attrs)
 
@@ -240,7 +245,7 @@ class TorchFunction:
             sig = self._sigs[_key(tensors, attrs)]
         except (KeyError, TypeError):
             sig = self.signature(tensors, attrs)
-        device = tensors[0].device
+        device = tensors[0].device if tensors else torch.device("cpu")   # (an op without inputs: the host)
         for t in tensors:
             if t.device != device:
                 raise fg.ArgumentError(f"op {self.op.name}: inputs are on several devices ({device}, {t.device})")
@@ -273,7 +278,8 @@ class TorchFunction:
         out_shapes = sig.out_shapes
         if any(not isinstance(d, int) for t in tensors for d in t.shape):
             out_shapes = _symbolic_shapes(sig.spec, tensors)
-        res = [tensors[0].new_empty(s, dtype=d) for s, d in zip(out_shapes, sig.dtypes)]
+        res = [tensors[0].new_empty(s, dtype=d) if tensors else torch.empty(s, dtype=d)
+               for s, d in zip(out_shapes, sig.dtypes)]
         return tuple(res) if self.multi else res[0]
 
     # --- in place ------------------------------------------------------------------------------
@@ -281,18 +287,24 @@ class TorchFunction:
         if self.inplace_op is None:
             raise fg.ArgumentError(f"op {self.op.name}: inplace=True, but the op declares no output that may share an "
                                    "input's memory (@fg.op(inplace={output: 'input'}))")
-        if any(t.is_conj() or t.is_neg() for t in tensors):
-            raise fg.ArgumentError(f"op {self.op.name}: in place on a view with torch's lazy conjugate or negative "
-                                   "bit (x.conj()): its memory does not hold its values; resolve_conj() it first")
+        self._refuse_lazy_bits(tensors)
         rest = self.inplace_op(*tensors, **attrs)
         rest = list(rest) if isinstance(rest, (tuple, list)) else ([] if rest is None else [rest])
         outs = [tensors[self.op.inplace[k]] if k in self.op.inplace else rest.pop(0)
                 for k in range(len(self.op.graph.outputs))]
         return tuple(outs) if self.multi else outs[0]
 
+    def _refuse_lazy_bits(self, tensors) -> None:
+        # (under torch.compile the tensors are fakes whose bits Dynamo cannot read: the kernel
+        # checks the real ones, _impl_inplace)
+        if not torch.compiler.is_compiling() and any(t.is_conj() or t.is_neg() for t in tensors):
+            raise fg.ArgumentError(f"op {self.op.name}: in place on a view with torch's lazy conjugate or negative "
+                                   "bit (x.conj()): its memory does not hold its values; resolve_conj() it first")
+
     def _impl_inplace(self, *tensors, **attrs):
+        self._refuse_lazy_bits(tensors)
         sig = self.signature(tensors, attrs)
-        if any(sig.widen) or tensors[0].device.type != "cpu":
+        if any(sig.widen) or any(t.device.type != "cpu" for t in tensors):
             raise fg.ArgumentError(f"op {self.op.name}: in place runs on CPU tensors of fusegen dtypes (not bfloat16)")
         arrays = [t.detach().numpy() for t in tensors]
         rest = {k: torch.empty(s, dtype=d) for k, (s, d) in enumerate(zip(sig.out_shapes, sig.kernel_dtypes))
@@ -322,8 +334,7 @@ class TorchFunction:
         back = self.backward_function()
         needs = back.op.needs
         ctx.attrs = dict(keyword_only_inputs)
-        ctx.measured = {n: (t.shape, t.dtype, t.device) for n, t in zip(self.op.inputs, inputs)
-                        if needs.get(n) == "shape"}
+        ctx.measured = {n: _measure(t) for n, t in zip(self.op.inputs, inputs) if needs.get(n) == "shape"}
         ctx.save_for_backward(*[t for n, t in zip(self.op.inputs, inputs) if needs.get(n) == "value"])
 
     def _backward(self, ctx, *grads):
@@ -334,11 +345,30 @@ class TorchFunction:
             if back.op.needs[name] == "value":
                 args.append(next(saved))
             else:   # only its shape is read: an unwritten buffer of that shape will do
-                shape, dtype, device = ctx.measured[name]
-                args.append(torch.empty(shape, dtype=dtype, device=device))
+                args.append(_stand_in(ctx.measured[name]))
         res = back(*args, *grads, **ctx.attrs)
         res = res if isinstance(res, tuple) else (res,)
         return tuple(r if need else None for r, need in zip(res, ctx.needs_input_grad))
+
+
+def _measure(t) -> tuple:
+    """What a stand-in for ``t`` needs (an input whose gradient reads only its shape): its
+    shape, dtype and device, and for a DTensor its local shape, mesh and placements (the backward
+    runs on DTensors, which take no plain tensor beside them)."""
+    if type(t).__name__ == "DTensor":
+        return t.shape, t.dtype, t.device, (t.to_local().shape, t.device_mesh, t.placements, t.stride())
+    return t.shape, t.dtype, t.device, None
+
+
+def _stand_in(measured):
+    """An unwritten tensor of a measured input's shape (``_measure``)."""
+    shape, dtype, device, dist = measured
+    if dist is None:
+        return torch.empty(shape, dtype=dtype, device=device)
+    from torch.distributed.tensor import DTensor
+    local_shape, mesh, placements, stride = dist
+    local = torch.empty(local_shape, dtype=dtype, device=device)
+    return DTensor.from_local(local, mesh, placements, run_check=False, shape=shape, stride=stride)
 
 
 def current_stream(device):

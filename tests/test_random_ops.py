@@ -425,3 +425,20 @@ def noisy_fixed(d):
     def noisy(x, *, seed: int = 0):
         return x + fg.random.normal(seed, x.shape, dtype=np.dtype(d).name)
     return noisy
+
+
+@fg.op
+def draws_only(*, n: int = 4, seed: int = 0):
+    """No input at all: the op's outputs come from its attributes."""
+    return fg.random.uniform(seed, (n,)), fg.arange(n) * 2.0
+
+
+@pytest.mark.parametrize("backend", ["numba", pytest.param("aot", marks=needs_gxx)])
+def test_an_op_without_inputs(backend):
+    # (its generated call and key functions take attributes only; its C++ InferType has one
+    # dtype combination, the empty one)
+    k = fg.compile(draws_only, backend=backend)
+    u, r = k(n=5, seed=3)
+    np.testing.assert_array_equal(u, R("uniform", 3, (5,)))
+    np.testing.assert_array_equal(r, np.arange(5) * 2.0)
+    assert k(n=2)[0].shape == (2,)

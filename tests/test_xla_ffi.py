@@ -325,6 +325,75 @@ def test_vmap_picks_a_method_the_op_allows(fns, jax):
         assert f"vmap_method={method}" in jaxpr, name
 
 
+@fg.op
+def along_front(x, idx):
+    return fg.take_along_axis(x, idx, axis=0) * 2.0
+
+
+@fg.op
+def along_back(x, idx):
+    return fg.take_along_axis(x, idx, axis=-1) * 2.0
+
+
+@fg.op
+def rows_at(x, idx):
+    return x[idx] + 1.0
+
+
+def test_vmap_of_gathers_keeps_each_examples_axis(jax):
+    # a gather's axis counted from the front (and take's, whose indices' dims replace the
+    # axis) would meet the batch dim in one broadcast call: those batch one example at a time
+    rng = np.random.default_rng(5)
+    x = rng.uniform(size=(3, 4, 5)).astype(np.float32)
+    idx = rng.integers(0, 4, (3, 4, 5)).astype(np.int32)
+    rows = rng.integers(-4, 4, (3, 6)).astype(np.int32)
+    cases = [(along_front, (x, idx), lambda a, i: np.take_along_axis(a, i, 0) * 2, "sequential"),
+             (along_back, (x, idx), lambda a, i: np.take_along_axis(a, i, -1) * 2, "broadcast_all"),
+             (rows_at, (x, rows), lambda a, i: a[i] + 1, "sequential")]
+    for op, args, ref, method in cases:
+        f = fg.jax.function(op, dtypes="float32")
+        got = as_numpy(jax.vmap(f)(*args))
+        assert_all_close(got, np.stack([ref(*[a[b] for a in args]) for b in range(3)]), what=f"vmap {op.name}")
+        assert f"vmap_method={method}" in str(jax.make_jaxpr(jax.vmap(f))(*args)), op.name
+
+
+@fg.op
+def max_and_where(x):
+    return fg.max(x, axis=-1), fg.argmax(x, axis=-1).astype(fg.int32)
+
+
+def test_gradients_of_an_op_with_an_integer_output_and_of_second_order(jax):
+    jnp = jax.numpy
+    rng = np.random.default_rng(6)
+    x = rng.uniform(size=(4, 6)).astype(np.float32)
+    # an integer output's cotangent is JAX's float0: the backward op takes zeros of its dtype
+    f = fg.jax.function(max_and_where, dtypes="float32")
+    g = as_numpy(jax.grad(lambda a: (f(a)[0] ** 2).sum())(x))
+    assert_close(g, as_numpy(jax.grad(lambda a: (jnp.max(a, axis=-1) ** 2).sum())(x)), what="grad of max")
+    # reverse over reverse: the forward rule calls the differentiable function
+    sm = fg.jax.function(ex.softmax, dtypes="float32")
+    w = np.arange(6, dtype=np.float32)
+    h = as_numpy(jax.jacrev(jax.jacrev(lambda a: (sm(a) * w).sum()))(x[0]))
+    assert_close(h, as_numpy(jax.hessian(lambda a: (jax.nn.softmax(a) * w).sum())(x[0])), what="hessian",
+                 rtol=1e-4, atol=1e-6)
+    with pytest.raises(fg.TraceError, match="op softmax: forward-mode differentiation"):
+        jax.jvp(sm, (x,), (x,))
+    # a concrete JAX scalar for an attribute is its value, as a NumPy scalar is
+    assert_close(as_numpy(sm(x, axis=jnp.int32(0))), as_numpy(sm(x, axis=0)), what="jnp attribute")
+
+
+@fg.op
+def noise(*, n: int = 4, seed: int = 0):
+    return fg.random.uniform(seed, (n,)) * 2.0
+
+
+def test_an_op_without_inputs(jax):
+    f = fg.jax.function(noise)
+    want = np.asarray(noise(n=5, seed=3))
+    assert_close(as_numpy(f(n=5, seed=3)), want, what="eager")
+    assert_close(as_numpy(jax.jit(lambda: f(n=5, seed=3))()), want, what="jit")
+
+
 def test_handler_errors_surface_with_fusegens_message(fns, jax):
     f = fns["add_reduce_sum"]
     x = np.ones((4, 5), np.float32)

@@ -134,8 +134,9 @@ def default_dtypes(op: OpDef) -> list[tuple[DType, ...]]:
         return out
     if G.has_gathers(op) and not accepted(dt.FLOAT_DTYPES):   # float data, integer indices
         return _with_int_inputs(op)
-    return (accepted(dt.FLOAT_DTYPES) or accepted([d for d in dt.DTYPES.values() if not d.is_float])
-            or [tuple([d] * len(op.inputs)) for d in dt.FLOAT_DTYPES])
+    combos = (accepted(dt.FLOAT_DTYPES) or accepted([d for d in dt.DTYPES.values() if not d.is_float])
+              or [tuple([d] * len(op.inputs)) for d in dt.FLOAT_DTYPES])
+    return list(dict.fromkeys(combos))   # (an op without inputs: one combination, the empty one)
 
 
 def _with_int_inputs(op: OpDef) -> list[tuple[DType, ...]]:

@@ -180,6 +180,9 @@ class OpDef:
         the error (``fg.grad``, ``fusegen.torch``)."""
         if self.graph is not None:
             return len(self.graph.outputs), bool(self.multi_output)
+        wrt = getattr(self, "wrt", None)
+        if wrt is not None:   # fg.grad's backward op: a tuple of one gradient per input it differentiates
+            return len(wrt), True
         for rank in range(1, 5):
             try:
                 child = self.specialize(("float32",) * len(self.inputs), ((4,) * rank,) * len(self.inputs),

@@ -104,7 +104,8 @@ def key_fn(op):
     nested one. TypeError for a wrong input count or an attribute the op does not name."""
     attrs = _attr_params(op)
     n = len(op.inputs)
-    src = f"def key({_params(n, False)}{', *' if attrs else ''}{_keywords(attrs)}):\n    return {_key_expr(n, attrs)}\n"
+    head = ", ".join(p for p in (_params(n, False), "*" if attrs else "") if p)
+    src = f"def key({head}{_keywords(attrs)}):\n    return {_key_expr(n, attrs)}\n"
     return _generate(src, f"signature key of {op.name}")
 
 

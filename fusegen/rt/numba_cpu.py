@@ -144,7 +144,7 @@ def make_runner(op, call: NumbaCpuCall):
          "_finish": functools.partial(finish, dtypes=call.out_dtypes, multi=op.multi_output)}
     ins = ", ".join(f"a{i}" for i in range(nin)) + ("," if nin == 1 else "")
     outs = ", ".join(f"o{k}" for k in range(nout)) + ("," if nout == 1 else "")
-    lines = ["def run(arrays, out):", f"    {ins} = arrays"]
+    lines = ["def run(arrays, out):"] + ([f"    {ins} = arrays"] if nin else [])
     # Fresh outputs for inputs the entry points take as they are: one C call checks the inputs
     # and allocates (``native.fastcall.fresh_outputs``); anything else takes the general path.
     fresh = None

@@ -154,6 +154,25 @@ def test_vmap_inside_shard_map():
     close(jax.jit(body)(xs), _np_layer_norm(x))
 
 
+def test_shard_map_types_results_as_varying_and_takes_gradients_inside():
+    # the FFI call types its results as its inputs vary (JAX's check_vma, on by default): a
+    # per-device gradient (data parallel) passes the check, and out_specs claiming a varying
+    # result replicated is refused, as for jax.numpy's ops
+    f = function(ex.layer_norm)
+    mesh = jax.make_mesh((8,), ("a",), axis_types=(AxisType.Auto,))
+    x = np.random.default_rng(4).uniform(size=(16, 8)).astype(np.float32)
+
+    def per_device(u):
+        return jax.grad(lambda v: (f(v, eps=1e-5)[0] ** 3).sum())(u)
+
+    got = jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=P("a"), out_specs=P("a")))(x)
+    want = jax.grad(lambda v: (((v - v.mean(-1, keepdims=True)) / jnp.sqrt(v.var(-1, keepdims=True) + 1e-5))
+                               ** 3).sum())(x)
+    close(got, want, rtol=1e-3, atol=1e-4)
+    with pytest.raises(Exception, match="vary|varying|out_specs"):
+        jax.jit(jax.shard_map(lambda u: f(u, eps=1e-5)[0], mesh=mesh, in_specs=P("a"), out_specs=P()))(x)
+
+
 @fg.op
 def center_rows(x, *, scale: float = 1.0):
     """Traced per rank (``x.ndim``): the partition rules come from each specialization's graph."""
