@@ -52,6 +52,7 @@ from .dtypes import AttrType
 from .rt.call import attrs_call_fn, attrs_key
 from .abi_emit import XlaEmitted, legacy_opaque, parse_dtypes, scan_form, workspace_bytes
 from .plan.noops import without_noops
+from .jax_transforms import BatchRule, typed_as_input, vary, varying
 
 __all__ = ["function", "JaxFunction", "build_flags", "VMAP_METHODS"]
 
@@ -104,105 +105,6 @@ def _ffi_attr(t: AttrType, value: Any) -> Any:
     return value
 
 
-class _BatchRule:
-    """Whether a leading batch dim keeps the op's meaning (see the module docstring)."""
-
-    def __init__(self, op: fg.OpDef):
-        from .ir import AttrRef, Op, ShapeOf
-        g = op.graph
-        self.ok = g is not None                      # an op traced per rank or shape: per element
-        self.axis_attrs: dict[str, list[int]] = {}   # attribute -> reduce-source nodes it sizes
-        if g is None:
-            return
-        used_as_value = {n.arg for n in g.nodes if n.op is Op.ATTR}
-        for n in g.nodes:
-            if not _batch_safe_layout(n, Op):
-                self.ok = False
-            if n.op is not Op.REDUCE:
-                continue
-            axes = n.arg.axes
-            if axes is None or isinstance(axes, ShapeOf):
-                self.ok = False                      # all axes, or axes set by shapes: a batch dim would be summed too
-            elif isinstance(axes, AttrRef):
-                if axes.name in used_as_value:
-                    self.ok = False                  # the value is also arithmetic: cannot rewrite it
-                self.axis_attrs.setdefault(axes.name, []).append(g.idx(n.srcs[0]))
-            elif any(a >= 0 for a in ((axes,) if isinstance(axes, int) else axes)):
-                self.ok = False                      # a constant axis counted from the front
-
-    def normalize(self, spec, bound: dict) -> dict | None:
-        """``bound`` with axis attributes counted from the end, or None if no such form exists."""
-        out = dict(bound)
-        for name, srcs in self.axis_attrs.items():
-            ranks = {len(spec.info[s].shape) for s in srcs}
-            if len(ranks) != 1:
-                return None
-            rank = ranks.pop()
-            v = bound[name]
-            out[name] = tuple(a % rank - rank for a in v) if isinstance(v, tuple) else v % rank - rank
-        return out
-
-
-def _batch_safe_layout(n, Op) -> bool:
-    """Whether layout node ``n`` means the same with one more leading dim: it names axes only
-    from the end (negative axes, an index that starts with ``...``, a reshape or broadcast to
-    another node's shape) and never the whole rank (``.T``, an explicit permutation, pad widths
-    for every axis, ``x.size``)."""
-    def from_end(axes) -> bool:
-        return axes is not None and all(a < 0 for a in axes)
-
-    if n.op is Op.PERMUTE:
-        p = n.arg
-        return p.kind in ("swap", "move") and from_end(p.a) and from_end(p.b or (-1,))
-    if n.op is Op.INDEX:
-        return bool(n.arg) and n.arg[0].kind == "ellipsis"
-    if n.op in (Op.RESHAPE, Op.BROADCAST_TO):
-        return n.arg == "like" or n.arg == ("like",)
-    if n.op is Op.FLIP:
-        return from_end(n.arg)
-    if n.op is Op.CONCAT:
-        return n.arg < 0
-    if n.op is Op.PAD:
-        return False
-    if n.op is Op.DIM:
-        return n.arg is not None and n.arg < 0
-    if n.op is Op.GATHER:
-        # take_along_axis along an axis from the end keeps its meaning with a leading batch dim on
-        # both operands; take (the indices' dims replace the axis: a batched index array would
-        # bring the batch dim twice) and x[idx] (axis 0) do not.
-        return n.arg.kind == "along" and n.arg.axis < 0
-    return True
-
-
-def _varying(x) -> frozenset:
-    """The shard_map mesh axes along which ``x``'s value differs between devices (its type's
-    varying manual axes; empty outside ``shard_map``, or where JAX does not type them)."""
-    t = jax.typeof(x)
-    m = getattr(t, "manual_axis_type", None)
-    return frozenset(m.varying if m is not None else getattr(t, "vma", ()))
-
-
-def _vary(x, axes) -> Any:
-    """``x`` typed as varying along mesh ``axes`` too (a cast: the value is unchanged)."""
-    more = tuple(sorted(set(axes) - _varying(x)))
-    if not more:
-        return x
-    if hasattr(jax.lax, "pcast"):
-        return jax.lax.pcast(x, more, to="varying")
-    return jax.lax.pvary(x, more)
-
-
-def _typed_as_input(g, x) -> Any:
-    """A gradient ``g`` typed as its input ``x`` is inside ``shard_map`` (JAX's check): summed
-    over the axes along which only the gradient varies (the transpose of using an invariant
-    value on varying ones: a replicated weight's gradient is the sum of the devices'), cast to
-    varying along the axes only the input varies on."""
-    extra = tuple(sorted(_varying(g) - _varying(x)))
-    if extra:
-        g = jax.lax.psum(g, extra)
-    return _vary(g, _varying(x))
-
-
 class _Static:
     """A static jit argument that compares equal only to the same value *of the same type*:
     1, 1.0 and True are equal in Python, but an int attribute given True must fail
@@ -249,7 +151,7 @@ class JaxFunction:
         self.lib_path = self.library = None
         if op.graph is not None:
             self._build(dtypes)
-        self.batch_rule = _BatchRule(op)
+        self.batch_rule = BatchRule(op)
 
         def traced(*arrays, **attrs):
             values = {n: v.value for n, v in attrs.items()}
@@ -412,7 +314,7 @@ class JaxFunction:
                              for c, o in zip(cots, outs))
             grads = back(*needed, *cots, **attrs)
             grads = tuple(grads) if isinstance(grads, (tuple, list)) else (grads,)
-            grads = tuple(map(_typed_as_input, grads, arrays))   # (inside shard_map)
+            grads = tuple(map(typed_as_input, grads, arrays))   # (inside shard_map)
             if self.partition:  # a gradient is typed as its input is (Explicit mesh axes)
                 from .jax_sharding import typed_like
                 grads = tuple(map(typed_like, grads, arrays))
@@ -495,9 +397,9 @@ class JaxFunction:
         # Inside shard_map, results vary between devices wherever an input does: typed so, JAX's
         # check refuses out_specs that would claim them replicated (the FFI call types them as
         # invariant otherwise)
-        axes = frozenset().union(*map(_varying, arrays)) if arrays else frozenset()
+        axes = frozenset().union(*map(varying, arrays)) if arrays else frozenset()
         if axes:
-            outs = [_vary(o, axes) for o in outs]
+            outs = [vary(o, axes) for o in outs]
         return tuple(outs) if op.multi_output or len(outs) > 1 else outs[0]
 
 

@@ -37,7 +37,7 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      ("fusegen.rt", "fusegen.runtime")),
     ("api", "the public API: fusegen/__init__.py", ("fusegen",)),
     ("bridges", "calling fused ops from other frameworks: JAX (XLA FFI, partitioning) and PyTorch (custom ops, DTensor)",
-     ("fusegen.jax", "fusegen.jax_sharding", "fusegen.torch", "fusegen.torch_sharding")),
+     ("fusegen.jax", "fusegen.jax_transforms", "fusegen.jax_sharding", "fusegen.torch", "fusegen.torch_sharding")),
     ("tools", "the command line, the benchmark and the float32 math library's accuracy harness",
      ("fusegen.cli", "fusegen.bench", "fusegen.vmath_eval")),
 )
