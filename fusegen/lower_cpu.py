@@ -27,7 +27,7 @@ from .lower import rng as rnglower
 from .lower.cpu_layout import HEADER, OperandSlot, index_text, meta_array, stride_pattern, unravel_lines, view_text  # noqa: F401  (HEADER, meta_array: part of the face)
 from .lower.gathers import GatherSlots
 from .lower.cpu_module import JIT_OPTIONS, GroupKernel, build_module  # noqa: F401  (JIT_OPTIONS: part of the face)
-from .lower.pysource import combine, general_maps, group_params, hoist_invariant, operand_name
+from .lower.pysource import combine, general_maps, group_params, hoist_invariant, operand_kind, operand_name
 from .plan import CenteredPair, GroupRun, Plan
 from .plan.boxrows import BoxRows
 from .plan.paths import is_param, path_steps
@@ -51,8 +51,7 @@ class GroupSource:
         self.split = split
         self.scan_pass = None   # a split scan's pass: "totals" or "write" (emit)
         inners = run.inners or [None] * len(run.operands)
-        self.ops = {key: OperandSlot(operand_name(key), key, p[0], p[1], k,
-                             "iota" if key[0] == "iota" else ("modular" if inner is not None else "array"))
+        self.ops = {key: OperandSlot(operand_name(key), key, p[0], p[1], k, operand_kind(key, inner))
                     for k, (key, p, inner) in enumerate(zip(run.operands, pattern, inners))}
         self.active = run.active or [True] * len(run.operands)
         self.invariant = [p[2] for p in pattern]
@@ -442,7 +441,9 @@ class GroupSource:
         if o.kind == "iota":
             return lin
         nops = len(self.ops)
-        return f"{o.name}_[_inner(meta, meta[SB + {nops} * W + {nops} + {o.k}], {lin})]"
+        address = f"_inner(meta, meta[SB + {nops} * W + {nops} + {o.k}], {lin})"
+        # (an iota read through a reshape's div/mod map: its value is the unravelled address)
+        return address if o.kind == "iota_modular" else f"{o.name}_[{address}]"
 
     def _attr(self, n: Node) -> str:
         return f"a_{n.arg}"

@@ -90,7 +90,7 @@ def group_source(plan: Plan, spec: Spec, run: GroupRun, launch: Launch) -> tuple
     import numba
     head = PRELUDE.format(op=plan.opdef.name, dtypes=", ".join(map(str, spec.dtypes)), version=__version__,
                           numba_version=numba.__version__)
-    tail = INNER_HELPER if "modular" in gs.kind.values() else ""
+    tail = INNER_HELPER if any(k.endswith("modular") for k in gs.kind.values()) else ""
     if gs.rng.used:   # the digest names the RNG's implementation: Numba's cache key
         tail += f"# fusegen.rng_numba {rnglower.digest()}: {', '.join(sorted(gs.rng.used))}\n"
     if spec_uses_complex(spec):

@@ -110,6 +110,16 @@ CASES = [
     ("concat3", lambda x, y, z: fg.concat([x, y, z], axis=0), [_r(2, 3), _r(1, 3), _r(4, 3)],
      lambda x, y, z: np.concatenate([x, y, z], 0), False),
     ("modular reshape", lambda x: x.T.reshape(3, 2) + 0, [_r(3, 2)], lambda x: x.T.reshape(3, 2), False),
+    # an iota read through a reshape's div/mod map: its value is the unravelled address (it was
+    # the linear index: tril's mask, arange and random counters were wrong after such a reshape)
+    ("modular iota", lambda x: fg.reshape(fg.tril(x), (6, 4)) + fg.reshape(x + fg.arange(6.0), (6, 4)),
+     [_r(4, 6)], lambda x: np.tril(x).reshape(6, 4) + (x + np.arange(6.0)).reshape(6, 4), False),
+    ("modular iota sum", lambda x: fg.sum(fg.reshape(x + fg.arange(3.0), (3, 2)), axis=1), [_r(2, 3)],
+     lambda x: (x + np.arange(3.0)).reshape(3, 2).sum(1), False),
+    ("roll of tril", lambda x: fg.roll(fg.tril(x), 5), [_r(4, 6)], lambda x: np.roll(np.tril(x), 5), False),
+    # an iota read before an operand whose map is modular: the stage still takes the modular path
+    ("iota then modular", lambda x: fg.arange(6.0) + x.T.reshape(6), [_r(3, 2)],
+     lambda x: np.arange(6.0) + x.T.reshape(6), False),
     ("broadcast_to", lambda x: fg.broadcast_to(x, (3, 4)) * 1, [_r(4)], lambda x: np.broadcast_to(x, (3, 4)), False),
     ("expand/squeeze", lambda x: fg.squeeze(fg.expand_dims(x, axis=1), axis=1) + fg.expand_dims(x, axis=-1)[..., 0],
      [_r(3, 4)], lambda x: 2 * x, False),
@@ -147,7 +157,8 @@ def _batched(cases, name: str):
 
 
 #: The default run's share of the table (the whole table is slow: ``-m slow``).
-QUICK = {"x+y.T", "x+y.T blocked", "x+y.mT blocked", "rope", "causal softmax", "pad 2d", "modular reshape", "int index", "x/x.shape", "stack", "repeat each", "nested concats",
+QUICK = {"x+y.T", "x+y.T blocked", "x+y.mT blocked", "rope", "causal softmax", "pad 2d", "modular reshape", "int index",
+         "modular iota", "modular iota sum", "roll of tril", "iota then modular", "x/x.shape", "stack", "repeat each", "nested concats",
          "heads", "group norm"}
 
 

@@ -344,8 +344,10 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
                 cur["index_reads"].add(k)
             at = f"c[{k}]" if k in cur["fixed"] else f"c[{k}] + i * B.istr[{k}]"
             r = reads[k]
+            mod, inner = (f"M.mod[{k}]", f"M.inner[{k}]") if device else (f"modular && mod{k}", f"inner{k}")
             if r["kind"] == "iota":
-                return f"int64_t({at})"
+                # the address is the value; a reshape's div/mod map unravels it first
+                return f"fg::address({mod}, {inner}, {at})" if modular else f"int64_t({at})"
             term = terms.address_terms(n, ctx, cur['w']) if len(terms) else ""
             if cur["packed"] and not term and k not in cur["fixed"]:
                 cur["views"].add(k)   # read from its chunk's unit-stride view (``_cpu_views``)
@@ -364,7 +366,6 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
                 # a modular map (a reshape whose radices do not nest) unravels the linear index:
                 # the slow path; the test is loop-invariant (`modular`: a std::true_type or
                 # std::false_type, so a CPU loop without any modular operand has no test at all)
-                mod, inner = (f"M.mod[{k}]", f"M.inner[{k}]") if device else (f"modular && mod{k}", f"inner{k}")
                 load = f"fg::at({ptr}, {mod}, {inner}, {at})"
             if k in cur["fixed"] and not term:
                 # loaded once before the loop (`rc<k>`): a store in the loop could alias it, so
@@ -481,7 +482,8 @@ def _split(st, index_of: dict, slot_of: dict, reads: list[dict], g) -> dict | No
     None where the stage has none (or is a scan, or has random numbers: kept whole)."""
     sps = stage_splits(st)
     roots = [r.srcs[0] for r in st.reductions] + [n for _, n in st.writes]
-    if not sps or st.is_scan or any(n.op is Op.RANDOM for n in nodes_of(roots)):
+    if not sps or st.is_scan or any(n.op is Op.RANDOM for n in nodes_of(roots)) or may_be_modular(st):
+        # (an iota read through a reshape's div/mod map is not affine along the loop: no interval)
         return None
     sp = sps[0]
     k = [index_of[(slot_of[id(ref[0])], path_steps(ref[1], ref[0]))] for ref in (sp.a, sp.b)]

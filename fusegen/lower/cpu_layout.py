@@ -61,12 +61,13 @@ class OperandSlot:
     i: object        # stride class on I
     k: int           # operand index in meta
     kind: str = "array"   # "array"; "iota": the address is the value; "modular": the address is a
-                          # linear index, unravelled per element over the map's digits
+                          # linear index, unravelled per element over the map's digits;
+                          # "iota_modular": both, the unravelled address is the value
     kept: bool = False    # a workspace the group keeps in a local, ``k_<name>`` (lower/cpu_kept)
 
     @property
     def is_array(self) -> bool:
-        return self.kind != "iota"
+        return not self.kind.startswith("iota")
 
 
 def view_text(o: OperandSlot, cls, at: str, stride: str, prefix: str = "") -> str:

@@ -46,7 +46,7 @@ def build_module(plan, spec, body: str, sources: list, parallel: bool, boxes: in
         src += f"# fusegen.rng_numba {rnglower.digest()}: {', '.join(used)}\n"
     if spec_uses_complex(spec):
         src += COMPLEX_HELPERS
-    modular = any(o.kind == "modular" for gs in sources for o in gs.ops.values())
+    modular = any(o.kind.endswith("modular") for gs in sources for o in gs.ops.values())
     if modular:
         src += INNER_HELPER
 

@@ -14,7 +14,7 @@ from ..plan import GroupRun, Plan
 from ..plan.paths import is_param, path_steps
 from ..plan.exprs import CUDA_PY, ExprWriter, reduce_identity, reg_dtype
 from .gathers import GatherSlots
-from .pysource import combine, general_maps, group_params, operand_name
+from .pysource import combine, general_maps, group_params, operand_kind, operand_name
 from .rng import RandomText
 
 # meta: nO, nRO, RI, I, O_total, RO_total, count, nsplit, chunk; then extents, then strides
@@ -48,8 +48,7 @@ class CudaGroupSource:
         self.stages = [plan.stages[i] for i in run.stages]
         self.ops = {key: (operand_name(key), k) for k, key in enumerate(run.operands)}
         inners = run.inners or [None] * len(run.operands)
-        self.kind = {key: "iota" if key[0] == "iota" else ("modular" if inner is not None else "array")
-                     for key, inner in zip(run.operands, inners)}
+        self.kind = {key: operand_kind(key, inner) for key, inner in zip(run.operands, inners)}
         self.active = dict(zip(run.operands, run.active or [True] * len(run.operands)))
         self.general = general_maps(self.stages, inners)
         self.rng = RandomText()   # random numbers: one Philox block per element (one thread each)
@@ -71,7 +70,7 @@ class CudaGroupSource:
     # --- public -----------------------------------------------------------------------------
     def params(self) -> list[str]:
         parts = [f"p{j}" for j in range(len(self.stages[0].reductions))] if self.split else []
-        arrays = [n for key, (n, _) in self.ops.items() if self.kind[key] != "iota"]
+        arrays = [n for key, (n, _) in self.ops.items() if not self.kind[key].startswith("iota")]
         gathers = (["gerr"] if self.g.checks else []) + self.g.args()
         return arrays + parts + ["meta"] + [f"a_{a}" for a in self.attrs] + [self.param_name(n) for n in self.dim_params] \
             + gathers
@@ -166,9 +165,11 @@ class CudaGroupSource:
             self.g.refuse(self.plan.opdef.name)
         if self.kind[key] == "iota":
             return f"c_{name}"
+        nops = len(self.ops)
+        if self.kind[key] == "iota_modular":   # (the unravelled address is the value)
+            return f"_inner(meta, meta[SB + {nops} * W + {nops} + {k}], c_{name})"
         d = dt.materialize(self.spec.of(n).dtype) if n.op is Op.INPUT else None
         if self.kind[key] == "modular":
-            nops = len(self.ops)
             text = f"{name}[_inner(meta, meta[SB + {nops} * W + {nops} + {k}], c_{name})]"
         else:
             text = f"{name}[c_{name}{self.g.address_terms(n, ctx, self._ew) if self.g.nodes else ''}]"

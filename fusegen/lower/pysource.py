@@ -131,6 +131,14 @@ def hoist_invariant(lines: list, var: str) -> tuple[list, list]:
     return before, inside
 
 
+def operand_kind(key: tuple, inner) -> str:
+    """An operand's ``OperandSlot.kind`` from its key (an iota's is ``("iota", ...)``) and its
+    modular map (None: strided)."""
+    if key[0] == "iota":
+        return "iota" if inner is None else "iota_modular"
+    return "array" if inner is None else "modular"
+
+
 def operand_name(key: tuple) -> str:
     """The variable of a group operand: its slot's name (x0, out1, ws0, iota5), suffixed when one
     array is read through several maps (x0_1)."""

@@ -280,3 +280,17 @@ def test_reduction_beside_pieces_keeps_its_whole_domain():
     got = cuda_kernel(reduce_beside_pieces)(x, z)
     for g, want in zip(got, reduce_beside_pieces_ref(x, z)):
         np.testing.assert_allclose(np.asarray(g), want, rtol=1e-5, atol=1e-5)
+
+
+@fg.op
+def iota_reshapes(x):
+    """Iotas read through a reshape's div/mod map (tril's mask, arange), then a reduction."""
+    return fg.reshape(fg.tril(x), (6, 4)), fg.sum(fg.reshape(x + fg.arange(6.0), (6, 4)), axis=1)
+
+
+def test_iotas_through_a_modular_reshape():
+    x = sample(np.random.default_rng(9), (4, 6), "float64")
+    got = fg.compile(iota_reshapes, device="cuda")(x)
+    want = (np.tril(x).reshape(6, 4), (x + np.arange(6.0)).reshape(6, 4).sum(1))
+    for g, w in zip(got, want):
+        assert_close(np.asarray(g.copy_to_host() if hasattr(g, "copy_to_host") else g), w)
