@@ -395,6 +395,22 @@ def test_compiles_warning_free(warning_builds, name, flags):
         assert detect_string_abi(lib) == 0
 
 
+#: Ops past the reference set (layout ops, gathers, scans): each path of the emitted loops has
+#: its own helpers; the default run builds the two that caught warnings (a pair of moment
+#: stages, the vector scan under MindSpore's flags, which have no AVX-512)
+_MORE = {op.name: op for op in ex.LAYOUT_OPS + ex.GATHER_OPS + [ex.cumsum_last]}
+_MORE_DEFAULT = (("group_norm", "mindspore"), ("cumsum_last", "mindspore"))
+
+
+@needs_gxx
+@pytest.mark.parametrize("name,flags", [pytest.param(n, f, marks=[] if (n, f) in _MORE_DEFAULT else [pytest.mark.extended])
+                                        for n in _MORE for f in ("mindspore", "fusegen")])
+def test_layout_gather_and_scan_ops_compile_warning_free(tmp_path, name, flags):
+    e = emit(_MORE[name], dtypes=None)
+    e.write(tmp_path)
+    build.build_library(tmp_path / e.main, flags=strict_cpp_flags(flags))   # a warning is a CompileError
+
+
 def test_row_invariant_reduction_results_are_hoisted_as_scalars():
     # rms_norm's output stage reads the per-row mean square (a workspace); in row mode it is
     # passed as a scalar when its stride along the row is 0, so rsqrt(ms + eps) is loop-invariant

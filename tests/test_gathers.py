@@ -335,3 +335,23 @@ def test_a_gradient_checks_the_indices_its_forward_checks(backend):
     emb = fg.compile(fg.grad(emb_sum, wrt="table"), backend=backend)
     with pytest.raises(fg.BoundsError, match=r"op emb_sum_grad: .*index 7 is out of bounds"):
         emb(np.ones((4, 3), np.float32), np.array([0, 7]), np.float32(1.0))
+
+
+@fg.op
+def per_row_xent(logits, labels):
+    """Cross-entropy per row: the label's logit is a row constant (read once before the row's loop)."""
+    m = fg.max(logits, axis=-1, keepdims=True)
+    lse = fg.log(fg.sum(fg.exp(logits - m), axis=-1)) + m[..., 0]
+    return lse - fg.take_along_axis(logits, labels[:, None], axis=-1)[:, 0]
+
+
+@pytest.mark.parametrize("backend", ["numba", "aot"])
+def test_an_empty_batch_reads_no_row_constant(backend):
+    # the emitted C++ read a row's gathered label before its (empty) loop: past the end of an
+    # empty labels buffer, a garbage index and a BoundsError (or a crash on a null pointer)
+    k = fg.compile(per_row_xent, backend=backend)
+    for _ in range(3):
+        assert k(np.zeros((0, 5), np.float32), np.zeros(0, np.int64)).shape == (0,)
+    z = np.array([[0.0, 1.0, 2.0], [1.0, 1.0, 1.0]], np.float32)
+    want = np.log(np.exp(z).sum(-1)) - z[[0, 1], [2, 0]]
+    np.testing.assert_allclose(k(z, np.array([2, 0])), want, rtol=1e-6)

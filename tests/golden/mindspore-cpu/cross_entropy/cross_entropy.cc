@@ -2471,10 +2471,16 @@ int64_t modular_address(const views::Inner &inner, int64_t linear) {
   return inner.address(linear);
 }
 
-// Element x of an operand: at x itself, or, for a modular map, where its linear index x unravels.
+// The address of element x of an operand: x itself, or, for a modular map, where its linear index
+// x unravels (an iota's value is its address).
+FG_LAYOUT_HD int64_t address(bool modular, const views::Inner &inner, int64_t x) {
+  return modular ? modular_address(inner, x) : x;
+}
+
+// Element x of an operand (`address`).
 template <class T>
 FG_LAYOUT_HD const T &at(const T *p, bool modular, const views::Inner &inner, int64_t x) {
-  return p[modular ? modular_address(inner, x) : x];
+  return p[address(modular, inner, x)];
 }
 
 // Adds the offsets of flat index `x` over dims `ext` (strides `str`) to `c`.
@@ -3705,6 +3711,7 @@ template <class Modular>
 void units0(const Run0 &R, const fg::BoxLoops<kOps0> &B, const fg::Blocks &K, int variant, Modular modular,
             const Shapes &s, void *const *ptr, const ScalarAttrs &a, int64_t lo, int64_t hi, Fail *gf,
             const int64_t *c0 = nullptr) {
+  (void)s;
   (void)a;
   (void)gf;
   (void)c0;
@@ -3712,6 +3719,7 @@ void units0(const Run0 &R, const fg::BoxLoops<kOps0> &B, const fg::Blocks &K, in
   (void)modular;
   fg::GatherFail &gfail = *gf;
   const int64_t gn10 = s.prm[10].v[1];  // %10 gathers along an axis of this extent
+  (void)gn10;
   const int64_t *gs = R.gs;  // the gathered reads' axis strides (issue #17)
   const int64_t count = R.count;
   (void)count;
@@ -3743,7 +3751,7 @@ void units0(const Run0 &R, const fg::BoxLoops<kOps0> &B, const fg::Blocks &K, in
           int64_t c[kOps0];
           for (int j = 0; j < kOps0; ++j) c[j] = base[j];
           fg::unravel<kOps0>(m, B.n_m, B.m_ext, B.m_str, c);
-          if (B.istr[1] == 0) {  // the row-constant reads have stride 0 along the inner loop
+          if (B.istr[1] == 0 && 0 < B.inner) {  // the row-constant reads have stride 0 along the inner loop
             const auto rc1 = p1[c[1]];
             const auto tg10_0r = int64_t(int64_t(rc1));  // (constant over the row: emitters/hoist.py)
             const auto tg10_0a = tg10_0r < 0 ? tg10_0r + gn10 : tg10_0r;  // (constant over the row: emitters/hoist.py)
@@ -3848,6 +3856,7 @@ template <class Modular>
 void units1(const Run1 &R, const fg::BoxLoops<kOps1> &B, const fg::Blocks &K, int variant, Modular modular,
             const Shapes &s, void *const *ptr, const ScalarAttrs &a, int64_t lo, int64_t hi, Fail *gf,
             const int64_t *c0 = nullptr) {
+  (void)s;
   (void)a;
   (void)gf;
   (void)c0;
@@ -3958,6 +3967,7 @@ template <class Modular>
 void units2(const Run2 &R, const fg::BoxLoops<kOps2> &B, const fg::Blocks &K, int variant, Modular modular,
             const Shapes &s, void *const *ptr, const ScalarAttrs &a, int64_t lo, int64_t hi, Fail *gf,
             const int64_t *c0 = nullptr) {
+  (void)s;
   (void)a;
   (void)gf;
   (void)c0;
@@ -3992,7 +4002,7 @@ void units2(const Run2 &R, const fg::BoxLoops<kOps2> &B, const fg::Blocks &K, in
           int64_t c[kOps2];
           for (int j = 0; j < kOps2; ++j) c[j] = base[j];
           fg::unravel<kOps2>(m, B.n_m, B.m_ext, B.m_str, c);
-          if (B.istr[1] == 0) {  // the row-constant reads have stride 0 along the inner loop
+          if (B.istr[1] == 0 && 0 < B.inner) {  // the row-constant reads have stride 0 along the inner loop
             const auto rc1 = p1[c[1]];
             for (int64_t j0 = 0; j0 < B.inner; j0 += fg::kChunk) {  // unit-stride chunks
               const int64_t nc = std::min<int64_t>(fg::kChunk, B.inner - j0);
@@ -4082,12 +4092,14 @@ template <class Modular>
 void units3(const Run3 &R, const fg::BoxLoops<kOps3> &B, const fg::Blocks &K, int variant, Modular modular,
             const Shapes &s, void *const *ptr, const ScalarAttrs &a, int64_t lo, int64_t hi, Fail *gf,
             const int64_t *c0 = nullptr) {
+  (void)s;
   (void)a;
   (void)gf;
   (void)c0;
   (void)K;
   (void)modular;
   const int64_t gn10 = s.prm[10].v[1];  // %10 gathers along an axis of this extent
+  (void)gn10;
   const int64_t count = R.count;
   (void)count;
   const float *p0 = static_cast<const float *>(ptr[3]);
@@ -4122,7 +4134,7 @@ void units3(const Run3 &R, const fg::BoxLoops<kOps3> &B, const fg::Blocks &K, in
           int64_t c[kOps3];
           for (int j = 0; j < kOps3; ++j) c[j] = base[j];
           fg::unravel<kOps3>(m, B.n_m, B.m_ext, B.m_str, c);
-          if (B.istr[0] == 0 && B.istr[1] == 0 && B.istr[2] == 0) {  // the row-constant reads have stride 0 along the inner loop
+          if (B.istr[0] == 0 && B.istr[1] == 0 && B.istr[2] == 0 && 0 < B.inner) {  // the row-constant reads have stride 0 along the inner loop
             const auto rc0 = p0[c[0]];
             const auto rc1 = p1[c[1]];
             const auto rc2 = p2[c[2]];

@@ -2479,10 +2479,16 @@ int64_t modular_address(const views::Inner &inner, int64_t linear) {
   return inner.address(linear);
 }
 
-// Element x of an operand: at x itself, or, for a modular map, where its linear index x unravels.
+// The address of element x of an operand: x itself, or, for a modular map, where its linear index
+// x unravels (an iota's value is its address).
+FG_LAYOUT_HD int64_t address(bool modular, const views::Inner &inner, int64_t x) {
+  return modular ? modular_address(inner, x) : x;
+}
+
+// Element x of an operand (`address`).
 template <class T>
 FG_LAYOUT_HD const T &at(const T *p, bool modular, const views::Inner &inner, int64_t x) {
-  return p[modular ? modular_address(inner, x) : x];
+  return p[address(modular, inner, x)];
 }
 
 // Adds the offsets of flat index `x` over dims `ext` (strides `str`) to `c`.
