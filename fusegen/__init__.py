@@ -7,7 +7,7 @@ from .version import __version__  # noqa: E402
 from .dtypes import DType, DTYPES, as_dtype  # noqa: E402
 from .errors import (  # noqa: E402
     ArgumentError, AttrError, AxisError, BoundsError, CompileError, DTypeError, FusegenError, KernelError,
-    LibraryError, ShapeError, TraceError, UnsupportedError,
+    LibraryError, ScalarRangeError, ShapeError, TraceError, UnsupportedError,
 )
 from .ir import OpDef, Tensor, cast, cast_like, infer, op, sum_to, where  # noqa: E402
 from .graph.vocab import (  # noqa: E402
@@ -69,7 +69,7 @@ __all__ = [
     # running and emitting (emit, AotKernel, jax, torch, examples and random load lazily, see __getattr__)
     "compile", "Kernel", "emit", "AotKernel", "Engine", "EngineError",
     # errors
-    "FusegenError", "TraceError", "ShapeError", "AxisError", "DTypeError", "AttrError", "ArgumentError", "BoundsError",
+    "FusegenError", "TraceError", "ShapeError", "AxisError", "DTypeError", "ScalarRangeError", "AttrError", "ArgumentError", "BoundsError",
     "CompileError", "LibraryError", "KernelError", "UnsupportedError",
 ]
 

@@ -35,6 +35,12 @@ class DTypeError(FusegenError, TypeError):
     """An input or attribute has a dtype the op or the kernel does not accept."""
 
 
+class ScalarRangeError(DTypeError, OverflowError):
+    """A Python integer (a literal, an integer attribute or a dim used as a value) outside the
+    range of the integer dtype it is computed in: ``uint8_x + 300``. NumPy 2 raises its
+    ``OverflowError`` there (weak scalars, NEP 50); so is this."""
+
+
 class AttrError(FusegenError, TypeError):
     """An op attribute is missing, unknown, or of the wrong type.
 

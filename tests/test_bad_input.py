@@ -34,6 +34,7 @@ import numpy as np
 import pytest
 
 import fusegen as fg
+import fusegen.examples as ex
 from fusegen.native import build
 from fusegen.errors import (ArgumentError, AttrError, CompileError, DTypeError, KernelError, LibraryError,
                             ShapeError)
@@ -442,3 +443,20 @@ def test_truncated_aot_cache_entry_is_rebuilt(tmp_path):
     assert second.returncode == 0, f"exit {second.returncode}: {second.stderr[-2000:]}"
     rebuilt = Path(second.stdout.strip().splitlines()[-1])
     assert rebuilt.stat().st_size == size
+
+
+def test_inputs_in_the_other_byte_order_are_read_by_value():
+    # ('>f4' on this machine): copied to native order, as a non-contiguous input is
+    k = fg.compile(ex.add_mul_div)
+    x, y = np.arange(6, dtype=">f4").reshape(2, 3) + 1, np.full((2, 3), 2, ">f4")
+    np.testing.assert_allclose(k(x, y), k(x.astype("=f4"), y.astype("=f4")))
+
+
+@fg.op
+def masked_rows(x, m):
+    return x[m] * 2
+
+
+def test_a_boolean_mask_index_says_why_it_cannot_be_fused():
+    with pytest.raises(fg.DTypeError, match="got bool: a boolean mask .* use fg.where"):
+        fg.compile(masked_rows)(np.ones(3, np.float32), np.array([True, False, True]))

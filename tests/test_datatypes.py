@@ -163,3 +163,40 @@ def test_an_array_is_not_baked_into_a_kernel():
         @fg.op
         def baked(x):
             return x + fg.asarray(np.ones(3))
+
+
+# --- Python integers outside a dtype's range (NumPy 2, NEP 50) -------------------------------------
+@fg.op
+def int_scalars(x, *, s: int = 3):
+    return x + 300, x * s
+
+
+@fg.op
+def int_comparisons(x):
+    return x < 300, x == 300, x > -200, x != 1000, x >= -1
+
+
+@fg.op
+def past_int64(x):
+    return x * 2**64, x * 10**30, x - 2**70
+
+
+@pytest.mark.parametrize("backend", ["numba", pytest.param("aot", marks=needs_gxx)])
+def test_python_integers_outside_the_dtype_range(backend):
+    u8 = np.array([1, 200, 255], np.uint8)
+    k = fg.compile(int_scalars, backend=backend)
+    # arithmetic: NumPy 2's OverflowError (it wrapped: 300 became 44), an attribute or a dim alike
+    with pytest.raises(OverflowError, match="op int_scalars: .*Python integer 300 out of bounds for uint8"):
+        k(u8)
+    with pytest.raises(fg.ScalarRangeError, match="Python integer -1 out of bounds for uint16"):
+        k(np.array([1], np.uint16), s=-1)   # (x + 300 fits uint16; x * -1 does not)
+    # comparisons stay exact, as NumPy's
+    got = fg.compile(int_comparisons, backend=backend)(u8)
+    want = (u8 < 300, u8 == 300, u8 > -200, u8 != 1000, u8 >= -1)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    # past int64 with a float tensor: the value, not a wrapped int64 literal
+    f = np.ones(3, np.float32)
+    got = fg.compile(past_int64, backend=backend)(f)
+    for g, w in zip(got, (f * np.float32(2**64), f * np.float32(10**30), f - np.float32(2**70))):
+        np.testing.assert_allclose(g, w, rtol=1e-6)

@@ -25,6 +25,7 @@ from fusegen.ir import Op, infer
 
 sys.path.insert(0, str(Path(__file__).parent))
 import elementwise_cases as cases  # noqa: E402
+from _optional import needs_gxx  # noqa: E402
 
 F32, F64 = np.float32, np.float64
 
@@ -300,6 +301,9 @@ def test_compositions_and_reductions(backend, dtype):
         np.testing.assert_allclose(lsm[:, 1:], (z - np.log(np.exp(z).sum(0, keepdims=True)))[:, 1:], rtol=1e-5)
     assert lse[0, 0] == -np.inf and lse[1, 0] == np.inf
     np.testing.assert_allclose(lse[2, 0], np.log(np.exp(x[2].astype(F64)).sum()), rtol=1e-6)
+    # over an empty axis: logsumexp is log(0) = -inf (SciPy, PyTorch), the softmaxes are empty
+    sm, lsm, lse = n(np.zeros((2, 0), F32))
+    assert sm.shape == (2, 0) and lsm.shape == (2, 0) and lse.tolist() == [[-np.inf], [-np.inf]]
 
 
 # --- gradients --------------------------------------------------------------------------------
@@ -327,3 +331,19 @@ def test_gradients_match_central_differences():
         return fg.nextafter(x, y)
     with pytest.raises(fg.TraceError, match="no derivative rule for nextafter"):
         fg.grad(stepped)
+
+
+@fg.op
+def int_powers(x, y):
+    return x ** y, 2 ** y
+
+
+@pytest.mark.parametrize("backend", ["numba", pytest.param("aot", marks=needs_gxx)])
+def test_integer_powers_with_negative_exponents_agree(backend):
+    # NumPy raises and the array API leaves it unspecified; every backend gives 1 / x**-y
+    # truncated (1 and -1 keep their power's sign, 0 elsewhere), as they once disagreed
+    x = np.array([1, -1, 2, -2, 0, 3, -1, 5], np.int32)
+    y = np.array([-1, -1, -1, -2, -1, -3, -2, 2], np.int32)
+    a, b = fg.compile(int_powers, backend=backend)(x, y)
+    np.testing.assert_array_equal(a, [1, -1, 0, 0, 0, 0, 1, 25])
+    np.testing.assert_array_equal(b, [0, 0, 0, 0, 0, 0, 0, 4])

@@ -8,9 +8,11 @@ from __future__ import annotations
 import typing
 from dataclasses import dataclass
 
+import numpy as np
+
 from .. import dtypes as dt
 from ..dtypes import AttrType, DType
-from ..errors import ArgumentError, AxisError, DTypeError, ShapeError
+from ..errors import ArgumentError, AxisError, DTypeError, ScalarRangeError, ShapeError
 from .nodes import (AttrRef, BINARY_UFUNC, DTypeOf, Graph, Node, Op, ShapeOf, UNARY_UFUNC, UNKNOWN_DIM,
                     UNKNOWN_RANK)
 from .shapes import LAYOUT_RULES, NodeInfo, Shape, static_cast, static_value  # noqa: F401
@@ -211,6 +213,7 @@ def infer_nodes(opdef, g: Graph, in_dtypes, in_shapes, attrs: dict) -> list[Node
                     fail(str(e), exc=DTypeError)
                 if n.op is Op.WHERE:
                     comp = out
+            comp = _weak_ints_in_range(n, srcs, comp, fail)
             cplx.check_elementwise(n, tuple(s.dtype for s in srcs), comp, fail)
             if n.op is Op.RELU and comp == "bool" or (isinstance(comp, DType) and comp.kind == "b"
                                                        and n.op is Op.RELU):
@@ -222,6 +225,28 @@ def infer_nodes(opdef, g: Graph, in_dtypes, in_shapes, attrs: dict) -> list[Node
                 s.value is not None and s.shape == () for s in srcs) else None
             info.append(NodeInfo(out, broadcast_shapes([s.shape for s in srcs], fail), comp, value=value))
     return info
+
+
+_COMPARISONS = (Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE)
+
+
+def _weak_ints_in_range(n: Node, srcs: list[NodeInfo], comp, fail):
+    """``comp``, the integer dtype a Python integer operand (a literal, an attribute, a dim) is
+    computed in, checked as NumPy 2 does: outside its range, a comparison is still exact
+    (computed in int64 here, which holds both sides) and anything else a ``ScalarRangeError``,
+    NumPy's ``OverflowError``."""
+    if not isinstance(comp, DType) or comp.kind not in "iu":
+        return comp
+    info = np.iinfo(comp.np)
+    for s in srcs:
+        v = s.value
+        if s.dtype != "int" or not isinstance(v, int) or info.min <= v <= info.max:
+            continue
+        if n.op in _COMPARISONS and comp is not dt.uint64 and -2**63 <= v < 2**63:
+            comp = dt.int64
+            continue
+        fail(f"Python integer {v} out of bounds for {comp.name}", exc=ScalarRangeError)
+    return comp
 
 
 def same_shape(a: Shape, b: Shape) -> bool:

@@ -340,6 +340,10 @@ def _gather(n: Node, srcs, fail) -> NodeInfo:
     x, idx = srcs
     name = "take" if n.arg.kind == "take" else "take_along_axis"
     idt = dt.materialize(idx.dtype)
+    if idt.kind == "b":   # x[mask]: NumPy's boolean indexing
+        fail(f"{name}: indices must have an integer dtype, got bool: a boolean mask selects a number of "
+             "elements known only from its values, which a fused kernel's shapes cannot depend on; "
+             "use fg.where(mask, x, fill) to keep x's shape", exc=DTypeError)
     if idt.kind not in "iu":
         fail(f"{name}: indices must have an integer dtype, got {idt}", exc=DTypeError)
     if x.shape is None or idx.shape is None:

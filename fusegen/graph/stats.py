@@ -73,18 +73,20 @@ def logsumexp(x, /, *, axis=None, keepdims=False, keep_dims=None) -> Tensor:
     out first, and a slice whose maximum is infinite (all -inf, or a +inf) or NaN gives it
     unchanged. The exps' argument is ``x - max`` itself (not a shift that is 0 for an infinite
     max), so that plan/fusedmath.py may compute them as exp_shifted_f32; where the max is not
-    finite that sum is NaN, and the log is dropped."""
+    finite that sum is NaN, and the log is dropped. Over an empty axis it is ``log(0)``, -inf
+    (SciPy's and PyTorch's): its maxima start at -inf there rather than being refused."""
     x = Tensor(operand(x))
     keep = _keep(keepdims, keep_dims)
-    s = reduce("sum", unary(Op.EXP, x - reduce("max", x, axis, True)), axis, keep)
-    top = reduce("max", x, axis, keep)
+    s = reduce("sum", unary(Op.EXP, x - reduce("max", x, axis, True, empty_ok=True)), axis, keep)
+    top = reduce("max", x, axis, keep, empty_ok=True)
     return where(unary(Op.ISFINITE, top), unary(Op.LOG, s), 0) + top
 
 
 def softmax(x, /, *, axis=-1) -> Tensor:
-    """``exp(x - max) / sum(exp(x - max))`` over ``axis``."""
+    """``exp(x - max) / sum(exp(x - max))`` over ``axis`` (an empty axis: an empty result, as
+    jax.nn.softmax's; the max that nothing reads is not refused)."""
     x = Tensor(operand(x))
-    e = unary(Op.EXP, x - reduce("max", x, axis, True))
+    e = unary(Op.EXP, x - reduce("max", x, axis, True, empty_ok=True))
     return e / reduce("sum", e, axis, True)
 
 
@@ -93,5 +95,5 @@ def log_softmax(x, /, *, axis=-1) -> Tensor:
     that holds +inf or NaN is NaN throughout, as ``jax.nn.log_softmax`` and PyTorch's are (SciPy's
     gives -inf beside a +inf)."""
     x = Tensor(operand(x))
-    z = x - reduce("max", x, axis, True)
+    z = x - reduce("max", x, axis, True, empty_ok=True)
     return z - unary(Op.LOG, reduce("sum", unary(Op.EXP, z), axis, True))

@@ -34,6 +34,9 @@ def call_signature(kernel, arrays, attrs: dict):
     the fast path looks up; the key is None when an attribute value is unhashable (a list)."""
     check_count(kernel.op, arrays)
     arrs = [a if type(a) is np.ndarray else np.asarray(a) for a in arrays]
+    # a byte order other than the machine's ('>f4' here): its values in native order, a copy as
+    # for any input the kernels cannot read in place
+    arrs = [a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("=")) for a in arrs]
     return arrs, signature_key(kernel, arrs, attrs)
 
 

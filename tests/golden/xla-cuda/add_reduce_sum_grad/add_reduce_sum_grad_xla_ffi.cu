@@ -75,6 +75,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <string_view>
 #include <vector>
 
@@ -467,6 +468,11 @@ FG_INLINE float fg_pow(float a, float b) { return std::pow(a, b); }
 FG_INLINE double fg_pow(double a, double b) { return std::pow(a, b); }
 template <class T>
 FG_INLINE T fg_pow(T base, T exp) {  // integer power by squaring, as NumPy's integer loops
+  if constexpr (std::is_signed<T>::value) {
+    // a negative exponent: 1 / base**-exp truncated, as the Numba backend (NumPy raises; the
+    // array API leaves it unspecified): 1 and -1 keep their power's sign, 0 elsewhere
+    if (exp < 0) return base == T(1) ? T(1) : base == T(-1) ? T((exp & 1) ? -1 : 1) : T(0);
+  }
   T result = 1;
   while (exp > 0) {
     if (exp & 1) result = T(result * base);
@@ -934,6 +940,11 @@ __host__ __device__ inline float fg_pow(float a, float b) { return powf(a, b); }
 __host__ __device__ inline double fg_pow(double a, double b) { return pow(a, b); }
 template <class T>
 __host__ __device__ inline T fg_pow(T base, T exp) {  // integer power by squaring, as NumPy
+  if constexpr (std::is_signed<T>::value) {
+    // a negative exponent: 1 / base**-exp truncated, as the Numba backend (NumPy raises; the
+    // array API leaves it unspecified): 1 and -1 keep their power's sign, 0 elsewhere
+    if (exp < 0) return base == T(1) ? T(1) : base == T(-1) ? T((exp & 1) ? -1 : 1) : T(0);
+  }
   T result = 1;
   while (exp > 0) {
     if (exp & 1) result = T(result * base);
