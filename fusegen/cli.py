@@ -311,13 +311,24 @@ def cmd_emit(args: argparse.Namespace) -> int:
     if dtypes is not None and not all(d.strip() for d in dtypes):
         return _fail("emit", "--dtypes needs dtype names, e.g. float32 or float32,int64", 2)
     try:
-        emitted = emit(op, abi=args.abi, device=args.device, dtypes=dtypes)
+        ranks = [int(r) for r in args.ranks.split(",")] if args.ranks else None
+        shapes = [_shape_arg(s) for s in args.shapes.split(",")] if args.shapes else None
+    except ValueError:
+        return _fail("emit", "--ranks takes integers (2,1,1); --shapes shapes like 8x1024,-1x512,()", 2)
+    try:
+        emitted = emit(op, abi=args.abi, device=args.device, dtypes=dtypes, ranks=ranks, shapes=shapes)
         written = emitted.write(args.out_dir)
     except (FusegenError, ValueError, TypeError, OSError, NotImplementedError) as e:
         return _fail("emit", f"{type(e).__name__}: {e}", 1)
     for path in _written_paths(written, args.out_dir):
         print(path)
     return 0
+
+
+def _shape_arg(text: str) -> tuple[int, ...]:
+    """``8x1024`` -> (8, 1024); ``()`` -> () (a scalar)."""
+    text = text.strip()
+    return () if text in ("()", "") else tuple(int(d) for d in text.split("x"))
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -416,6 +427,13 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--dtypes", action="append", metavar="DTYPES",
                    help="one input dtype combination: a name per input, comma-separated (float32,int64), or "
                         "one for every input (float32); repeat for several (default: every float dtype)")
+    e.add_argument("--ranks", metavar="R,R,...",
+                   help="for an op traced per input rank (x.ndim, fg.random over x.shape): the rank of each "
+                        "input, comma-separated (2,1,1), as fusegen.emit(ranks=...)")
+    e.add_argument("--shapes", metavar="S,S,...",
+                   help="for an op traced per input shape: each input's shape, comma-separated, dims joined "
+                        "by x, -1 for one known only at run time, () for a scalar (--shapes=8x1024,1024 or "
+                        "--shapes=-1x512,(): with '=' where a shape starts with -)")
     e.add_argument("-o", "--out-dir", required=True, metavar="DIR", help="directory to write into")
     e.set_defaults(func=cmd_emit)
 

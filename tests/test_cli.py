@@ -178,6 +178,20 @@ def test_emit_dtypes_are_one_combination_each(tmp_path, capsys):
     assert "invalid choice: 'bogus'" in capsys.readouterr().err
 
 
+def test_emit_an_op_traced_per_rank_or_shape(tmp_path, capsys):
+    # dropout_add_layer_norm draws over x.shape: traced per input rank, so emitted per rank
+    op = "fusegen.examples:dropout_add_layer_norm"
+    assert cli.main(["emit", op, "-o", str(tmp_path / "none")]) == 1
+    assert "--ranks 2,1" in capsys.readouterr().err
+    assert cli.main(["emit", op, "--ranks", "2,2,1,1", "--dtypes", "float32", "-o", str(tmp_path / "r")]) == 0
+    assert (tmp_path / "r" / "dropout_add_layer_norm.cc").is_file()
+    assert cli.main(["emit", op, "--shapes=-1x8,-1x8,8,8", "--dtypes", "float32", "-o", str(tmp_path / "s")]) == 0
+    assert cli.main(["emit", op, "--ranks", "two", "-o", str(tmp_path / "x")]) == 2
+    import fusegen.examples
+    with pytest.raises(fusegen.DTypeError, match="names no dtype combination"):
+        fusegen.emit(fusegen.examples.softmax, dtypes=[])
+
+
 def test_build_prints_the_library(tmp_path, monkeypatch, capsys):
     # A source of our own: whether fusegen's *emitted* code compiles is test_build's and
     # the emitter's business; here only the command's plumbing is under test.

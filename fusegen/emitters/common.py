@@ -170,6 +170,9 @@ def parse_dtypes(op: OpDef, dtypes) -> list[tuple[DType, ...]]:
         raise DTypeError(f"op {op.name}: dtypes= must be a dtype name, a 'float32,int32' string or a list "
                          f"of these, got {type(dtypes).__name__} {dtypes!r}")
     items = [dtypes] if isinstance(dtypes, (str, DType)) else list(dtypes)
+    if not items:   # (a kernel with an empty dtype table would refuse every call at run time)
+        raise DTypeError(f"op {op.name}: dtypes= names no dtype combination; give at least one, or None for "
+                         "every float dtype")
     out = []
     for it in items:
         if isinstance(it, str) and "," in it:

@@ -17,8 +17,9 @@ def check_emittable(op: OpDef) -> None:
     if getattr(op, "specializes", None):
         what = "dtypes='float32,int64' (one combination)" if op.specializes == "dtype" else \
             f"{op.specializes}s=[...one per input...]"
+        cli = {"rank": "--ranks 2,1", "shape": "--shapes=8x1024,1024"}.get(op.specializes, "--dtypes float32,int64")
         raise TraceError(f"op {op.name} is traced per input {op.specializes} ({op.why}); emit one "
-                         f"specialization: fusegen.emit(op, ..., {what})")
+                         f"specialization: fusegen.emit(op, ..., {what}), or fusegen emit ... {cli}")
 
 
 def _one_combo(op: OpDef, dtypes) -> tuple[DType, ...] | None:
