@@ -264,6 +264,10 @@ class Kernel:
                 raise DTypeError(f"op {op.name}: input {op.inputs[i]!r} has dtype {a.dtype}, which fusegen "
                                  f"does not support ({', '.join(dt.DTYPES)})") from None
         self.executor.check(arrs)
+        for i, a in enumerate(arrs):   # (every backend's limit, checked before any of them runs)
+            if a.ndim > MAX_RANK:
+                raise AxisError(f"op {op.name}: input {op.inputs[i]!r} has {a.ndim} dims: fusegen's kernels take at "
+                                f"most {MAX_RANK} (the emitted C++'s limit, as MindSpore's AOT ABI's)")
         bound = op.bind_attrs(attrs)
         spec = infer(op, [a.dtype for a in arrs], [tuple(a.shape) for a in arrs], bound)
         try:
