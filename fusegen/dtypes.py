@@ -127,6 +127,15 @@ def materialize(t: WeakOrDType) -> DType:
     return {"bool": bool_, "int": int64, "float": float64, "complex": complex128}[t]
 
 
+def literal_dtype(t: WeakOrDType, value) -> DType:
+    """The dtype a constant of dtype ``t`` is written in: ``materialize(t)``, but a Python integer
+    past int64 (``x * 2**64`` for a float x) as uint64 where it fits, else as a double, converted
+    from there (an int64 literal would wrap)."""
+    if t == "int" and not -2**63 <= value < 2**63:
+        return uint64 if 0 <= value < 2**64 else float64
+    return materialize(t)
+
+
 def real_of(d: DType) -> DType:
     """The real dtype of a complex one (complex64 -> float32); other dtypes are their own."""
     return {complex64: float32, complex128: float64}.get(d, d)

@@ -217,7 +217,9 @@ def test_emitted_sources_call_philox_per_element_and_only_where_used():
     for where, src in srcs.items():
         assert src.count("FG_HD FG_RNG_INLINE Block philox4x32_10(") == 1, where
         seed = r"uint64_t\(int64_t\(int64_t\(a\.seed\)\)\), uint64_t\(int64_t\(int64_t\(a\.offset\)\)\)"
-        counter = r"uint64_t\(int64_t\(c\[\d+\] \+ i \* B\.istr\[\d+\]\)\)"
+        # (the counter is an iota read through a reshape: its address, unravelled where the
+        # reshape's map is div/mod: fg::address)
+        counter = r"uint64_t\((?:int64_t|fg::address)\((?:[^()]*, )?c\[\d+\] \+ i \* B\.istr\[\d+\]\)\)"
         for call in (rf"fg::uniform_f32_at\({seed}, {counter}\)", rf"fg::normal_f32_at\({seed}, {counter}\)",
                      rf"fg::uniform_f64_at\({seed}, {counter}\)",
                      rf"fg::bernoulli_at\({seed}, {counter}, fg::bernoulli_threshold\(double\(float\(double\(a\.p\)\)\)\)\)",

@@ -224,14 +224,9 @@ class ExprWriter:
 
     def _emit(self, node: Node, ctx: tuple) -> tuple[str, DType]:
         info = self.spec.of(node)
-        if node.op is Op.CONST:
-            v = node.arg[1]
-            d = reg_dtype(dt.materialize(info.dtype))
-            if info.dtype == "int" and not -2**63 <= v < 2**63:
-                # a Python integer past int64 (x * 2**64 for a float x): written as uint64 where it
-                # fits, else as a double, and converted from there (an int64 literal wrapped)
-                d = dt.uint64 if 0 <= v < 2**64 else dt.float64
-            return self.d.literal(v, d), d
+        if node.op is Op.CONST:   # (a Python integer past int64: dtypes.literal_dtype)
+            d = reg_dtype(dt.literal_dtype(info.dtype, node.arg[1]))
+            return self.d.literal(node.arg[1], d), d
         if node.op in (Op.INPUT, Op.REDUCE, Op.ATTR, Op.IOTA) or is_param(node) or id(node) in self.stored:
             d = reg_dtype(info.acc) if (node.op is Op.REDUCE and info.acc is not None) else \
                 reg_dtype(dt.materialize(info.dtype))
