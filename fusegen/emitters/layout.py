@@ -482,13 +482,14 @@ def _split(st, index_of: dict, slot_of: dict, reads: list[dict], g) -> dict | No
     None where the stage has none (or is a scan, or has random numbers: kept whole)."""
     sps = stage_splits(st)
     roots = [r.srcs[0] for r in st.reductions] + [n for _, n in st.writes]
-    if not sps or st.is_scan or any(n.op is Op.RANDOM for n in nodes_of(roots)) or may_be_modular(st):
-        # (an iota read through a reshape's div/mod map is not affine along the loop: no interval)
+    if not sps or st.is_scan or any(n.op is Op.RANDOM for n in nodes_of(roots)):
         return None
     sp = sps[0]
     k = [index_of[(slot_of[id(ref[0])], path_steps(ref[1], ref[0]))] for ref in (sp.a, sp.b)]
     if any(reads[j]["kind"] != "iota" for j in k):
         return None
+    if any(isinstance(s, View) and s.node.op is Op.RESHAPE for j in k for s in st.reads[j].steps):
+        return None   # (an iota read through a reshape's div/mod map is not affine along the loop)
     flip, bias = COMPARISONS[sp.cmp]
     a, b = (k[1], k[0]) if flip else (k[0], k[1])
     return dict(key=(sp.where, sp.ctx), a=a, b=b, bias=bias, node=g.idx(sp.where))
