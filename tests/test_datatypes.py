@@ -10,7 +10,7 @@ import pytest
 
 import fusegen as fg
 
-from _optional import needs_gxx
+from _optional import backends_extended, needs_gxx
 
 NAMES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32", "float64",
          "complex64", "complex128"]
@@ -181,7 +181,7 @@ def past_int64(x):
     return x * 2**64, x * 10**30, x - 2**70
 
 
-@pytest.mark.parametrize("backend", ["numba", pytest.param("aot", marks=needs_gxx)])
+@pytest.mark.parametrize("backend", backends_extended("numba", "aot"))
 def test_python_integers_outside_the_dtype_range(backend):
     u8 = np.array([1, 200, 255], np.uint8)
     k = fg.compile(int_scalars, backend=backend)

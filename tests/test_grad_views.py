@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import fusegen as fg
+from _optional import backends_extended
 
 
 @fg.op
@@ -155,7 +156,7 @@ def strided_times_arange(x):
     return x[:, ::2] * fg.arange(3.0) + x[::-1, 1::2] * fg.arange(2.0)[:, None]
 
 
-@pytest.mark.parametrize("backend", ["numba", "aot"])
+@pytest.mark.parametrize("backend", backends_extended("numba", "aot"))
 def test_a_strided_slice_adjoint_of_an_iota_factor(backend):
     # the adjoint's mask is an iota read through a reshape's div/mod map; the cotangent holds
     # another iota (arange): both read at their own coordinates, not the linear index

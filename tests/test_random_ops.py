@@ -12,7 +12,7 @@ import pytest
 
 import fusegen as fg
 import fusegen.examples as ex
-from _optional import needs_gxx, needs_jax, needs_nvcc
+from _optional import backends_extended, needs_gxx, needs_jax, needs_nvcc
 from fusegen import lower_cpu
 from fusegen.native import host
 from fusegen.plan import build_plan, schedule
@@ -435,7 +435,7 @@ def draws_only(*, n: int = 4, seed: int = 0):
     return fg.random.uniform(seed, (n,)), fg.arange(n) * 2.0
 
 
-@pytest.mark.parametrize("backend", ["numba", pytest.param("aot", marks=needs_gxx)])
+@pytest.mark.parametrize("backend", backends_extended("numba", "aot"))
 def test_an_op_without_inputs(backend):
     # (its generated call and key functions take attributes only; its C++ InferType has one
     # dtype combination, the empty one)
