@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 import fusegen as fg
 from fusegen import examples as ex
 from fusegen.errors import BoundsError, ShapeError, TraceError
+from _optional import backends_extended
 
 F32 = np.float32
 
@@ -286,3 +287,22 @@ def test_squeeze_of_no_axes_is_the_operand():
     for backend in ("numba", "aot"):
         np.testing.assert_array_equal(fg.compile(fg.op(lambda x: fg.squeeze(x, ()) * 1.0, name="sq0"),
                                                  backend=backend)(x), x)
+
+
+@fg.op
+def pieces_of_constants(x, *, fill: float = -1.5):
+    """Pads and concats whose pieces read no array: each piece's box writes at its own offset."""
+    return (fg.pad(fg.ones((2, 3), dtype="float64"), 1), fg.pad(fg.full((3,), 1.5, dtype="float64"), (2, 1),
+                                                                constant_values=fill),
+            fg.concat([fg.full((2, 2), 1.5, dtype="float64"), fg.full((2, 2), 2.5, dtype="float64")], axis=1),
+            x + 1)
+
+
+@pytest.mark.parametrize("backend", backends_extended("numba", "aot"))
+def test_pieces_of_constants_are_placed(backend):
+    # (the Numba backends wrote every piece at the output's start: the rest was never written)
+    got = fg.compile(pieces_of_constants, backend=backend)(np.zeros(3), fill=-2.0)
+    want = (np.pad(np.ones((2, 3)), 1), np.pad(np.full(3, 1.5), (2, 1), constant_values=-2.0),
+            np.concatenate([np.full((2, 2), 1.5), np.full((2, 2), 2.5)], axis=1), np.ones(3))
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)

@@ -157,10 +157,13 @@ def group_params(stages) -> list:
 
 def general_maps(stages, inners) -> bool:
     """Whether a group's code must read offsets and digits from meta: some access goes through a
-    view, a piece or an iota (plans without layout ops keep the shorter code they always had)."""
+    view, a piece or an iota (plans without layout ops keep the shorter code they always had). A
+    stage with pieces counts though none of its accesses is a view: a concat of constants writes
+    each piece's box at its own offset in the output."""
     from ..plan.access import BROADCAST, REDUCED
     plain = ((BROADCAST,), (REDUCED,), ())
-    return any(a.steps not in plain for st in stages for a in st.reads + st.stores) or any(inners or ())
+    return any(a.steps not in plain for st in stages for a in st.reads + st.stores) or any(inners or ()) \
+        or any(st.instances for st in stages)
 
 
 #: The head of a generated Numba CPU module (``lower_cpu.compile_group`` fills it in).

@@ -294,3 +294,14 @@ def test_iotas_through_a_modular_reshape():
     want = (np.tril(x).reshape(6, 4), (x + np.arange(6.0)).reshape(6, 4).sum(1))
     for g, w in zip(got, want):
         assert_close(np.asarray(g.copy_to_host() if hasattr(g, "copy_to_host") else g), w)
+
+
+@fg.op
+def constant_pieces(x):
+    return fg.pad(fg.ones((2, 3), dtype="float64"), 1), x + 1
+
+
+def test_pieces_of_constants_are_placed():
+    got = fg.compile(constant_pieces, device="cuda")(np.zeros(3))
+    for g, w in zip(got, (np.pad(np.ones((2, 3)), 1), np.ones(3))):
+        np.testing.assert_array_equal(np.asarray(g.copy_to_host() if hasattr(g, "copy_to_host") else g), w)
