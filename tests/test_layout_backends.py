@@ -120,6 +120,9 @@ CASES = [
     # an iota read before an operand whose map is modular: the stage still takes the modular path
     ("iota then modular", lambda x: fg.arange(6.0) + x.T.reshape(6), [_r(3, 2)],
      lambda x: np.arange(6.0) + x.T.reshape(6), False),
+    # two reshapes group one loop dim as (3, 2) and (2, 3): the second reads through div/mod
+    ("groupings not nesting", lambda x, y: x.T.reshape(6) + y.T.reshape(6) * 2, [_r(2, 3), _r(3, 2)],
+     lambda x, y: x.T.reshape(6) + y.T.reshape(6) * 2, False),
     # a causal mask (an index-set split of the loop) beside an operand read through a div/mod map
     ("split beside modular", lambda x: fg.where(fg.arange(4)[:, None] >= fg.arange(6)[None, :], x.T.reshape(4, 6), 0.5),
      [_r(6, 4)], lambda x: np.where(np.tril(np.ones((4, 6), bool)), x.T.reshape(4, 6), 0.5), False),
@@ -161,7 +164,8 @@ def _batched(cases, name: str):
 
 #: The default run's share of the table (the whole table is slow: ``-m slow``).
 QUICK = {"x+y.T", "x+y.T blocked", "x+y.mT blocked", "rope", "causal softmax", "pad 2d", "modular reshape", "int index",
-         "modular iota", "modular iota sum", "roll of tril", "iota then modular", "split beside modular", "x/x.shape", "stack", "repeat each", "nested concats",
+         "modular iota", "modular iota sum", "roll of tril", "iota then modular", "split beside modular",
+         "groupings not nesting", "x/x.shape", "stack", "repeat each", "nested concats",
          "heads", "group norm"}
 
 

@@ -306,3 +306,17 @@ def test_pieces_of_constants_are_placed(backend):
             np.concatenate([np.full((2, 2), 1.5), np.full((2, 2), 2.5)], axis=1), np.ones(3))
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
+
+
+@fg.op
+def two_flattenings(x):
+    """Two outputs, each a flattening of x that groups the loop dim its own way (4x3, 3x4)."""
+    return x.T.reshape((12,)) * 2, fg.cumulative_sum(x[:, ::-1].reshape((12,)))
+
+
+def test_flattenings_whose_groupings_do_not_nest_share_a_loop():
+    # (the Numba scheduler fused them and refine refused the pair: FG_ERR_VIEW_NEST)
+    x = np.arange(12.0).reshape(3, 4)
+    a, b = fg.compile(two_flattenings)(x)
+    np.testing.assert_array_equal(a, x.T.reshape(12) * 2)
+    np.testing.assert_array_equal(b, np.cumsum(x[:, ::-1].reshape(12)))

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from .viewsteps import (  # noqa: F401  (re-exported: the evaluator's whole API is reached from here)
     ERROR_NAMES, ERRORS, MAX_LOOP_DIMS, MAX_RANK, MAX_SUBDIMS, Axis, Inner, MapError, View, broadcast, c_strides,
-    check_shape, contiguous, flip, index, permute, place, reshape,
+    check_shape, contiguous, flip, index, permute, place, reshape, to_modular,
 )
 
 
@@ -46,7 +46,29 @@ def _boundaries(radix) -> list[int]:
 
 
 def refine(views: list[View], domain) -> Nest:
-    """Split each domain dim into the common refinement of the groupings the operands give it."""
+    """Split each domain dim into the common refinement of the groupings the operands give it.
+    Where two groupings of a dim do not nest (``x.T.reshape(6) + y.T.reshape(6)``: 3x2 and 2x3),
+    the last operand still strided that groups it reads through a div/mod map instead
+    (``to_modular``), until the rest nest; the C++ twin does the same."""
+    views = list(views)
+    while True:
+        try:
+            return _refine(views, domain)
+        except _NoNest as e:
+            grouped = [i for i, v in enumerate(views) if v.inner is None
+                       and sum(1 for x, _ in v.dims[e.dim].sub if x != 1) > 1]
+            if not grouped:
+                raise MapError("FG_ERR_VIEW_NEST", f"the groupings of domain dim {e.dim} do not nest") from None
+            views[grouped[-1]] = to_modular(views[grouped[-1]], "a grouping that does not nest with another's")
+
+
+class _NoNest(Exception):
+    def __init__(self, dim: int):
+        super().__init__(dim)
+        self.dim = dim
+
+
+def _refine(views: list[View], domain) -> Nest:
     domain = check_shape(domain, "a loop domain")
     for v in views:
         if v.shape != domain:
@@ -67,7 +89,7 @@ def refine(views: list[View], domain) -> Nest:
             radix = [E]
         else:
             if any(b % a for a, b in zip(pts, pts[1:])):
-                raise MapError("FG_ERR_VIEW_NEST", f"the groupings of domain dim {k} do not nest")
+                raise _NoNest(k)
             radix = [b // a for a, b in zip(pts, pts[1:])][::-1]
         if len(extents) + len(radix) > MAX_LOOP_DIMS:
             raise MapError("FG_ERR_VIEW_LOOP_DIMS", f"a loop nest of more than {len(extents) + len(radix) - 1} dims")

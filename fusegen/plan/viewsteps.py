@@ -173,7 +173,7 @@ def _single(a: Axis, what: str) -> tuple[int, int]:
     return real[0] if real else (a.extent, 0)
 
 
-def _to_modular(v: View, why: str) -> View:
+def to_modular(v: View, why: str) -> View:
     """``v`` as a modular map: a C-order linear index over its current shape, unravelled per
     element over its digits. Used where a step would cut through a grouped dim."""
     if v.inner is not None:
@@ -280,7 +280,7 @@ def index(v: View, items) -> View:
         if a.grouped:
             b = _slice_group(a, start, step, length)
             if b is None:  # not whole inner blocks: the rest of the chain works on a linear index
-                return index(_to_modular(v, "a slice through a grouped dim"), items)
+                return index(to_modular(v, "a slice through a grouped dim"), items)
             dims.append(b)
             offset += _digit_offset(a, start)
             continue
@@ -344,7 +344,7 @@ def place(v: View, axis: int, start: int, total: int) -> View:
                                             f"of a dim of {total} on axis {axis} of a rank-{r} view")
     check_shape(v.shape[:axis] + (total,) + v.shape[axis + 1:], "placing a piece")
     if v.dims[axis].grouped:
-        v = _to_modular(v, "placing a grouped dim")
+        v = to_modular(v, "placing a grouped dim")
     dims = [a.copy() for a in v.dims]
     a = dims[axis]
     n = a.extent
@@ -391,7 +391,7 @@ def reshape(v: View, shape) -> View:
     if out is None:
         if piece_dims:
             raise MapError("FG_ERR_VIEW_PIECE", "a reshape that does not keep a piece's dim whole")
-        return reshape(_to_modular(v, "a reshape whose radices do not nest"), shape)
+        return reshape(to_modular(v, "a reshape whose radices do not nest"), shape)
     dims = []
     for group in out:
         sub = _merge([(e, s) for e, s, _ in group]) or [(1, 0)]

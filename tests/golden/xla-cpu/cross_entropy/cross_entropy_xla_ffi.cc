@@ -1694,10 +1694,11 @@ inline void insert_cut(int64_t *cuts, int *n, int64_t c) {
   ++*n;
 }
 
-// views.refine: split each domain dim into the common refinement of the groupings the operands
-// give it, so that every operand is strided over the refined dims.
+// views._refine: split each domain dim into the common refinement of the groupings the operands
+// give it, so that every operand is strided over the refined dims (`bad`: the dim whose
+// groupings do not nest, with FG_ERR_VIEW_NEST).
 template <int NOPS>
-inline int refine(const View *const *ops, const Shape &domain, Nest<NOPS> *nest) {
+inline int refine_dims(const View *const *ops, const Shape &domain, Nest<NOPS> *nest, int *bad) {
   FG_TRY(check_shape(domain));
   for (int i = 0; i < NOPS; ++i) {
     Shape s;
@@ -1739,7 +1740,10 @@ inline int refine(const View *const *ops, const Shape &domain, Nest<NOPS> *nest)
       int64_t prev = E;
       for (int c = ncuts - 1; c >= -1; --c) {
         const int64_t p = c >= 0 ? cuts[c] : 1;
-        if (prev % p != 0) return FG_ERR_VIEW_NEST;
+        if (prev % p != 0) {
+          *bad = k;
+          return FG_ERR_VIEW_NEST;
+        }
         radix[nr++] = prev / p;
         prev = p;
       }
@@ -1766,6 +1770,31 @@ inline int refine(const View *const *ops, const Shape &domain, Nest<NOPS> *nest)
     }
   }
   return FG_OK;
+}
+
+// views.refine: refine_dims, and where two operands' groupings of a dim do not nest, the last
+// operand still strided that groups it reads through a div/mod map instead (to_modular), until
+// the rest nest. (The copies are made only then: a View is a few KiB.)
+template <int NOPS>
+inline int refine(const View *const *ops, const Shape &domain, Nest<NOPS> *nest) {
+  int bad = -1;
+  int rc = refine_dims<NOPS>(ops, domain, nest, &bad);
+  if (rc != FG_ERR_VIEW_NEST) return rc;
+  std::vector<View> local;
+  local.reserve(NOPS);
+  const View *use[NOPS];
+  for (int i = 0; i < NOPS; ++i) local.push_back(*ops[i]);
+  for (int i = 0; i < NOPS; ++i) use[i] = &local[size_t(i)];
+  while (rc == FG_ERR_VIEW_NEST) {
+    int pick = -1;
+    for (int i = 0; i < NOPS; ++i) {
+      if (!local[size_t(i)].modular && local[size_t(i)].dims[bad].grouped()) pick = i;
+    }
+    if (pick < 0) return rc;
+    FG_TRY(to_modular(&local[size_t(pick)]));
+    rc = refine_dims<NOPS>(use, domain, nest, &bad);
+  }
+  return rc;
 }
 
 // One box of the domain (views.boxes): the range [lo[k], hi[k]) of every domain dim, and which
