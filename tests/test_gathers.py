@@ -355,3 +355,21 @@ def test_an_empty_batch_reads_no_row_constant(backend):
     z = np.array([[0.0, 1.0, 2.0], [1.0, 1.0, 1.0]], np.float32)
     want = np.log(np.exp(z).sum(-1)) - z[[0, 1], [2, 0]]
     np.testing.assert_allclose(k(z, np.array([2, 0])), want, rtol=1e-6)
+
+
+@fg.op
+def gathers_of_views(x, i):
+    """Gathers from a tile, a meshgrid, a broadcast and a gather's result, each flattened: copied
+    first (a gathered address cannot index a div/mod map)."""
+    return (fg.take(fg.tile(x, (1, 2)), i % 8, axis=1), fg.take(fg.broadcast_to(x[0], (3, 4)), i),
+            fg.take(fg.meshgrid(fg.arange(4), fg.arange(3))[0], i) + x[0], fg.take(fg.take(x, i % 4, axis=1), i))
+
+
+@pytest.mark.parametrize("backend", backends_extended("numba", "aot"))
+def test_gathers_from_broadcasts_and_gathers(backend):
+    x, i = np.arange(12.0).reshape(3, 4), np.array([0, 5, 11, 7])
+    got = fg.compile(gathers_of_views, backend=backend)(x, i)
+    want = (np.take(np.tile(x, (1, 2)), i % 8, axis=1), np.take(np.broadcast_to(x[0], (3, 4)), i),
+            np.take(np.meshgrid(np.arange(4), np.arange(3))[0], i) + x[0], np.take(np.take(x, i % 4, axis=1), i))
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)

@@ -55,15 +55,16 @@ def _pieces_below(start: Node, found: dict, gathered: bool = False) -> None:
 
 
 def _reordered(start: Node) -> bool:
-    """Whether ``start`` reads a permuted, sliced or flipped view, through elementwise ops and
-    views (a reshape of it may be a modular map: decided only once strides are known)."""
+    """Whether ``start`` reads a permuted, sliced, flipped or broadcast view (tile, meshgrid) or a
+    gather's result, through elementwise ops and views (a reshape of it may be a modular map:
+    decided only once strides are known)."""
     stack, seen = [start], set()
     while stack:
         n = stack.pop()
-        if id(n) in seen or n.op in (Op.INPUT, Op.REDUCE, Op.IOTA, Op.CONST, Op.ATTR, Op.DIM, Op.GATHER):
+        if id(n) in seen or n.op in (Op.INPUT, Op.REDUCE, Op.IOTA, Op.CONST, Op.ATTR, Op.DIM):
             continue
         seen.add(id(n))
-        if n.op in _REORDERING:
+        if n.op in _REORDERING or n.op in (Op.BROADCAST_TO, Op.GATHER):
             return True
         stack.extend(value_srcs(n))
     return False
