@@ -313,6 +313,7 @@ def test_the_inplace_variant_writes_over_its_input():
         fgt.function(ex.add_reduce_sum)(x, y, inplace=True)
 
 
+@pytest.mark.extended   # (torch.compile and a kernel build each: the default run keeps its 5 minutes)
 def test_the_inplace_variant_under_torch_compile():
     # (the lazy-bit check reads real tensors only: Dynamo cannot trace is_conj on a fake)
     f = fgt.function(scale_shift)
@@ -329,6 +330,7 @@ def noise(*, n: int = 4, seed: int = 0):
     return fg.random.uniform(seed, (n,)) * 2.0
 
 
+@pytest.mark.extended
 def test_an_op_without_tensor_inputs():
     f = fgt.function(noise)
     want = torch.from_numpy(np.asarray(noise(n=5, seed=3)))
@@ -336,6 +338,7 @@ def test_an_op_without_tensor_inputs():
     torch.testing.assert_close(torch.compile(lambda: f(n=5, seed=3), fullgraph=True)(), want)
 
 
+@pytest.mark.extended
 def test_autograd_through_a_gather_and_a_reduction():
     # the backward op of a gather is traced per input rank: its output count comes from the
     # gradients it returns, not from a probe call with float indices (which take refuses)

@@ -340,6 +340,7 @@ def rows_at(x, idx):
     return x[idx] + 1.0
 
 
+@pytest.mark.extended   # (three handler libraries: the default run keeps its 5 minutes)
 def test_vmap_of_gathers_keeps_each_examples_axis(jax):
     # a gather's axis counted from the front (and take's, whose indices' dims replace the
     # axis) would meet the batch dim in one broadcast call: those batch one example at a time
@@ -362,6 +363,7 @@ def max_and_where(x):
     return fg.max(x, axis=-1), fg.argmax(x, axis=-1).astype(fg.int32)
 
 
+@pytest.mark.extended
 def test_gradients_of_an_op_with_an_integer_output_and_of_second_order(jax):
     jnp = jax.numpy
     rng = np.random.default_rng(6)
@@ -387,6 +389,7 @@ def noise(*, n: int = 4, seed: int = 0):
     return fg.random.uniform(seed, (n,)) * 2.0
 
 
+@pytest.mark.extended
 def test_an_op_without_inputs(jax):
     f = fg.jax.function(noise)
     want = np.asarray(noise(n=5, seed=3))

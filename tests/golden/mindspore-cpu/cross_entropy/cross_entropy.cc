@@ -1767,29 +1767,37 @@ inline int refine_dims(const View *const *ops, const Shape &domain, Nest<NOPS> *
   return FG_OK;
 }
 
-// views.refine: refine_dims, and where two operands' groupings of a dim do not nest, the last
-// operand still strided that groups it reads through a div/mod map instead (to_modular), until
-// the rest nest. (The copies are made only then: a View is a few KiB.)
+// views.refine's fallback: copies of the operands, the last one still strided that groups dim
+// `bad` read through a div/mod map instead (to_modular), until their groupings nest. A function
+// of its own, so that only this rare path holds the copies (a View is a few KiB) on its stack.
 template <int NOPS>
-inline int refine(const View *const *ops, const Shape &domain, Nest<NOPS> *nest) {
-  int bad = -1;
-  int rc = refine_dims<NOPS>(ops, domain, nest, &bad);
-  if (rc != FG_ERR_VIEW_NEST) return rc;
-  std::vector<View> local;
-  local.reserve(NOPS);
+__attribute__((noinline)) inline int refine_modular(const View *const *ops, const Shape &domain, Nest<NOPS> *nest, int bad) {
+  View local[NOPS];
   const View *use[NOPS];
-  for (int i = 0; i < NOPS; ++i) local.push_back(*ops[i]);
-  for (int i = 0; i < NOPS; ++i) use[i] = &local[size_t(i)];
+  for (int i = 0; i < NOPS; ++i) {
+    local[i] = *ops[i];
+    use[i] = &local[i];
+  }
+  int rc = FG_ERR_VIEW_NEST;
   while (rc == FG_ERR_VIEW_NEST) {
     int pick = -1;
     for (int i = 0; i < NOPS; ++i) {
-      if (!local[size_t(i)].modular && local[size_t(i)].dims[bad].grouped()) pick = i;
+      if (!local[i].modular && local[i].dims[bad].grouped()) pick = i;
     }
     if (pick < 0) return rc;
-    FG_TRY(to_modular(&local[size_t(pick)]));
+    FG_TRY(to_modular(&local[pick]));
     rc = refine_dims<NOPS>(use, domain, nest, &bad);
   }
   return rc;
+}
+
+// views.refine: refine_dims, and where two operands' groupings of a dim do not nest, one of them
+// read through a div/mod map (refine_modular).
+template <int NOPS>
+inline int refine(const View *const *ops, const Shape &domain, Nest<NOPS> *nest) {
+  int bad = -1;
+  const int rc = refine_dims<NOPS>(ops, domain, nest, &bad);
+  return rc == FG_ERR_VIEW_NEST ? refine_modular<NOPS>(ops, domain, nest, bad) : rc;
 }
 
 // One box of the domain (views.boxes): the range [lo[k], hi[k]) of every domain dim, and which
