@@ -320,3 +320,16 @@ def test_flattenings_whose_groupings_do_not_nest_share_a_loop():
     a, b = fg.compile(two_flattenings)(x)
     np.testing.assert_array_equal(a, x.T.reshape(12) * 2)
     np.testing.assert_array_equal(b, np.cumsum(x[:, ::-1].reshape(12)))
+
+
+@fg.op
+def causal_beside_modular(x):
+    """A causal mask (an index-set split of the loop) beside an operand read through div/mod."""
+    return fg.where(fg.arange(4)[:, None] >= fg.arange(6)[None, :], x.T.reshape(4, 6), 0.5)
+
+
+@pytest.mark.parametrize("backend", backends_extended("numba", "aot"))
+def test_a_split_loop_beside_a_modular_read(backend):
+    x = np.arange(24.0).reshape(6, 4)
+    got = fg.compile(causal_beside_modular, backend=backend)(x)
+    np.testing.assert_array_equal(got, np.where(np.tril(np.ones((4, 6), bool)), x.T.reshape(4, 6), 0.5))
