@@ -200,6 +200,7 @@ def test_every_emitted_cu_compiles_with_nvcc(tmp_path, every):
         assert {name, f"{name}Init", f"{name}InferShape", f"{name}InferType", f"{name}ErrorString"} <= set(syms)
 
 
+@pytest.mark.extended   # (an nvcc build: the default run keeps its 5 minutes)
 @needs_nvcc
 def test_compile_aot_cuda_builds_with_nvcc_and_needs_a_gpu_to_run():
     k = fg.compile(ex.add_mul_div, backend="aot", device="cuda", dtypes="float32")

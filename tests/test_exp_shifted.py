@@ -135,7 +135,7 @@ def _rows() -> np.ndarray:
     return x
 
 
-@pytest.mark.parametrize("backend", ["numba", "aot"])
+@pytest.mark.parametrize("backend", ["numba", pytest.param("aot", marks=pytest.mark.extended)])
 def test_values_match_float64_and_the_special_rows(backend):
     x = _rows()
     got = fg.compile(lse_spellings, backend=backend)(x)

@@ -277,6 +277,7 @@ def _across(x, y, z):
     return x + y.T * 2 + z[:, ::2].T - fg.permute_dims(fg.broadcast_to(y[None], (2, y.shape[0], y.shape[1])), (0, 2, 1))
 
 
+@pytest.mark.extended   # (a g++ build of its own: the default run keeps its 5 minutes)
 def test_emitted_transposed_reads_run_as_block_transposes(tmp_path):
     """An operand read across the rows (`x + y.T`) is read once per 64 x 64 block along its rows
     and transposed in registers (fg::transpose_block: W x W tiles of vector shuffles) into a
@@ -316,6 +317,7 @@ def test_emitted_transposed_reads_run_as_block_transposes(tmp_path):
             np.testing.assert_array_equal(got, want, err_msg=f"{dt} {(n, m)}")
 
 
+@pytest.mark.extended   # (a g++ build of its own: the default run keeps its 5 minutes)
 def test_emitted_head_split_reads_in_its_source_order_and_streams_its_stores():
     """A large elementwise stage whose read continues its rows along another outer dim than the
     last (a head split: x's h steps one row of d) runs that dim innermost (fg::stream_order), so

@@ -340,7 +340,7 @@ def test_cuda_scan_kernels_compile_to_ptx():
 VECTOR_EDGES = [1, 7, 8, 9, 15, 16, 17, 33, 2047, 2048, 2049, 4099]
 
 
-@pytest.mark.parametrize("backend", ["numba", pytest.param("aot", marks=needs_gxx)])
+@pytest.mark.parametrize("backend", ["numba", pytest.param("aot", marks=[needs_gxx, pytest.mark.extended])])
 def test_running_sums_in_vector_registers(backend):
     k = fg.compile(int_lines, backend=backend)
     rng = np.random.default_rng(11)

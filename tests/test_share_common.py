@@ -72,7 +72,7 @@ def test_a_reduction_without_keepdims_reads_its_twin():
     assert _reductions(twins, "mean") == 2     # 1 and -2 are not the same text
 
 
-@pytest.mark.parametrize("backend", ["numba", "aot"])
+@pytest.mark.parametrize("backend", ["numba", pytest.param("aot", marks=pytest.mark.extended)])
 def test_values_and_shapes_stay_numpys(backend):
     x = np.random.default_rng(0).standard_normal((3, 4, 5)).astype(np.float32)
     got = fg.compile(twins, backend=backend)(x)
