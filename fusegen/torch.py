@@ -287,22 +287,19 @@ class TorchFunction:
         if self.inplace_op is None:
             raise fg.ArgumentError(f"op {self.op.name}: inplace=True, but the op declares no output that may share an "
                                    "input's memory (@fg.op(inplace={output: 'input'}))")
-        self._refuse_lazy_bits(tensors)
+        # before dispatch: torch's math-bits fallback would resolve the bit into a copy, and the
+        # in-place write would miss the caller's tensor (under torch.compile the tensors are fakes,
+        # whose bits Dynamo cannot read)
+        if not torch.compiler.is_compiling() and any(t.is_conj() or t.is_neg() for t in tensors):
+            raise fg.ArgumentError(f"op {self.op.name}: in place on a view with torch's lazy conjugate or negative "
+                                   "bit (x.conj()): its memory does not hold its values; resolve_conj() it first")
         rest = self.inplace_op(*tensors, **attrs)
         rest = list(rest) if isinstance(rest, (tuple, list)) else ([] if rest is None else [rest])
         outs = [tensors[self.op.inplace[k]] if k in self.op.inplace else rest.pop(0)
                 for k in range(len(self.op.graph.outputs))]
         return tuple(outs) if self.multi else outs[0]
 
-    def _refuse_lazy_bits(self, tensors) -> None:
-        # (under torch.compile the tensors are fakes whose bits Dynamo cannot read: the kernel
-        # checks the real ones, _impl_inplace)
-        if not torch.compiler.is_compiling() and any(t.is_conj() or t.is_neg() for t in tensors):
-            raise fg.ArgumentError(f"op {self.op.name}: in place on a view with torch's lazy conjugate or negative "
-                                   "bit (x.conj()): its memory does not hold its values; resolve_conj() it first")
-
     def _impl_inplace(self, *tensors, **attrs):
-        self._refuse_lazy_bits(tensors)
         sig = self.signature(tensors, attrs)
         if any(sig.widen) or any(t.device.type != "cpu" for t in tensors):
             raise fg.ArgumentError(f"op {self.op.name}: in place runs on CPU tensors of fusegen dtypes (not bfloat16)")

@@ -55,8 +55,7 @@ def refine(views: list[View], domain) -> Nest:
         try:
             return _refine(views, domain)
         except _NoNest as e:
-            grouped = [i for i, v in enumerate(views) if v.inner is None
-                       and sum(1 for x, _ in v.dims[e.dim].sub if x != 1) > 1]
+            grouped = [i for i, v in enumerate(views) if v.inner is None and v.dims[e.dim].grouped]
             if not grouped:
                 raise MapError("FG_ERR_VIEW_NEST", f"the groupings of domain dim {e.dim} do not nest") from None
             views[grouped[-1]] = to_modular(views[grouped[-1]], "a grouping that does not nest with another's")
