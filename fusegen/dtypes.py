@@ -205,6 +205,8 @@ def coerce_attr(t: AttrType, value):
     def is_float(v):
         return isinstance(v, (float, np.floating)) or is_int(v)
 
+    if isinstance(value, np.ndarray) and value.ndim == 0 and t.is_scalar:
+        value = value[()]   # a 0-d array is its scalar (np.array(7), rng.integers(9, size=()))
     if t is AttrType.BOOL:
         if isinstance(value, (bool, np.bool_)):
             return bool(value)

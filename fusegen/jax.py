@@ -49,7 +49,7 @@ import numpy as np
 import fusegen as fg
 from .native.build import build_library, cache_dir, default_cpp_flags
 from .dtypes import AttrType
-from .rt.call import attrs_call_fn, attrs_key
+from .rt.call import attrs_call_fn, attrs_key, remember
 from .abi_emit import XlaEmitted, legacy_opaque, parse_dtypes, scan_form, workspace_bytes
 from .plan.noops import without_noops
 from .jax_transforms import BatchRule, typed_as_input, vary, varying
@@ -283,8 +283,8 @@ class JaxFunction:
         attrs = {n: (v.tolist() if isinstance(v, jax.Array) else v) for n, v in attrs.items()}
         static = {n: _Static(tuple(v) if isinstance(v, list) else v) for n, v in attrs.items()}
         fn = jax.jit(self._with_vjp(functools.partial(self._jit, **static), attrs))
-        try:
-            self._by_attrs[attrs_key(self.op, attrs)] = fn
+        try:   # (bounded as a kernel's signatures are: an attribute set per call must not hold memory)
+            remember(self._by_attrs, attrs_key(self.op, attrs), fn)
         except TypeError:  # a list value: not cacheable by value, rebuilt per call
             pass
         return fn

@@ -172,6 +172,30 @@ def test_inplace_refusals(backend):
     np.testing.assert_allclose(x, before + y)
 
 
+@fg.op(inplace={0: "x"})
+def sum_and_double(x, y):
+    return x + y, y * 2.0
+
+
+@pytest.mark.parametrize("shape", [(3, 5), BIG])
+def test_inplace_for_some_outputs_and_none_in_out(backend, shape):
+    # the outputs not declared in place are allocated; None in out= is too, as in NumPy's ufuncs
+    k = compile_for(sum_and_double, backend)
+    x, y = _data(shape)
+    before = x.copy()
+    s, d = k(x, y, inplace=True)
+    assert s is x and isinstance(d, np.ndarray)
+    np.testing.assert_allclose(x, before + y)
+    np.testing.assert_allclose(d, y * 2)
+    a = np.empty_like(x)
+    s, d = k(before, y, out=(None, a))
+    assert d is a
+    np.testing.assert_allclose(s, before + y)
+    np.testing.assert_allclose(a, y * 2)
+    s, d = k(before, y, out=[None, None])
+    np.testing.assert_allclose(d, y * 2)
+
+
 def test_inplace_declarations_are_checked():
     with pytest.raises(fg.TraceError, match="not an input"):
         fg.op(lambda x: x * 2.0, inplace="y")

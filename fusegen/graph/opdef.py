@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import re
+import threading
 import typing
 
 from .. import dtypes as dt
@@ -19,6 +20,8 @@ from .canon import materialize_pieces, share_common
 from .nodes import AttrSpec, Graph, Op, is_static
 from .text import op_text
 from .trace import Attr, NeedsDtype, NeedsRank, NeedsShape, Tensor, make, tracing
+
+_FAMILY_LOCK = threading.Lock()   # (``specialize``: one list of specializations per signature)
 
 #: What runs an op called on arrays: ``executor(op, *args, **kwargs)``; the runtime sets it.
 _eager_executor = None
@@ -137,19 +140,24 @@ class OpDef:
         # per dtype: shapes stay generic (unknown ranks), as in the generic trace
         shapes = given if mode == "shape" else (None,) * len(given) if mode == "dtype" else \
             tuple((-1,) * len(s) for s in given)
-        key = (mode, shapes, dtypes, tuple(sorted(attrs.items())))
-        child = self._children.get(key)
-        if child is not None:
-            return child
+        # A trace sees attributes as symbols; their values reach it only through the shapes it
+        # asks for (``x[..., :n]``). So a specialization serves every attribute value set that
+        # agrees on the attributes its shapes read (``consulted``): a seed changed per call does
+        # not trace again (it did, 28 ms a call with dropout_add_layer_norm, and kept each trace).
+        family = self._children.setdefault((mode, shapes, dtypes), [])
+        for child in family:
+            if all(attrs.get(a) == v for a, v in child.consulted):
+                return child
         child = OpDef.__new__(OpDef)
         child.__dict__.update({k: v for k, v in self.__dict__.items() if k not in ("graph", "_children")})
         child._children, child.parent, child.specializes, child.why = {}, self, None, ""
         child.dtype_variant = None   # its parent chose it for these dtypes
+        consulted: set = set()
 
         def shape_fn(node):
             if mode == "dtype":
                 return self._generic_shape(node)
-            return infer_nodes(child, Graph((node,)), dtypes, shapes, attrs)[-1].shape
+            return infer_nodes(child, Graph((node,)), dtypes, shapes, attrs, consulted)[-1].shape
 
         def dtype_fn(node):
             child.reads_dtypes = True   # (then this trace serves these dtypes only)
@@ -171,7 +179,18 @@ class OpDef:
                              f"{[len(s) for s in given] if mode == 'rank' else list(given)}: "
                              f"{type(e).__name__}: {e}") from e
         child._finish()
-        return self._children.setdefault(key, child)
+        child.consulted = tuple((a, attrs.get(a)) for a in sorted(consulted))
+        with _FAMILY_LOCK:
+            for other in family:   # (another thread traced the same one meanwhile)
+                if other.consulted == child.consulted:
+                    return other
+            family.append(child)
+        return child
+
+    @property
+    def specializations(self) -> list:
+        """The ops traced so far for this one's signatures (``specialize``), oldest first."""
+        return [c for family in list(self._children.values()) for c in list(family)]
 
     def arity(self, who: str = "") -> tuple[int, bool]:
         """How many outputs the op has, and whether it returns a tuple. An op traced per rank or
@@ -253,8 +272,11 @@ class OpDef:
     def _inline(self, *args, **kwargs):
         if len(args) != len(self.inputs):
             raise ArgumentError(f"op {self.name} takes {len(self.inputs)} inputs, got {len(args)}")
-        # Re-tracing the body on the caller's tensors inlines it (attributes pass through).
-        return self.fn(*args, **kwargs)
+        # Re-tracing the body on the caller's tensors inlines it. Attributes given as Python
+        # values are bound as a call on arrays binds them (``scale=2`` for a float attribute is
+        # 2.0, not a weak int that would keep x's integer dtype; defaults likewise); traced ones
+        # (the caller's attributes, dims, tensors) pass through.
+        return self.fn(*args, **self.bind_attrs(kwargs, traced=True))
 
     def signature_for(self, tensors: list[str]) -> inspect.Signature:
         """A signature with ``tensors`` as tensor parameters and this op's attributes: how
@@ -273,15 +295,18 @@ class OpDef:
                                requests.output_indices(self, skip, "skip"))
 
     # --- attributes ---------------------------------------------------------------------------
-    def bind_attrs(self, given: dict) -> dict:
-        """Validate attribute values; fill defaults. Returns canonical values by name."""
+    def bind_attrs(self, given: dict, traced: bool = False) -> dict:
+        """Validate attribute values; fill defaults. Returns canonical values by name.
+        ``traced``: a traced value (inlining into another op's trace) is taken as it is."""
         out = {}
         for n in given:
             if n not in self.attrs:
                 known = ", ".join(self.attrs) or "none"
                 raise AttrError(f"op {self.name}: unknown attribute {n!r} (attributes: {known})")
         for n, spec in self.attrs.items():
-            if n in given:
+            if traced and isinstance(given.get(n), Tensor):
+                out[n] = given[n]
+            elif n in given:
                 try:
                     out[n] = dt.coerce_attr(spec.type, given[n])
                 except TypeError as e:
@@ -296,8 +321,8 @@ class OpDef:
     def text(self, locations: bool = True) -> str:
         if self.graph is None:   # traced per rank or shape: say why, and show what was traced so far
             head = (f"op {self.name}({', '.join(self.inputs)}): traced per input {self.specializes} "
-                    f"({self.why}); {len(self._children)} specialization(s) so far")
-            return "\n".join([head] + [c.text(locations) for c in self._children.values()])
+                    f"({self.why}); {len(self.specializations)} specialization(s) so far")
+            return "\n".join([head] + [c.text(locations) for c in self.specializations])
         return op_text(self, locations)
 
     def __str__(self) -> str:

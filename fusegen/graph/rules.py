@@ -112,11 +112,12 @@ def _infer_scan(n: Node, x: NodeInfo, fail) -> NodeInfo:
     return NodeInfo(out_dt, x.shape, xd, acc, normalize_axes(n.arg.axes, len(x.shape), fail), True)
 
 
-def infer(opdef, in_dtypes, in_shapes, attrs: dict) -> Spec:
+def infer(opdef, in_dtypes, in_shapes, attrs: dict, consulted: set | None = None) -> Spec:
     """Evaluate the op's dtype and shape rules.
 
     ``in_shapes`` entries are tuples (with -1 for unknown dims) or None / ``(-2,)`` for an
-    unknown rank. ``attrs`` must already be bound (``opdef.bind_attrs``).
+    unknown rank. ``attrs`` must already be bound (``opdef.bind_attrs``). ``consulted``: see
+    ``infer_nodes``.
     """
     g = opdef.graph
     if len(in_dtypes) != len(opdef.inputs) or len(in_shapes) != len(opdef.inputs):
@@ -124,7 +125,7 @@ def infer(opdef, in_dtypes, in_shapes, attrs: dict) -> Spec:
                             f"({', '.join(opdef.inputs)}), got {len(in_dtypes)}")
     in_dtypes = tuple(dt.as_dtype(d) for d in in_dtypes)
     try:
-        info = infer_nodes(opdef, g, in_dtypes, in_shapes, attrs)
+        info = infer_nodes(opdef, g, in_dtypes, in_shapes, attrs, consulted)
     except DTypeError as e:   # a backward op's complex values may first trip a real-only rule
         cplx.check_grad(opdef, in_dtypes, e)
         raise
@@ -144,17 +145,25 @@ def infer(opdef, in_dtypes, in_shapes, attrs: dict) -> Spec:
     return Spec(opdef, in_dtypes, tuple(sorted(attrs.items())), tuple(info))
 
 
-def infer_nodes(opdef, g: Graph, in_dtypes, in_shapes, attrs: dict) -> list[NodeInfo]:
+def infer_nodes(opdef, g: Graph, in_dtypes, in_shapes, attrs: dict, consulted: set | None = None) -> list[NodeInfo]:
     """The rules evaluated over ``g``'s nodes (``opdef`` names the op, its inputs and attribute
-    types in messages: an ``OpDef``, or while tracing an object with the same fields)."""
+    types in messages: an ``OpDef``, or while tracing an object with the same fields).
+
+    ``consulted``, when given, collects the attributes whose *values* decided anything but other
+    static values and the checks: a shape, a layout op's parameters, reduction axes, the dtype a
+    comparison computes in. The others reach the kernel as run-time scalars, so one trace and
+    one compiled kernel serve every value of them (``OpDef.specialize``, ``rt.kernel``)."""
     shapes = [None if (s is None or tuple(s) == (UNKNOWN_RANK,)) else tuple(int(d) for d in s)
               for s in in_shapes]
     info: list[NodeInfo] = []
+    taint: list[frozenset] = []   # per node: the attributes its static value was computed from
     for n in g.nodes:
         def fail(msg, _n=n, exc=ShapeError):
             raise exc(f"{where_text(opdef, _n)}: {msg}")
 
         srcs = [info[g.idx(s)] for s in n.srcs]
+        if consulted is not None:
+            taint.append(_taint(n, [taint[g.idx(s)] for s in n.srcs], consulted))
         if n.op is Op.INPUT:
             info.append(NodeInfo(in_dtypes[n.arg], shapes[n.arg]))
         elif n.op is Op.ATTR:
@@ -213,7 +222,10 @@ def infer_nodes(opdef, g: Graph, in_dtypes, in_shapes, attrs: dict) -> list[Node
                     fail(str(e), exc=DTypeError)
                 if n.op is Op.WHERE:
                     comp = out
-            comp = _weak_ints_in_range(n, srcs, comp, fail)
+            checked = _weak_ints_in_range(n, srcs, comp, fail)
+            if checked is not comp and consulted is not None:   # (a comparison widened by a value)
+                consulted.update(*(taint[g.idx(s)] for s in n.srcs))
+            comp = checked
             cplx.check_elementwise(n, tuple(s.dtype for s in srcs), comp, fail)
             if n.op is Op.RELU and comp == "bool" or (isinstance(comp, DType) and comp.kind == "b"
                                                        and n.op is Op.RELU):
@@ -228,6 +240,28 @@ def infer_nodes(opdef, g: Graph, in_dtypes, in_shapes, attrs: dict) -> list[Node
 
 
 _COMPARISONS = (Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE)
+#: the sources of each layout op whose static values its rule reads (the others: tensors, whose
+#: shapes it reads, and a pad's constant, which the kernel reads)
+_STATIC_SRCS = {Op.IOTA: slice(0, None), Op.PAD: slice(2, None), Op.GATHER: slice(0, 0), Op.CONCAT: slice(0, 0),
+                Op.DIM: slice(0, 0)}
+
+
+def _taint(n: Node, srcs: list[frozenset], consulted: set) -> frozenset:
+    """The attributes ``n``'s static value comes from; those its rule reads go to ``consulted``
+    (see ``infer_nodes``). A narrow comparison's widening is found where it happens."""
+    if n.op is Op.ATTR:
+        return frozenset((n.arg,))
+    if n.op is Op.REDUCE:
+        consulted.update(a.name for a in (getattr(n.arg, "axes", None), getattr(n.arg, "keep_dims", None))
+                         if isinstance(a, AttrRef))
+        return frozenset()
+    if n.op in LAYOUT_RULES:
+        for t in srcs[_STATIC_SRCS.get(n.op, slice(1, None))]:
+            consulted.update(t)
+        return frozenset()
+    if n.op is Op.RANDOM or not srcs:   # (a random op reads its parameters' values only to check them)
+        return frozenset()
+    return frozenset().union(*srcs)
 
 
 def _weak_ints_in_range(n: Node, srcs: list[NodeInfo], comp, fail):
@@ -237,6 +271,11 @@ def _weak_ints_in_range(n: Node, srcs: list[NodeInfo], comp, fail):
     NumPy's ``OverflowError``."""
     if not isinstance(comp, DType) or comp.kind not in "iu":
         return comp
+    if n.op in _COMPARISONS and comp.itemsize < 8 and any(
+            s.dtype == "int" and m.op is not Op.CONST for s, m in zip(srcs, n.srcs)):
+        # an attribute or a dim: its value is known only at run time where the source is emitted
+        # once for all values (AOT, XLA), so the comparison is computed where any value is exact
+        return dt.int64
     info = np.iinfo(comp.np)
     for s in srcs:
         v = s.value

@@ -29,6 +29,7 @@ library or its kernel data is never released under a running call.
 """
 from __future__ import annotations
 
+import _ctypes
 import ctypes
 import os
 import threading
@@ -52,6 +53,7 @@ __all__ = ["AotKernel", "detect_string_abi", "TYPE_IDS"]
 _MAX_SIGNATURES = 64  # Init'ed extras kept per kernel; the oldest is destroyed beyond this
 
 _c_void_p, _c_int, _c_int64, _c_size_t = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_size_t
+_ERROR_STRING = ctypes.CFUNCTYPE(ctypes.c_char_p, _c_int)   # NameErrorString(int) -> const char*
 _from_buffer, _addressof = ctypes.c_char.from_buffer, ctypes.addressof
 
 
@@ -107,12 +109,12 @@ class AotKernel(aot_cuda.DeviceCalls, GuardedCalls):
         self._check_device()
         self.string_abi = detect_string_abi(self.lib_path)
         shim = host_shim(self.string_abi)
-        try:
-            lib = ctypes.CDLL(str(self.lib_path), mode=os.RTLD_LOCAL)
+        try:   # (dlopen itself, not ctypes.CDLL: a CDLL makes a class each time, which stays)
+            handle = _ctypes.dlopen(str(self.lib_path), os.RTLD_LOCAL)
         except OSError as exc:
             raise LibraryError(f"cannot load {self.lib_path}: {exc}") from None
         pin_dependencies(self.lib_path)
-        self._loaded = Loaded(lib._handle, shim)
+        self._loaded = Loaded(handle, shim)
         self._finalizer = weakref.finalize(self, self._loaded.release)
         self._call_main = shim.fg_call_main
         self._open = True
@@ -124,14 +126,12 @@ class AotKernel(aot_cuda.DeviceCalls, GuardedCalls):
         self.reentrant = bool(reentrant) and not self.guard and self.device == "cpu"
         self._signatures: dict[tuple, Signature] = {}
         try:
-            self._main = self._symbol(lib, symbol, required=True)
-            self._init = self._symbol(lib, symbol + "Init")
-            self._infer_shape = self._symbol(lib, symbol + "InferShape")
-            self._infer_type = self._symbol(lib, symbol + "InferType")
-            self._error_string = None
-            if self._symbol(lib, symbol + "ErrorString"):
-                self._error_string = lib[symbol + "ErrorString"]
-                self._error_string.restype, self._error_string.argtypes = ctypes.c_char_p, [_c_int]
+            self._main = self._symbol(handle, symbol, required=True)
+            self._init = self._symbol(handle, symbol + "Init")
+            self._infer_shape = self._symbol(handle, symbol + "InferShape")
+            self._infer_type = self._symbol(handle, symbol + "InferType")
+            error_string = self._symbol(handle, symbol + "ErrorString")
+            self._error_string = _ERROR_STRING(error_string) if error_string else None
             if out_shape is None and not self._infer_shape:
                 raise LibraryError(f"{self.lib_path} has no symbol {symbol + 'InferShape'!r} and out_shape "
                                    "is None; pass out_shape=... or export the InferShape function")
@@ -151,10 +151,10 @@ class AotKernel(aot_cuda.DeviceCalls, GuardedCalls):
                                    "section), so its kernel cannot read device memory; build it from a .cu "
                                    "with nvcc, or use device='cpu'")
 
-    def _symbol(self, lib: ctypes.CDLL, symbol: str, required: bool = False) -> int | None:
+    def _symbol(self, handle: int, symbol: str, required: bool = False) -> int | None:
         try:
-            return ctypes.cast(lib[symbol], _c_void_p).value
-        except AttributeError:
+            return _ctypes.dlsym(handle, symbol)
+        except OSError:
             if required:
                 raise LibraryError(f"library {self.lib_path} has no symbol {symbol!r} "
                                    "(is it declared extern \"C\"?)") from None

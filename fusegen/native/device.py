@@ -118,6 +118,9 @@ def device_outputs(what: str, shapes, dtypes, out, on_device: bool, st):
         raise ArgumentError(f"{what}: out= needs {len(shapes)} arrays, got {len(given)}")
     res = []
     for k, (o, s, d) in enumerate(zip(given, shapes, dtypes)):
+        if o is None and isinstance(out, (tuple, list)):   # NumPy's ufuncs: None in out= is allocated
+            res.append(cuda.device_array(s, d, stream=st))
+            continue
         if is_device_array(o) != on_device:
             where = "device" if on_device else "host (NumPy)"
             raise ArgumentError(f"{what}: out[{k}] is on the wrong device: the inputs are "
@@ -148,5 +151,6 @@ def deliver(results: list, given, on_device: bool, st, synchronize=None) -> list
     if given is None:
         return host
     for g, h in zip(given, host):
-        np.copyto(g, h)
-    return given
+        if g is not None:
+            np.copyto(g, h)
+    return [h if g is None else g for g, h in zip(given, host)]

@@ -54,9 +54,41 @@ def _read_elf(path: str | os.PathLike) -> _Elf:
     return _Elf(data, is64, endian, e_type, sections, names)
 
 
+class _Facts(NamedTuple):
+    e_type: int
+    symbols: tuple[str, ...]
+    needed: tuple[str, ...]
+    cuda: bool
+
+
+_FACTS: dict[tuple, _Facts] = {}
+_FACTS_KEPT = 64
+
+
+def _facts(path: str | os.PathLike) -> _Facts:
+    """What fusegen reads from a library, parsed once per version of the file (its stat stamp:
+    builds write a new file; a kernel per attribute value set loads one library again and again)."""
+    try:
+        st = os.stat(path)
+        key = (os.path.realpath(path), st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
+    except OSError:
+        key = None
+    hit = _FACTS.get(key) if key is not None else None
+    if hit is not None:
+        return hit
+    elf = _read_elf(path)
+    facts = _Facts(elf.e_type, tuple(_dynamic_symbols(elf)), tuple(_needed(elf)),
+                   any(n in (".nv_fatbin", ".nvFatBinSegment") for n in elf.names))
+    if key is not None:
+        while len(_FACTS) >= _FACTS_KEPT:
+            _FACTS.pop(next(iter(_FACTS)), None)
+        _FACTS[key] = facts
+    return facts
+
+
 def check_shared_library(path: str | os.PathLike) -> None:
     """Raise ``LibraryError`` unless ``path`` is a complete ELF shared object (ET_DYN)."""
-    if _read_elf(path).e_type != 3:
+    if _facts(path).e_type != 3:
         raise LibraryError(f"{os.fspath(path)!r} is an ELF file but not a shared library")
 
 
@@ -75,7 +107,10 @@ def _c_string(table: bytes, offset: int) -> str | None:
 
 def dynamic_symbols(path: str | os.PathLike) -> list[str]:
     """Names in the library's dynamic symbol table, defined and undefined."""
-    elf = _read_elf(path)
+    return list(_facts(path).symbols)
+
+
+def _dynamic_symbols(elf: _Elf) -> list[str]:
     names = []
     for entries, strtab in _linked_sections(elf, 11):  # SHT_DYNSYM; st_name leads in ELF32 and ELF64
         for pos in entries:
@@ -91,12 +126,15 @@ def has_cuda_code(path: str | os.PathLike) -> bool:
     ``AotKernel`` decides from this whether a kernel's parameters are device or host pointers:
     handing host pointers to a CUDA kernel, or device pointers to CPU code, would crash.
     """
-    return any(n in (".nv_fatbin", ".nvFatBinSegment") for n in _read_elf(path).names)
+    return _facts(path).cuda
 
 
 def needed_libraries(path: str | os.PathLike) -> list[str]:
     """The sonames the library names as direct dependencies (its DT_NEEDED entries)."""
-    elf = _read_elf(path)
+    return list(_facts(path).needed)
+
+
+def _needed(elf: _Elf) -> list[str]:
     names = []
     for entries, strtab in _linked_sections(elf, 6):  # SHT_DYNAMIC: (d_tag, d_val) pairs
         for pos in entries:

@@ -30,10 +30,16 @@ def pin_dependencies(lib_path: Path) -> None:
     loaded library just marks it as never to be unloaded.
     """
     for soname in build.needed_libraries(lib_path):
+        if soname in _PINNED:   # (pinned for good: once is enough)
+            continue
         try:
-            ctypes.CDLL(soname, mode=os.RTLD_NOLOAD | os.RTLD_NODELETE | os.RTLD_LOCAL)
+            _ctypes.dlopen(soname, os.RTLD_NOLOAD | os.RTLD_NODELETE | os.RTLD_LOCAL)
+            _PINNED.add(soname)
         except OSError:
             pass  # not loaded under that name (should not happen for a direct dependency)
+
+
+_PINNED: set[str] = set()
 
 
 class Loaded:
@@ -97,11 +103,14 @@ class Signature:
     def check_out(self, name: str, out: Any) -> list[np.ndarray]:
         """``out=`` (one array, or a list or tuple of them) as the list of arrays the kernel
         ``name`` may write into: one per output, ndarrays of its shape and dtype, C-contiguous
-        and writeable; else the error that says which is wrong."""
+        and writeable (a None entry: a new array); else the error that says which is wrong."""
         outs = list(out) if isinstance(out, (list, tuple)) else [out]
         if len(outs) != len(self.outputs):
             raise ArgumentError(f"{name}: out= has {len(outs)} arrays, the kernel has {len(self.outputs)} outputs")
         for k, (array, (shape, dtype)) in enumerate(zip(outs, self.outputs)):
+            if array is None and isinstance(out, (list, tuple)):   # NumPy's ufuncs: None is allocated
+                outs[k] = np.empty(shape, dtype)
+                continue
             if not isinstance(array, np.ndarray):
                 raise ArgumentError(f"{name}: out[{k}] is a {type(array).__name__}, not a numpy array")
             if array.shape != shape:

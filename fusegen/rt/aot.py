@@ -37,12 +37,13 @@ import numpy as np
 
 from ..cache import cache_dir, code_stamp
 from ..emitters.common import Emitted
+from ..errors import LibraryError
 from ..ir import infer
 from ..native.aot_kernel import AotKernel
 from ..native.build import MINDSPORE_CPU_FLAGS, default_cuda_flags
 from ..native.device import is_device_array
 from ..plan.noops import without_noops
-from .call import Call, Executor
+from .call import MAX_SIGNATURES, Call, Executor
 from .cpu import finish, host_outputs
 from .cuda import classify
 
@@ -98,6 +99,7 @@ class AotCall(Call):
     signature: object = None
     emitted: object = None     # the Emitted of the library the call runs (its source)
     small: object = None       # the small-call path (``AotKernel.small_call``), where the runner uses it
+    func: str | None = None    # the library's "path.cc:Name"
 
 
 class AotExecutor(Executor):
@@ -118,6 +120,7 @@ class AotExecutor(Executor):
         self.op, self.flags, self._dynamic_workspace = op, flags, dynamic_workspace
         self.emit_device = emit_device
         self.by_attrs: dict[tuple, AotKernel] = {}
+        self._built: dict[str, object] = {}   # "path.cc:Name" -> the library built from it
         self._lock = threading.Lock()
         self.directory = None
         if op.graph is None:
@@ -234,11 +237,26 @@ class AotExecutor(Executor):
             with self._lock:
                 k = self.by_attrs.get(key)
                 if k is None:
-                    k = AotKernel(key[0], attrs={n: (list(v) if isinstance(v, tuple) else v) for n, v in attrs},
-                                  out_shape=None, out_dtype=None, flags=self.flags,
-                                  n_outputs=len(self.op.graph.outputs), n_inputs=len(self.op.inputs),
-                                  name=self.op.name, device=self.kernel.device, reentrant=True)
+                    k = self._load(key[0], {n: (list(v) if isinstance(v, tuple) else v) for n, v in attrs})
                     self.by_attrs[key] = k
+                    while len(self.by_attrs) > MAX_SIGNATURES:   # (a call holding one keeps it alive)
+                        del self.by_attrs[next(iter(self.by_attrs))]
+        return k
+
+    def _load(self, func: str, attrs: dict) -> AotKernel:
+        """An ``AotKernel`` of ``func`` for ``attrs``: from the library a sibling (another attribute
+        value set) built, where there is one (0.6 ms, not the 7 ms of keying the source again: a
+        seed changed per call makes one per call)."""
+        options = dict(attrs=attrs, out_shape=None, out_dtype=None, n_outputs=len(self.op.graph.outputs),
+                       n_inputs=len(self.op.inputs), name=self.op.name, device=self.kernel.device, reentrant=True)
+        built = self._built.get(func)
+        if built is not None:
+            try:
+                return AotKernel(f"{built}:{func.rpartition(':')[2]}", **options)
+            except LibraryError:   # (gone from the cache, or outside an AOT whitelist): from the source
+                pass
+        k = AotKernel(func, flags=self.flags, **options)
+        self._built[func] = k.lib_path
         return k
 
     def variant_options(self, op) -> dict:
@@ -264,8 +282,18 @@ class AotExecutor(Executor):
             if op is not spec.opdef:
                 return self.kernel.variant(op).prepared(*arrs, **bound)
         func = self.func_for(tuple(np.dtype(a.dtype).name for a in arrs))
+        return self._call(func, spec.out_shapes, tuple(d.np for d in spec.out_dtypes), bound, arrs, key)
+
+    def rebind(self, template: AotCall, spec, bound: dict, arrs) -> AotCall | None:
+        # the library's Init reads the attributes (as MindSpore's does): a kernel instance of the
+        # same library for the new values
+        if template.func not in self.libraries or template.signature is None:
+            return None   # (a plan.noops variant's call: that kernel rebinds its own)
+        return self._call(template.func, template.out_shapes, template.out_dtypes, bound, arrs, True)
+
+    def _call(self, func: str, out_shapes, out_dtypes, bound: dict, arrs, key) -> AotCall:
         kernel = self.kernel_for(tuple(bound.items()), func)
-        call = AotCall(spec.out_shapes, tuple(d.np for d in spec.out_dtypes), bound)
+        call = AotCall(out_shapes, out_dtypes, bound, func=func)
         call.kernel, call.emitted = kernel, self.libraries[func]
         if key is not None:
             call.signature, _ = kernel.prepare(*self._contiguous(arrs))
@@ -335,7 +363,7 @@ class AotExecutor(Executor):
                   f"        return {wrap[0]}_run_prepared(_signature, arrays, out){wrap[1]}",
                   f"    return {wrap[0]}_kernel(*arrays, out=out){wrap[1]}"]
         src = "\n".join(lines) + "\n"
-        exec(builtins.compile(src, f"<fusegen aot runner {self.op.name}>", "exec"), g)
+        exec(_compiled(src, f"<fusegen aot runner {self.op.name}>"), g)
         g["run"].source = src
         return g["run"]
 
@@ -343,3 +371,9 @@ class AotExecutor(Executor):
         for k in self.by_attrs.values():
             k.close()
         self.by_attrs.clear()
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(src: str, name: str):
+    """The code of a runner's text: one text serves every attribute value set of a signature."""
+    return builtins.compile(src, name, "exec")

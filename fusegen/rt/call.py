@@ -48,11 +48,32 @@ class Executor:
     def prepare(self, spec, bound: dict, arrays, key) -> Call:
         raise NotImplementedError
 
+    def rebind(self, template: Call, spec, bound: dict, arrays) -> Call | None:
+        """The ``Call`` of a signature that differs from ``template``'s only in the values of
+        attributes its code takes as run-time scalars (``rt.kernel``), or None: prepare it."""
+        return None
+
 
 def check_count(op, arrays) -> None:
     if len(arrays) != len(op.inputs):
         raise ArgumentError(f"op {op.name} takes {len(op.inputs)} inputs ({', '.join(op.inputs)}), "
                             f"got {len(arrays)}")
+
+
+#: Signatures a kernel keeps prepared (the oldest go first): a call with an attribute value set
+#: of its own each time must not hold memory per call. A signature dropped is prepared again.
+MAX_SIGNATURES = 256
+
+
+def remember(cache: dict, key, value) -> None:
+    """``cache[key] = value``, dropping the oldest entries past ``MAX_SIGNATURES`` (call under the
+    kernel's lock; a reader meanwhile finds an entry or prepares it again)."""
+    cache[key] = value
+    while len(cache) > MAX_SIGNATURES:
+        try:
+            del cache[next(iter(cache))]
+        except (StopIteration, KeyError, RuntimeError):
+            break
 
 
 #: the keywords every kernel call takes besides the op's attributes

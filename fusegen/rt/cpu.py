@@ -49,6 +49,9 @@ def host_outputs(name: str, out, shapes, dtypes, reg_dtypes) -> list:
         raise ArgumentError(f"op {name}: out= needs {len(shapes)} arrays, got {len(outs)}")
     res = []
     for k, (o, s, d, r) in enumerate(zip(outs, shapes, dtypes, reg_dtypes)):
+        if o is None and isinstance(out, (tuple, list)):   # NumPy's ufuncs: None in out= is allocated
+            res.append(fastcall.empty(s, r))
+            continue
         if not isinstance(o, np.ndarray):
             raise ArgumentError(f"op {name}: out[{k}] must be a numpy array, got {type(o).__name__}")
         if o.shape != tuple(s):
@@ -69,7 +72,7 @@ def finish(outs, out, dtypes, multi: bool):
     given = (list(out) if isinstance(out, (tuple, list)) else [out]) if out is not None else None
     results = []
     for k, (o, d) in enumerate(zip(outs, dtypes)):
-        if given is not None:
+        if given is not None and given[k] is not None:
             if given[k] is not o:
                 np.copyto(given[k], o, casting="unsafe")
             results.append(given[k])

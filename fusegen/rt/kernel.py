@@ -31,7 +31,7 @@ from ..native import fastcall
 from ..plan import Plan, build_plan, scan_form
 from ..plan.viewsteps import MAX_RANK, MapError
 from . import requests
-from .call import Call, call_fn, key_fn
+from .call import Call, call_fn, key_fn, remember
 
 BACKENDS = ("numba", "aot")
 DEVICES = ("cpu", "cuda")
@@ -66,6 +66,7 @@ class Kernel:
         self.plan: Plan | None = build_plan(op, share=device == "cpu") if op.graph is not None else None
         self._children: dict = {}
         self._calls: dict = {}
+        self._families: dict = {}   # what a signature's code depends on -> a prepared call (``_prepare``)
         self._variants: dict = {}   # write-request variants of the op -> their kernels
         self._lock = threading.Lock()
         self._first_calls = threading.RLock()   # one signature prepared at a time (``_slow_call``)
@@ -250,7 +251,7 @@ class Kernel:
         call = self.specialized(arrs, attrs)._prepare(arrs, attrs, key)
         if key is not None:
             with self._lock:
-                self._calls[key] = call
+                remember(self._calls, key, call)
         self._last = call
         return call
 
@@ -269,19 +270,48 @@ class Kernel:
                 raise AxisError(f"op {op.name}: input {op.inputs[i]!r} has {a.ndim} dims: fusegen's kernels take at "
                                 f"most {MAX_RANK} (the emitted C++'s limit, as MindSpore's AOT ABI's)")
         bound = op.bind_attrs(attrs)
-        spec = infer(op, [a.dtype for a in arrs], [tuple(a.shape) for a in arrs], bound)
-        try:
-            call = self.executor.prepare(spec, bound, arrs, key)
-        except MapError as e:
-            if e.code != "FG_ERR_VIEW_RANK":
-                raise
-            raise AxisError(f"op {op.name}: {e}: fusegen's kernels take at most {MAX_RANK} dims (the emitted "
-                            f"C++'s limit, as MindSpore's AOT ABI's)") from None
+        consulted: set = set()
+        spec = infer(op, [a.dtype for a in arrs], [tuple(a.shape) for a in arrs], bound, consulted)
+        # Attributes the rules did not consult reach the code as run-time scalars: a signature
+        # that differs from a prepared one only in their values takes its code, with the new
+        # values (``executor.rebind``). A seed or a step changed per call costs microseconds, not
+        # a plan and a lowering (17 ms a call with dropout_add_layer_norm), nor memory per value.
+        family = _family(arrs, bound, consulted, spec) if key is not None else None
+        template = self._families.get(family) if family is not None else None
+        call = self.executor.rebind(template, spec, bound, arrs) if template is not None else None
+        if call is None:
+            try:
+                call = self.executor.prepare(spec, bound, arrs, key)
+            except MapError as e:
+                if e.code != "FG_ERR_VIEW_RANK":
+                    raise
+                raise AxisError(f"op {op.name}: {e}: fusegen's kernels take at most {MAX_RANK} dims (the emitted "
+                                f"C++'s limit, as MindSpore's AOT ABI's)") from None
         if key is not None:
             with self._lock:
-                self._calls[key] = call
+                remember(self._calls, key, call)
+                if family is not None and template is None:
+                    remember(self._families, family, call)
         self._last = call
         return call
+
+
+def _scalar_class(v):
+    """What the generated code's types depend on in a run-time scalar attribute's value: its
+    Python type, and for an int which machine type holds it (Numba types 2**63 as uint64)."""
+    if type(v) is int:
+        return (int, -2 ** 63 <= v < 2 ** 63, 0 <= v < 2 ** 64)
+    return (type(v),)
+
+
+def _family(arrs, bound: dict, consulted: set, spec) -> tuple:
+    """What a signature's prepared code depends on: the inputs' dtypes and shapes, the values of
+    the attributes the rules consulted (and of any that is not a bool, int or float), the other
+    attributes' scalar classes, and the dtype each node computes in (a comparison with an int
+    attribute widens with its value)."""
+    attrs = tuple((n, v) if n in consulted or type(v) not in (bool, int, float) else (n, _scalar_class(v))
+                  for n, v in bound.items())
+    return (tuple((a.dtype, tuple(a.shape)) for a in arrs), attrs, tuple(i.compute for i in spec.info))
 
 
 def _same_memory(a, b) -> bool:

@@ -10,7 +10,9 @@ the native call itself at small sizes (the per-call target is a few microseconds
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import functools
+import types
 from dataclasses import dataclass, field
 
 import numba
@@ -104,6 +106,18 @@ class NumbaCpuExecutor(Executor):
         for grp in groups:
             grp.entry = entry_point(grp, call, in_types)
         call.run = make_runner(self.kernel.op, call)
+        return call
+
+    def rebind(self, template: NumbaCpuCall, spec, bound: dict, arrs) -> NumbaCpuCall:
+        # the same compiled functions, entry points, workspace pool and output allocation; the
+        # runner's code too, run with the new values where it names the attributes
+        call = dataclasses.replace(template, attr_values=bound)
+        run = template.run
+        g = dict(run.__globals__, _call=call)
+        for j, grp in enumerate(call.groups):
+            g.update((f"_A{j}_{a}", bound[a]) for a in grp.attrs)
+        call.run = types.FunctionType(run.__code__, g, run.__name__)
+        call.run.source = run.source
         return call
 
 

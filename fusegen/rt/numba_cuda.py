@@ -8,6 +8,7 @@ numba.cuda is imported only when a CUDA kernel is prepared, so the CPU backends 
 """
 from __future__ import annotations
 
+import dataclasses
 import threading
 from dataclasses import dataclass, field
 
@@ -102,6 +103,12 @@ class NumbaCudaExecutor(Executor):
         ws = [(int(np.prod(spec.of(b).shape)) if spec.of(b).shape else 1, reg_dtype(spec.of(b).acc).np)
               for b in plan.buffers]
         call = NumbaCudaCall(spec.out_shapes, tuple(d.np for d in spec.out_dtypes), bound, ws=ws, groups=groups)
+        call.run = _runner(self.kernel.op, call)
+        return call
+
+    def rebind(self, template: NumbaCudaCall, spec, bound: dict, arrs) -> NumbaCudaCall:
+        # (the runner reads the attribute values from its call at each launch)
+        call = dataclasses.replace(template, attr_values=bound)
         call.run = _runner(self.kernel.op, call)
         return call
 

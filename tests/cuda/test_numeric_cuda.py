@@ -305,3 +305,20 @@ def test_pieces_of_constants_are_placed():
     got = fg.compile(constant_pieces, device="cuda")(np.zeros(3))
     for g, w in zip(got, (np.pad(np.ones((2, 3)), 1), np.ones(3))):
         np.testing.assert_array_equal(np.asarray(g.copy_to_host() if hasattr(g, "copy_to_host") else g), w)
+
+
+def test_none_in_out_is_allocated_on_cuda():
+    # NumPy's ufuncs' convention, as on the CPU backends: host and device out= alike
+    from numba import cuda
+
+    @fg.op
+    def two(x, y):
+        return x + y, y * 2
+
+    k = fg.compile(two, device="cuda")
+    x, y = np.ones(4, np.float32), np.full(4, 2, np.float32)
+    a = np.empty(4, np.float32)
+    s, d = k(x, y, out=(None, a))
+    assert d is a and np.array_equal(s, x + y) and np.array_equal(a, y * 2)
+    s, d = k(cuda.to_device(x), cuda.to_device(y), out=[None, cuda.device_array(4, np.float32)])
+    assert np.array_equal(s.copy_to_host(), x + y) and np.array_equal(d.copy_to_host(), y * 2)

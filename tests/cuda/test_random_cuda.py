@@ -32,3 +32,14 @@ def test_dropout_add_layer_norm_on_cuda():
     y_ref, h_ref = T.dropout_add_layer_norm_ref(x, r, gamma, beta, 0.2, 5)
     assert np.array_equal(h, h_ref)
     np.testing.assert_allclose(y, y_ref, rtol=2e-5, atol=2e-5)
+
+
+def test_a_seed_changed_per_call_on_cuda():
+    # (a new seed reuses the signature's launches: rt.kernel's rebind, with the new values)
+    rng = np.random.default_rng(2)
+    x, r = rng.standard_normal((3, 20), np.float32), rng.standard_normal((3, 20), np.float32)
+    gamma, beta = np.ones(20, np.float32), np.zeros(20, np.float32)
+    k = fg.compile(ex.dropout_add_layer_norm, device="cuda")
+    for seed in (5, 6, 7, 5):
+        _, h = k(x, r, gamma, beta, p=0.2, seed=seed)
+        assert np.array_equal(h, T.dropout_add_layer_norm_ref(x, r, gamma, beta, 0.2, seed)[1])
