@@ -22,7 +22,7 @@ def _ln_inputs(rows=8, cols=32):
         np.zeros(cols, np.float32)
 
 
-@pytest.mark.parametrize("backend", backends("numba", "aot"))
+@pytest.mark.parametrize("backend", backends_extended("numba", "aot"))
 def test_a_seed_changed_per_call_gives_the_fresh_kernels_results_without_tracing_again(backend):
     args = _ln_inputs()
     k = fg.compile(ex.dropout_add_layer_norm, backend=backend)

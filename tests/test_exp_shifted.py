@@ -155,6 +155,7 @@ def test_values_match_float64_and_the_special_rows(backend):
     assert np.all(np.isnan(ls[2]))
 
 
+@pytest.mark.extended   # (8 s: a g++ build and Numba compiles)
 def test_numba_and_cpp_give_the_same_bits_as_exp_f32_would():
     x = _rows()[3:]
     a = fg.compile(lse_spellings)(x)

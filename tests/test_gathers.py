@@ -212,7 +212,7 @@ def picked(x, i):
 picked_grad = fg.grad(picked, wrt="x")
 
 
-@pytest.mark.parametrize("rows", [3, 3000])   # 3000 rows: the parallel path (threads)
+@pytest.mark.parametrize("rows", [3, pytest.param(3000, marks=pytest.mark.extended)])   # 3000: the threads' path
 def test_take_along_axis_grad_accumulates_repeats(rows):
     rng = np.random.default_rng(4)
     x = rng.standard_normal((rows, 50))

@@ -305,6 +305,7 @@ def chained_reductions(x, w):
     return loss, total, td, fg.prod(fg.sum(x, axis=(0, 2)))
 
 
+@pytest.mark.extended   # (10 s of Numba compiles: the default run's 5 minutes lack it)
 @pytest.mark.parametrize("backend", backends_extended("numba", "aot"))
 def test_reductions_of_reductions(backend):
     rng = np.random.default_rng(4)
@@ -319,6 +320,7 @@ def products(x):
     return fg.prod(x, axis=1), fg.cumulative_prod(x, axis=1), fg.prod(x[:2])
 
 
+@pytest.mark.extended   # (10 s of Numba compiles)
 @pytest.mark.parametrize("backend", backends_extended("numba", "aot"))
 def test_products_with_zeros(backend):
     """d prod / d x_i is the others' product: one zero in a slice gives it to that zero and 0

@@ -340,7 +340,8 @@ def test_cuda_scan_kernels_compile_to_ptx():
 VECTOR_EDGES = [1, 7, 8, 9, 15, 16, 17, 33, 2047, 2048, 2049, 4099]
 
 
-@pytest.mark.parametrize("backend", ["numba", pytest.param("aot", marks=[needs_gxx, pytest.mark.extended])])
+@pytest.mark.extended   # (9 s of Numba compiles: the default run's 5 minutes lack it)
+@pytest.mark.parametrize("backend", ["numba", pytest.param("aot", marks=[needs_gxx])])
 def test_running_sums_in_vector_registers(backend):
     k = fg.compile(int_lines, backend=backend)
     rng = np.random.default_rng(11)

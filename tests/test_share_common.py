@@ -85,6 +85,7 @@ def test_values_and_shapes_stay_numpys(backend):
     np.testing.assert_allclose(a, 2 * np.exp(x[0] * x[1]), rtol=1e-6)
 
 
+@pytest.mark.extended   # (9 s of Numba compiles: the default run's 5 minutes lack it)
 def test_gradients_through_merged_nodes():
     x = np.random.default_rng(1).standard_normal((3, 4, 5))
     cot = [np.ones(np.shape(o)) for o in fg.compile(twins)(x)]

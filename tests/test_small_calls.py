@@ -149,6 +149,7 @@ def _three_ways_from_threads(k, x, y, calls: int) -> list:
 
 
 @needs_gxx
+@pytest.mark.extended   # (6 s: a build and threads timed against each other)
 def test_large_calls_release_the_gil_without_the_ctypes_path(monkeypatch):
     """Above ``SMALL_CALL_BYTES`` the extension runs the kernel with the GIL released (no ctypes
     path): threads on one signature (fresh outputs, ``out=``, and a Fortran-order input that takes
