@@ -89,6 +89,19 @@ def test_a_narrow_int_compared_with_a_dim_or_an_attribute_past_its_range(backend
         np.testing.assert_array_equal(k(x, lo=lo), (x.astype(np.int64) < 300) & (x >= lo))
 
 
+@pytest.mark.parametrize("backend", backends_extended("numba", "aot"))
+def test_an_attribute_mixed_with_a_dim(backend):
+    # x.shape[-1] * scale is worked out before the call and handed to the kernel as one value
+    @fg.op
+    def per_rank(x, *, scale: float = 1.0, k: int = 0):
+        return x * (x.shape[-1] * scale) + (x.shape[0] - k)
+
+    kern = fg.compile(per_rank, backend=backend)
+    x = np.ones((2, 3), np.float32)
+    for scale, k in ((1.0, 0), (2.0, 0), (2.0, 5), (0.5, 1)):
+        np.testing.assert_array_equal(kern(x, scale=scale, k=k), x * (3 * scale) + (2 - k))
+
+
 def test_an_attribute_axis_and_a_bool_attribute():
     @fg.op
     def total(x, *, axis: int = 0, neg: bool = False):

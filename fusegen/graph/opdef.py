@@ -22,6 +22,8 @@ from .text import op_text
 from .trace import Attr, NeedsDtype, NeedsRank, NeedsShape, Tensor, make, tracing
 
 _FAMILY_LOCK = threading.Lock()   # (``specialize``: one list of specializations per signature)
+#: specializations kept per input signature (the oldest go first; a later call traces it again)
+MAX_SPECIALIZATIONS = 256
 
 #: What runs an op called on arrays: ``executor(op, *args, **kwargs)``; the runtime sets it.
 _eager_executor = None
@@ -185,6 +187,8 @@ class OpDef:
                 if other.consulted == child.consulted:
                     return other
             family.append(child)
+            if len(family) > MAX_SPECIALIZATIONS:   # (an attribute that decides shapes, new each call)
+                del family[0]
         return child
 
     @property

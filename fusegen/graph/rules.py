@@ -224,7 +224,7 @@ def infer_nodes(opdef, g: Graph, in_dtypes, in_shapes, attrs: dict, consulted: s
                     comp = out
             checked = _weak_ints_in_range(n, srcs, comp, fail)
             if checked is not comp and consulted is not None:   # (a comparison widened by a value)
-                consulted.update(*(taint[g.idx(s)] for s in n.srcs))
+                consulted.update(*(taint[g.idx(s)] - {_DIM} for s in n.srcs))
             comp = checked
             cplx.check_elementwise(n, tuple(s.dtype for s in srcs), comp, fail)
             if n.op is Op.RELU and comp == "bool" or (isinstance(comp, DType) and comp.kind == "b"
@@ -246,22 +246,32 @@ _STATIC_SRCS = {Op.IOTA: slice(0, None), Op.PAD: slice(2, None), Op.GATHER: slic
                 Op.DIM: slice(0, 0)}
 
 
+_DIM = ""   # (in a taint: the value reads a dim)
+
+
 def _taint(n: Node, srcs: list[frozenset], consulted: set) -> frozenset:
-    """The attributes ``n``'s static value comes from; those its rule reads go to ``consulted``
-    (see ``infer_nodes``). A narrow comparison's widening is found where it happens."""
+    """The attributes ``n``'s static value comes from (and ``_DIM`` where it reads a dim); those
+    its rule reads go to ``consulted`` (see ``infer_nodes``), and so do those mixed with a dim:
+    ``x.shape[-1] * scale`` is computed here and handed to the kernel as one value. A narrow
+    comparison's widening is found where it happens."""
     if n.op is Op.ATTR:
         return frozenset((n.arg,))
+    if n.op is Op.DIM:
+        return frozenset((_DIM,))
     if n.op is Op.REDUCE:
         consulted.update(a.name for a in (getattr(n.arg, "axes", None), getattr(n.arg, "keep_dims", None))
                          if isinstance(a, AttrRef))
         return frozenset()
     if n.op in LAYOUT_RULES:
         for t in srcs[_STATIC_SRCS.get(n.op, slice(1, None))]:
-            consulted.update(t)
+            consulted.update(t - {_DIM})
         return frozenset()
     if n.op is Op.RANDOM or not srcs:   # (a random op reads its parameters' values only to check them)
         return frozenset()
-    return frozenset().union(*srcs)
+    t = frozenset().union(*srcs)
+    if _DIM in t and len(t) > 1:
+        consulted.update(t - {_DIM})
+    return t
 
 
 def _weak_ints_in_range(n: Node, srcs: list[NodeInfo], comp, fail):

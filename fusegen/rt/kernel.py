@@ -234,8 +234,9 @@ class Kernel:
             k = self._children.get(id(child_op))
         if k is None:
             k = Kernel(child_op, self.backend, self.device, **self.options)
-            with self._lock:
-                k = self._children.setdefault(id(child_op), k)
+            with self._lock:   # (keyed by id: the kernel holds its op, so no other op takes that id)
+                k = self._children.get(id(child_op)) or k
+                remember(self._children, id(child_op), k)
         return k
 
     def _specialized(self, arrs, attrs, key) -> Call:
