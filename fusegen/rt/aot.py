@@ -223,8 +223,7 @@ class AotExecutor(Executor):
     @property
     def lib_path(self):
         """The primary library's build, once a call (or ``dtypes=``) built it."""
-        k = next((k for (func, _), k in self.by_attrs.items() if func == self._primary), None)
-        return k.lib_path if k is not None else None
+        return self._built.get(self._primary)
 
     def kernel_for(self, attrs: tuple | None, func: str | None = None) -> AotKernel | None:
         """The ``AotKernel`` of library ``func`` (default: the first one) for these bound attribute
