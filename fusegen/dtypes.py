@@ -11,6 +11,8 @@ import functools
 import typing
 from dataclasses import dataclass
 
+import math
+
 import numpy as np
 
 from .errors import DTypeError
@@ -193,6 +195,16 @@ def attr_type_from_annotation(ann) -> AttrType | None:
     return None
 
 
+def exact_attr(value):
+    """A bound attribute value as a dict key that equality cannot confuse with another's: -0.0
+    and 0.0, (0.0,) and (0,), give different results (the rule of ``rt.call.key_fn``'s keys, for bound values)."""
+    if type(value) is float:
+        return (value, math.copysign(1.0, value))
+    if type(value) is tuple:
+        return repr(value)
+    return value
+
+
 def coerce_attr(t: AttrType, value):
     """Check ``value`` against attribute type ``t``; return its canonical (hashable) form.
 
@@ -212,6 +224,8 @@ def coerce_attr(t: AttrType, value):
             return bool(value)
     elif t is AttrType.INT:
         if is_int(value):
+            if not -2 ** 63 <= int(value) < 2 ** 64:   # (kernels and the AOT ABI take 64 bits)
+                raise TypeError(f"{int(value)} does not fit in 64 bits (int64 or uint64)")
             return int(value)
     elif t is AttrType.FLOAT:
         if is_float(value):

@@ -48,7 +48,7 @@ import numpy as np
 
 import fusegen as fg
 from .native.build import build_library, cache_dir, default_cpp_flags
-from .dtypes import AttrType
+from .dtypes import AttrType, exact_attr
 from .rt.call import attrs_call_fn, attrs_key, remember
 from .abi_emit import XlaEmitted, legacy_opaque, parse_dtypes, scan_form, workspace_bytes
 from .plan.noops import without_noops
@@ -114,7 +114,7 @@ class _Static:
 
     def __init__(self, value):
         self.value = value
-        self._key = (type(value), value)
+        self._key = (type(value), exact_attr(value))   # (-0.0 is not 0.0 either)
 
     def __hash__(self) -> int:
         return hash(self._key)

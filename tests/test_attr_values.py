@@ -185,3 +185,86 @@ def test_a_0d_array_is_its_scalar_as_an_attribute():
         np.testing.assert_array_equal(a, b)
     with pytest.raises(fg.AttrError, match="expected int"):
         k(*args, seed=np.array([7]))
+
+
+@fg.op
+def recip(x, *, a: float = 1.0):
+    return x / a
+
+
+@fg.op
+def per_dim(x, *, s: float = 1.0):
+    return x / (x.shape[-1] * s)
+
+
+@pytest.mark.filterwarnings("ignore:divide by zero")
+@pytest.mark.parametrize("backend", backends_extended("numba", "aot"))
+def test_minus_zero_is_not_zero(backend):
+    # -0.0 == 0.0 as Python dict keys; every cache by attribute values tells them apart
+    x = np.array([1.0, -2.0], np.float32)
+    for op, name in ((recip, "a"), (per_dim, "s")):
+        k = fg.compile(op, backend=backend)
+        for v in (0.0, -0.0, np.float64(-0.0), np.array(-0.0), 0.0):
+            np.testing.assert_array_equal(k(x, **{name: v}), x / float(v) if op is recip else x / (2 * float(v)))
+
+
+def test_a_refused_list_value_is_not_served_from_the_cache():
+    @fg.op
+    def total(x, *, axes: list[int] = (0,)):
+        return fg.sum(x, axis=axes)
+
+    k = fg.compile(total)
+    m = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(k(m, axes=(0,)), m.sum(0))
+    for bad in ((0.0,), (np.float64(0),)):
+        with pytest.raises(fg.AttrError, match="expected list\\[int\\]"):
+            k(m, axes=bad)
+
+
+def test_attribute_arithmetic_past_int64_and_ints_past_64_bits_are_refused():
+    @fg.op
+    def sq(x, *, n: int = 1):
+        return x + n * n
+
+    k = fg.compile(sq)
+    y = np.array([1.0, 2.0])
+    np.testing.assert_array_equal(k(y, n=3), y + 9)
+    with pytest.raises(fg.ScalarRangeError, match="18446744073709551616"):
+        k(y, n=2 ** 32)              # n * n: Python's exact value would wrap in the kernel's int64
+    with pytest.raises(fg.AttrError, match="does not fit in 64 bits"):
+        fg.compile(bump)(np.array([1.0]), n=2 ** 64)
+
+
+@pytest.mark.parametrize("backend", backends_extended("numba", "aot"))
+def test_write_requests_on_an_op_traced_per_shape(backend):
+    @fg.op
+    def two(x):
+        r, c = x.shape
+        return x * c, x + r
+
+    k = fg.compile(two, backend=backend)
+    x = np.ones((2, 3), np.float32)
+    s, none = k(x, skip=[1])
+    assert none is None
+    np.testing.assert_array_equal(s, x * 3)
+    acc = np.ones((2, 3), np.float32)
+    k(x, accumulate=[0], out=(acc, None), skip=[1])
+    np.testing.assert_array_equal(acc, 1 + x * 3)
+
+
+@pytest.mark.parametrize("backend", backends_extended("numba", "aot"))
+def test_slice_steps_near_int64s_ends(backend):
+    @fg.op
+    def every(x, *, s: int = 1):
+        return x[:, 0:6:s] * 1.0
+
+    @fg.op
+    def back(x, *, s: int = -1):
+        return x[:, ::s] * 1.0
+
+    x = np.arange(24, dtype=np.float32).reshape(4, 6)
+    k, kb = fg.compile(every, backend=backend), fg.compile(back, backend=backend)
+    for s in (4, 2 ** 63 - 1, 2 ** 63 - 6):
+        np.testing.assert_array_equal(k(x, s=s), x[:, 0:6:s])
+    for s in (-4, -(2 ** 63 - 1), -2 ** 63):
+        np.testing.assert_array_equal(kb(x, s=s), x[:, ::s])

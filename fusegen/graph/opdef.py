@@ -22,6 +22,10 @@ from .text import op_text
 from .trace import Attr, NeedsDtype, NeedsRank, NeedsShape, Tensor, make, tracing
 
 _FAMILY_LOCK = threading.Lock()   # (``specialize``: one list of specializations per signature)
+def _exact(pairs) -> list:
+    return [(a, dt.exact_attr(v)) for a, v in pairs]
+
+
 #: specializations kept per input signature (the oldest go first; a later call traces it again)
 MAX_SPECIALIZATIONS = 256
 
@@ -148,7 +152,7 @@ class OpDef:
         # not trace again (it did, 28 ms a call with dropout_add_layer_norm, and kept each trace).
         family = self._children.setdefault((mode, shapes, dtypes), [])
         for child in family:
-            if all(attrs.get(a) == v for a, v in child.consulted):
+            if _exact(child.consulted) == _exact((a, attrs.get(a)) for a, _ in child.consulted):
                 return child
         child = OpDef.__new__(OpDef)
         child.__dict__.update({k: v for k, v in self.__dict__.items() if k not in ("graph", "_children")})
@@ -184,7 +188,7 @@ class OpDef:
         child.consulted = tuple((a, attrs.get(a)) for a in sorted(consulted))
         with _FAMILY_LOCK:
             for other in family:   # (another thread traced the same one meanwhile)
-                if other.consulted == child.consulted:
+                if _exact(other.consulted) == _exact(child.consulted):
                     return other
             family.append(child)
             if len(family) > MAX_SPECIALIZATIONS:   # (an attribute that decides shapes, new each call)

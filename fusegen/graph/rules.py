@@ -235,6 +235,11 @@ def infer_nodes(opdef, g: Graph, in_dtypes, in_shapes, attrs: dict, consulted: s
                      "would be float32's); cast to float32", exc=DTypeError)
             value = static_value(n.op, [s.value for s in srcs], fail) if all(
                 s.value is not None and s.shape == () for s in srcs) else None
+            if out == "int" and isinstance(value, int) and not -2 ** 63 <= value < 2 ** 63 and n.op not in _COMPARISONS:
+                # Python computes it exactly; a kernel computes arithmetic on attributes and dims
+                # in int64, where it would wrap (n * n at n = 2**32 gave 0)
+                fail(f"Python integer {value} (computed from attributes, dims or constants) is out of bounds "
+                     "for int64, which the kernel computes it in", exc=ScalarRangeError)
             info.append(NodeInfo(out, broadcast_shapes([s.shape for s in srcs], fail), comp, value=value))
     return info
 

@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from ..cache import cache_dir, code_stamp
+from ..dtypes import exact_attr
 from ..emitters.common import Emitted
 from ..errors import LibraryError
 from ..ir import infer
@@ -230,7 +231,7 @@ class AotExecutor(Executor):
         values (created on first use)."""
         if attrs is None:
             return None
-        key = (func or self.func, attrs)
+        key = (func or self.func, tuple((n, exact_attr(v)) for n, v in attrs))   # (-0.0 is not 0.0)
         k = self.by_attrs.get(key)
         if k is None:
             with self._lock:

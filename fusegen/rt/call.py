@@ -3,8 +3,10 @@ keeps per input signature (the kernel fills the part every backend shares; each 
 it with what its runner needs), and ``Executor``, what a backend implements."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+from ..dtypes import AttrType, exact_attr
 from ..errors import ArgumentError
 
 
@@ -105,16 +107,29 @@ def _given(attrs: list) -> str:
 
 def _generate(src: str, what: str, **names):
     """The function ``src`` defines (its text kept as ``.source``), run with ``names``."""
-    g: dict = {"_fg_M": _MISSING, "_fg_type": type, **names}
+    g: dict = {"_fg_M": _MISSING, "_fg_type": type, "_fg_copysign": math.copysign, "_fg_repr": repr, **names}
     exec(compile(src, f"<fusegen {what}>", "exec"), g)
     fn = g[src[4:src.index("(")]]
     fn.source = src
     return fn
 
 
-def _key_expr(n: int, attrs: list) -> str:
-    parts = [f"_fg_a{i}.dtype, _fg_a{i}.shape" for i in range(n)] + [f"{a}, _fg_type({a})" for a in attrs]
+def _key_expr(n: int, attrs: list, op) -> str:
+    parts = [f"_fg_a{i}.dtype, _fg_a{i}.shape" for i in range(n)] + [f"{a}, {_kind_expr(a, op)}" for a in attrs]
     return "(" + "".join(p + ", " for p in parts) + ")"
+
+
+def _kind_expr(a: str, op) -> str:
+    """What tells an attribute's value from those equal to it as a dict key: its type (1, 1.0
+    and True); for a float attribute its sign too (-0.0 == 0.0), for a list one its text
+    ((0.0,) == (0,), a refused value the cache must not serve). A wrong type raises TypeError
+    in the key, which sends the call to the slow path and its error."""
+    kind = op.attrs[a].type
+    if kind is AttrType.FLOAT:
+        return f"_fg_type({a}), ({a} is _fg_M or _fg_copysign(1.0, {a}))"
+    if not kind.is_scalar:
+        return f"_fg_type({a}), ({a} is _fg_M or _fg_repr({a}))"
+    return f"_fg_type({a})"
 
 
 def key_fn(op):
@@ -126,7 +141,7 @@ def key_fn(op):
     attrs = _attr_params(op)
     n = len(op.inputs)
     head = ", ".join(p for p in (_params(n, False), "*" if attrs else "") if p)
-    src = f"def key({head}{_keywords(attrs)}):\n    return {_key_expr(n, attrs)}\n"
+    src = f"def key({head}{_keywords(attrs)}):\n    return {_key_expr(n, attrs, op)}\n"
     return _generate(src, f"signature key of {op.name}")
 
 
@@ -142,7 +157,7 @@ def attrs_call_fn(op, by_attrs: dict, slow, name: str, errors=(), translate=None
            f"    try:\n"
            f"        if _fg_kw:\n"
            f"            raise KeyError\n"
-           f"        _fg_fn = _fg_by_attrs[{_key_expr(0, attrs)}]\n"
+           f"        _fg_fn = _fg_by_attrs[{_key_expr(0, attrs, op)}]\n"
            f"    except (KeyError, TypeError):\n"
            f"        _fg_fn = _fg_slow({_given(attrs)})\n"
            f"    try:\n"
@@ -164,6 +179,11 @@ def attrs_key(op, attrs: dict):
     for a in params:
         v = attrs.get(a, _MISSING)
         key += (v, type(v))
+        kind = op.attrs[a].type
+        if kind is AttrType.FLOAT and v is not _MISSING:
+            key.append(math.copysign(1.0, v))
+        elif not kind.is_scalar and v is not _MISSING:
+            key.append(repr(v))
     hash(key := tuple(key))
     return key
 
@@ -186,7 +206,7 @@ def call_fn(op, calls: dict, generic, overlap=None):
            f"    try:\n"
            f"        if _fg_more or _fg_kw or accumulate is not False or skip is not None or inplace:\n"
            f"            raise KeyError\n"
-           f"        _fg_run = _fg_calls[{_key_expr(n, attrs)}].run\n"
+           f"        _fg_run = _fg_calls[{_key_expr(n, attrs, op)}].run\n"
            + (f"        if out is not None and _fg_overlap(out{''.join(f', _fg_a{i}' for i in range(n))}):\n"
               f"            raise KeyError\n" if overlap is not None else "")
            + f"    except (KeyError, AttributeError, TypeError):\n"

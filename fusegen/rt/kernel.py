@@ -25,6 +25,7 @@ import threading
 import numpy as np
 
 from .. import dtypes as dt
+from ..dtypes import exact_attr
 from ..errors import AxisError, DTypeError
 from ..ir import OpDef, infer, set_eager_executor
 from ..native import fastcall
@@ -133,6 +134,10 @@ class Kernel:
 
     def _generic(self, arrays, out, accumulate, skip, inplace, attrs):
         if accumulate is not False or skip is not None or inplace:
+            if self.op.graph is None:   # traced per signature: the requests rewrite its specialization
+                arrs, _, _ = self.place.arguments(self, arrays, attrs)
+                k = self.specialized(arrs, attrs)
+                return requests.call(k, k._derived, arrays, out, accumulate, skip, inplace, attrs)
             return requests.call(self, self._derived, arrays, out, accumulate, skip, inplace, attrs)
         return self._slow_call(arrays, out, attrs)
 
@@ -310,7 +315,7 @@ def _family(arrs, bound: dict, consulted: set, spec) -> tuple:
     the attributes the rules consulted (and of any that is not a bool, int or float), the other
     attributes' scalar classes, and the dtype each node computes in (a comparison with an int
     attribute widens with its value)."""
-    attrs = tuple((n, v) if n in consulted or type(v) not in (bool, int, float) else (n, _scalar_class(v))
+    attrs = tuple((n, exact_attr(v)) if n in consulted or type(v) not in (bool, int, float) else (n, _scalar_class(v))
                   for n, v in bound.items())
     return (tuple((a.dtype, tuple(a.shape)) for a in arrs), attrs, tuple(i.compute for i in spec.info))
 

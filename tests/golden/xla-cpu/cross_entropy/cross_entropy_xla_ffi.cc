@@ -2090,11 +2090,12 @@ inline void slice_indices(bool has_start, int64_t start, bool has_stop, int64_t 
   if (step > 0) {
     lo = !has_start ? 0 : (start < 0 ? std::max<int64_t>(start + d, 0) : std::min(start, d));
     hi = !has_stop ? d : (stop < 0 ? std::max<int64_t>(stop + d, 0) : std::min(stop, d));
-    *length = hi > lo ? (hi - lo + step - 1) / step : 0;
+    *length = hi > lo ? (hi - lo - 1) / step + 1 : 0;   // (not hi - lo + step - 1: it overflows near 2^63)
   } else {
     lo = !has_start ? d - 1 : (start < 0 ? std::max<int64_t>(start + d, -1) : std::min(start, d - 1));
     hi = !has_stop ? -1 : (stop < 0 ? std::max<int64_t>(stop + d, -1) : std::min(stop, d - 1));
-    *length = lo > hi ? (lo - hi + (-step) - 1) / (-step) : 0;
+    const uint64_t down = step == INT64_MIN ? uint64_t(1) << 63 : uint64_t(-step);   // (-INT64_MIN overflows)
+    *length = lo > hi ? int64_t(uint64_t(lo - hi - 1) / down) + 1 : 0;
   }
   *a = *length ? lo : 0;
 }
