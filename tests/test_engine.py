@@ -258,6 +258,12 @@ def _conflict(a_ins, a_outs, b_ins, b_outs) -> bool:
             any(_meet(u, v) for u in a_ins for v in b_outs))
 
 
+def _flows(a_ins, a_outs, b_ins, b_outs) -> bool:
+    """A failure's reach: ``a`` wrote (or would have written) memory ``b`` touches. Overwriting what
+    a failed call only read is an order, not a data flow: that call runs."""
+    return any(_meet(u, v) for u in a_outs for v in b_ins + b_outs)
+
+
 def _make_bufs(seed):
     r = np.random.default_rng(seed)
     return [r.integers(0, 100, (6, 10)).astype(np.int64), r.integers(0, 100, (4, 8)).astype(np.int64)]
@@ -322,9 +328,10 @@ def test_random_dags_keep_raw_war_waw_order(seed):
 
 @pytest.mark.parametrize("seed", range(4))
 def test_random_dags_skip_exactly_the_dependents_of_failures(seed):
-    """Random programs where some calls fail: exactly the calls that (transitively) conflict with an
-    earlier failed or skipped call are skipped; all others ran; the memory equals a sequential
-    replay that runs the same set; wait_all raises the earliest failure, once."""
+    """Random programs where some calls fail: exactly the calls that (transitively) touch memory an
+    earlier failed or skipped call wrote are skipped; all others ran (those overwriting what a
+    failed call only read too); the memory equals a sequential replay that runs the same set;
+    wait_all raises the earliest failure, once."""
     rng = np.random.default_rng(2000 + seed)
     for _ in range(6):
         n_ops = int(rng.integers(8, 25))
@@ -341,7 +348,7 @@ def test_random_dags_skip_exactly_the_dependents_of_failures(seed):
         assert f"call #{first} (" in str(info.value) and "_op_fn.<locals>.call" in str(info.value)
         bad: set = set()
         for j, s in enumerate(program):
-            if any(_conflict(*_io(views, program[i]), *_io(views, s)) for i in bad):
+            if any(_flows(*_io(views, program[i]), *_io(views, s)) for i in bad):
                 assert j not in log and "was not run" in str(tasks[j].exception())
                 bad.add(j)
             elif s["fail"]:
@@ -484,6 +491,18 @@ def test_a_failure_poisons_its_memory_until_reported():
             eng.wait_for(a)
         eng.push(lambda x, out: out.fill(1), a, b).result()  # reported: runs
         assert b[0] == 1
+
+
+def test_overwriting_what_a_failed_call_only_read_runs():
+    a, b, c = np.ones(3), np.zeros(3), np.zeros(3)
+    with Engine(2) as eng:
+        eng.push(lambda x, out: 1 / 0, a, b)                   # reads a, fails
+        over = eng.push(lambda out: out.fill(7), (), a)         # overwrites a: waits for it, then runs
+        after = eng.push(lambda x, out: out.fill(1), b, c)      # reads what the failure left unwritten
+        assert over.exception() is None and np.all(a == 7)
+        assert "was not run" in str(after.exception()) and c[0] == 0
+        with pytest.raises(EngineError, match="ZeroDivisionError"):
+            eng.wait_all()
 
 
 def test_wait_for_raises_only_for_writers_and_waits_for_readers():

@@ -65,13 +65,14 @@ def _live(t) -> bool:
 class Task:
     """The handle ``Engine.push`` returns: ``done()``, ``wait()``, ``result()``, ``exception()``."""
 
-    __slots__ = ("seq", "kernel", "site", "_args", "_state", "_waiting", "_dependents", "_root",
+    __slots__ = ("seq", "kernel", "site", "_args", "_state", "_waiting", "_dependents", "_followers", "_root",
                  "_reported", "_error", "_value", "_event", "_shared")
 
     def __init__(self, state, kernel, site, args):
         self.seq = -1             # push order (the order push() took the engine's lock)
         self.kernel, self.site, self._args = kernel, site, args
         self._state, self._waiting, self._dependents = _WAITING, 0, []
+        self._followers: list = []  # calls that overwrite memory this one only reads: they wait, not fail
         self._root = None         # the failed call this one was skipped for (itself when it failed)
         self._reported = False    # (on a failed call) a wait has raised its error
         self._error = self._value = self._event = None
@@ -151,7 +152,12 @@ class _State:
                 d._waiting -= 1
                 if d._waiting == 0:
                     self.start_or_skip(d, stack)
-            t._dependents, t._args = [], None  # free the arrays as soon as possible
+            for d in t._followers:   # (a failed reader left what they overwrite as it was)
+                if d._state < _DONE:
+                    d._waiting -= 1
+                    if d._waiting == 0:
+                        self.start_or_skip(d, stack)
+            t._dependents, t._followers, t._args = [], [], None  # free the arrays as soon as possible
             if t._event is not None:
                 t._event.set()
         if not self.live:
@@ -218,7 +224,7 @@ def _shutdown(state: _State, threads: list, cancel: bool) -> None:
                     t._state = _CANCELLED
                     t._error = EngineError(f"{t.label} was cancelled by Engine.close(cancel=True)")
                     state.live.pop(t.seq)
-                    t._dependents, t._args = [], None
+                    t._dependents, t._followers, t._args = [], [], None
                     if t._event is not None:
                         t._event.set()
             state.ready.clear()
@@ -395,12 +401,17 @@ class Engine:
                 raise EngineError("Engine.push: the engine is closed")
             task.seq, st.next_seq = st.next_seq, st.next_seq + 1
             deps: set = set()
+            anti: set = set()   # calls that only read what this one writes: an order, not a data flow
             for (space, lo, hi), write in accesses:
                 ranges = st.spaces.get(space)
                 if ranges is None:
                     ranges = st.spaces[space] = Ranges(_matters, _live)
-                ranges.touch(lo, hi, task, write, deps)
+                ranges.touch(lo, hi, task, write, deps, anti)
             deps.discard(task)
+            for d in anti - deps - {task}:
+                if d._state < _DONE:
+                    d._followers.append(task)
+                    task._waiting += 1
             for d in deps:
                 if d._state < _DONE:
                     d._dependents.append(task)

@@ -67,8 +67,9 @@ class Ranges:
                 self.segs.insert(i + 1, [at, hi, writer, list(readers)])
                 self.los.insert(i + 1, at)
 
-    def touch(self, lo: int, hi: int, task, write: bool, deps: set) -> None:
-        """Record ``task``'s access to ``[lo, hi)``; add the calls it must follow to ``deps``."""
+    def touch(self, lo: int, hi: int, task, write: bool, deps: set, anti: set | None = None) -> None:
+        """Record ``task``'s access to ``[lo, hi)``; add the calls it must follow to ``deps`` (those
+        that only read what it writes to ``anti`` when given: their failure does not reach it)."""
         self._cut(lo)
         self._cut(hi)
         i = bisect_left(self.los, lo)
@@ -78,7 +79,7 @@ class Ranges:
             if seg[2] is not None and self.matters(seg[2]):
                 deps.add(seg[2])
             if write:
-                deps.update(r for r in seg[3] if self.matters(r))
+                (deps if anti is None else anti).update(r for r in seg[3] if self.matters(r))
         if write:  # everything before is now ordered before this call: it alone stands for the range
             new = [[lo, hi, task, []]]
         else:
