@@ -198,7 +198,7 @@ def attr_type_from_annotation(ann) -> AttrType | None:
 def exact_attr(value):
     """A bound attribute value as a dict key that equality cannot confuse with another's: -0.0
     and 0.0, (0.0,) and (0,), give different results (the rule of ``rt.call.key_fn``'s keys, for bound values)."""
-    if type(value) is float:
+    if isinstance(value, (float, np.floating)):
         return (value, math.copysign(1.0, value))
     if type(value) is tuple:
         return repr(value)
@@ -229,7 +229,10 @@ def coerce_attr(t: AttrType, value):
             return int(value)
     elif t is AttrType.FLOAT:
         if is_float(value):
-            return float(value)
+            try:
+                return float(value)
+            except OverflowError:   # (an int past a double's range)
+                raise TypeError(f"{value} is too large for a float (a double)") from None
     elif t is AttrType.STR:
         if isinstance(value, str):
             return value

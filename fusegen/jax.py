@@ -279,13 +279,19 @@ class JaxFunction:
                 raise fg.AttrError(f"op {self.op.name}: attribute {n!r} is a traced JAX value; attributes are "
                                    "static (they specialize the kernel): pass a Python value, e.g. close over it "
                                    "or mark it static in jax.jit (static_argnums / static_argnames)")
-        # a concrete JAX value (jnp.int32(0)) is its Python value, as a NumPy scalar is
-        attrs = {n: (v.tolist() if isinstance(v, jax.Array) else v) for n, v in attrs.items()}
+        # a concrete JAX value (jnp.int32(0)) or a NumPy array is its Python value, as a NumPy
+        # scalar is (a 0-d array its scalar, as a call on arrays takes it)
+        attrs = {n: (v.tolist() if isinstance(v, (jax.Array, np.ndarray)) else v) for n, v in attrs.items()}
+        for n, v in attrs.items():
+            if self.op.attrs[n].type is AttrType.INT and isinstance(v, (int, np.integer)) and \
+                    not isinstance(v, (bool, np.bool_)) and not -2 ** 63 <= int(v) < 2 ** 63:
+                raise fg.AttrError(f"op {self.op.name}: attribute {n!r}: {int(v)} does not fit in int64, the type "
+                                   "of an XLA FFI integer attribute")
         static = {n: _Static(tuple(v) if isinstance(v, list) else v) for n, v in attrs.items()}
         fn = jax.jit(self._with_vjp(functools.partial(self._jit, **static), attrs))
         try:   # (bounded as a kernel's signatures are: an attribute set per call must not hold memory)
             remember(self._by_attrs, attrs_key(self.op, attrs), fn)
-        except TypeError:  # a list value: not cacheable by value, rebuilt per call
+        except (TypeError, OverflowError):  # a list value: not cacheable by value, rebuilt per call
             pass
         return fn
 

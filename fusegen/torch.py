@@ -39,7 +39,8 @@ import torch
 
 import fusegen as fg
 from .plan import dimflow
-from .dtypes import AttrType
+from .dtypes import AttrType, exact_attr
+from .rt.call import remember
 
 __all__ = ["function", "TorchFunction", "TORCH_DTYPES", "schema"]
 
@@ -140,7 +141,7 @@ def _hint(d) -> int:
 def _key(tensors, attrs: dict):
     key = tuple([(t.dtype, t.shape) for t in tensors])
     if attrs:   # values and their types: 1, 1.0 and True are equal as keys but not as attributes
-        key += tuple((k, tuple(v) if isinstance(v, list) else v, type(v)) for k, v in sorted(attrs.items()))
+        key += tuple((k, exact_attr(tuple(v) if isinstance(v, list) else v), type(v)) for k, v in sorted(attrs.items()))
     return key
 
 
@@ -201,8 +202,8 @@ class TorchFunction:
         return self.custom_op._opoverload
 
     def __call__(self, *tensors, inplace: bool = False, **attrs):
-        if any(type(v) is bool for v in attrs.values()):
-            self.op.bind_attrs(attrs)   # torch's schema takes True for an int (as 1): fusegen's rules refuse it
+        if attrs and not torch.compiler.is_compiling():   # (compiling, ints may be symbolic: the kernel checks them)
+            attrs = self._bound(attrs)
         if inplace:
             return self._call_inplace(tensors, attrs)
         if not torch.compiler.is_compiling() and any(type(t).__name__ == "DTensor" for t in tensors):
@@ -214,13 +215,27 @@ class TorchFunction:
                 return torch_sharding.run_rounds(self, tensors, attrs)
         return self.custom_op(*tensors, **attrs)
 
+    def _bound(self, attrs: dict) -> dict:
+        """The attributes given, checked and converted as a call on arrays does (torch's schema
+        would take 1 for a bool, np.True_ for an int, [True] for a list[int], a 0-d tensor for a
+        scalar), as values its schema takes: list attributes as lists, ints in int64."""
+        bound = self.op.bind_attrs(attrs)
+        out = {}
+        for k in attrs:
+            v = bound[k]
+            if type(v) is int and not -2 ** 63 <= v < 2 ** 63:
+                raise fg.AttrError(f"op {self.op.name}: attribute {k!r}: {v} does not fit in a torch int (int64)")
+            out[k] = list(v) if isinstance(v, tuple) else v
+        return out
+
     # --- running ----------------------------------------------------------------------------
     def signature(self, tensors, attrs: dict) -> _Signature:
         key = _key(tensors, attrs)
         sig = self._sigs.get(key)
         if sig is None:
-            sig = self._sigs[key] = _Signature(self.op, [t.dtype for t in tensors],
-                                               [tuple(t.shape) for t in tensors], attrs)
+            sig = _Signature(self.op, [t.dtype for t in tensors], [tuple(t.shape) for t in tensors], attrs)
+            with _LOCK:   # (bounded as a kernel's signatures are: a seed per step holds no memory per step)
+                remember(self._sigs, key, sig)
         return sig
 
     def kernel(self, device: str):

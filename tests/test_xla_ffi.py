@@ -170,7 +170,7 @@ def test_bindings_types_attributes_and_scratch_results():
     for attr, ffi_type in [("axes", "ffi::Span<const int64_t>"), ("keep_dims", "bool"), ("scale", "double"),
                            ("weights", "ffi::Span<const double>"), ("tag", "std::string_view")]:
         assert f'.Attr<{ffi_type}>("{attr}")' in binding
-    assert "a.scale = scale;" in src  # Python floats arrive as f64 and are kept as double (as NumPy has them)
+    assert "a.scale = attr_scale;" in src  # Python floats arrive as f64 and are kept as double (as NumPy has them)
     assert ".Ret<ffi::Buffer<ffi::U8>>()" not in emit(ex.add_reduce_sum, abi="xla-ffi").source  # no scratch
     assert set(FFI_DTYPES) == set(fg.DTYPES)
 

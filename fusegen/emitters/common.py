@@ -29,6 +29,7 @@ from ..version import __version__
 from . import gathers as G
 from . import rng as R
 from . import layout
+from .cnames import member
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 HEADER_NAME = "custom_aot_extra.h"
@@ -239,7 +240,8 @@ def _attr_data(op: OpDef) -> list[dict]:
         # Init then reads the exact value where the host gives it (``name:f64``, see
         # native/host.set_float64_attrs; MindSpore gives only the float).
         store = "double" if s.type is AttrType.FLOAT else s.type.cpp
-        out.append(dict(name=s.name, cpp=s.type.cpp, store=store, default=default, required=s.required,
+        out.append(dict(name=s.name, member=member(s.name), cpp=s.type.cpp, store=store, default=default,
+                        required=s.required,
                         py_type=s.type.value, py_default=None if s.required else repr(
                             list(s.default) if isinstance(s.default, tuple) else s.default)))
     return out
@@ -289,7 +291,7 @@ def _shape_rules(op: OpDef) -> list[dict]:
                 axes = dict(kind="attr_vec" if vec else "attr_int", name=a.axes.name)
             else:
                 axes = dict(kind="const", values=list(a.axes))
-            keep = f"a.{a.keep_dims.name}" if isinstance(a.keep_dims, AttrRef) else \
+            keep = f"a.{member(a.keep_dims.name)}" if isinstance(a.keep_dims, AttrRef) else \
                 ("true" if a.keep_dims else "false")
             rules.append(dict(kind="reduce", src=srcs[0], axes=axes, keep=keep, text=text, idx=i,
                               nonempty=a.kind in ("max", "min") and not a.empty_ok))

@@ -13,7 +13,7 @@ from ..ir import Node, Op, OpDef
 from ..plan import Plan, build_plan
 from ..plan.exprs import CUDA_CPP, ExprWriter, reduce_identity, reg_dtype
 from . import layout, specialize
-from .common import (CUDA_DEFAULT_ARCHS, HEADER_NAME, TEMPLATES, TYPE_IDS, Emitted, c_name, env, error_table,
+from .common import (CUDA_DEFAULT_ARCHS, HEADER_NAME, TEMPLATES, TYPE_IDS, Emitted, c_name, env, error_table, member,
                      operand_ids, parse_dtypes, template_data, scan_form)
 
 
@@ -27,7 +27,7 @@ def combo_data(op: OpDef, plan: Plan, combo, ranks=None) -> dict:
     op_types = list(combo) + out_dtypes + [reg_dtype(spec.of(b).acc) for b in plan.buffers]
 
     def body(node: Node, want: DType, names: dict) -> list[str]:
-        w = ExprWriter(spec, CUDA_CPP, lambda n, ctx=(): names[id(n)] if n.op is not Op.ATTR else f"a.{n.arg}", prefix="t")
+        w = ExprWriter(spec, CUDA_CPP, lambda n, ctx=(): names[id(n)] if n.op is not Op.ATTR else f"a.{member(n.arg)}", prefix="t")
         v = w.value(node, want)
         return [f"const auto {name} = {expr};" for name, expr in w.lines] + [f"return {v};"]
 

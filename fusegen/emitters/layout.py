@@ -29,6 +29,7 @@ from ..plan.exprs import CPP, ExprWriter, reduce_identity, reg_dtype
 from ..plan.paths import is_param, path_steps
 from ..plan.splits import COMPARISONS, stage_splits
 from . import gathers as G, hoist
+from .cnames import member
 from .rng import random_text
 
 #: Ops whose kernels take the layout path (a gather's read is a view step plus an index term).
@@ -114,7 +115,7 @@ def _static_expr(op: OpDef, spec: Spec, n: Node) -> str | None:
     if n.op is Op.ATTR:
         if op.attrs[n.arg].type not in (AttrType.INT, AttrType.BOOL, AttrType.FLOAT):
             return None
-        return f"{make}(true, {'double' if out == 'f' else 'int64_t'}(a.{n.arg}))"
+        return f"{make}(true, {'double' if out == 'f' else 'int64_t'}(a.{member(n.arg)}))"
     srcs = [g.idx(s) for s in n.srcs]
     known = " && ".join(f"s->val[{j}].known" for j in srcs) or "true"
     kinds = [_kind(spec.of(s).dtype) for s in n.srcs]
@@ -336,7 +337,7 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
 
         def leaf(n, ctx=(), reads=reads, slot_of=slot_of, index_of=index_of, terms=terms, cur=cur):
             if n.op is Op.ATTR:
-                return attr_text[spec.of(n).dtype].format(f"a.{n.arg}")
+                return attr_text[spec.of(n).dtype].format(f"a.{member(n.arg)}")
             if is_param(n):
                 return f"pv{g.idx(n)}"
             k = index_of[(slot_of[id(n)], path_steps(ctx, n))]
@@ -440,7 +441,7 @@ def combo_stages(op: OpDef, plan: Plan, spec: Spec, types: list[str], operand_id
         if st.finals:
             results = {id(r): f"r{j}" for j, r in enumerate(st.reductions)}
             fw = ExprWriter(spec, dialect, lambda n, ctx=(): results[id(n)] if n.op is Op.REDUCE else
-                            attr_text[spec.of(n).dtype].format(f"a.{n.arg}"), prefix="f")
+                            attr_text[spec.of(n).dtype].format(f"a.{member(n.arg)}"), prefix="f")
             for k, n in st.finals:
                 want = reg_dtype(dt.materialize(spec.of(n).dtype))
                 target = next(s["k"] for s, a in zip(stores, st.stores) if a.slot == ("out", k) and a.node is n)

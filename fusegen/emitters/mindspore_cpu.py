@@ -12,7 +12,7 @@ from ..plan import Plan, build_plan, centered_pairs
 from ..plan.exprs import CPP, ExprWriter, reduce_identity, reg_dtype
 from . import layout, specialize
 from . import rng as R
-from .common import (HEADER_NAME, TEMPLATES, TYPE_IDS, Emitted, c_name, env, error_table, operand_ids, parse_dtypes,
+from .common import (HEADER_NAME, TEMPLATES, TYPE_IDS, Emitted, c_name, env, error_table, member, operand_ids, parse_dtypes,
                      template_data, scan_form)
 
 
@@ -43,7 +43,7 @@ def combo_data(op: OpDef, plan: Plan, combo: tuple[DType, ...], ranks=None) -> d
         # Random nodes: each a param of the loop bodies, filled per chunk from its counter. The
         # fills' scalars (seed, offset, bounds) are written once per row, before the chunks:
         # attributes, constants and scalar tensors (stride 0: read at the row's offset).
-        pre = ExprWriter(spec, CPP, lambda n, ctx=(): attr_text[spec.of(n).dtype].format(f"a.{n.arg}")
+        pre = ExprWriter(spec, CPP, lambda n, ctx=(): attr_text[spec.of(n).dtype].format(f"a.{member(n.arg)}")
                          if n.op is Op.ATTR else f"{CPP.type_name(reg_dtype(op_types[of(_slot(st, n))]))}"
                          f"(p{of(_slot(st, n))}[c[{of(_slot(st, n))}]])", prefix=f"rs{st.index}_")
         for r in _randoms(g, st):
@@ -130,7 +130,7 @@ def expr_fn(spec, node: Node, want: DType, names: dict, stored=(), stage=None) -
     values the stage's fills give: ``names``; the ``stored`` values, read back as arguments:
     ``plan.shared``) in ``stage``'s loop."""
     w = ExprWriter(spec, CPP, lambda n, ctx=(): names[id(n)] if n.op is not Op.ATTR else
-                   attr_text[spec.of(n).dtype].format(f"a.{n.arg}"), prefix="t", stored=stored, stage=stage,
+                   attr_text[spec.of(n).dtype].format(f"a.{member(n.arg)}"), prefix="t", stored=stored, stage=stage,
                    random=lambda ew, n, ctx: R.buffered_text(ew, n, ctx, names[id(n)]))
     v = w.value(node, want)
     lines = [f"const auto {name} = {expr};" for name, expr in w.lines]

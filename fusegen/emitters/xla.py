@@ -24,7 +24,7 @@ from ..dtypes import DTYPES, AttrType
 from ..ir import OpDef
 from ..plan import build_plan
 from . import cuda, mindspore_cpu, specialize
-from .common import CUDA_DEFAULT_ARCHS, ERRORS, Emitted, c_name, env, parse_dtypes, scan_form, template_data
+from .common import CUDA_DEFAULT_ARCHS, ERRORS, Emitted, c_name, env, member, parse_dtypes, scan_form, template_data
 
 #: fusegen dtype -> XLA FFI ``ffi::DataType`` (the element type a typed buffer binds to).
 FFI_DTYPES: dict[str, str] = {
@@ -88,7 +88,10 @@ def _ffi_attr_data(op: OpDef) -> list[dict]:
     out = []
     for s in op.attrs.values():
         ffi_type, conv = FFI_ATTRS[s.type]
-        out.append(dict(name=s.name, ffi=ffi_type, assign=conv.format(v=s.name), py_type=s.type.value,
+        # (the handler's parameter is attr_<name>: a name of its own, as `a` or `o`, would hide the
+        # handler's locals)
+        out.append(dict(name=s.name, member=member(s.name), param=f"attr_{s.name}", ffi=ffi_type,
+                        assign=conv.format(v=f"attr_{s.name}"), py_type=s.type.value,
                         required=s.required, py_default=None if s.required else repr(
                             list(s.default) if isinstance(s.default, tuple) else s.default)))
     return out

@@ -158,7 +158,7 @@ def attrs_call_fn(op, by_attrs: dict, slow, name: str, errors=(), translate=None
            f"        if _fg_kw:\n"
            f"            raise KeyError\n"
            f"        _fg_fn = _fg_by_attrs[{_key_expr(0, attrs, op)}]\n"
-           f"    except (KeyError, TypeError):\n"
+           f"    except (KeyError, TypeError, ValueError, OverflowError):\n"
            f"        _fg_fn = _fg_slow({_given(attrs)})\n"
            f"    try:\n"
            f"        return _fg_fn(*_fg_arrays)\n"
@@ -209,7 +209,7 @@ def call_fn(op, calls: dict, generic, overlap=None):
            f"        _fg_run = _fg_calls[{_key_expr(n, attrs, op)}].run\n"
            + (f"        if out is not None and _fg_overlap(out{''.join(f', _fg_a{i}' for i in range(n))}):\n"
               f"            raise KeyError\n" if overlap is not None else "")
-           + f"    except (KeyError, AttributeError, TypeError):\n"
+           + f"    except (KeyError, AttributeError, TypeError, ValueError, OverflowError):\n"
            f"        return _fg_generic(tuple(a for a in {ins} if a is not _fg_M) + _fg_more, out, "
            f"accumulate, skip, inplace,\n"
            f"                           {_given(attrs)})\n"
@@ -224,6 +224,6 @@ def signature_key(kernel, arrays, attrs: dict):
     try:
         key = kernel.key(*arrays, **attrs)
         hash(key)
-    except TypeError:
+    except (TypeError, ValueError, OverflowError):   # (copysign of a huge int: the binding's error)
         return None
     return key

@@ -1515,11 +1515,11 @@ int call_run(Operands &o, const char **dtypes, const Data &a) {
 }
 
 // (float16, float16) -> (float16)
-ffi::Error AddReduceSum_float16_float16_impl(ffi::Buffer<ffi::F16> in0, ffi::Buffer<ffi::F16> in1, ffi::ResultBuffer<ffi::F16> out0, int64_t axis, bool keep_dims) {
+ffi::Error AddReduceSum_float16_float16_impl(ffi::Buffer<ffi::F16> in0, ffi::Buffer<ffi::F16> in1, ffi::ResultBuffer<ffi::F16> out0, int64_t attr_axis, bool attr_keep_dims) {
   static const char *const kDtypes[kInputs + kOutputs] = {"float16", "float16", "float16"};
   Data a;
-  a.axis = axis;
-  a.keep_dims = keep_dims;
+  a.axis = attr_axis;
+  a.keep_dims = attr_keep_dims;
   Operands o;
   o.add(in0);
   o.add(in1);
@@ -1528,11 +1528,11 @@ ffi::Error AddReduceSum_float16_float16_impl(ffi::Buffer<ffi::F16> in0, ffi::Buf
 }
 
 // (float32, float32) -> (float32)
-ffi::Error AddReduceSum_float32_float32_impl(ffi::Buffer<ffi::F32> in0, ffi::Buffer<ffi::F32> in1, ffi::ResultBuffer<ffi::F32> out0, int64_t axis, bool keep_dims) {
+ffi::Error AddReduceSum_float32_float32_impl(ffi::Buffer<ffi::F32> in0, ffi::Buffer<ffi::F32> in1, ffi::ResultBuffer<ffi::F32> out0, int64_t attr_axis, bool attr_keep_dims) {
   static const char *const kDtypes[kInputs + kOutputs] = {"float32", "float32", "float32"};
   Data a;
-  a.axis = axis;
-  a.keep_dims = keep_dims;
+  a.axis = attr_axis;
+  a.keep_dims = attr_keep_dims;
   Operands o;
   o.add(in0);
   o.add(in1);
@@ -1541,11 +1541,11 @@ ffi::Error AddReduceSum_float32_float32_impl(ffi::Buffer<ffi::F32> in0, ffi::Buf
 }
 
 // (float64, float64) -> (float64)
-ffi::Error AddReduceSum_float64_float64_impl(ffi::Buffer<ffi::F64> in0, ffi::Buffer<ffi::F64> in1, ffi::ResultBuffer<ffi::F64> out0, int64_t axis, bool keep_dims) {
+ffi::Error AddReduceSum_float64_float64_impl(ffi::Buffer<ffi::F64> in0, ffi::Buffer<ffi::F64> in1, ffi::ResultBuffer<ffi::F64> out0, int64_t attr_axis, bool attr_keep_dims) {
   static const char *const kDtypes[kInputs + kOutputs] = {"float64", "float64", "float64"};
   Data a;
-  a.axis = axis;
-  a.keep_dims = keep_dims;
+  a.axis = attr_axis;
+  a.keep_dims = attr_keep_dims;
   Operands o;
   o.add(in0);
   o.add(in1);

@@ -1558,11 +1558,11 @@ int call_run(Operands &o, const char **dtypes, const Data &a) {
 }
 
 // (float32, float32, float32) -> (float32, float32)
-ffi::Error AddReduceSumGrad_float32_float32_float32_impl(ffi::Buffer<ffi::F32> in0, ffi::Buffer<ffi::F32> in1, ffi::Buffer<ffi::F32> in2, ffi::ResultBuffer<ffi::F32> out0, ffi::ResultBuffer<ffi::F32> out1, ffi::ResultBuffer<ffi::U8> out2, int64_t axis, bool keep_dims) {
+ffi::Error AddReduceSumGrad_float32_float32_float32_impl(ffi::Buffer<ffi::F32> in0, ffi::Buffer<ffi::F32> in1, ffi::Buffer<ffi::F32> in2, ffi::ResultBuffer<ffi::F32> out0, ffi::ResultBuffer<ffi::F32> out1, ffi::ResultBuffer<ffi::U8> out2, int64_t attr_axis, bool attr_keep_dims) {
   static const char *const kDtypes[kInputs + kOutputs] = {"float32", "float32", "float32", "float32", "float32"};
   Data a;
-  a.axis = axis;
-  a.keep_dims = keep_dims;
+  a.axis = attr_axis;
+  a.keep_dims = attr_keep_dims;
   Operands o;
   o.add(in0);
   o.add(in1);

@@ -1646,11 +1646,11 @@ int call_run(Operands &o, const char **dtypes, const Data &a) {
 }
 
 // (int32, int32) -> (int64)
-ffi::Error AddReduceSum_int32_int32_impl(ffi::Buffer<ffi::S32> in0, ffi::Buffer<ffi::S32> in1, ffi::ResultBuffer<ffi::S64> out0, int64_t axis, bool keep_dims) {
+ffi::Error AddReduceSum_int32_int32_impl(ffi::Buffer<ffi::S32> in0, ffi::Buffer<ffi::S32> in1, ffi::ResultBuffer<ffi::S64> out0, int64_t attr_axis, bool attr_keep_dims) {
   static const char *const kDtypes[kInputs + kOutputs] = {"int32", "int32", "int64"};
   Data a;
-  a.axis = axis;
-  a.keep_dims = keep_dims;
+  a.axis = attr_axis;
+  a.keep_dims = attr_keep_dims;
   Operands o;
   o.add(in0);
   o.add(in1);
@@ -1659,11 +1659,11 @@ ffi::Error AddReduceSum_int32_int32_impl(ffi::Buffer<ffi::S32> in0, ffi::Buffer<
 }
 
 // (int8, int16) -> (int64)
-ffi::Error AddReduceSum_int8_int16_impl(ffi::Buffer<ffi::S8> in0, ffi::Buffer<ffi::S16> in1, ffi::ResultBuffer<ffi::S64> out0, int64_t axis, bool keep_dims) {
+ffi::Error AddReduceSum_int8_int16_impl(ffi::Buffer<ffi::S8> in0, ffi::Buffer<ffi::S16> in1, ffi::ResultBuffer<ffi::S64> out0, int64_t attr_axis, bool attr_keep_dims) {
   static const char *const kDtypes[kInputs + kOutputs] = {"int8", "int16", "int64"};
   Data a;
-  a.axis = axis;
-  a.keep_dims = keep_dims;
+  a.axis = attr_axis;
+  a.keep_dims = attr_keep_dims;
   Operands o;
   o.add(in0);
   o.add(in1);
@@ -1672,11 +1672,11 @@ ffi::Error AddReduceSum_int8_int16_impl(ffi::Buffer<ffi::S8> in0, ffi::Buffer<ff
 }
 
 // (uint8, uint8) -> (uint64)
-ffi::Error AddReduceSum_uint8_uint8_impl(ffi::Buffer<ffi::U8> in0, ffi::Buffer<ffi::U8> in1, ffi::ResultBuffer<ffi::U64> out0, int64_t axis, bool keep_dims) {
+ffi::Error AddReduceSum_uint8_uint8_impl(ffi::Buffer<ffi::U8> in0, ffi::Buffer<ffi::U8> in1, ffi::ResultBuffer<ffi::U64> out0, int64_t attr_axis, bool attr_keep_dims) {
   static const char *const kDtypes[kInputs + kOutputs] = {"uint8", "uint8", "uint64"};
   Data a;
-  a.axis = axis;
-  a.keep_dims = keep_dims;
+  a.axis = attr_axis;
+  a.keep_dims = attr_keep_dims;
   Operands o;
   o.add(in0);
   o.add(in1);
@@ -1685,11 +1685,11 @@ ffi::Error AddReduceSum_uint8_uint8_impl(ffi::Buffer<ffi::U8> in0, ffi::Buffer<f
 }
 
 // (bool, bool) -> (int64)
-ffi::Error AddReduceSum_bool_bool_impl(ffi::Buffer<ffi::PRED> in0, ffi::Buffer<ffi::PRED> in1, ffi::ResultBuffer<ffi::S64> out0, int64_t axis, bool keep_dims) {
+ffi::Error AddReduceSum_bool_bool_impl(ffi::Buffer<ffi::PRED> in0, ffi::Buffer<ffi::PRED> in1, ffi::ResultBuffer<ffi::S64> out0, int64_t attr_axis, bool attr_keep_dims) {
   static const char *const kDtypes[kInputs + kOutputs] = {"bool", "bool", "int64"};
   Data a;
-  a.axis = axis;
-  a.keep_dims = keep_dims;
+  a.axis = attr_axis;
+  a.keep_dims = attr_keep_dims;
   Operands o;
   o.add(in0);
   o.add(in1);

@@ -1791,10 +1791,10 @@ int call_run(Operands &o, const char **dtypes, const Data &a) {
 }
 
 // (float16, float16) -> (float16)
-ffi::Error RmsNorm_float16_float16_impl(ffi::Buffer<ffi::F16> in0, ffi::Buffer<ffi::F16> in1, ffi::ResultBuffer<ffi::F16> out0, ffi::ResultBuffer<ffi::U8> out1, double eps) {
+ffi::Error RmsNorm_float16_float16_impl(ffi::Buffer<ffi::F16> in0, ffi::Buffer<ffi::F16> in1, ffi::ResultBuffer<ffi::F16> out0, ffi::ResultBuffer<ffi::U8> out1, double attr_eps) {
   static const char *const kDtypes[kInputs + kOutputs] = {"float16", "float16", "float16"};
   Data a;
-  a.eps = eps;
+  a.eps = attr_eps;
   Operands o;
   o.add(in0);
   o.add(in1);
@@ -1805,10 +1805,10 @@ ffi::Error RmsNorm_float16_float16_impl(ffi::Buffer<ffi::F16> in0, ffi::Buffer<f
 }
 
 // (float32, float32) -> (float32)
-ffi::Error RmsNorm_float32_float32_impl(ffi::Buffer<ffi::F32> in0, ffi::Buffer<ffi::F32> in1, ffi::ResultBuffer<ffi::F32> out0, ffi::ResultBuffer<ffi::U8> out1, double eps) {
+ffi::Error RmsNorm_float32_float32_impl(ffi::Buffer<ffi::F32> in0, ffi::Buffer<ffi::F32> in1, ffi::ResultBuffer<ffi::F32> out0, ffi::ResultBuffer<ffi::U8> out1, double attr_eps) {
   static const char *const kDtypes[kInputs + kOutputs] = {"float32", "float32", "float32"};
   Data a;
-  a.eps = eps;
+  a.eps = attr_eps;
   Operands o;
   o.add(in0);
   o.add(in1);
@@ -1819,10 +1819,10 @@ ffi::Error RmsNorm_float32_float32_impl(ffi::Buffer<ffi::F32> in0, ffi::Buffer<f
 }
 
 // (float64, float64) -> (float64)
-ffi::Error RmsNorm_float64_float64_impl(ffi::Buffer<ffi::F64> in0, ffi::Buffer<ffi::F64> in1, ffi::ResultBuffer<ffi::F64> out0, ffi::ResultBuffer<ffi::U8> out1, double eps) {
+ffi::Error RmsNorm_float64_float64_impl(ffi::Buffer<ffi::F64> in0, ffi::Buffer<ffi::F64> in1, ffi::ResultBuffer<ffi::F64> out0, ffi::ResultBuffer<ffi::U8> out1, double attr_eps) {
   static const char *const kDtypes[kInputs + kOutputs] = {"float64", "float64", "float64"};
   Data a;
-  a.eps = eps;
+  a.eps = attr_eps;
   Operands o;
   o.add(in0);
   o.add(in1);

@@ -1834,10 +1834,10 @@ int call_run(Operands &o, const char **dtypes, const Data &a) {
 }
 
 // (float16, float16, float16) -> (float16)
-ffi::Error RmsNormGrad_float16_float16_float16_impl(ffi::Buffer<ffi::F16> in0, ffi::Buffer<ffi::F16> in1, ffi::Buffer<ffi::F16> in2, ffi::ResultBuffer<ffi::F16> out0, ffi::ResultBuffer<ffi::U8> out1, ffi::ResultBuffer<ffi::U8> out2, ffi::ResultBuffer<ffi::U8> out3, ffi::ResultBuffer<ffi::U8> out4, double eps) {
+ffi::Error RmsNormGrad_float16_float16_float16_impl(ffi::Buffer<ffi::F16> in0, ffi::Buffer<ffi::F16> in1, ffi::Buffer<ffi::F16> in2, ffi::ResultBuffer<ffi::F16> out0, ffi::ResultBuffer<ffi::U8> out1, ffi::ResultBuffer<ffi::U8> out2, ffi::ResultBuffer<ffi::U8> out3, ffi::ResultBuffer<ffi::U8> out4, double attr_eps) {
   static const char *const kDtypes[kInputs + kOutputs] = {"float16", "float16", "float16", "float16"};
   Data a;
-  a.eps = eps;
+  a.eps = attr_eps;
   Operands o;
   o.add(in0);
   o.add(in1);

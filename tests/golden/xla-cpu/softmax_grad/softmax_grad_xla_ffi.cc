@@ -2047,10 +2047,10 @@ int call_run(Operands &o, const char **dtypes, const Data &a) {
 }
 
 // (float32, float32) -> (float32)
-ffi::Error SoftmaxGrad_float32_float32_impl(ffi::Buffer<ffi::F32> in0, ffi::Buffer<ffi::F32> in1, ffi::ResultBuffer<ffi::F32> out0, ffi::ResultBuffer<ffi::U8> out1, ffi::ResultBuffer<ffi::U8> out2, ffi::ResultBuffer<ffi::U8> out3, ffi::ResultBuffer<ffi::U8> out4, ffi::ResultBuffer<ffi::U8> out5, int64_t axis) {
+ffi::Error SoftmaxGrad_float32_float32_impl(ffi::Buffer<ffi::F32> in0, ffi::Buffer<ffi::F32> in1, ffi::ResultBuffer<ffi::F32> out0, ffi::ResultBuffer<ffi::U8> out1, ffi::ResultBuffer<ffi::U8> out2, ffi::ResultBuffer<ffi::U8> out3, ffi::ResultBuffer<ffi::U8> out4, ffi::ResultBuffer<ffi::U8> out5, int64_t attr_axis) {
   static const char *const kDtypes[kInputs + kOutputs] = {"float32", "float32", "float32"};
   Data a;
-  a.axis = axis;
+  a.axis = attr_axis;
   Operands o;
   o.add(in0);
   o.add(in1);

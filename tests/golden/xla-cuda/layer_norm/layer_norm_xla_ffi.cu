@@ -1914,11 +1914,11 @@ int call_run(Operands &o, const char **dtypes, const Data &a, cudaStream_t strea
 }
 
 // (float16) -> (float16, float16, float16)
-ffi::Error LayerNorm_float16_impl(cudaStream_t stream, ffi::Buffer<ffi::F16> in0, ffi::ResultBuffer<ffi::F16> out0, ffi::ResultBuffer<ffi::F16> out1, ffi::ResultBuffer<ffi::F16> out2, ffi::ResultBuffer<ffi::U8> out3, ffi::ResultBuffer<ffi::U8> out4, int64_t axis, double eps) {
+ffi::Error LayerNorm_float16_impl(cudaStream_t stream, ffi::Buffer<ffi::F16> in0, ffi::ResultBuffer<ffi::F16> out0, ffi::ResultBuffer<ffi::F16> out1, ffi::ResultBuffer<ffi::F16> out2, ffi::ResultBuffer<ffi::U8> out3, ffi::ResultBuffer<ffi::U8> out4, int64_t attr_axis, double attr_eps) {
   static const char *const kDtypes[kInputs + kOutputs] = {"float16", "float16", "float16", "float16"};
   Data a;
-  a.axis = axis;
-  a.eps = eps;
+  a.axis = attr_axis;
+  a.eps = attr_eps;
   Operands o;
   o.add(in0);
   o.add(*out0);
@@ -1932,11 +1932,11 @@ ffi::Error LayerNorm_float16_impl(cudaStream_t stream, ffi::Buffer<ffi::F16> in0
 }
 
 // (float32) -> (float32, float32, float32)
-ffi::Error LayerNorm_float32_impl(cudaStream_t stream, ffi::Buffer<ffi::F32> in0, ffi::ResultBuffer<ffi::F32> out0, ffi::ResultBuffer<ffi::F32> out1, ffi::ResultBuffer<ffi::F32> out2, ffi::ResultBuffer<ffi::U8> out3, ffi::ResultBuffer<ffi::U8> out4, int64_t axis, double eps) {
+ffi::Error LayerNorm_float32_impl(cudaStream_t stream, ffi::Buffer<ffi::F32> in0, ffi::ResultBuffer<ffi::F32> out0, ffi::ResultBuffer<ffi::F32> out1, ffi::ResultBuffer<ffi::F32> out2, ffi::ResultBuffer<ffi::U8> out3, ffi::ResultBuffer<ffi::U8> out4, int64_t attr_axis, double attr_eps) {
   static const char *const kDtypes[kInputs + kOutputs] = {"float32", "float32", "float32", "float32"};
   Data a;
-  a.axis = axis;
-  a.eps = eps;
+  a.axis = attr_axis;
+  a.eps = attr_eps;
   Operands o;
   o.add(in0);
   o.add(*out0);
@@ -1950,11 +1950,11 @@ ffi::Error LayerNorm_float32_impl(cudaStream_t stream, ffi::Buffer<ffi::F32> in0
 }
 
 // (float64) -> (float64, float64, float64)
-ffi::Error LayerNorm_float64_impl(cudaStream_t stream, ffi::Buffer<ffi::F64> in0, ffi::ResultBuffer<ffi::F64> out0, ffi::ResultBuffer<ffi::F64> out1, ffi::ResultBuffer<ffi::F64> out2, ffi::ResultBuffer<ffi::U8> out3, ffi::ResultBuffer<ffi::U8> out4, int64_t axis, double eps) {
+ffi::Error LayerNorm_float64_impl(cudaStream_t stream, ffi::Buffer<ffi::F64> in0, ffi::ResultBuffer<ffi::F64> out0, ffi::ResultBuffer<ffi::F64> out1, ffi::ResultBuffer<ffi::F64> out2, ffi::ResultBuffer<ffi::U8> out3, ffi::ResultBuffer<ffi::U8> out4, int64_t attr_axis, double attr_eps) {
   static const char *const kDtypes[kInputs + kOutputs] = {"float64", "float64", "float64", "float64"};
   Data a;
-  a.axis = axis;
-  a.eps = eps;
+  a.axis = attr_axis;
+  a.eps = attr_eps;
   Operands o;
   o.add(in0);
   o.add(*out0);

@@ -1878,11 +1878,11 @@ int call_run(Operands &o, const char **dtypes, const Data &a, cudaStream_t strea
 }
 
 // (float64, float64, float64, float64) -> (float64)
-ffi::Error LayerNormGrad_float64_float64_float64_float64_impl(cudaStream_t stream, ffi::Buffer<ffi::F64> in0, ffi::Buffer<ffi::F64> in1, ffi::Buffer<ffi::F64> in2, ffi::Buffer<ffi::F64> in3, ffi::ResultBuffer<ffi::F64> out0, ffi::ResultBuffer<ffi::U8> out1, ffi::ResultBuffer<ffi::U8> out2, ffi::ResultBuffer<ffi::U8> out3, ffi::ResultBuffer<ffi::U8> out4, ffi::ResultBuffer<ffi::U8> out5, ffi::ResultBuffer<ffi::U8> out6, int64_t axis, double eps) {
+ffi::Error LayerNormGrad_float64_float64_float64_float64_impl(cudaStream_t stream, ffi::Buffer<ffi::F64> in0, ffi::Buffer<ffi::F64> in1, ffi::Buffer<ffi::F64> in2, ffi::Buffer<ffi::F64> in3, ffi::ResultBuffer<ffi::F64> out0, ffi::ResultBuffer<ffi::U8> out1, ffi::ResultBuffer<ffi::U8> out2, ffi::ResultBuffer<ffi::U8> out3, ffi::ResultBuffer<ffi::U8> out4, ffi::ResultBuffer<ffi::U8> out5, ffi::ResultBuffer<ffi::U8> out6, int64_t attr_axis, double attr_eps) {
   static const char *const kDtypes[kInputs + kOutputs] = {"float64", "float64", "float64", "float64", "float64"};
   Data a;
-  a.axis = axis;
-  a.eps = eps;
+  a.axis = attr_axis;
+  a.eps = attr_eps;
   Operands o;
   o.add(in0);
   o.add(in1);

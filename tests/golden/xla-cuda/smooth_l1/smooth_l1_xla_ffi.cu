@@ -1457,10 +1457,10 @@ int call_run(Operands &o, const char **dtypes, const Data &a, cudaStream_t strea
 }
 
 // (float16, float16) -> (float16)
-ffi::Error SmoothL1_float16_float16_impl(cudaStream_t stream, ffi::Buffer<ffi::F16> in0, ffi::Buffer<ffi::F16> in1, ffi::ResultBuffer<ffi::F16> out0, double sigma) {
+ffi::Error SmoothL1_float16_float16_impl(cudaStream_t stream, ffi::Buffer<ffi::F16> in0, ffi::Buffer<ffi::F16> in1, ffi::ResultBuffer<ffi::F16> out0, double attr_sigma) {
   static const char *const kDtypes[kInputs + kOutputs] = {"float16", "float16", "float16"};
   Data a;
-  a.sigma = sigma;
+  a.sigma = attr_sigma;
   Operands o;
   o.add(in0);
   o.add(in1);
@@ -1469,10 +1469,10 @@ ffi::Error SmoothL1_float16_float16_impl(cudaStream_t stream, ffi::Buffer<ffi::F
 }
 
 // (float32, float32) -> (float32)
-ffi::Error SmoothL1_float32_float32_impl(cudaStream_t stream, ffi::Buffer<ffi::F32> in0, ffi::Buffer<ffi::F32> in1, ffi::ResultBuffer<ffi::F32> out0, double sigma) {
+ffi::Error SmoothL1_float32_float32_impl(cudaStream_t stream, ffi::Buffer<ffi::F32> in0, ffi::Buffer<ffi::F32> in1, ffi::ResultBuffer<ffi::F32> out0, double attr_sigma) {
   static const char *const kDtypes[kInputs + kOutputs] = {"float32", "float32", "float32"};
   Data a;
-  a.sigma = sigma;
+  a.sigma = attr_sigma;
   Operands o;
   o.add(in0);
   o.add(in1);
@@ -1481,10 +1481,10 @@ ffi::Error SmoothL1_float32_float32_impl(cudaStream_t stream, ffi::Buffer<ffi::F
 }
 
 // (float64, float64) -> (float64)
-ffi::Error SmoothL1_float64_float64_impl(cudaStream_t stream, ffi::Buffer<ffi::F64> in0, ffi::Buffer<ffi::F64> in1, ffi::ResultBuffer<ffi::F64> out0, double sigma) {
+ffi::Error SmoothL1_float64_float64_impl(cudaStream_t stream, ffi::Buffer<ffi::F64> in0, ffi::Buffer<ffi::F64> in1, ffi::ResultBuffer<ffi::F64> out0, double attr_sigma) {
   static const char *const kDtypes[kInputs + kOutputs] = {"float64", "float64", "float64"};
   Data a;
-  a.sigma = sigma;
+  a.sigma = attr_sigma;
   Operands o;
   o.add(in0);
   o.add(in1);

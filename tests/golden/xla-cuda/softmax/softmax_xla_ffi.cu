@@ -1858,10 +1858,10 @@ int call_run(Operands &o, const char **dtypes, const Data &a, cudaStream_t strea
 }
 
 // (float16) -> (float16)
-ffi::Error Softmax_float16_impl(cudaStream_t stream, ffi::Buffer<ffi::F16> in0, ffi::ResultBuffer<ffi::F16> out0, ffi::ResultBuffer<ffi::U8> out1, ffi::ResultBuffer<ffi::U8> out2, int64_t axis) {
+ffi::Error Softmax_float16_impl(cudaStream_t stream, ffi::Buffer<ffi::F16> in0, ffi::ResultBuffer<ffi::F16> out0, ffi::ResultBuffer<ffi::U8> out1, ffi::ResultBuffer<ffi::U8> out2, int64_t attr_axis) {
   static const char *const kDtypes[kInputs + kOutputs] = {"float16", "float16"};
   Data a;
-  a.axis = axis;
+  a.axis = attr_axis;
   Operands o;
   o.add(in0);
   o.add(*out0);
@@ -1873,10 +1873,10 @@ ffi::Error Softmax_float16_impl(cudaStream_t stream, ffi::Buffer<ffi::F16> in0, 
 }
 
 // (float32) -> (float32)
-ffi::Error Softmax_float32_impl(cudaStream_t stream, ffi::Buffer<ffi::F32> in0, ffi::ResultBuffer<ffi::F32> out0, ffi::ResultBuffer<ffi::U8> out1, ffi::ResultBuffer<ffi::U8> out2, int64_t axis) {
+ffi::Error Softmax_float32_impl(cudaStream_t stream, ffi::Buffer<ffi::F32> in0, ffi::ResultBuffer<ffi::F32> out0, ffi::ResultBuffer<ffi::U8> out1, ffi::ResultBuffer<ffi::U8> out2, int64_t attr_axis) {
   static const char *const kDtypes[kInputs + kOutputs] = {"float32", "float32"};
   Data a;
-  a.axis = axis;
+  a.axis = attr_axis;
   Operands o;
   o.add(in0);
   o.add(*out0);
@@ -1888,10 +1888,10 @@ ffi::Error Softmax_float32_impl(cudaStream_t stream, ffi::Buffer<ffi::F32> in0, 
 }
 
 // (float64) -> (float64)
-ffi::Error Softmax_float64_impl(cudaStream_t stream, ffi::Buffer<ffi::F64> in0, ffi::ResultBuffer<ffi::F64> out0, ffi::ResultBuffer<ffi::U8> out1, ffi::ResultBuffer<ffi::U8> out2, int64_t axis) {
+ffi::Error Softmax_float64_impl(cudaStream_t stream, ffi::Buffer<ffi::F64> in0, ffi::ResultBuffer<ffi::F64> out0, ffi::ResultBuffer<ffi::U8> out1, ffi::ResultBuffer<ffi::U8> out2, int64_t attr_axis) {
   static const char *const kDtypes[kInputs + kOutputs] = {"float64", "float64"};
   Data a;
-  a.axis = axis;
+  a.axis = attr_axis;
   Operands o;
   o.add(in0);
   o.add(*out0);
