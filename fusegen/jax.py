@@ -49,7 +49,7 @@ import numpy as np
 import fusegen as fg
 from .native.build import build_library, cache_dir, default_cpp_flags
 from .dtypes import AttrType, exact_attr
-from .rt.call import attrs_call_fn, attrs_key, remember
+from .rt.call import MAX_SIGNATURES, attrs_call_fn, attrs_key, remember
 from .abi_emit import XlaEmitted, legacy_opaque, parse_dtypes, scan_form, workspace_bytes
 from .plan.noops import without_noops
 from .jax_transforms import BatchRule, typed_as_input, vary, varying
@@ -170,6 +170,7 @@ class JaxFunction:
         self._jit = jax.jit(traced, static_argnames=tuple(op.attrs))
         self._traced = traced
         self._by_attrs: dict = {}   # attribute values and types -> a jitted fn of the arrays only
+        self._attr_sets = 0         # attribute value sets traced (``_for_attrs``)
         # (jax 0.10: INVALID_ARGUMENT is a ValueError)
         self._call = attrs_call_fn(op, self._by_attrs, self._for_attrs, "jax call",
                                    (jax.errors.JaxRuntimeError, ValueError, TypeError), self._translate)
@@ -288,6 +289,11 @@ class JaxFunction:
                 raise fg.AttrError(f"op {self.op.name}: attribute {n!r}: {int(v)} does not fit in int64, the type "
                                    "of an XLA FFI integer attribute")
         static = {n: _Static(tuple(v) if isinstance(v, list) else v) for n, v in attrs.items()}
+        self._attr_sets += 1
+        if self._attr_sets % MAX_SIGNATURES == 0:
+            # JAX keeps a compilation per static value set without a bound (1.5 MB a seed, seen):
+            # every 256 new sets it is emptied, and the sets in use compile again once
+            self._jit.clear_cache()
         fn = jax.jit(self._with_vjp(functools.partial(self._jit, **static), attrs))
         try:   # (bounded as a kernel's signatures are: an attribute set per call must not hold memory)
             remember(self._by_attrs, attrs_key(self.op, attrs), fn)
