@@ -25,3 +25,21 @@ def test_call_at_4x5(benchmark, name, backend):
     arrays, attrs = spec.make_inputs((4, 5), "float32"), spec.variants[-1]
     kernel(*arrays, **attrs)
     benchmark(lambda: kernel(*arrays, **attrs))
+
+
+@pytest.mark.benchmark(group="per-call, a new seed each call")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_new_attribute_value_each_call(benchmark, backend):
+    # dropout_add_layer_norm at (64, 256) with seed=step: the signature's code is reused with the
+    # new value (rt.kernel's rebind); before it, each new seed was traced, planned and lowered
+    import itertools
+
+    import numpy as np
+    import fusegen.examples as ex
+    rng = np.random.default_rng(0)
+    x, r = rng.standard_normal((2, 64, 256), dtype=np.float32)
+    g, b = np.ones(256, np.float32), np.zeros(256, np.float32)
+    kernel = fg.compile(ex.dropout_add_layer_norm, backend=backend)
+    steps = itertools.count(1)
+    kernel(x, r, g, b, seed=0)
+    benchmark(lambda: kernel(x, r, g, b, seed=next(steps)))
