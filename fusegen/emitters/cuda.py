@@ -27,7 +27,8 @@ def combo_data(op: OpDef, plan: Plan, combo, ranks=None) -> dict:
     op_types = list(combo) + out_dtypes + [reg_dtype(spec.of(b).acc) for b in plan.buffers]
 
     def body(node: Node, want: DType, names: dict) -> list[str]:
-        w = ExprWriter(spec, CUDA_CPP, lambda n, ctx=(): names[id(n)] if n.op is not Op.ATTR else f"a.{member(n.arg)}", prefix="t")
+        w = ExprWriter(spec, CUDA_CPP, lambda n, ctx=(): names[id(n)] if n.op is not Op.ATTR else f"a.{member(n.arg)}",
+                       prefix="t")
         v = w.value(node, want)
         return [f"const auto {name} = {expr};" for name, expr in w.lines] + [f"return {v};"]
 

@@ -12,8 +12,8 @@ from ..plan import Plan, build_plan, centered_pairs
 from ..plan.exprs import CPP, ExprWriter, reduce_identity, reg_dtype
 from . import layout, specialize
 from . import rng as R
-from .common import (HEADER_NAME, TEMPLATES, TYPE_IDS, Emitted, c_name, env, error_table, member, operand_ids, parse_dtypes,
-                     template_data, scan_form)
+from .common import (HEADER_NAME, TEMPLATES, TYPE_IDS, Emitted, c_name, env, error_table, member, operand_ids,
+                     parse_dtypes, template_data, scan_form)
 
 
 def combo_data(op: OpDef, plan: Plan, combo: tuple[DType, ...], ranks=None) -> dict:
