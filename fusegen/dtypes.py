@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import enum
 import functools
+import math
 import typing
 from dataclasses import dataclass
-
-import math
 
 import numpy as np
 
@@ -197,7 +196,8 @@ def attr_type_from_annotation(ann) -> AttrType | None:
 
 def exact_attr(value):
     """A bound attribute value as a dict key that equality cannot confuse with another's: -0.0
-    and 0.0, (0.0,) and (0,), give different results (the rule of ``rt.call.key_fn``'s keys, for bound values)."""
+    and 0.0, (0.0,) and (0,), give different results (``rt.call.key_fn``'s rule, for bound
+    values)."""
     if isinstance(value, (float, np.floating)):
         return (value, math.copysign(1.0, value))
     if type(value) is tuple:

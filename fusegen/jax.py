@@ -49,7 +49,7 @@ import numpy as np
 import fusegen as fg
 from .native.build import build_library, cache_dir, default_cpp_flags
 from .dtypes import AttrType, exact_attr
-from .rt.call import MAX_SIGNATURES, attrs_call_fn, attrs_key, remember
+from .rt.call import MAX_SIGNATURES, attrs_call_fn, key_fn, remember
 from .abi_emit import XlaEmitted, legacy_opaque, parse_dtypes, scan_form, workspace_bytes
 from .plan.noops import without_noops
 from .jax_transforms import BatchRule, typed_as_input, vary, varying
@@ -171,6 +171,7 @@ class JaxFunction:
         self._traced = traced
         self._by_attrs: dict = {}   # attribute values and types -> a jitted fn of the arrays only
         self._attr_sets = 0         # attribute value sets traced (``_for_attrs``)
+        self._attrs_key = key_fn(op, inputs=False)   # the key ``_call`` looks a value set up under
         # (jax 0.10: INVALID_ARGUMENT is a ValueError)
         self._call = attrs_call_fn(op, self._by_attrs, self._for_attrs, "jax call",
                                    (jax.errors.JaxRuntimeError, ValueError, TypeError), self._translate)
@@ -296,8 +297,10 @@ class JaxFunction:
             self._jit.clear_cache()
         fn = jax.jit(self._with_vjp(functools.partial(self._jit, **static), attrs))
         try:   # (bounded as a kernel's signatures are: an attribute set per call must not hold memory)
-            remember(self._by_attrs, attrs_key(self.op, attrs), fn)
-        except (TypeError, OverflowError):  # a list value: not cacheable by value, rebuilt per call
+            key = self._attrs_key(**attrs)
+            hash(key)
+            remember(self._by_attrs, key, fn)
+        except (TypeError, ValueError, OverflowError):  # a list value: not cacheable by value, rebuilt per call
             pass
         return fn
 

@@ -141,7 +141,8 @@ def _hint(d) -> int:
 def _key(tensors, attrs: dict):
     key = tuple([(t.dtype, t.shape) for t in tensors])
     if attrs:   # values and their types: 1, 1.0 and True are equal as keys but not as attributes
-        key += tuple((k, exact_attr(tuple(v) if isinstance(v, list) else v), type(v)) for k, v in sorted(attrs.items()))
+        key += tuple((k, exact_attr(tuple(v) if isinstance(v, list) else v), type(v))
+                     for k, v in sorted(attrs.items()))
     return key
 
 

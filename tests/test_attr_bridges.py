@@ -49,6 +49,17 @@ def test_jax_statics_tell_minus_zero_and_take_0d_arrays():
         fg.jax.function(pick)(X, k=2 ** 63)
 
 
+@needs_jax
+def test_jax_calls_that_omit_a_float_attribute_take_the_fast_path():
+    # the fast path's key and the key the slow path files a value set under are one expression:
+    # they once differed for an omitted float attribute, and every such call traced anew
+    f = fg.jax.function(scale)
+    for _ in range(5):
+        np.testing.assert_array_equal(np.asarray(f(X)), X)
+        np.testing.assert_array_equal(np.asarray(f(X, alpha=-0.0)), X * -0.0)
+    assert f._attr_sets == 2
+
+
 @needs("torch")
 def test_torch_refuses_what_a_call_on_arrays_refuses_and_tells_minus_zero():
     torch = importlib.import_module("torch")

@@ -22,6 +22,8 @@ from .text import op_text
 from .trace import Attr, NeedsDtype, NeedsRank, NeedsShape, Tensor, make, tracing
 
 _FAMILY_LOCK = threading.Lock()   # (``specialize``: one list of specializations per signature)
+
+
 def _exact(pairs) -> list:
     return [(a, dt.exact_attr(v)) for a, v in pairs]
 

@@ -145,7 +145,8 @@ def infer(opdef, in_dtypes, in_shapes, attrs: dict, consulted: set | None = None
     return Spec(opdef, in_dtypes, tuple(sorted(attrs.items())), tuple(info))
 
 
-def infer_nodes(opdef, g: Graph, in_dtypes, in_shapes, attrs: dict, consulted: set | None = None) -> list[NodeInfo]:
+def infer_nodes(opdef, g: Graph, in_dtypes, in_shapes, attrs: dict,
+                consulted: set | None = None) -> list[NodeInfo]:
     """The rules evaluated over ``g``'s nodes (``opdef`` names the op, its inputs and attribute
     types in messages: an ``OpDef``, or while tracing an object with the same fields).
 
@@ -235,7 +236,8 @@ def infer_nodes(opdef, g: Graph, in_dtypes, in_shapes, attrs: dict, consulted: s
                      "would be float32's); cast to float32", exc=DTypeError)
             value = static_value(n.op, [s.value for s in srcs], fail) if all(
                 s.value is not None and s.shape == () for s in srcs) else None
-            if out == "int" and isinstance(value, int) and not -2 ** 63 <= value < 2 ** 63 and n.op not in _COMPARISONS:
+            if out == "int" and isinstance(value, int) and not -2 ** 63 <= value < 2 ** 63 and \
+                    n.op not in _COMPARISONS:
                 # Python computes it exactly; a kernel computes arithmetic on attributes and dims
                 # in int64, where it would wrap (n * n at n = 2**32 gave 0)
                 fail(f"Python integer {value} (computed from attributes, dims or constants) is out of bounds "

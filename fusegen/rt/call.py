@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..dtypes import AttrType, exact_attr
+from ..dtypes import AttrType
 from ..errors import ArgumentError
 
 
@@ -132,14 +132,16 @@ def _kind_expr(a: str, op) -> str:
     return f"_fg_type({a})"
 
 
-def key_fn(op):
+def key_fn(op, inputs: bool = True):
     """``key(*arrays, **attrs)``: the signature key a call is cached under, generated for the op:
     each input's dtype and shape, then each attribute's value *and type* (1, 1.0 and True are
     equal as dict keys but must not share an entry), in the op's order whatever order the call
     gives them in (an attribute not given is a sentinel). A flat tuple: it hashes faster than a
-    nested one. TypeError for a wrong input count or an attribute the op does not name."""
+    nested one. TypeError for a wrong input count or an attribute the op does not name.
+    ``inputs=False``: ``key(**attrs)``, the key ``attrs_call_fn``'s call looks attributes up under
+    (the same expression: the two cannot drift)."""
     attrs = _attr_params(op)
-    n = len(op.inputs)
+    n = len(op.inputs) if inputs else 0
     head = ", ".join(p for p in (_params(n, False), "*" if attrs else "") if p)
     src = f"def key({head}{_keywords(attrs)}):\n    return {_key_expr(n, attrs, op)}\n"
     return _generate(src, f"signature key of {op.name}")
@@ -151,7 +153,7 @@ def attrs_call_fn(op, by_attrs: dict, slow, name: str, errors=(), translate=None
     key not there (or unhashable, or with an attribute the op does not name). An exception of
     the types ``errors`` goes to ``translate(e)``, which raises what the caller should see or
     returns (``e`` is raised). For callers that cache one function per attribute set
-    (``fusegen.jax``)."""
+    (``fusegen.jax``; its entries are keyed by ``key_fn(op, inputs=False)``)."""
     attrs = _attr_params(op)
     src = (f"def call(*_fg_arrays{_keywords(attrs)}, **_fg_kw):\n"
            f"    try:\n"
@@ -167,25 +169,6 @@ def attrs_call_fn(op, by_attrs: dict, slow, name: str, errors=(), translate=None
            f"        raise\n")
     return _generate(src, f"{name} of {op.name}", _fg_by_attrs=by_attrs, _fg_slow=slow, _fg_errors=tuple(errors),
                      _fg_translate=translate)
-
-
-def attrs_key(op, attrs: dict):
-    """The key ``attrs_call_fn``'s call looks ``attrs`` up under (TypeError: unhashable, or an
-    attribute its call does not name, which it never looks up)."""
-    params = _attr_params(op)
-    if not attrs.keys() <= set(params):
-        raise TypeError("not a key")
-    key = []
-    for a in params:
-        v = attrs.get(a, _MISSING)
-        key += (v, type(v))
-        kind = op.attrs[a].type
-        if kind is AttrType.FLOAT and v is not _MISSING:
-            key.append(math.copysign(1.0, v))
-        elif not kind.is_scalar and v is not _MISSING:
-            key.append(repr(v))
-    hash(key := tuple(key))
-    return key
 
 
 def call_fn(op, calls: dict, generic, overlap=None):
