@@ -4,6 +4,7 @@ fallback: same results, same errors, the cache keyed as before. Cheap: two small
 (cached) and one Numba kernel."""
 from __future__ import annotations
 
+import os
 import shutil
 
 import numpy as np
@@ -312,6 +313,38 @@ def test_large_fresh_outputs_are_cache_line_aligned(monkeypatch):
         assert a.shape == shape and get_handler_name(a) != "fusegen_aligned64"
     monkeypatch.setattr(fastcall, "_state", [None])
     assert get_handler_name(fastcall.empty((1 << 16,), np.float64)) != "fusegen_aligned64"
+
+
+
+def _vm_flags(address: int) -> list[str]:
+    """The VmFlags of the mapping of this process that holds ``address`` (/proc/self/smaps)."""
+    inside = False
+    for line in open("/proc/self/smaps"):
+        head = line.split()[0]
+        if "-" in head and not head.endswith(":"):
+            lo, hi = (int(v, 16) for v in head.split("-"))
+            inside = lo <= address < hi
+        elif inside and head == "VmFlags:":
+            return line.split()[1:]
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+@pytest.mark.skipif(not os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled"),
+                    reason="no transparent huge pages on this system")
+def test_large_fresh_outputs_are_advised_onto_huge_pages():
+    """Fresh outputs of 4 MiB and more are advised onto transparent huge pages (``hg``), as NumPy
+    advises its own: malloc maps such a block afresh on every call, and faulting 64 MiB in 4 KiB
+    pages cost a fresh-output call 5-10x the kernel. Smaller ones are not."""
+    if fastcall.module() is None:
+        pytest.skip("no small-call extension here (no compiler or Python headers)")
+    big = np.ones((1024, 1100), np.float32)   # 4.3 MiB
+    k = fg.compile(ex.add_mul_div)
+    for out in k(big, big):
+        middle = out.ctypes.data + out.nbytes // 2
+        assert "hg" in _vm_flags(middle)
+        np.testing.assert_array_equal(out[-1], out[0])
+    a = fastcall.empty((5 << 20,), np.uint8)
+    assert "hg" in _vm_flags(a.ctypes.data + (4 << 20))
 
 
 _HEAP_CHECK = """

@@ -26,6 +26,9 @@
 #include <algorithm>
 #include <cstring>
 #include <vector>
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
 
 namespace {
 
@@ -86,6 +89,24 @@ struct AlignedHeader {
   size_t size;
 };
 
+// From this size on the data's whole pages are advised onto transparent huge pages, as NumPy's
+// own allocator advises its arrays (alloc.c, 4 MiB): malloc maps such a block afresh on every
+// call, and the kernel's first touch of a 64 MiB output took 35-79 ms of 4 KiB page faults
+// against 7.4 ms in 2 MiB pages (this host, THP "madvise"); NumPy's outputs paid the latter and
+// fusegen's the former. A kernel that refuses the advice changes nothing.
+constexpr size_t kHugeBytes = size_t(1) << 22;
+
+void advise_huge(char *data, size_t size) {
+#ifdef MADV_HUGEPAGE
+  const uintptr_t page = 4096;
+  const uintptr_t first = (reinterpret_cast<uintptr_t>(data) + page - 1) & ~(page - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + size) & ~(page - 1);
+  if (end > first) madvise(reinterpret_cast<void *>(first), end - first, MADV_HUGEPAGE);
+#else
+  (void)data, (void)size;
+#endif
+}
+
 void *aligned_malloc(void *, size_t size) {
   if (size > SIZE_MAX - 64) return nullptr;
   char *block = static_cast<char *>(malloc(size + 64));
@@ -94,6 +115,7 @@ void *aligned_malloc(void *, size_t size) {
   auto *header = reinterpret_cast<AlignedHeader *>(at) - 1;
   header->block = block;
   header->size = size;
+  if (size >= kHugeBytes) advise_huge(reinterpret_cast<char *>(at), size);
   return reinterpret_cast<void *>(at);
 }
 void *aligned_calloc(void *ctx, size_t nelem, size_t elsize) {
