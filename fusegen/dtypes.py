@@ -6,9 +6,11 @@ dtype NumPy would give for the same expression.
 """
 from __future__ import annotations
 
+import collections.abc
 import enum
 import functools
 import math
+import re
 import typing
 from dataclasses import dataclass
 
@@ -171,10 +173,24 @@ _CPP_ATTR = {
 }
 
 
+def _element_of(ann):
+    """X for ``list[X]``, ``tuple[X, ...]`` or ``Sequence[X]`` (the spellings of a list
+    attribute: a tuple default is the usual immutable one); None for anything else."""
+    origin, args = typing.get_origin(ann), typing.get_args(ann)
+    if origin in (list, collections.abc.Sequence) and len(args) == 1:
+        return args[0]
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return args[0]
+    return None
+
+
 def attr_type_from_annotation(ann) -> AttrType | None:
     """Map a keyword-only parameter's annotation to an AttrType (None if unsupported)."""
     if isinstance(ann, str):
-        s = ann.replace(" ", "").replace("List[", "list[")
+        s = ann.replace(" ", "").replace("List[", "list[").replace("Tuple[", "tuple[")
+        s = re.sub(r"(?:tuple|Sequence)\[(\w+|list\[\w+\])(?:,\.\.\.)?\]",
+                   lambda m: f"list[{m.group(1)}]", s.replace("typing.", "").replace("collections.abc.", ""))
+        s = re.sub(r"(?:tuple|Sequence)\[(list\[\w+\])(?:,\.\.\.)?\]", r"list[\1]", s)
         for t in AttrType:
             if t.value == s:
                 return t
@@ -182,15 +198,14 @@ def attr_type_from_annotation(ann) -> AttrType | None:
     simple = {bool: AttrType.BOOL, int: AttrType.INT, float: AttrType.FLOAT, str: AttrType.STR}
     if ann in simple:
         return simple[ann]
-    origin, args = typing.get_origin(ann), typing.get_args(ann)
-    if origin is list and len(args) == 1:
-        inner = args[0]
-        if inner is int:
-            return AttrType.INTS
-        if inner is float:
-            return AttrType.FLOATS
-        if typing.get_origin(inner) is list and typing.get_args(inner) in ((int,), (float,)):
-            return AttrType.INTS2 if typing.get_args(inner) == (int,) else AttrType.FLOATS2
+    inner = _element_of(ann)
+    if inner is int:
+        return AttrType.INTS
+    if inner is float:
+        return AttrType.FLOATS
+    innermost = _element_of(inner) if inner is not None else None
+    if innermost in (int, float):
+        return AttrType.INTS2 if innermost is int else AttrType.FLOATS2
     return None
 
 

@@ -289,6 +289,7 @@ class JaxFunction:
                     not isinstance(v, (bool, np.bool_)) and not -2 ** 63 <= int(v) < 2 ** 63:
                 raise fg.AttrError(f"op {self.op.name}: attribute {n!r}: {int(v)} does not fit in int64, the type "
                                    "of an XLA FFI integer attribute")
+        self.op.bind_attrs(attrs)   # type errors name what the caller gave (a list, not the tuple below)
         static = {n: _Static(tuple(v) if isinstance(v, list) else v) for n, v in attrs.items()}
         self._attr_sets += 1
         if self._attr_sets % MAX_SIGNATURES == 0:

@@ -378,7 +378,7 @@ def test_jax_attribute_errors():
     x = np.ones((2, 3), np.float32)
     bad(AttrError, r"op scaled: missing required attribute 'alpha' \(float\)", f, x)
     bad(AttrError, r"op scaled: attribute 'alpha': expected float, got str 'a'", f, x, alpha="a")
-    bad(AttrError, r"op scaled: attribute 'alpha': expected float, got tuple", f, x, alpha=[1.0])
+    bad(AttrError, r"op scaled: attribute 'alpha': expected float, got list \[1.0\]", f, x, alpha=[1.0])
     bad(AttrError, r"unknown attribute 'beta'", f, x, alpha=1.0, beta=2.0)
     bad(ArgumentError, r"op scaled takes 1 inputs \(x\), got 2", f, x, x, alpha=1.0)
     bad(ArgumentError, r"op scaled: input 'x' is a list; JAX functions take arrays", f, [[1.0, 2.0]], alpha=1.0)

@@ -71,6 +71,35 @@ def test_signature_inputs_and_attribute_specs():
     assert repr(f) == "<fusegen op f(a, b, c; n, k, flag, axes, mode, ws, m, z)>"
 
 
+
+def test_list_attributes_may_be_annotated_as_tuples_and_sequences():
+    """``tuple[int, ...]`` (the immutable default's type) and ``Sequence[int]`` are list
+    attributes too, as annotations and as the strings ``from __future__ import annotations``
+    leaves; a fixed-length tuple is not one."""
+    import collections.abc
+    import typing
+    from fusegen.dtypes import attr_type_from_annotation as ann
+    for a in (tuple[int, ...], typing.Tuple[int, ...], collections.abc.Sequence[int], "tuple[int, ...]",
+              "typing.Sequence[int]"):
+        assert ann(a) is AttrType.INTS, a
+    for a in (tuple[float, ...], "Tuple[float, ...]"):
+        assert ann(a) is AttrType.FLOATS, a
+    for a in (tuple[tuple[int, ...], ...], list[tuple[int, ...]], "tuple[list[int], ...]"):
+        assert ann(a) is AttrType.INTS2, a
+    assert ann("list[tuple[float,...]]") is AttrType.FLOATS2
+    for a in (tuple[int, int], tuple[int], "tuple[int, int]", list[str], typing.Sequence[str]):
+        assert ann(a) is None, a
+
+    @fg.op
+    def summed(x, *, axes: tuple[int, ...] = (0,)):
+        return fg.sum(x, axis=axes)
+    assert summed.attrs["axes"].type is AttrType.INTS
+    x = np.arange(12.0).reshape(3, 4)
+    k = fg.compile(summed)
+    np.testing.assert_array_equal(k(x), x.sum(0))
+    np.testing.assert_array_equal(k(x, axes=(1,)), x.sum(1))
+    np.testing.assert_array_equal(k(x, axes=[0, 1]), x.sum((0, 1)))
+
 def test_examples_are_reachable_as_fg_examples():
     # in a fresh process: here `import fusegen.examples` already set the attribute
     out = subprocess.run([sys.executable, "-c", "import fusegen; print(fusegen.examples.softmax.name)"],

@@ -230,7 +230,8 @@ class OpDef:
         if t is None:
             got = "no annotation" if ann is inspect.Parameter.empty else f"got {ann!r}"
             raise TraceError(f"op {self.name}: attribute {p.name!r} needs a type annotation among bool, int, "
-                             f"float, str, list[int], list[float], list[list[int]], list[list[float]]; {got}")
+                             f"float, str, list[int], list[float], list[list[int]], list[list[float]] (a list also as "
+                             f"tuple[int, ...] or Sequence[int]); {got}")
         if p.default is p.empty:
             return AttrSpec(p.name, t, None, True)
         try:
