@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from ..ir import PIECEWISE, VIEWS, AttrRef, Node, Op, OpDef, ShapeOf, computed_nodes, leaves_of, nodes_of, shape_atoms
 from ..graph.scans import composed, has_scans
 from .access import REDUCED, Access, slot_name
-from .paths import stage_reads
+from .paths import is_param, stage_reads
 from .shared import shared_values
 from .splits import stage_splits
 
@@ -123,14 +123,16 @@ def _atoms(exprs) -> tuple[Node, ...]:
 
 
 def _plain(n: Node) -> bool:
-    """An expression of reduction results through elementwise ops only (a stage's final)."""
+    """An expression of reduction results through elementwise ops only (a stage's final). Not
+    one that reads a dim's value (``x.sum(-1) / x.shape[-1]``): an epilogue has no parameters,
+    so an elementwise stage of its own reads the reduction back, with the dim as a parameter."""
     stack, seen = [n], set()
     while stack:
         m = stack.pop()
         if id(m) in seen or m.op is Op.REDUCE:
             continue
         seen.add(id(m))
-        if m.op in VIEWS or m.op in PIECEWISE or m.op in (Op.IOTA, Op.GATHER):
+        if m.op in VIEWS or m.op in PIECEWISE or m.op in (Op.IOTA, Op.GATHER) or is_param(m):
             return False
         stack.extend(m.srcs)
     return True

@@ -114,14 +114,14 @@
 
 namespace fg {
 
-constexpr int kMaxRank = 32;
-constexpr int kUnknownRank = -2;       // the AOT ABI's shape [-2]
-constexpr int64_t kUnknownDim = -1;    // the AOT ABI's unknown dim
-constexpr int kLanes = 16;             // independent accumulators per row reduction
-constexpr int kUnroll = 4;             // lane groups of a max or min row (fg's lane_groups)
-constexpr int64_t kChunk = 512;        // row-mode elements per packed chunk
-constexpr int64_t kTile = 2048;        // col-mode inner-dim tile (accumulators live on the stack)
-constexpr int64_t kParallelThreshold = int64_t(1) << 17;  // below this, threads cost more than they save
+[[maybe_unused]] constexpr int kMaxRank = 32;
+[[maybe_unused]] constexpr int kUnknownRank = -2;       // the AOT ABI's shape [-2]
+[[maybe_unused]] constexpr int64_t kUnknownDim = -1;    // the AOT ABI's unknown dim
+[[maybe_unused]] constexpr int kLanes = 16;             // independent accumulators per row reduction
+[[maybe_unused]] constexpr int kUnroll = 4;             // lane groups of a max or min row (fg's lane_groups)
+[[maybe_unused]] constexpr int64_t kChunk = 512;        // row-mode elements per packed chunk
+[[maybe_unused]] constexpr int64_t kTile = 2048;        // col-mode inner-dim tile (accumulators live on the stack)
+[[maybe_unused]] constexpr int64_t kParallelThreshold = int64_t(1) << 17;  // below this, threads cost more than they save
 
 enum Error : int {
   FG_OK = 0,  // success
@@ -555,8 +555,8 @@ FG_VM double vm_copysign(double x, double s) { return std::copysign(x, s); }
 FG_VM double vm_rint(double x) { return std::rint(x); }
 FG_VM double vm_sqrt(double x) { return std::sqrt(x); }
 #endif
-constexpr double kVmInf = __builtin_huge_val();
-constexpr double kVmNaN = __builtin_nan("");
+[[maybe_unused]] constexpr double kVmInf = __builtin_huge_val();
+[[maybe_unused]] constexpr double kVmNaN = __builtin_nan("");
 
 // a * b, rounded, that g++ and nvcc cannot fuse into a following addition (their default
 // contraction turns a * b + c into fma(a, b, c), which rounds differently unless the product is
@@ -1058,9 +1058,9 @@ enum ViewError : int {
 
 namespace views {
 
-constexpr int kMaxSubDims = 16;                      // views.MAX_SUBDIMS
-constexpr int kMaxLoopDims = 32;                     // views.MAX_LOOP_DIMS
-constexpr int kMaxDigits = kMaxRank * kMaxSubDims;   // every sub-dim of a view: a reshape's digits
+[[maybe_unused]] constexpr int kMaxSubDims = 16;                      // views.MAX_SUBDIMS
+[[maybe_unused]] constexpr int kMaxLoopDims = 32;                     // views.MAX_LOOP_DIMS
+[[maybe_unused]] constexpr int kMaxDigits = kMaxRank * kMaxSubDims;   // every sub-dim of a view: a reshape's digits
 
 // Python's divmod (the quotient rounds toward -inf, the remainder takes the divisor's sign), so
 // the arithmetic below gives the Python results even on negative operands.
@@ -2450,10 +2450,10 @@ inline void box_loops(const views::Nest<NOPS> &nest, const views::BoxLayout<NOPS
 // the last outer dim, as y in `x + y.T`), a task is a block, kBlock rows of the last outer dim by
 // kBlockCols elements of the inner dim, so neither side reads with a large stride for long; else
 // a task is one whole row (rows = rb = 1, cb = inner).
-constexpr int64_t kBlock = 64;
+[[maybe_unused]] constexpr int64_t kBlock = 64;
 // A transposed block's inner elements: wider than its rows, so the operands read along the rows
 // (x and the output in `x + y.T`) stream 1 KiB (float32) per row and block, not 256 bytes.
-constexpr int64_t kBlockCols = 256;
+[[maybe_unused]] constexpr int64_t kBlockCols = 256;
 
 struct Blocks {
   int64_t rows = 1, rb = 1, cb = 1, nrb = 1, ncb = 1, tasks = 0;
@@ -2600,7 +2600,7 @@ inline void cpu_loops(const views::Nest<NOPS> &nest, const views::BoxLayout<NOPS
 // of the outer ones, so the read streams whole spans (x's rows of h * d) instead of a row of d
 // per page, and the stores, now spread over that dim's rows, go around the cache (B->stream:
 // fg::stream_out). The same order with cached stores was slower than the output's order.
-constexpr int64_t kStreamMin = int64_t(1) << 21;  // elements: well beyond the caches
+[[maybe_unused]] constexpr int64_t kStreamMin = int64_t(1) << 21;  // elements: well beyond the caches
 
 template <int NOPS>
 inline void stream_order(const bool *stored, BoxLoops<NOPS> *B) {
@@ -2701,7 +2701,7 @@ struct FlatMap {
 // mode, its reduced dims the domain's last), its rows (`units`: a reduction's outer index, an
 // elementwise stage's rows of `unit_len` elements), and per operand its id (-1: an iota or a
 // piece probe), whether it is stored, its memory (fg::memory_classes) and its flat map.
-constexpr int kMaxFuseOps = 24;
+[[maybe_unused]] constexpr int kMaxFuseOps = 24;
 
 struct RowInfo {
   bool ok = false;
@@ -2795,7 +2795,7 @@ inline void thread_share(int64_t total, int64_t *lo, int64_t *hi) {
 
 // A group's rows per task: enough elements (kRowChunk) that a task's overhead is small, few
 // enough that the rows stay in L1/L2 between the group's stages.
-constexpr int64_t kRowChunk = 4096;
+[[maybe_unused]] constexpr int64_t kRowChunk = 4096;
 
 inline int64_t rows_per_task(const RowInfo &G) {
   return std::max<int64_t>(1, kRowChunk / std::max<int64_t>(1, G.unit_len));
@@ -2932,7 +2932,7 @@ inline void transpose_block(const T *p, int64_t so, int64_t si, int64_t nr, int6
 // row of x, read by both halves) is still in cache for the second box: it streams once, not once
 // per box. Each box keeps its own loops; its outer index is row * (its units per row) + the rest,
 // since the rows' dims come first in its flat order.
-constexpr int kMaxRowBoxes = 16;
+[[maybe_unused]] constexpr int kMaxRowBoxes = 16;
 
 template <int NOPS>
 struct RowBoxes {
@@ -3167,7 +3167,7 @@ inline int gather_error(const char *where, int64_t index, int64_t axis, int64_t 
 
 namespace {
 // The checked gathers (mode="raise"): node, and the message's start (the Numba backend's text).
-constexpr int kGatherNode[] = {10};
+[[maybe_unused]] constexpr int kGatherNode[] = {10};
 const char *const kGatherWhere[] = {
     "op cross_entropy: node %10 = take_along_axis %0, %9, axis=-1 at examples.py:175: take_along_axis",
 };
@@ -3220,7 +3220,7 @@ inline bool same_attr(const T &a, const T &b) {
 // few shapes (a prompt, then one token at a time); a shape beyond them replaces the oldest plan.
 // Calls may come from several threads: a mutex guards the slots (a lookup holds it for a few
 // key comparisons, never while a plan is built or run).
-constexpr int kPlanSlots = 8;
+[[maybe_unused]] constexpr int kPlanSlots = 8;
 
 template <class P>
 class PlanCache {
@@ -3251,13 +3251,13 @@ class PlanCache {
 
 namespace {
 
-constexpr int kInputs = 2;
-constexpr int kOutputs = 1;
-constexpr int kWorkspaces = 3;
-constexpr int kOperands = 6;
-constexpr int kNodes = 14;
-constexpr int kStages = 4;
-constexpr int kOutputNode[kOutputs] = {13};
+[[maybe_unused]] constexpr int kInputs = 2;
+[[maybe_unused]] constexpr int kOutputs = 1;
+[[maybe_unused]] constexpr int kWorkspaces = 3;
+[[maybe_unused]] constexpr int kOperands = 6;
+[[maybe_unused]] constexpr int kNodes = 14;
+[[maybe_unused]] constexpr int kStages = 4;
+[[maybe_unused]] constexpr int kOutputNode[kOutputs] = {13};
 
 // Attribute values (read once by CrossEntropyInit).
 struct AttrValues {
@@ -3387,10 +3387,10 @@ int find_combo(const char **dtypes, int count) {
   return -1;
 }
 
-const int64_t kWorkspaceItemsize[][kWorkspaces + 1] = {
+[[maybe_unused]] const int64_t kWorkspaceItemsize[][kWorkspaces + 1] = {
     {4, 4, 4, 0},
 };
-const int kWorkspaceNode[kWorkspaces] = {1, 11, 4};
+[[maybe_unused]] const int kWorkspaceNode[kWorkspaces] = {1, 11, 4};
 
 int read_inputs(int *ndims, int64_t **shapes, fg::Shape *in) {
   for (int i = 0; i < kInputs; ++i) FG_TRY(fg::read_shape(ndims[i], shapes[i], &in[i]));
@@ -3422,7 +3422,7 @@ FG_INLINE ScalarAttrs scalar_attrs(const void *attrs) {
 // --- stage 0: sum (%11)
 // The loop nest of this call: one view per operand, the domain refined so that every operand is
 // strided, and `count` = the number of reduced elements per result.
-constexpr int kOps0 = 3;
+[[maybe_unused]] constexpr int kOps0 = 3;
 
 int nest0(const Shapes &s, fg::views::Nest<kOps0> *nest, uint32_t *mask, int64_t *count, int64_t *gs) {
   fg::Shape dom;
@@ -3454,7 +3454,7 @@ int nest0(const Shapes &s, fg::views::Nest<kOps0> *nest, uint32_t *mask, int64_t
 // --- stage 1: max (%1)
 // The loop nest of this call: one view per operand, the domain refined so that every operand is
 // strided, and `count` = the number of reduced elements per result.
-constexpr int kOps1 = 2;
+[[maybe_unused]] constexpr int kOps1 = 2;
 
 int nest1(const Shapes &s, fg::views::Nest<kOps1> *nest, uint32_t *mask, int64_t *count) {
   fg::Shape dom;
@@ -3479,7 +3479,7 @@ int nest1(const Shapes &s, fg::views::Nest<kOps1> *nest, uint32_t *mask, int64_t
 // --- stage 2: sum (%4)
 // The loop nest of this call: one view per operand, the domain refined so that every operand is
 // strided, and `count` = the number of reduced elements per result.
-constexpr int kOps2 = 3;
+[[maybe_unused]] constexpr int kOps2 = 3;
 
 int nest2(const Shapes &s, fg::views::Nest<kOps2> *nest, uint32_t *mask, int64_t *count) {
   fg::Shape dom;
@@ -3507,7 +3507,7 @@ int nest2(const Shapes &s, fg::views::Nest<kOps2> *nest, uint32_t *mask, int64_t
 // --- stage 3: mean (%13)
 // The loop nest of this call: one view per operand, the domain refined so that every operand is
 // strided, and `count` = the number of reduced elements per result.
-constexpr int kOps3 = 4;
+[[maybe_unused]] constexpr int kOps3 = 4;
 
 int nest3(const Shapes &s, fg::views::Nest<kOps3> *nest, uint32_t *mask, int64_t *count) {
   fg::Shape dom;

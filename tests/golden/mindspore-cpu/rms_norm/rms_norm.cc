@@ -96,14 +96,14 @@
 
 namespace fg {
 
-constexpr int kMaxRank = 32;
-constexpr int kUnknownRank = -2;       // the AOT ABI's shape [-2]
-constexpr int64_t kUnknownDim = -1;    // the AOT ABI's unknown dim
-constexpr int kLanes = 16;             // independent accumulators per row reduction
-constexpr int kUnroll = 4;             // lane groups of a max or min row (fg's lane_groups)
-constexpr int64_t kChunk = 512;        // row-mode elements per packed chunk
-constexpr int64_t kTile = 2048;        // col-mode inner-dim tile (accumulators live on the stack)
-constexpr int64_t kParallelThreshold = int64_t(1) << 17;  // below this, threads cost more than they save
+[[maybe_unused]] constexpr int kMaxRank = 32;
+[[maybe_unused]] constexpr int kUnknownRank = -2;       // the AOT ABI's shape [-2]
+[[maybe_unused]] constexpr int64_t kUnknownDim = -1;    // the AOT ABI's unknown dim
+[[maybe_unused]] constexpr int kLanes = 16;             // independent accumulators per row reduction
+[[maybe_unused]] constexpr int kUnroll = 4;             // lane groups of a max or min row (fg's lane_groups)
+[[maybe_unused]] constexpr int64_t kChunk = 512;        // row-mode elements per packed chunk
+[[maybe_unused]] constexpr int64_t kTile = 2048;        // col-mode inner-dim tile (accumulators live on the stack)
+[[maybe_unused]] constexpr int64_t kParallelThreshold = int64_t(1) << 17;  // below this, threads cost more than they save
 
 enum Error : int {
   FG_OK = 0,  // success
@@ -529,8 +529,8 @@ FG_VM double vm_copysign(double x, double s) { return std::copysign(x, s); }
 FG_VM double vm_rint(double x) { return std::rint(x); }
 FG_VM double vm_sqrt(double x) { return std::sqrt(x); }
 #endif
-constexpr double kVmInf = __builtin_huge_val();
-constexpr double kVmNaN = __builtin_nan("");
+[[maybe_unused]] constexpr double kVmInf = __builtin_huge_val();
+[[maybe_unused]] constexpr double kVmNaN = __builtin_nan("");
 
 // a * b, rounded, that g++ and nvcc cannot fuse into a following addition (their default
 // contraction turns a * b + c into fma(a, b, c), which rounds differently unless the product is
@@ -917,13 +917,13 @@ inline bool dtype_is(const char *got, const char *want) {
 
 namespace {
 
-constexpr int kInputs = 2;
-constexpr int kOutputs = 1;
-constexpr int kWorkspaces = 1;
-constexpr int kOperands = 4;
-constexpr int kNodes = 9;
-constexpr int kStages = 2;
-constexpr int kOutputNode[kOutputs] = {8};
+[[maybe_unused]] constexpr int kInputs = 2;
+[[maybe_unused]] constexpr int kOutputs = 1;
+[[maybe_unused]] constexpr int kWorkspaces = 1;
+[[maybe_unused]] constexpr int kOperands = 4;
+[[maybe_unused]] constexpr int kNodes = 9;
+[[maybe_unused]] constexpr int kStages = 2;
+[[maybe_unused]] constexpr int kOutputNode[kOutputs] = {8};
 
 // Attribute values (read once by RmsNormInit).
 struct AttrValues {
@@ -996,7 +996,7 @@ int check_nonempty(const Shapes &s) {
 
 // The plan: each stage is one pass over its domain (fusegen.plan). Operand ids: inputs 0..1,
 // outputs 2..2, workspaces 3..3.
-const fg::StageInfo kStageInfo[kStages] = {
+[[maybe_unused]] const fg::StageInfo kStageInfo[kStages] = {
     // stage 0: mean (%2)
     {1, {0}, 2,
      1, {0}, {0},
@@ -1031,12 +1031,12 @@ int find_combo(const char **dtypes, int count) {
   return -1;
 }
 
-const int64_t kWorkspaceItemsize[][kWorkspaces + 1] = {
+[[maybe_unused]] const int64_t kWorkspaceItemsize[][kWorkspaces + 1] = {
     {4, 0},
     {4, 0},
     {8, 0},
 };
-const int kWorkspaceNode[kWorkspaces] = {2};
+[[maybe_unused]] const int kWorkspaceNode[kWorkspaces] = {2};
 
 int read_inputs(int *ndims, int64_t **shapes, fg::Shape *in) {
   for (int i = 0; i < kInputs; ++i) FG_TRY(fg::read_shape(ndims[i], shapes[i], &in[i]));

@@ -129,14 +129,14 @@ class AotKernelData {
 
 namespace fg {
 
-constexpr int kMaxRank = 32;
-constexpr int kUnknownRank = -2;       // the AOT ABI's shape [-2]
-constexpr int64_t kUnknownDim = -1;    // the AOT ABI's unknown dim
-constexpr int kLanes = 16;             // independent accumulators per row reduction
-constexpr int kUnroll = 4;             // lane groups of a max or min row (fg's lane_groups)
-constexpr int64_t kChunk = 512;        // row-mode elements per packed chunk
-constexpr int64_t kTile = 2048;        // col-mode inner-dim tile (accumulators live on the stack)
-constexpr int64_t kParallelThreshold = int64_t(1) << 17;  // below this, threads cost more than they save
+[[maybe_unused]] constexpr int kMaxRank = 32;
+[[maybe_unused]] constexpr int kUnknownRank = -2;       // the AOT ABI's shape [-2]
+[[maybe_unused]] constexpr int64_t kUnknownDim = -1;    // the AOT ABI's unknown dim
+[[maybe_unused]] constexpr int kLanes = 16;             // independent accumulators per row reduction
+[[maybe_unused]] constexpr int kUnroll = 4;             // lane groups of a max or min row (fg's lane_groups)
+[[maybe_unused]] constexpr int64_t kChunk = 512;        // row-mode elements per packed chunk
+[[maybe_unused]] constexpr int64_t kTile = 2048;        // col-mode inner-dim tile (accumulators live on the stack)
+[[maybe_unused]] constexpr int64_t kParallelThreshold = int64_t(1) << 17;  // below this, threads cost more than they save
 
 enum Error : int {
   FG_OK = 0,  // success
@@ -562,8 +562,8 @@ FG_VM double vm_copysign(double x, double s) { return std::copysign(x, s); }
 FG_VM double vm_rint(double x) { return std::rint(x); }
 FG_VM double vm_sqrt(double x) { return std::sqrt(x); }
 #endif
-constexpr double kVmInf = __builtin_huge_val();
-constexpr double kVmNaN = __builtin_nan("");
+[[maybe_unused]] constexpr double kVmInf = __builtin_huge_val();
+[[maybe_unused]] constexpr double kVmNaN = __builtin_nan("");
 
 // a * b, rounded, that g++ and nvcc cannot fuse into a following addition (their default
 // contraction turns a * b + c into fma(a, b, c), which rounds differently unless the product is
@@ -950,13 +950,13 @@ inline bool dtype_is(const char *got, const char *want) {
 
 namespace {
 
-constexpr int kInputs = 3;
-constexpr int kOutputs = 1;
-constexpr int kWorkspaces = 4;
-constexpr int kOperands = 8;
-constexpr int kNodes = 29;
-constexpr int kStages = 4;
-constexpr int kOutputNode[kOutputs] = {28};
+[[maybe_unused]] constexpr int kInputs = 3;
+[[maybe_unused]] constexpr int kOutputs = 1;
+[[maybe_unused]] constexpr int kWorkspaces = 4;
+[[maybe_unused]] constexpr int kOperands = 8;
+[[maybe_unused]] constexpr int kNodes = 29;
+[[maybe_unused]] constexpr int kStages = 4;
+[[maybe_unused]] constexpr int kOutputNode[kOutputs] = {28};
 
 // Attribute values (read once by RmsNormGradInit).
 struct AttrValues {
@@ -1116,7 +1116,7 @@ int check_nonempty(const Shapes &s) {
 
 // The plan: each stage is one pass over its domain (fusegen.plan). Operand ids: inputs 0..2,
 // outputs 3..3, workspaces 4..7.
-const fg::StageInfo kStageInfo[kStages] = {
+[[maybe_unused]] const fg::StageInfo kStageInfo[kStages] = {
     // stage 0: mean (%8), sum (%20)
     {1, {4}, 8,
      1, {0}, {4},
@@ -1161,10 +1161,10 @@ int find_combo(const char **dtypes, int count) {
   return -1;
 }
 
-const int64_t kWorkspaceItemsize[][kWorkspaces + 1] = {
+[[maybe_unused]] const int64_t kWorkspaceItemsize[][kWorkspaces + 1] = {
     {4, 4, 4, 8, 0},
 };
-const int kWorkspaceNode[kWorkspaces] = {8, 26, 16, 20};
+[[maybe_unused]] const int kWorkspaceNode[kWorkspaces] = {8, 26, 16, 20};
 
 int read_inputs(int *ndims, int64_t **shapes, fg::Shape *in) {
   for (int i = 0; i < kInputs; ++i) FG_TRY(fg::read_shape(ndims[i], shapes[i], &in[i]));

@@ -105,14 +105,14 @@ class AotKernelData {
 
 namespace fg {
 
-constexpr int kMaxRank = 32;
-constexpr int kUnknownRank = -2;       // the AOT ABI's shape [-2]
-constexpr int64_t kUnknownDim = -1;    // the AOT ABI's unknown dim
-constexpr int kLanes = 16;             // independent accumulators per row reduction
-constexpr int kUnroll = 4;             // lane groups of a max or min row (fg's lane_groups)
-constexpr int64_t kChunk = 512;        // row-mode elements per packed chunk
-constexpr int64_t kTile = 2048;        // col-mode inner-dim tile (accumulators live on the stack)
-constexpr int64_t kParallelThreshold = int64_t(1) << 17;  // below this, threads cost more than they save
+[[maybe_unused]] constexpr int kMaxRank = 32;
+[[maybe_unused]] constexpr int kUnknownRank = -2;       // the AOT ABI's shape [-2]
+[[maybe_unused]] constexpr int64_t kUnknownDim = -1;    // the AOT ABI's unknown dim
+[[maybe_unused]] constexpr int kLanes = 16;             // independent accumulators per row reduction
+[[maybe_unused]] constexpr int kUnroll = 4;             // lane groups of a max or min row (fg's lane_groups)
+[[maybe_unused]] constexpr int64_t kChunk = 512;        // row-mode elements per packed chunk
+[[maybe_unused]] constexpr int64_t kTile = 2048;        // col-mode inner-dim tile (accumulators live on the stack)
+[[maybe_unused]] constexpr int64_t kParallelThreshold = int64_t(1) << 17;  // below this, threads cost more than they save
 
 enum Error : int {
   FG_OK = 0,  // success
@@ -538,8 +538,8 @@ FG_VM double vm_copysign(double x, double s) { return std::copysign(x, s); }
 FG_VM double vm_rint(double x) { return std::rint(x); }
 FG_VM double vm_sqrt(double x) { return std::sqrt(x); }
 #endif
-constexpr double kVmInf = __builtin_huge_val();
-constexpr double kVmNaN = __builtin_nan("");
+[[maybe_unused]] constexpr double kVmInf = __builtin_huge_val();
+[[maybe_unused]] constexpr double kVmNaN = __builtin_nan("");
 
 // a * b, rounded, that g++ and nvcc cannot fuse into a following addition (their default
 // contraction turns a * b + c into fma(a, b, c), which rounds differently unless the product is
@@ -945,13 +945,13 @@ inline bool dtype_is(const char *got, const char *want) {
 
 namespace {
 
-constexpr int kInputs = 1;
-constexpr int kOutputs = 1;
-constexpr int kWorkspaces = 2;
-constexpr int kOperands = 4;
-constexpr int kNodes = 6;
-constexpr int kStages = 3;
-constexpr int kOutputNode[kOutputs] = {5};
+[[maybe_unused]] constexpr int kInputs = 1;
+[[maybe_unused]] constexpr int kOutputs = 1;
+[[maybe_unused]] constexpr int kWorkspaces = 2;
+[[maybe_unused]] constexpr int kOperands = 4;
+[[maybe_unused]] constexpr int kNodes = 6;
+[[maybe_unused]] constexpr int kStages = 3;
+[[maybe_unused]] constexpr int kOutputNode[kOutputs] = {5};
 
 // Attribute values (read once by SoftmaxInit).
 struct AttrValues {
@@ -1018,7 +1018,7 @@ int check_nonempty(const Shapes &s) {
 
 // The plan: each stage is one pass over its domain (fusegen.plan). Operand ids: inputs 0..0,
 // outputs 1..1, workspaces 2..3.
-const fg::StageInfo kStageInfo[kStages] = {
+[[maybe_unused]] const fg::StageInfo kStageInfo[kStages] = {
     // stage 0: max (%1)
     {1, {0}, 1,
      1, {0}, {0},
@@ -1059,12 +1059,12 @@ int find_combo(const char **dtypes, int count) {
   return -1;
 }
 
-const int64_t kWorkspaceItemsize[][kWorkspaces + 1] = {
+[[maybe_unused]] const int64_t kWorkspaceItemsize[][kWorkspaces + 1] = {
     {4, 4, 0},
     {4, 4, 0},
     {8, 8, 0},
 };
-const int kWorkspaceNode[kWorkspaces] = {1, 4};
+[[maybe_unused]] const int kWorkspaceNode[kWorkspaces] = {1, 4};
 
 int read_inputs(int *ndims, int64_t **shapes, fg::Shape *in) {
   for (int i = 0; i < kInputs; ++i) FG_TRY(fg::read_shape(ndims[i], shapes[i], &in[i]));

@@ -94,14 +94,14 @@ class AotKernelData {
 
 namespace fg {
 
-constexpr int kMaxRank = 32;
-constexpr int kUnknownRank = -2;       // the AOT ABI's shape [-2]
-constexpr int64_t kUnknownDim = -1;    // the AOT ABI's unknown dim
-constexpr int kLanes = 16;             // independent accumulators per row reduction
-constexpr int kUnroll = 4;             // lane groups of a max or min row (fg's lane_groups)
-constexpr int64_t kChunk = 512;        // row-mode elements per packed chunk
-constexpr int64_t kTile = 2048;        // col-mode inner-dim tile (accumulators live on the stack)
-constexpr int64_t kParallelThreshold = int64_t(1) << 17;  // below this, threads cost more than they save
+[[maybe_unused]] constexpr int kMaxRank = 32;
+[[maybe_unused]] constexpr int kUnknownRank = -2;       // the AOT ABI's shape [-2]
+[[maybe_unused]] constexpr int64_t kUnknownDim = -1;    // the AOT ABI's unknown dim
+[[maybe_unused]] constexpr int kLanes = 16;             // independent accumulators per row reduction
+[[maybe_unused]] constexpr int kUnroll = 4;             // lane groups of a max or min row (fg's lane_groups)
+[[maybe_unused]] constexpr int64_t kChunk = 512;        // row-mode elements per packed chunk
+[[maybe_unused]] constexpr int64_t kTile = 2048;        // col-mode inner-dim tile (accumulators live on the stack)
+[[maybe_unused]] constexpr int64_t kParallelThreshold = int64_t(1) << 17;  // below this, threads cost more than they save
 
 enum Error : int {
   FG_OK = 0,  // success
@@ -527,8 +527,8 @@ FG_VM double vm_copysign(double x, double s) { return std::copysign(x, s); }
 FG_VM double vm_rint(double x) { return std::rint(x); }
 FG_VM double vm_sqrt(double x) { return std::sqrt(x); }
 #endif
-constexpr double kVmInf = __builtin_huge_val();
-constexpr double kVmNaN = __builtin_nan("");
+[[maybe_unused]] constexpr double kVmInf = __builtin_huge_val();
+[[maybe_unused]] constexpr double kVmNaN = __builtin_nan("");
 
 // a * b, rounded, that g++ and nvcc cannot fuse into a following addition (their default
 // contraction turns a * b + c into fma(a, b, c), which rounds differently unless the product is
@@ -953,13 +953,13 @@ __device__ inline void put(T *p, R v) { *p = static_cast<T>(v); }
 
 namespace {
 
-constexpr int kInputs = 2;
-constexpr int kOutputs = 1;
-constexpr int kWorkspaces = 0;
-constexpr int kOperands = 3;
-constexpr int kNodes = 4;
-constexpr int kStages = 1;
-constexpr int kOutputNode[kOutputs] = {3};
+[[maybe_unused]] constexpr int kInputs = 2;
+[[maybe_unused]] constexpr int kOutputs = 1;
+[[maybe_unused]] constexpr int kWorkspaces = 0;
+[[maybe_unused]] constexpr int kOperands = 3;
+[[maybe_unused]] constexpr int kNodes = 4;
+[[maybe_unused]] constexpr int kStages = 1;
+[[maybe_unused]] constexpr int kOutputNode[kOutputs] = {3};
 
 // Attribute values (read once by AddReduceSumInit).
 struct AttrValues {
@@ -1011,7 +1011,7 @@ int check_nonempty(const Shapes &s) {
 
 // The plan: each stage is one pass over its domain (fusegen.plan). Operand ids: inputs 0..1,
 // outputs 2..2.
-const fg::StageInfo kStageInfo[kStages] = {
+[[maybe_unused]] const fg::StageInfo kStageInfo[kStages] = {
     // stage 0: sum (%3)
     {2, {0, 1}, 3,
      2, {0, 1}, {0, 1},
@@ -1040,7 +1040,7 @@ int find_combo(const char **dtypes, int count) {
   return -1;
 }
 
-const int64_t kWorkspaceItemsize[][kWorkspaces + 1] = {
+[[maybe_unused]] const int64_t kWorkspaceItemsize[][kWorkspaces + 1] = {
     {0},
     {0},
     {0},
@@ -1055,8 +1055,8 @@ int read_inputs(int *ndims, int64_t **shapes, fg::Shape *in) {
 using Layout = fg::Layout<kOperands>;
 using Data = AddReduceSumData;
 
-constexpr int kBlock = 256;           // threads per block (a power of two: the tree halves it)
-constexpr int64_t kMaxGrid = 65535;   // the kernels grid-stride beyond this
+[[maybe_unused]] constexpr int kBlock = 256;           // threads per block (a power of two: the tree halves it)
+[[maybe_unused]] constexpr int64_t kMaxGrid = 65535;   // the kernels grid-stride beyond this
 
 // The scalar attributes device code reads (Data holds std:: containers: host only).
 struct Attrs {

@@ -123,14 +123,14 @@ class AotKernelData {
 
 namespace fg {
 
-constexpr int kMaxRank = 32;
-constexpr int kUnknownRank = -2;       // the AOT ABI's shape [-2]
-constexpr int64_t kUnknownDim = -1;    // the AOT ABI's unknown dim
-constexpr int kLanes = 16;             // independent accumulators per row reduction
-constexpr int kUnroll = 4;             // lane groups of a max or min row (fg's lane_groups)
-constexpr int64_t kChunk = 512;        // row-mode elements per packed chunk
-constexpr int64_t kTile = 2048;        // col-mode inner-dim tile (accumulators live on the stack)
-constexpr int64_t kParallelThreshold = int64_t(1) << 17;  // below this, threads cost more than they save
+[[maybe_unused]] constexpr int kMaxRank = 32;
+[[maybe_unused]] constexpr int kUnknownRank = -2;       // the AOT ABI's shape [-2]
+[[maybe_unused]] constexpr int64_t kUnknownDim = -1;    // the AOT ABI's unknown dim
+[[maybe_unused]] constexpr int kLanes = 16;             // independent accumulators per row reduction
+[[maybe_unused]] constexpr int kUnroll = 4;             // lane groups of a max or min row (fg's lane_groups)
+[[maybe_unused]] constexpr int64_t kChunk = 512;        // row-mode elements per packed chunk
+[[maybe_unused]] constexpr int64_t kTile = 2048;        // col-mode inner-dim tile (accumulators live on the stack)
+[[maybe_unused]] constexpr int64_t kParallelThreshold = int64_t(1) << 17;  // below this, threads cost more than they save
 
 enum Error : int {
   FG_OK = 0,  // success
@@ -564,8 +564,8 @@ FG_VM double vm_copysign(double x, double s) { return std::copysign(x, s); }
 FG_VM double vm_rint(double x) { return std::rint(x); }
 FG_VM double vm_sqrt(double x) { return std::sqrt(x); }
 #endif
-constexpr double kVmInf = __builtin_huge_val();
-constexpr double kVmNaN = __builtin_nan("");
+[[maybe_unused]] constexpr double kVmInf = __builtin_huge_val();
+[[maybe_unused]] constexpr double kVmNaN = __builtin_nan("");
 
 // a * b, rounded, that g++ and nvcc cannot fuse into a following addition (their default
 // contraction turns a * b + c into fma(a, b, c), which rounds differently unless the product is
@@ -1067,9 +1067,9 @@ enum ViewError : int {
 
 namespace views {
 
-constexpr int kMaxSubDims = 16;                      // views.MAX_SUBDIMS
-constexpr int kMaxLoopDims = 32;                     // views.MAX_LOOP_DIMS
-constexpr int kMaxDigits = kMaxRank * kMaxSubDims;   // every sub-dim of a view: a reshape's digits
+[[maybe_unused]] constexpr int kMaxSubDims = 16;                      // views.MAX_SUBDIMS
+[[maybe_unused]] constexpr int kMaxLoopDims = 32;                     // views.MAX_LOOP_DIMS
+[[maybe_unused]] constexpr int kMaxDigits = kMaxRank * kMaxSubDims;   // every sub-dim of a view: a reshape's digits
 
 // Python's divmod (the quotient rounds toward -inf, the remainder takes the divisor's sign), so
 // the arithmetic below gives the Python results even on negative operands.
@@ -2459,10 +2459,10 @@ inline void box_loops(const views::Nest<NOPS> &nest, const views::BoxLayout<NOPS
 // the last outer dim, as y in `x + y.T`), a task is a block, kBlock rows of the last outer dim by
 // kBlockCols elements of the inner dim, so neither side reads with a large stride for long; else
 // a task is one whole row (rows = rb = 1, cb = inner).
-constexpr int64_t kBlock = 64;
+[[maybe_unused]] constexpr int64_t kBlock = 64;
 // A transposed block's inner elements: wider than its rows, so the operands read along the rows
 // (x and the output in `x + y.T`) stream 1 KiB (float32) per row and block, not 256 bytes.
-constexpr int64_t kBlockCols = 256;
+[[maybe_unused]] constexpr int64_t kBlockCols = 256;
 
 struct Blocks {
   int64_t rows = 1, rb = 1, cb = 1, nrb = 1, ncb = 1, tasks = 0;
@@ -2706,7 +2706,7 @@ inline int gather_error(const char *where, int64_t index, int64_t axis, int64_t 
 
 namespace {
 // The checked gathers (mode="raise"): node, and the message's start (the Numba backend's text).
-constexpr int kGatherNode[] = {10};
+[[maybe_unused]] constexpr int kGatherNode[] = {10};
 const char *const kGatherWhere[] = {
     "op cross_entropy: node %10 = take_along_axis %0, %9, axis=-1 at examples.py:175: take_along_axis",
 };
@@ -2752,13 +2752,13 @@ __device__ inline void put(T *p, R v) { *p = static_cast<T>(v); }
 
 namespace {
 
-constexpr int kInputs = 2;
-constexpr int kOutputs = 1;
-constexpr int kWorkspaces = 3;
-constexpr int kOperands = 6;
-constexpr int kNodes = 14;
-constexpr int kStages = 4;
-constexpr int kOutputNode[kOutputs] = {13};
+[[maybe_unused]] constexpr int kInputs = 2;
+[[maybe_unused]] constexpr int kOutputs = 1;
+[[maybe_unused]] constexpr int kWorkspaces = 3;
+[[maybe_unused]] constexpr int kOperands = 6;
+[[maybe_unused]] constexpr int kNodes = 14;
+[[maybe_unused]] constexpr int kStages = 4;
+[[maybe_unused]] constexpr int kOutputNode[kOutputs] = {13};
 
 // Attribute values (read once by CrossEntropyInit).
 struct AttrValues {
@@ -2878,10 +2878,10 @@ int find_combo(const char **dtypes, int count) {
   return -1;
 }
 
-const int64_t kWorkspaceItemsize[][kWorkspaces + 1] = {
+[[maybe_unused]] const int64_t kWorkspaceItemsize[][kWorkspaces + 1] = {
     {4, 4, 4, 0},
 };
-const int kWorkspaceNode[kWorkspaces] = {1, 11, 4};
+[[maybe_unused]] const int kWorkspaceNode[kWorkspaces] = {1, 11, 4};
 
 int read_inputs(int *ndims, int64_t **shapes, fg::Shape *in) {
   for (int i = 0; i < kInputs; ++i) FG_TRY(fg::read_shape(ndims[i], shapes[i], &in[i]));
@@ -2890,8 +2890,8 @@ int read_inputs(int *ndims, int64_t **shapes, fg::Shape *in) {
 
 
 using Data = CrossEntropyData;
-constexpr int kBlock = 256;           // threads per block (a power of two: the tree halves it)
-constexpr int64_t kMaxGrid = 65535;   // the kernels grid-stride beyond this
+[[maybe_unused]] constexpr int kBlock = 256;           // threads per block (a power of two: the tree halves it)
+[[maybe_unused]] constexpr int64_t kMaxGrid = 65535;   // the kernels grid-stride beyond this
 
 // The scalar attributes device code reads (Data holds std:: containers: host only).
 struct Attrs {
@@ -2914,7 +2914,7 @@ struct Ptrs {
   void *p[kOperands];
 };
 
-constexpr int kGatherChecks = 1;
+[[maybe_unused]] constexpr int kGatherChecks = 1;
 
 // The first bad gathered index of one call, in device memory. `key` orders the bad indices:
 // (stage << 56) + position * kGatherChecks + check, the position being the element (or, in a
@@ -2973,7 +2973,7 @@ int with_gather_record(const Shapes &s, cudaStream_t stream, Launch launch) {
 // --- stage 0: sum (%11)
 // The loop nest of this call: one view per operand, the domain refined so that every operand is
 // strided, and `count` = the number of reduced elements per result.
-constexpr int kOps0 = 3;
+[[maybe_unused]] constexpr int kOps0 = 3;
 
 int nest0(const Shapes &s, fg::views::Nest<kOps0> *nest, uint32_t *mask, int64_t *count, int64_t *gs) {
   fg::Shape dom;
@@ -3005,7 +3005,7 @@ int nest0(const Shapes &s, fg::views::Nest<kOps0> *nest, uint32_t *mask, int64_t
 // --- stage 1: max (%1)
 // The loop nest of this call: one view per operand, the domain refined so that every operand is
 // strided, and `count` = the number of reduced elements per result.
-constexpr int kOps1 = 2;
+[[maybe_unused]] constexpr int kOps1 = 2;
 
 int nest1(const Shapes &s, fg::views::Nest<kOps1> *nest, uint32_t *mask, int64_t *count) {
   fg::Shape dom;
@@ -3030,7 +3030,7 @@ int nest1(const Shapes &s, fg::views::Nest<kOps1> *nest, uint32_t *mask, int64_t
 // --- stage 2: sum (%4)
 // The loop nest of this call: one view per operand, the domain refined so that every operand is
 // strided, and `count` = the number of reduced elements per result.
-constexpr int kOps2 = 3;
+[[maybe_unused]] constexpr int kOps2 = 3;
 
 int nest2(const Shapes &s, fg::views::Nest<kOps2> *nest, uint32_t *mask, int64_t *count) {
   fg::Shape dom;
@@ -3058,7 +3058,7 @@ int nest2(const Shapes &s, fg::views::Nest<kOps2> *nest, uint32_t *mask, int64_t
 // --- stage 3: mean (%13)
 // The loop nest of this call: one view per operand, the domain refined so that every operand is
 // strided, and `count` = the number of reduced elements per result.
-constexpr int kOps3 = 4;
+[[maybe_unused]] constexpr int kOps3 = 4;
 
 int nest3(const Shapes &s, fg::views::Nest<kOps3> *nest, uint32_t *mask, int64_t *count) {
   fg::Shape dom;
@@ -3116,8 +3116,8 @@ __global__ void stage0_v0(const fg::BoxLoops<kOps0> B, Ptrs P, Attrs a, const Mo
   (void)gs;
   const int64_t gn10 = G.gn[0];  // %10 gathers along an axis of this extent
   (void)gn10;
-  const float *p0 = static_cast<const float *>(P.p[0]);
-  const int64_t *p1 = static_cast<const int64_t *>(P.p[1]);
+  [[maybe_unused]] const float *p0 = static_cast<const float *>(P.p[0]);  // (a piece's variant may read none of it)
+  [[maybe_unused]] const int64_t *p1 = static_cast<const int64_t *>(P.p[1]);  // (a piece's variant may read none of it)
   float *q2 = static_cast<float *>(P.p[4]);
   for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < B.o_total; o += int64_t(gridDim.x) * blockDim.x) {
     int64_t base[kOps0];
@@ -3192,7 +3192,7 @@ __global__ void stage1_v0(const fg::BoxLoops<kOps1> B, Ptrs P, Attrs a, const Mo
   (void)a;
   (void)M;
   (void)count;
-  const float *p0 = static_cast<const float *>(P.p[0]);
+  [[maybe_unused]] const float *p0 = static_cast<const float *>(P.p[0]);  // (a piece's variant may read none of it)
   float *q1 = static_cast<float *>(P.p[3]);
   for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < B.o_total; o += int64_t(gridDim.x) * blockDim.x) {
     int64_t base[kOps1];
@@ -3254,8 +3254,8 @@ __global__ void stage2_v0(const fg::BoxLoops<kOps2> B, Ptrs P, Attrs a, const Mo
   (void)a;
   (void)M;
   (void)count;
-  const float *p0 = static_cast<const float *>(P.p[0]);
-  const float *p1 = static_cast<const float *>(P.p[3]);
+  [[maybe_unused]] const float *p0 = static_cast<const float *>(P.p[0]);  // (a piece's variant may read none of it)
+  [[maybe_unused]] const float *p1 = static_cast<const float *>(P.p[3]);  // (a piece's variant may read none of it)
   float *q2 = static_cast<float *>(P.p[5]);
   for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < B.o_total; o += int64_t(gridDim.x) * blockDim.x) {
     int64_t base[kOps2];
@@ -3330,9 +3330,9 @@ __global__ void stage3_v0(const fg::BoxLoops<kOps3> B, Ptrs P, Attrs a, const Mo
   (void)gs;
   const int64_t gn10 = G.gn[0];  // %10 gathers along an axis of this extent
   (void)gn10;
-  const float *p0 = static_cast<const float *>(P.p[3]);
-  const float *p1 = static_cast<const float *>(P.p[4]);
-  const float *p2 = static_cast<const float *>(P.p[5]);
+  [[maybe_unused]] const float *p0 = static_cast<const float *>(P.p[3]);  // (a piece's variant may read none of it)
+  [[maybe_unused]] const float *p1 = static_cast<const float *>(P.p[4]);  // (a piece's variant may read none of it)
+  [[maybe_unused]] const float *p2 = static_cast<const float *>(P.p[5]);  // (a piece's variant may read none of it)
   float *q3 = static_cast<float *>(P.p[2]);
   for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < B.o_total; o += int64_t(gridDim.x) * blockDim.x) {
     int64_t base[kOps3];
