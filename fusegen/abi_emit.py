@@ -43,7 +43,7 @@ def emit(op: OpDef, abi: str = "mindspore-aot", device: str = "cpu", dtypes=None
     if abi != "mindspore-aot":
         raise NotImplementedError(f"abi={abi!r} is not available: use 'mindspore-aot' or 'xla-ffi'")
     if device == "cuda":  # the .cu: same tables and entry points, CUDA kernels
-        return emit_cuda(op, dtypes=dtypes, ranks=ranks, shapes=shapes)
+        return emit_cuda(op, dtypes=dtypes, dynamic_workspace=dynamic_workspace, ranks=ranks, shapes=shapes)
     if device != "cpu":
         raise NotImplementedError(f"device={device!r} is not available: use 'cpu' or 'cuda'")
     return emit_cpu(op, dtypes=dtypes, dynamic_workspace=dynamic_workspace, ranks=ranks, shapes=shapes)

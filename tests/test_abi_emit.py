@@ -219,7 +219,7 @@ def test_exported_symbols_and_signatures(emitted, name):
     exported = re.findall(r'^extern "C" (.+?)\b(\w+)\(', src, re.M)
     assert {sym: ret.strip() for ret, sym in exported} == {
         Name: "int", f"{Name}Init": "int", f"{Name}InferShape": shape_t, f"{Name}InferType": type_t,
-        f"{Name}ErrorString": "const char *"}
+        f"{Name}ErrorString": "const char *", f"{Name}OpInfo": "const char *"}
     assert re.search(rf'^extern "C" int {Name}\(int nparam, void \*\*params, int \*ndims, int64_t \*\*shapes, '
                      rf'const char \*\*dtypes,\s+void \*stream, void \*extra\)', src, re.M)
     assert f'extern "C" int {Name}Init(int *ndims, int64_t **shapes, const char **dtypes, AotExtra *extra)' in src

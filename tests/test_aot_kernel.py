@@ -820,3 +820,46 @@ def test_evicted_signature_is_reprepared_and_dropped_only_when_idle(src, monkeyp
     np.testing.assert_array_equal(op.run_prepared(first, arrays), 2 * a)
     assert not op._signatures[first.key].evicted and op._signatures[first.key] is not first
     op.close()
+
+
+# --- a fusegen-emitted library describes itself: NameOpInfo ------------------------------------
+@needs_gxx
+def test_emitted_library_op_info_settles_counts_and_checks_attributes(tmp_path):
+    """The output count picks InferShape's C++ signature: a multi-output kernel loaded without
+    ``n_outputs`` read a vector's pointers as dims, and ``n_outputs=2`` for one output crashed
+    the process. From the library's OpInfo, the count is known and a wrong one refused, and so
+    are a misspelled or missing attribute, a wrong input count and a specialization's ranks."""
+    import fusegen as fg
+
+    @fg.op
+    def two_stats(x, *, axis: int = -1, scale: float):
+        return fg.max(x, axis=axis) * scale, fg.mean(x, axis=axis)
+
+    @fg.op
+    def masked(x, *, seed: int = 0):
+        return fg.where(fg.random.bernoulli(seed, 0.5, x.shape), x, 0.0)
+
+    fg.emit(two_stats, dtypes="float32").write(tmp_path)
+    fg.emit(masked, dtypes="float32", ranks=[2]).write(tmp_path)
+    func = f"{tmp_path / 'two_stats.cc'}:TwoStats"
+    x = np.random.default_rng(0).random((3, 4), dtype=np.float32)
+    k = AotKernel(func, {"scale": 2.0})
+    assert k.n_outputs == 2 and k.n_inputs == 1 and k.op_info["op"] == "two_stats"
+    hi, mean = k(x)
+    np.testing.assert_allclose(hi, x.max(-1) * 2, rtol=1e-6)
+    np.testing.assert_allclose(mean, x.mean(-1), rtol=1e-6)
+    with pytest.raises(ArgumentError, match=r"n_outputs says 1 output, but the library was generated for op "
+                                            r"'two_stats' with 2 outputs"):
+        AotKernel(func, {"scale": 2.0}, n_outputs=1)
+    with pytest.raises(ArgumentError, match=r"out_shape says 3 outputs"):
+        AotKernel(func, {"scale": 2.0}, out_shape=[(3,), (3,), (3,)])
+    with pytest.raises(AttrError, match=r"op 'two_stats' has no attribute 'axs' \(attributes: axis, scale\)"):
+        AotKernel(func, {"scale": 2.0, "axs": 0})
+    with pytest.raises(AttrError, match=r"op 'two_stats' needs attribute 'scale' \(float\)"):
+        AotKernel(func)
+    with pytest.raises(ArgumentError, match=r"n_inputs=2, but op 'two_stats' takes 1 inputs \(x\)"):
+        AotKernel(func, {"scale": 2.0}, n_inputs=2)
+    m = AotKernel(f"{tmp_path / 'masked.cc'}:Masked")
+    assert m(x).shape == (3, 4)
+    with pytest.raises(ShapeError, match=r"specialized for input ranks \[2\]; got inputs of ranks \[3\]"):
+        m(np.ones((2, 3, 4), np.float32))

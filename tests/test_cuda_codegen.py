@@ -218,6 +218,32 @@ def test_compile_aot_cuda_builds_with_nvcc_and_needs_a_gpu_to_run():
         k(np.ones(3, np.float32), np.ones(3, np.float32))
 
 
+@pytest.mark.extended   # (two nvcc builds: the default run keeps its 5 minutes)
+@needs_nvcc
+def test_cu_init_under_dynamic_shapes_lets_the_kernel_own_its_device_scratch(tmp_path):
+    """As the .cc: Init with -1 dims asks for no workspace (the kernel then sizes device scratch
+    of its own at each call, freed with it), unless emitted with dynamic_workspace="error". Init
+    runs on the host, so a library without a GPU shows it (the .cu ignored the option and
+    refused: every op with workspaces failed under MindSpore's dynamic shapes on a GPU)."""
+    from test_aot_backend import Raw
+    for mode in ("kernel", "error"):
+        e = fg.emit(ex.softmax, device="cuda", dtypes="float32", dynamic_workspace=mode)
+        init = e.source[e.source.index('extern "C" int SoftmaxInit('):]
+        assert ("own_workspace = true" in init[:init.index("\n}\n")]) == (mode == "kernel")
+        d = tmp_path / mode
+        e.write(d)
+        raw = Raw(fg.AotKernel(f"{d / e.main}:Softmax", flags=ONE_ARCH, device="cuda"))
+        if mode == "error":
+            with pytest.raises(fg.KernelError, match="FG_ERR_DYNAMIC_WORKSPACE"):
+                raw.init([(-1, 5), (-1, 5)], ["float32", "float32"], {"axis": -1})
+            continue
+        extra = raw.init([(-1, 5), (-1, 5)], ["float32", "float32"], {"axis": -1})
+        assert raw.shim.fg_extra_workspace(extra, None, 0) == 0
+        extra = raw.init([(3, 5), (3, 5)], ["float32", "float32"], {"axis": -1})   # known: MindSpore's workspaces
+        assert raw.shim.fg_extra_workspace(extra, None, 0) == 2
+    assert "cudaMalloc(&a.scratch[b], need)" in e.source
+
+
 #: One architecture: enough to prove a .cu builds and carries device code (each more costs seconds).
 ONE_ARCH = ["--shared", "-Xcompiler", "-fPIC", "-O3", "--expt-relaxed-constexpr", "-D_GLIBCXX_USE_CXX11_ABI=0",
             "-gencode", "arch=compute_90,code=sm_90"]

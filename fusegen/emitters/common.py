@@ -10,6 +10,7 @@ which gets its own concretely-typed code (``mindspore_cpu.combo_data``, ``cuda.c
 from __future__ import annotations
 
 import functools
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -352,6 +353,24 @@ def _stage_text(op: OpDef, st) -> str:
     return ", ".join(parts)
 
 
+def _op_info(op: OpDef, ranks) -> str:
+    """``NameOpInfo``'s JSON (``fusegen.native.opinfo``), as a C++ string literal."""
+    info = dict(fusegen=__version__, op=op.name, inputs=list(op.inputs), outputs=len(op.graph.outputs),
+                attrs=[dict(name=a.name, type=a.type.value, required=a.required) for a in op.attrs.values()],
+                ranks=list(ranks) if ranks is not None else None)
+    return json.dumps(json.dumps(info, separators=(",", ":")))   # (JSON's escapes are C++'s for this text)
+
+
+def _regen_args(combos: list[dict], ranks, shapes) -> str:
+    """The ``fusegen emit`` options that give this file again: its dtype combinations and, for a
+    specialization, its input ranks or shapes."""
+    args = "".join(f" --dtypes {','.join(c['inputs'])}" for c in combos)
+    if shapes is not None:
+        text = ",".join("x".join(str(d) for d in s) if len(s) else "()" for s in shapes)
+        return args + f" --shapes={text}"
+    return args + (f" --ranks {','.join(str(r) for r in ranks)}" if ranks is not None else "")
+
+
 def template_data(op: OpDef, plan: Plan, combos: list[dict], errors=None, spec_ranks=None, spec_shapes=None,
                   fills: bool = False, **extra) -> dict:
     """What every C++/CUDA template and the shared partials read: the op's tables, its
@@ -383,7 +402,8 @@ def template_data(op: OpDef, plan: Plan, combos: list[dict], errors=None, spec_r
         plan_cache=views and fills,   # the CPU layout path keeps its per-shape plans (_fg_plans.inc.j2)
         view_stages=view_stages,
         spec_ranks=spec_ranks, spec_shapes=spec_shapes,
-        version=__version__, op=op.name, name=name, text=op.text(), inputs=op.inputs,
+        version=__version__, op=op.name, name=name, text=op.text(), inputs=op.inputs, op_info=_op_info(op, spec_ranks),
+        regen_args=_regen_args(combos, spec_ranks, spec_shapes),
         n_in=len(op.inputs), n_out=len(op.graph.outputs), n_ws=len(plan.buffers),
         n_nodes=len(op.graph.nodes), attrs=_attr_data(op), rules=rules,
         checks=[dict(a=op.graph.idx(a), b=op.graph.idx(b), text=what) for a, b, what in op.graph.checks],

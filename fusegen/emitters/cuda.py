@@ -80,7 +80,7 @@ def nvcc_command(op_name: str) -> str:
             f"-I. -o {op_name}.so {op_name}.cu")
 
 
-def emit_cuda(op: OpDef, dtypes=None, ranks=None, shapes=None) -> Emitted:
+def emit_cuda(op: OpDef, dtypes=None, dynamic_workspace: str = "kernel", ranks=None, shapes=None) -> Emitted:
     """``fg.emit(op, abi="mindspore-aot", device="cuda")``: the ``.cu`` and its header."""
     op, ranks, shapes = specialize.specialization(op, ranks, shapes, dtypes)
     op = scan_form(op)   # scans as scan stages (or, where they read pieces, composed)
@@ -88,7 +88,7 @@ def emit_cuda(op: OpDef, dtypes=None, ranks=None, shapes=None) -> Emitted:
     combos = parse_dtypes(op, dtypes)
     name = c_name(op.name)
     data = template_data(op, plan, [combo_data(op, plan, c, ranks) for c in combos], spec_ranks=ranks,
-                         spec_shapes=shapes, nvcc_command=nvcc_command(op.name))
+                         spec_shapes=shapes, nvcc_command=nvcc_command(op.name), dynamic_workspace=dynamic_workspace)
     src = env().get_template("mindspore_aot_cuda.cu.j2").render(**data)
     main = f"{op.name}.cu"
     return Emitted({main: src, HEADER_NAME: (TEMPLATES / HEADER_NAME).read_text()}, main, name,

@@ -51,6 +51,7 @@ XLA_MEANINGS: dict[str, str] = {
     "FG_ERR_OUT_SHAPE": "a result's declared shape differs from the shape the op infers",
     "FG_ERR_ATTR": "an attribute (for a legacy call: the opaque string) cannot be read",
     "FG_ERR_WORKSPACE": "a scratch result is smaller than the shapes require (numel * itemsize bytes)",
+    "FG_ERR_NOT_INITIALIZED": "no kernel data (not returned by an XLA handler, which has no Init)",
 }
 ERRORS_XLA: list[tuple[str, str]] = [(n, XLA_MEANINGS.get(n, m)) for n, m in ERRORS]
 
@@ -107,9 +108,11 @@ def _handler_data(name: str, combo: dict, n_ws: int) -> dict:
 
 
 def nvcc_command(op_name: str) -> str:
-    """How to build an emitted ``.cu`` handler by hand (``$JAX_FFI``: ``jax.ffi.include_dir()``)."""
+    """How to build an emitted ``.cu`` handler by hand (``$JAX_FFI``: ``jax.ffi.include_dir()``):
+    without ``--use_fast_math``, as fusegen's own CUDA builds, so results agree with NumPy's
+    (MindSpore's GPU flags have it; a JAX handler has no such convention to follow)."""
     arch = " ".join(f"-gencode arch=compute_{a},code=sm_{a}" for a in CUDA_DEFAULT_ARCHS)
-    return (f"nvcc -std=c++17 --shared -Xcompiler -fPIC -O3 --use_fast_math --expt-relaxed-constexpr {arch} "
+    return (f"nvcc -std=c++17 --shared -Xcompiler -fPIC -O3 --expt-relaxed-constexpr {arch} "
             f'-I"$JAX_FFI" -o {op_name}_xla_ffi.so {op_name}_xla_ffi.cu')
 
 

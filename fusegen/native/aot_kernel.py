@@ -18,14 +18,13 @@ per libstdc++ string ABI; a kernel is hosted by the copy matching its ABI (see
 ``detect_string_abi``), and every call into kernel code goes through a shim
 wrapper that turns a C++ exception into a ``KernelError``.
 
-Threads.  By default calls on one ``AotKernel`` are serialised by a lock: a
-hand-written kernel may change its kernel data during a call, as nothing in
-MindSpore runs one kernel instance twice at once.  ``reentrant=True`` (what
-``backend="aot"`` uses: fusegen's kernels only read their kernel data) lets calls
-run at the same time, each with an argument block and workspaces of its own
-(taken from a per-signature pool).  ``close()`` waits for running calls, and a
-signature evicted from the cache is destroyed only once no call uses it, so a
-library or its kernel data is never released under a running call.
+Threads.  By default calls on one ``AotKernel`` are serialised by a lock: a hand-written
+kernel may change its kernel data during a call, as nothing in MindSpore runs one kernel
+instance twice at once.  ``reentrant=True`` (what ``backend="aot"`` uses: fusegen's kernels
+only read their kernel data) lets calls run at the same time, each with an argument block and
+workspaces of its own (taken from a per-signature pool).  ``close()`` waits for running calls,
+and a signature evicted from the cache is destroyed only once no call uses it, so a library or
+its kernel data is never released under a running call.
 """
 from __future__ import annotations
 
@@ -41,7 +40,7 @@ import numpy as np
 
 from ..emitters.common import TYPE_IDS
 from ..errors import ArgumentError, BoundsError, DTypeError, KernelError, LibraryError, ShapeError
-from . import aot_cuda, build, fastcall
+from . import aot_cuda, build, fastcall, opinfo
 from .buffers import DeviceBuffer, GuardedBuffer, GuardedCalls, aligned_workspace, guard_default
 from .host import (NAMES_BY_ID, FgCall, as_np_dtype, canonical_attrs, canonical_dtypes, canonical_shapes,
                    detect_string_abi, dtype_name, host_shim, is_function, positional_arity, set_attrs,
@@ -66,10 +65,9 @@ class AotKernel(aot_cuda.DeviceCalls, GuardedCalls):
     library's ``NameInferShape``), a shape, a list of shapes, or a callable taking
     the input shapes (as lists).  ``out_dtype``: None (``NameInferType`` if present,
     else the first input's dtype), a dtype, a list, or a callable taking the input
-    dtypes.  ``n_outputs`` defaults to what ``out_shape``/``out_dtype`` imply, else 1;
-    it selects the single- or multi-output C++ signature of the infer functions.
-    ``n_inputs`` is checked on every call when given or implied by a callable, else
-    learned from the first call.
+    dtypes.  ``n_outputs`` (it selects the infer functions' C++ signature) and ``n_inputs``
+    (checked on every call): a fusegen-emitted library's own (``native.opinfo``), else what
+    the arguments imply, else 1 output and the first call's inputs.
     """
 
     def __init__(self, func: str, attrs: dict | None = None, out_shape: Any = None, out_dtype: Any = None, *,
@@ -97,11 +95,10 @@ class AotKernel(aot_cuda.DeviceCalls, GuardedCalls):
         given = {k: v for k, v in counts.items() if v is not None}
         if len(set(given.values())) > 1:
             raise ArgumentError(f"inconsistent output counts: {given}")
-        self.n_outputs = next(iter(given.values()), 1)
-        if self.n_outputs < 1:
+        if next(iter(given.values()), 1) < 1:
             raise ArgumentError("a kernel needs at least one output")
         arities = {positional_arity(f) for f in (out_shape, out_dtype) if is_function(f)} - {None}
-        self.n_inputs = n_inputs if n_inputs is not None else (arities.pop() if len(arities) == 1 else None)
+        n_inputs = n_inputs if n_inputs is not None else (arities.pop() if len(arities) == 1 else None)
 
         self.lib_path = build.build_library(path, flags=flags)
         self.cuda_code = build.has_cuda_code(self.lib_path)
@@ -132,6 +129,8 @@ class AotKernel(aot_cuda.DeviceCalls, GuardedCalls):
             self._infer_type = self._symbol(handle, symbol + "InferType")
             error_string = self._symbol(handle, symbol + "ErrorString")
             self._error_string = _ERROR_STRING(error_string) if error_string else None
+            self.op_info = opinfo.read(self._symbol(handle, symbol + "OpInfo"))   # (a fusegen-emitted library)
+            self.n_outputs, self.n_inputs = opinfo.settle(self.op_info, self.name, given, n_inputs, self.attrs)
             if out_shape is None and not self._infer_shape:
                 raise LibraryError(f"{self.lib_path} has no symbol {symbol + 'InferShape'!r} and out_shape "
                                    "is None; pass out_shape=... or export the InferShape function")
@@ -210,6 +209,7 @@ class AotKernel(aot_cuda.DeviceCalls, GuardedCalls):
         if self.device == "cuda":
             aot_cuda.require_device(self)  # Init's workspaces are device memory
         in_shapes = [tuple(a.shape) for a in arrays]
+        opinfo.check_ranks(self.op_info, self.name, in_shapes)
         in_dtypes = [a.dtype for a in arrays]
         in_names = [dtype_name(d) for d in in_dtypes]
         shim, loaded = self._loaded.shim, self._loaded
