@@ -76,9 +76,14 @@ def as_dtype(x) -> DType:
         return x
     if isinstance(x, str) and x in DTYPES:
         return DTYPES[x]
+    spec = getattr(x, "spec", None)
+    if spec is not None and hasattr(spec, "type") and hasattr(spec, "name"):   # a traced attribute
+        raise DTypeError(f"attribute {spec.name!r} cannot be a dtype: an attribute's value is known only when the "
+                         "op is called, and a dtype decides the kernel; write the dtype in the op (a name such as "
+                         "'float16', fg.float16, x.dtype), or make one op per dtype")
     try:
         d = _BY_NP.get(np.dtype(x))
-    except TypeError:
+    except (TypeError, ValueError):
         d = None
     if d is None:
         raise DTypeError(f"unsupported dtype {x!r}; fusegen supports {', '.join(DTYPES)}")

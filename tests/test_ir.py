@@ -800,6 +800,21 @@ def test_error_no_annotation_on_an_attribute():
     assert "op untyped: attribute 'scale' needs a type annotation" in msg and "list[int]" in msg
 
 
+
+def test_errors_raised_by_helpers_while_tracing_name_the_op_and_line():
+    """A helper's error (the dtype table's, here) names the op and the user's line, as the
+    shape rules' do; a str attribute given as a dtype says why it cannot be one (it was
+    NumPy's "Could not convert <fusegen traced attr>", a ValueError)."""
+    with pytest.raises(DTypeError, match=r"^op bad_cast: unsupported dtype 'bogus'.* \[at test_ir\.py:\d+\]$"):
+        @fg.op
+        def bad_cast(x):
+            return x.astype("bogus")
+    with pytest.raises(DTypeError, match=r"^op attr_cast: attribute 'to' cannot be a dtype: an attribute's value is "
+                                         r"known only when the op is called"):
+        @fg.op
+        def attr_cast(x, *, to: str = "float16"):
+            return x.astype(to)
+
 def test_error_unsupported_annotation_and_bad_default():
     with pytest.raises(TraceError, match="attribute 'd' needs a type annotation"):
         @fg.op

@@ -19,7 +19,7 @@ from . import requests
 from .canon import materialize_pieces, share_common
 from .nodes import AttrSpec, Graph, Op, is_static
 from .text import op_text
-from .trace import Attr, NeedsDtype, NeedsRank, NeedsShape, Tensor, make, tracing
+from .trace import Attr, NeedsDtype, NeedsRank, NeedsShape, Tensor, make, named, tracing
 
 _FAMILY_LOCK = threading.Lock()   # (``specialize``: one list of specializations per signature)
 
@@ -244,7 +244,13 @@ class OpDef:
         with tracing(self.name, mode, shape_fn, dtype_fn) as declared_checks:
             args = [Tensor(make(Op.INPUT, (), i)) for i in range(len(self.inputs))]
             kwargs = {n: Attr(make(Op.ATTR, (), n), s) for n, s in self.attrs.items()}
-            out = self.fn(*args, **kwargs)
+            try:
+                out = self.fn(*args, **kwargs)
+            except FusegenError as e:   # (raised by a helper: named for the op and the line)
+                better = named(e, self.name)
+                if better is None:
+                    raise
+                raise better from e
             checks = tuple(declared_checks)
         self._multi = isinstance(out, (tuple, list))
         outs = tuple(out) if self._multi else (out,)

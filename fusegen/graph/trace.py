@@ -15,7 +15,7 @@ import threading
 
 from .. import dtypes as dt
 from ..dtypes import AttrType
-from ..errors import TraceError
+from ..errors import AttrError, AxisError, BoundsError, DTypeError, ScalarRangeError, ShapeError, TraceError
 from .nodes import AttrRef, AttrSpec, DTypeOf, Node, Op, REDUCE_KINDS, ReduceArg, ShapeOf, arg_key
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -33,6 +33,25 @@ def user_loc() -> str:
     if f is None:
         return ""
     return f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}"
+
+
+_PACKAGE = os.path.dirname(_HERE)
+_PLAIN = (AttrError, AxisError, BoundsError, DTypeError, ScalarRangeError, ShapeError, TraceError)
+
+
+def named(exc: Exception, op_name: str) -> Exception | None:
+    """For an error a helper raised while ``op_name`` was traced (``x.astype(attr)`` reaching
+    ``dtypes.as_dtype``), the same error naming the op and the user's line; None where the text
+    names an op already or the error is not a plain fusegen one."""
+    text = str(exc)
+    if type(exc) not in _PLAIN or text.startswith("op ") or " op " in text.split(":", 1)[0]:
+        return None
+    loc, tb = "", exc.__traceback__
+    while tb is not None:   # the innermost frame outside fusegen: the op's body
+        if not tb.tb_frame.f_code.co_filename.startswith(_PACKAGE):
+            loc = f"{os.path.basename(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return type(exc)(f"op {op_name}: {text}" + (f" [at {loc}]" if loc and "[at " not in text else ""))
 
 
 def make(op: Op, srcs=(), arg=None) -> Node:
