@@ -32,6 +32,7 @@ from .graph.vocab import (  # noqa: E402  (the array API's elementwise functions
     softmax, square, std, tan, trunc, var,
 )
 from .graph.linalg import diff, matmul, tensordot, vecdot  # noqa: E402  (linear algebra, utility: #18)
+from .graph.einsum import einsum  # noqa: E402  (NumPy's, composed as matmul is)
 from .graph.datatypes import (  # noqa: E402,A004  (the array API's dtypes, their functions, constants)
     astype, bool, can_cast, complex64, complex128, e, finfo, float16, float32, float64, iinfo, inf, int8, int16,
     int32, int64, isdtype, nan, newaxis, pi, result_type, uint8, uint16, uint32, uint64,
@@ -60,7 +61,7 @@ __all__ = [
     "log10", "log_softmax", "logaddexp", "logical_xor", "logsumexp", "nan_to_num", "negative", "nextafter",
     "positive", "real", "reciprocal", "right_shift", "rint", "round", "sign", "signbit", "sinh",
     "softmax", "square", "std", "tan", "trunc", "var",
-    "matmul", "tensordot", "vecdot", "diff",
+    "matmul", "tensordot", "vecdot", "einsum", "diff",
     # (``bool`` is an attribute but not in __all__: ``from fusegen import *`` must not hide the builtin)
     "astype", "can_cast", "finfo", "iinfo", "isdtype", "result_type", "e", "inf", "nan", "newaxis", "pi",
     "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "float64",

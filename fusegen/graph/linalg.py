@@ -18,7 +18,7 @@ from .layout import as_tensor, concat, dim, expand_dims, index, iota, is_int, nd
 from .trace import Tensor, cast_like, expect_same_shape, op_prefix, reduce, user_loc
 
 
-def _contract(product: Tensor, axes) -> Tensor:
+def contract(product: Tensor, axes) -> Tensor:
     """``product`` summed over ``axes``, in the product's dtype: NumPy's sum accumulates small
     ints in int64 and bool as a count, and the cast back gives the standard's dtype with the same
     values (an int8 sum wraps as int8 arithmetic does; a bool count is nonzero where any is)."""
@@ -49,7 +49,7 @@ def matmul(x1, x2, /) -> Tensor:
     if rb == 1:
         b = expand_dims(b, axis=-1)
     _same_size(a, -1, b, -2, "matmul")
-    out = _contract(expand_dims(a, axis=-1) * expand_dims(b, axis=-3), -2)
+    out = contract(expand_dims(a, axis=-1) * expand_dims(b, axis=-3), -2)
     if ra == 1:
         out = squeeze(out, -2)
     if rb == 1:
@@ -87,7 +87,7 @@ def tensordot(x1, x2, /, *, axes=2) -> Tensor:
         a = expand_dims(a, axis=-1)
     for _ in fa:
         b = expand_dims(b, axis=0)
-    return _contract(a * b, tuple(range(len(fa), len(fa) + len(ca))))
+    return contract(a * b, tuple(range(len(fa), len(fa) + len(ca))))
 
 
 def vecdot(x1, x2, /, *, axis: int = -1) -> Tensor:
@@ -99,7 +99,7 @@ def vecdot(x1, x2, /, *, axis: int = -1) -> Tensor:
         raise TraceError(f"{op_prefix()}vecdot: axis {axis!r} must lie in [-{n}, -1] [at {user_loc()}]")
     _same_size(a, int(axis), b, int(axis), "vecdot")
     # (cast back: NumPy's conj turns bool into int8, and vecdot of bools is bool)
-    return _contract(cast_like(conj(a), a) * b, int(axis))
+    return contract(cast_like(conj(a), a) * b, int(axis))
 
 
 def diff(x, /, *, axis: int = -1, n: int = 1, prepend=None, append=None) -> Tensor:
