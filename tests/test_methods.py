@@ -35,3 +35,20 @@ def test_out_and_where_are_refused_by_name():
         fg.op(lambda x: x.var(out=x))
     with pytest.raises(fg.TraceError, match=r"x.any\(where=...\)"):
         fg.op(lambda x: x.any(where=x > 0))
+
+
+def test_round_with_decimals_keeps_an_integer_dtype():
+    """NumPy's x.round(d) of an integer array stays integer: unchanged for d > 0, rounded to tens
+    (halves to even, computed in float64 and cast back) for d < 0; it gave float64."""
+    @fg.op
+    def rounded(x):
+        return x.round(-1), x.round(2), x.round(-2)
+    for dtype in (np.int8, np.uint8, np.int32, np.int64):
+        x = np.array([15, 25, 5, 14, 16, 123, 0, 49, 50, 127], dtype)
+        if np.dtype(dtype).kind == "i":
+            x = np.concatenate([x, -x])
+        for got, want in zip(fg.compile(rounded)(x), (x.round(-1), x.round(2), x.round(-2))):
+            assert got.dtype == want.dtype, dtype
+            np.testing.assert_array_equal(got, want)
+    with pytest.raises(fg.DTypeError, match=r"x.round\(decimals=1\) of a bool"):
+        fg.compile(fg.op(lambda x: x.round(1), name="bool_round"))(np.ones(3, bool))

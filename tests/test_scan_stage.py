@@ -315,6 +315,27 @@ def test_grad_matches_the_composition():
     np.testing.assert_allclose(got[i], (run(xp) - run(xm)) / (2 * eps), rtol=1e-5)
 
 
+
+def test_logcumsumexp_gradient_through_leading_minus_infinities():
+    """A row left-padded with -inf (a masking idiom): each output still -inf is its own input,
+    so the padding gets its own cotangent and no NaN (it was NaN at a leading -inf, which
+    poisoned the row); elsewhere jax.lax.cumlogsumexp's values."""
+    grad = fg.compile(fg.grad(fg.op(lambda x: fg.logcumsumexp(x, axis=-1), name="lcse")))
+    inf = np.inf
+    x = np.array([[-inf, 0.0, 1.0, 0.0], [0.0, -inf, 1.0, 0.0], [-inf, -inf, 2.0, 3.0], [-inf, -inf, -inf, -inf]])
+    g = np.array([[1.0, -2.0, 0.5, 3.0]] * 4)
+    (got,) = grad(x, g)
+    want = np.zeros_like(x)
+    for r in range(4):   # sum_{i >= j} g_i exp(x_j - out_i) where out_i is finite; g_i at j = i where not
+        out = np.logaddexp.accumulate(x[r])
+        for i in range(4):
+            if np.isneginf(out[i]):
+                want[r, i] += g[r, i]
+            else:
+                want[r, :i + 1] += g[r, i] * np.exp(x[r, :i + 1] - out[i])
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert np.isfinite(got).all()
+
 def test_errors_unchanged():
     with pytest.raises(fg.ShapeError, match="out of range"):
         fg.compile(fg.op(lambda x: fg.cumulative_sum(x, axis=-3), name="badaxis2"))(np.zeros((2, 2)))

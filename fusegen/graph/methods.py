@@ -5,14 +5,15 @@ for the array API's ``correction``; ``axis=None`` flattening a scan, as ``ndarra
 """
 from __future__ import annotations
 
-from ..errors import TraceError
+from ..errors import DTypeError, TraceError
+from .datatypes import isdtype
 from .elementwise import clip, conj, imag, real, round as fground
 from .gathers import take
 from .layout import is_int, reshape
 from .scans import cumulative_prod, cumulative_sum
 from .searching import argmax, argmin
 from .stats import all as fgall, any as fgany, std, var
-from .trace import Tensor, op_prefix, user_loc
+from .trace import Tensor, cast, op_prefix, user_loc
 
 
 def _no_out(out, method: str) -> None:
@@ -60,14 +61,21 @@ def _truth(fn, method: str):
 
 def _round(self, decimals=0, out=None):
     """NumPy's ``round``: halves to even; with ``decimals``, as NumPy computes it, ``rint(x * 10**d)
-    / 10**d`` (for d < 0: ``rint(x / 10**-d) * 10**-d``)."""
+    / 10**d`` (for d < 0: ``rint(x / 10**-d) * 10**-d``). An integer keeps its dtype, as NumPy's
+    does: unchanged for d > 0, and for d < 0 that float64 computation cast back (a bool with
+    decimals is NumPy's error too). Which applies depends on the dtype: such an op is traced per
+    input dtype."""
     _no_out(out, "round")
     if not is_int(decimals):
         raise TraceError(f"{op_prefix()}x.round(decimals): decimals must be a Python int [at {user_loc()}]")
     d = int(decimals)
     if d == 0:
         return fground(self)
+    if isdtype(self.dtype, "bool"):
+        raise DTypeError(f"{op_prefix()}x.round(decimals={d}) of a bool (NumPy refuses it too) [at {user_loc()}]")
     scale = 10.0 ** abs(d)
+    if isdtype(self.dtype, "integral"):
+        return fground(self) if d > 0 else cast(fground(self / scale) * scale, self.dtype)
     return fground(self * scale) / scale if d > 0 else fground(self / scale) * scale
 
 

@@ -148,7 +148,8 @@ def scan_adjoint(n, g: Tensor) -> Tensor:
     the axis's first zero and what follows it apart (``_prod_adjoint``); ``max``/``min``: JAX's rule, each output's
     adjoint flows to the position that attained its running extreme (``_extreme_adjoint``);
     ``logaddexp``: ``sum_{i >= j} g_i exp(x_j - out_i)``, as two reverse logcumsumexps (of the
-    positive and the negative part of ``g``: no overflow, ``exp(x_j - out_i) <= 1``)."""
+    positive and the negative part of ``g``: no overflow, ``exp(x_j - out_i) <= 1``); an output
+    that is still -inf passes its ``g_i`` to its own input alone."""
     kind, axis = n.arg.kind, n.arg.axes[0]
     a, v = Tensor(n.srcs[0]), Tensor(n)
     if kind == "sum":
@@ -156,10 +157,15 @@ def scan_adjoint(n, g: Tensor) -> Tensor:
     if kind == "prod":
         return _prod_adjoint(a, v, g, axis)
     if kind == "logaddexp":
-        gv = cast_like(g, v)
-        pos = _reverse("logaddexp", log(where(gv > 0, gv, 0)) - v, axis)
-        neg = _reverse("logaddexp", log(where(gv < 0, -gv, 0)) - v, axis)
-        return exp(a + pos) - exp(a + neg)
+        # An output still -inf (every input up to it -inf: a row left-padded with -inf) is its
+        # own input: d out_i / d x_i = 1 and nothing reaches the inputs before it; in the sum
+        # its exp(x_j - out_i) would be exp(-inf + inf), NaN for every j (jax.lax.cumlogsumexp
+        # gives 1 there).
+        gv, empty = cast_like(g, v), v == float("-inf")
+        w = where(empty, float("inf"), v)
+        pos = _reverse("logaddexp", log(where(gv > 0, gv, 0)) - w, axis)
+        neg = _reverse("logaddexp", log(where(gv < 0, -gv, 0)) - w, axis)
+        return exp(a + pos) - exp(a + neg) + where(empty, gv, 0)
     return _extreme_adjoint(a, v, g, axis)
 
 
