@@ -33,6 +33,11 @@ from .graph.vocab import (  # noqa: E402  (the array API's elementwise functions
 )
 from .graph.linalg import diff, matmul, tensordot, vecdot  # noqa: E402  (linear algebra, utility: #18)
 from .graph.einsum import einsum  # noqa: E402  (NumPy's, composed as matmul is)
+from .graph.numpy_names import (  # noqa: E402  (NumPy's names and small NumPy functions, composed)
+    absolute, allclose, amax, amin, concatenate, cumprod, cumsum, deg2rad, degrees, dot, exp2, fix, fliplr, flipud,
+    float_power, fmax, fmin, heaviside, hstack, identity, inner, isclose, logspace, mod, nanmax, nanmean, nanmin,
+    nansum, outer, ptp, rad2deg, radians, ravel, select, sinc, trace, transpose, true_divide, vdot, vstack,
+)
 from .graph.datatypes import (  # noqa: E402,A004  (the array API's dtypes, their functions, constants)
     astype, bool, can_cast, complex64, complex128, e, finfo, float16, float32, float64, iinfo, inf, int8, int16,
     int32, int64, isdtype, nan, newaxis, pi, result_type, uint8, uint16, uint32, uint64,
@@ -62,6 +67,10 @@ __all__ = [
     "positive", "real", "reciprocal", "right_shift", "rint", "round", "sign", "signbit", "sinh",
     "softmax", "square", "std", "tan", "trunc", "var",
     "matmul", "tensordot", "vecdot", "einsum", "diff",
+    "absolute", "allclose", "amax", "amin", "concatenate", "cumprod", "cumsum", "deg2rad", "degrees", "dot", "exp2",
+    "fix", "fliplr", "flipud", "float_power", "fmax", "fmin", "heaviside", "hstack", "identity", "inner", "isclose",
+    "logspace", "mod", "nanmax", "nanmean", "nanmin", "nansum", "outer", "ptp", "rad2deg", "radians", "ravel",
+    "select", "sinc", "trace", "transpose", "true_divide", "vdot", "vstack",
     # (``bool`` is an attribute but not in __all__: ``from fusegen import *`` must not hide the builtin)
     "astype", "can_cast", "finfo", "iinfo", "isdtype", "result_type", "e", "inf", "nan", "newaxis", "pi",
     "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "float64",
