@@ -266,10 +266,10 @@ class JaxFunction:
                                 "is not available: fusegen's JAX functions define reverse mode (a custom_vjp "
                                 "running fg.grad's fused op); use jax.grad, jax.vjp or jax.jacrev, and for "
                                 "second derivatives jax.jacrev(jax.jacrev(f))") from e
+        if "fusegen FG_ERR_GATHER: " in text:   # a bad gathered index (issue #17): the Numba backends' text
+            raise fg.BoundsError(text[text.index("FG_ERR_GATHER: ") + len("FG_ERR_GATHER: "):]) from e
         if "fusegen op " not in text:
             return
-        if "FG_ERR_GATHER: " in text:   # a bad gathered index (issue #17): the Numba backends' text
-            raise fg.BoundsError(text[text.index("FG_ERR_GATHER: ") + len("FG_ERR_GATHER: "):]) from e
         raise fg.KernelError(text[text.index("fusegen op "):], library=str((self._last or self).lib_path),
                              function=self.op.name) from e
 

@@ -752,7 +752,18 @@ def test_error_non_scalar_attribute_used_as_operand(ann):
     with pytest.raises(TraceError) as e:
         fg.op(ns["listy"])
     msg = str(e.value)
-    assert f"op listy: attribute 'v' of type {ann} cannot be an operand" in msg and "user_op.py:2" in msg
+    if ann == "str":   # (what a string cannot do in a trace, and what to do instead)
+        assert "op listy: attribute 'v' is a str, which the kernel receives" in msg and "fg.where" in msg
+    else:
+        assert f"op listy: attribute 'v' of type {ann} cannot be an operand" in msg
+    assert "user_op.py:2" in msg
+
+
+def test_error_str_attribute_choosing_a_computation():
+    with pytest.raises(TraceError, match=r"op reduced: attribute 'reduction' is a str.*cannot choose what to compute"):
+        @fg.op
+        def reduced(x, *, reduction: str = "mean"):
+            return fg.sum(x) if reduction == "sum" else fg.mean(x)
 
 
 def test_error_list_attribute_operand_line_in_this_file():

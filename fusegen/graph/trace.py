@@ -260,6 +260,13 @@ class Attr(Tensor):
 
 def operand(x) -> Node:
     """The node of an operand: a traced tensor, a scalar attribute or a Python scalar."""
+    if isinstance(x, Attr) and x.spec.type is AttrType.STR:
+        # (the usual way here: `if reduction == "mean":`, `mode=mode`)
+        raise TraceError(f"{op_prefix()}attribute {x.spec.name!r} is a str, which the kernel receives (the AOT ABI's "
+                         f"string attribute) but the trace cannot read: one traced graph serves every value, so a "
+                         f"string cannot choose what to compute, nor be an operand or an argument such as mode=; "
+                         f"choose with an int or bool attribute and fg.where, or write one op per choice "
+                         f"[at {user_loc()}]")
     if isinstance(x, Attr) and not x.spec.type.is_scalar:
         raise TraceError(f"{op_prefix()}attribute {x.spec.name!r} of type {x.spec.type.value} cannot be an operand; "
                          f"only bool, int and float attributes can [at {user_loc()}]")

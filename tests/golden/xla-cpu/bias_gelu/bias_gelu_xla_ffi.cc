@@ -1407,6 +1407,14 @@ const char *error_string(int code) {
   }
 }
 
+// The text XLA reports: "fusegen op <name>: <code>: <meaning>" (a bad gathered index's meaning
+// names the op and node already: "fusegen FG_ERR_GATHER: op <name>: node ...").
+std::string failure_text(int code) {
+  const std::string meaning = error_string(code);
+  return (meaning.rfind("FG_ERR_GATHER: op ", 0) == 0 ? std::string("fusegen ") : std::string("fusegen op bias_gelu: ")) +
+         meaning;
+}
+
 // The FFI buffers, laid out as `run` takes them (the AOT ABI's operand order: inputs, outputs,
 // workspaces). The dims pointers point into XLA's call frame, valid for the whole call.
 struct Operands {
@@ -1426,7 +1434,7 @@ struct Operands {
 
 ffi::Error status_to_error(int status) {
   if (status == fg::FG_OK) return ffi::Error::Success();
-  return ffi::Error(ffi::ErrorCode::kInvalidArgument, std::string("fusegen op bias_gelu: ") + error_string(status));
+  return ffi::Error(ffi::ErrorCode::kInvalidArgument, failure_text(status));
 }
 
 int call_run(Operands &o, const char **dtypes, const Data &a) {
@@ -1547,7 +1555,7 @@ int read_opaque(const char *opaque, size_t len, int64_t (*dims)[fg::kMaxRank], i
 
 void report_legacy(XlaCustomCallStatus *status, int code, void **params, int64_t (*dims)[fg::kMaxRank],
                    const int *ndims, const int *itemsize) {
-  const std::string msg = std::string("fusegen op bias_gelu: ") + error_string(code);
+  const std::string msg = failure_text(code);
   using SetFailure = void (*)(XlaCustomCallStatus *, const char *, size_t);
   static const auto set_failure = reinterpret_cast<SetFailure>(dlsym(RTLD_DEFAULT, "XlaCustomCallStatusSetFailure"));
   if (set_failure != nullptr && status != nullptr) {

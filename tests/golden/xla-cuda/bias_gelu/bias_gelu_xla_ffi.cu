@@ -1425,6 +1425,14 @@ const char *error_string(int code) {
   }
 }
 
+// The text XLA reports: "fusegen op <name>: <code>: <meaning>" (a bad gathered index's meaning
+// names the op and node already: "fusegen FG_ERR_GATHER: op <name>: node ...").
+std::string failure_text(int code) {
+  const std::string meaning = error_string(code);
+  return (meaning.rfind("FG_ERR_GATHER: op ", 0) == 0 ? std::string("fusegen ") : std::string("fusegen op bias_gelu: ")) +
+         meaning;
+}
+
 // The FFI buffers, laid out as `run` takes them (the AOT ABI's operand order: inputs, outputs,
 // workspaces). Data pointers are device memory; the dims live in XLA's host-side call frame.
 struct Operands {
@@ -1444,7 +1452,7 @@ struct Operands {
 
 ffi::Error status_to_error(int status) {
   if (status == fg::FG_OK) return ffi::Error::Success();
-  return ffi::Error(ffi::ErrorCode::kInvalidArgument, std::string("fusegen op bias_gelu: ") + error_string(status));
+  return ffi::Error(ffi::ErrorCode::kInvalidArgument, failure_text(status));
 }
 
 int call_run(Operands &o, const char **dtypes, const Data &a, cudaStream_t stream) {
