@@ -447,6 +447,23 @@ def test_aot_layout_errors():
         r(np.zeros(5, np.float32))
 
 
+
+def test_emitted_layout_errors_say_which_rule_and_why(tmp_path):
+    """FG_ERR_LAYOUT covers several rules; the emitted NameErrorString says which failed and why,
+    as the Python rules do (it was one text for all: "a permutation, axis, concat shape, ...")."""
+    @fg.op
+    def laid_out(x, y, i):
+        return fg.concat([x, y], axis=0), fg.take_along_axis(x, i, axis=-1), fg.permute_dims(x, (1, 0)) * 2
+    fg.emit(laid_out, dtypes=["float32,float32,int64"]).write(tmp_path)
+    k = fg.AotKernel(f"{tmp_path / 'laid_out.cc'}:LaidOut")
+    x, i = np.ones((2, 3), np.float32), np.zeros((2, 1), np.int64)
+    assert [a.shape for a in k(x, x, i)] == [(4, 3), (2, 1), (3, 2)]
+    for args, why in [((x, np.ones((2, 4), np.float32), i), "concat: the arrays' shapes differ off the concatenation axis"),
+                      ((x, x, np.zeros(2, np.int64)), "take_along_axis: the indices' rank differs from the source's"),
+                      ((x[..., None], x[..., None], i[..., None]), "permute_dims: the permutation's length differs")]:
+        with pytest.raises(fg.KernelError, match=re.escape(f"laid_out: FG_ERR_LAYOUT: {why}")):
+            k(*args)
+
 def _infer_shape(compiled, shapes) -> list[tuple]:
     """The emitted NameInferShape on ``shapes`` (-1: unknown dim, (-2,): unknown rank)."""
     k = compiled.executor.kernel_for(())

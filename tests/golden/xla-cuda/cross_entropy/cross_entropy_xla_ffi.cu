@@ -1969,6 +1969,18 @@ inline bool address(const Nest<NOPS> &nest, int i, const int64_t *coords, int64_
 
 namespace fg {
 
+// Why this thread's last layout rule failed, for <Name>ErrorString (FG_ERR_LAYOUT covers several
+// rules; the text says which and what, as the Python rules do).
+inline std::string &layout_message() {
+  static thread_local std::string text;
+  return text;
+}
+
+inline int layout_fail(const char *why) {
+  layout_message() = std::string("FG_ERR_LAYOUT: ") + why;
+  return FG_ERR_LAYOUT;
+}
+
 // A static scalar's value (NodeInfo.value): `known` false where it depends on an unknown dim.
 // Ints and bools use `i`, floats `f`.
 struct Scalar {
@@ -2030,17 +2042,17 @@ inline int permute_rule(const Shape &x, int kind, const int64_t *a, int na, cons
   const int r = x.rank;
   int64_t perm[kMaxRank];
   if (kind == 0) {
-    if (na != r) return FG_ERR_LAYOUT;
+    if (na != r) return layout_fail("permute_dims: the permutation's length differs from the rank");
     uint32_t seen = 0;
     for (int k = 0; k < r; ++k) {
       FG_TRY(norm_axis(a[k], r, &perm[k]));
-      if ((seen >> perm[k]) & 1u) return FG_ERR_LAYOUT;
+      if ((seen >> perm[k]) & 1u) return layout_fail("permute_dims: an axis repeats in the permutation");
       seen |= 1u << perm[k];
     }
   } else if (kind == 1) {
     for (int k = 0; k < r; ++k) perm[k] = r - 1 - k;
   } else if (kind == 2) {
-    if (r < 2 && a[0] == -2 && a[1] == -1) return FG_ERR_LAYOUT;  // matrix_transpose of rank < 2
+    if (r < 2 && a[0] == -2 && a[1] == -1) return layout_fail("matrix_transpose: the input has fewer than 2 dims");
     int64_t s, t;
     FG_TRY(norm_axis(a[0], r, &s));
     FG_TRY(norm_axis(a[1], r, &t));
@@ -2048,13 +2060,13 @@ inline int permute_rule(const Shape &x, int kind, const int64_t *a, int na, cons
     perm[s] = t;
     perm[t] = s;
   } else {
-    if (na != nb) return FG_ERR_LAYOUT;
+    if (na != nb) return layout_fail("moveaxis: source and destination differ in length");
     int64_t src[kMaxRank], dst[kMaxRank];
     uint32_t ss = 0, ds = 0;
     for (int j = 0; j < na; ++j) {
       FG_TRY(norm_axis(a[j], r, &src[j]));
       FG_TRY(norm_axis(b[j], r, &dst[j]));
-      if (((ss >> src[j]) & 1u) || ((ds >> dst[j]) & 1u)) return FG_ERR_LAYOUT;
+      if (((ss >> src[j]) & 1u) || ((ds >> dst[j]) & 1u)) return layout_fail("moveaxis: an axis repeats in source or destination");
       ss |= 1u << src[j];
       ds |= 1u << dst[j];
     }
@@ -2257,7 +2269,7 @@ inline int broadcast_dims_rule(const Shape &x, const Scalar *dims, int n, Shape 
   Shape target;
   target.rank = n;
   for (int j = 0; j < n; ++j) {
-    if (dims[j].known && dims[j].i < 0) return FG_ERR_LAYOUT;
+    if (dims[j].known && dims[j].i < 0) return layout_fail("broadcast_to: a dim of the shape is negative");
     target.d[j] = dims[j].known ? dims[j].i : kUnknownDim;
   }
   return broadcast_to_rule(x, target, out, p);
@@ -2275,7 +2287,7 @@ inline int flip_rule(const Shape &x, const int64_t *axes, int n, bool all, Shape
     for (int j = 0; j < n; ++j) {
       int64_t k;
       FG_TRY(norm_axis(axes[j], x.rank, &k));
-      if ((mask >> k) & 1u) return FG_ERR_LAYOUT;
+      if ((mask >> k) & 1u) return layout_fail("flip: an axis repeats");
       mask |= 1u << k;
     }
   }
@@ -2298,10 +2310,10 @@ inline int concat_rule(const Shape *const *pieces, int n, int64_t axis, Shape *o
   }
   const int r = pieces[0]->rank;
   for (int j = 1; j < n; ++j) {
-    if (pieces[j]->rank != r) return FG_ERR_LAYOUT;
+    if (pieces[j]->rank != r) return layout_fail("concat: the arrays differ in rank");
   }
-  if (r == 0) return FG_ERR_LAYOUT;
-  if (n + 1 > int(sizeof(p->v) / sizeof(p->v[0]))) return FG_ERR_LAYOUT;
+  if (r == 0) return layout_fail("concat: 0-d arrays cannot be concatenated");
+  if (n + 1 > int(sizeof(p->v) / sizeof(p->v[0]))) return layout_fail("concat: more pieces than a kernel takes");
   int64_t a;
   FG_TRY(norm_axis(axis, r, &a));
   out->rank = r;
@@ -2322,7 +2334,7 @@ inline int concat_rule(const Shape *const *pieces, int n, int64_t axis, Shape *o
     for (int j = 0; j < n; ++j) {
       const int64_t d = pieces[j]->d[k];
       if (d < 0) continue;
-      if (fixed >= 0 && fixed != d) return FG_ERR_LAYOUT;
+      if (fixed >= 0 && fixed != d) return layout_fail("concat: the arrays' shapes differ off the concatenation axis");
       fixed = d;
     }
     out->d[k] = fixed;
@@ -2337,15 +2349,15 @@ inline int concat_rule(const Shape *const *pieces, int n, int64_t axis, Shape *o
 inline int pad_rule(const Shape &x, const Shape &value, const Scalar *w, int npairs, bool all, Shape *out,
                     Params *p) {
   p->ok = false;
-  if (value.rank != 0) return FG_ERR_LAYOUT;
+  if (value.rank != 0) return layout_fail("pad: constant_values must be a scalar");
   for (int j = 0; j < 2 * npairs; ++j) {
-    if (w[j].known && w[j].i < 0) return FG_ERR_LAYOUT;
+    if (w[j].known && w[j].i < 0) return layout_fail("pad: a pad width is negative");
   }
   if (x.rank == kUnknownRank) {
     out->rank = kUnknownRank;
     return FG_OK;
   }
-  if (!all && npairs != x.rank) return FG_ERR_LAYOUT;
+  if (!all && npairs != x.rank) return layout_fail("pad: pad_width gives a number of (before, after) pairs other than the rank");
   bool ok = true;
   out->rank = x.rank;
   for (int k = 0; k < x.rank; ++k) {
@@ -2362,7 +2374,7 @@ inline int pad_rule(const Shape &x, const Shape &value, const Scalar *w, int npa
 
 // shapes._iota: int64 [0, n).
 inline int iota_rule(const Scalar &n, Shape *out, Params *p) {
-  if (n.known && n.i < 0) return FG_ERR_LAYOUT;
+  if (n.known && n.i < 0) return layout_fail("arange: the length is negative");
   out->rank = 1;
   out->d[0] = n.known ? n.i : kUnknownDim;
   p->ok = n.known;
@@ -2566,7 +2578,8 @@ inline int gather_rule(const Shape &x, const Shape &idx, bool take, int64_t axis
     out->rank = kUnknownRank;
     return FG_OK;
   }
-  if (x.rank == 0 || (!take && idx.rank != x.rank)) return FG_ERR_LAYOUT;
+  if (x.rank == 0) return layout_fail(take ? "take: the source is 0-d" : "take_along_axis: the source is 0-d");
+  if (!take && idx.rank != x.rank) return layout_fail("take_along_axis: the indices' rank differs from the source's");
   int64_t a;
   FG_TRY(norm_axis(axis, x.rank, &a));
   Shape r;
@@ -3461,6 +3474,8 @@ int run(int nparam, void **params, int *ndims, int64_t **shapes, const char **dt
 const char *error_string(int code) {
   // this thread's last bad gathered index: op, node, axis, value
   if (code == fg::FG_ERR_GATHER && !fg::gather_message().empty()) return fg::gather_message().c_str();
+  // which layout rule failed, and why (this thread's last)
+  if (code == fg::FG_ERR_LAYOUT && !fg::layout_message().empty()) return fg::layout_message().c_str();
   switch (code) {
     case 0:
       return "FG_OK: success";
