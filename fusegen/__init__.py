@@ -98,6 +98,9 @@ def __getattr__(name):
     if name == "random":  # fg.random: uniform, normal, bernoulli, randint (traced) and reference (NumPy)
         import importlib
         return importlib.import_module(".random", __name__)
+    if name == "linalg":  # fg.linalg: the array API's linear-algebra extension (norms, diagonal, ...)
+        import importlib
+        return importlib.import_module(".linalg", __name__)
     if name == "examples":
         import importlib
         return importlib.import_module(".examples", __name__)

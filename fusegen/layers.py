@@ -21,8 +21,9 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("base", "exception types, dtypes and promotion, the cache location, the version, this table",
      ("fusegen.errors", "fusegen.dtypes", "fusegen.cache", "fusegen.version", "fusegen.layers")),
     ("ir", "nodes, tracing, shape and dtype rules, text form, grad, write-request rewrites, the fg. "
-     "functions (ir.py is the face), the reference ops, the random streams' definition (philox, fg.random)",
-     ("fusegen.ir", "fusegen.graph", "fusegen.examples", "fusegen.philox", "fusegen.random")),
+     "functions (ir.py is the face), the reference ops, the random streams' definition (philox, fg.random), "
+     "fg.linalg",
+     ("fusegen.ir", "fusegen.graph", "fusegen.examples", "fusegen.philox", "fusegen.random", "fusegen.linalg")),
     ("plan", "grouping into stages, accesses and their index maps, run-time layouts, the expression tables",
      ("fusegen.plan",)),
     ("lowering", "Plan -> Numba CPU / numba-cuda Python sources, MindSpore-AOT and XLA FFI C++/CUDA sources "

@@ -22,7 +22,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 _TRACING_FILES = {os.path.join(_HERE, f) for f in ("trace.py", "vocab.py", "layout.py", "compose.py", "gathers.py", "searching.py", "scans.py")}
 _TRACING_FILES |= {os.path.join(_HERE, f) for f in ("elementwise.py", "stats.py")}  # (#18)
 _TRACING_FILES |= {os.path.join(_HERE, f) for f in ("rng.py", "datatypes.py", "methods.py")}  # random numbers; dtypes; methods
-_TRACING_FILES |= {os.path.join(_HERE, f) for f in ("linalg.py", "einsum.py", "numpy_names.py")}  # contractions; NumPy's
+_TRACING_FILES |= {os.path.join(_HERE, f) for f in ("linalg.py", "linalg_ext.py", "einsum.py", "numpy_names.py")}  # contractions; NumPy's
 _tls = threading.local()
 
 
