@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import fusegen as fg
+from table_ops import RUNS, check_table
 
 rng = np.random.default_rng(0)
 x = rng.standard_normal((3, 4, 5)); xi = rng.integers(-3, 4, (3, 4)).astype(np.int32); c = (rng.standard_normal((2, 3)) + 1j * rng.standard_normal((2, 3))).astype(np.complex64)
@@ -35,31 +36,13 @@ npm = types.SimpleNamespace(linalg=types.SimpleNamespace(vector_norm=np.linalg.v
      outer=np.outer, cross=lambda a, b, axis=-1: np.cross(a, b, axis=axis), matmul=np.matmul))
 
 
-def _batched(table):
-    names, calls, j, ns = [], [], 0, {"fg": fg}
-    for k, (_, fn, args) in enumerate(table):
-        ns[f"f{k}"] = fn
-        mine = [f"a{j + i}" for i in range(len(args))]
-        names += mine
-        j += len(args)
-        calls.append(f"f{k}(fg, {', '.join(mine)})")
-    exec(f"def linalg_table({', '.join(names)}):\n    return ({', '.join(calls)},)\n", ns)
-    return fg.op(ns["linalg_table"])
-
-
 #: The default run's share (the whole table: ``-m extended``, on Numba and the emitted C++).
 QUICK = {"vn2", "vn ax tuple", "vn0", "vn3", "vn complex", "mn 1", "diag +1", "diag -2", "trace int", "cross ax0"}
 
 
-@pytest.mark.parametrize("backend, quick", [("numba", True), pytest.param("numba", False, marks=pytest.mark.extended),
-                                            pytest.param("aot", False, marks=pytest.mark.extended)])
+@pytest.mark.parametrize("backend, quick", RUNS)
 def test_linalg_against_numpy(backend, quick):
-    table = [c for c in cases if c[0] in QUICK or not quick]
-    got = fg.compile(_batched(table), backend=backend)(*[a for _, _, args in table for a in args])
-    for (name, fn, args), g in zip(table, got):
-        want = fn(npm, *args)
-        assert np.shape(g) == np.shape(want) and np.asarray(g).dtype == np.asarray(want).dtype, name
-        np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-6, err_msg=name)
+    check_table(cases, QUICK, backend, quick, 'linalg_table', npm, rtol=1e-5, atol=1e-6)
 
 
 def test_linalg_refusals():

@@ -2,12 +2,11 @@
 values, dtypes and shapes, NaN and integer inputs, Python scalars on either side."""
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import pytest
 
 import fusegen as fg
+from table_ops import RUNS, check_table
 
 rng = np.random.default_rng(0)
 x = rng.standard_normal((3, 4)).astype(np.float32); x[0, 1] = np.nan; x[1, 1] = 0.0
@@ -53,35 +52,14 @@ cases = [
 ]
 
 
-def _batched(table):
-    """One op computing every case of ``table`` (one compilation): inputs a0, a1, ... in turn."""
-    names, calls, j, ns = [], [], 0, {"fg": fg}
-    for k, (_, fn, args) in enumerate(table):
-        ns[f"f{k}"] = fn
-        mine = [f"a{j + i}" for i in range(len(args))]
-        names += mine
-        j += len(args)
-        calls.append(f"f{k}(fg, {', '.join(mine)})")
-    exec(f"def numpy_names({', '.join(names)}):\n    return ({', '.join(calls)},)\n", ns)
-    return fg.op(ns["numpy_names"])
-
-
 #: The default run's share (the whole table: ``-m extended``, on Numba and the emitted C++).
 QUICK = {"concatenate None", "cumsum", "nanmax", "trace off", "dot ndmd", "isclose s", "fmax", "heaviside int",
          "select", "hstack"}
 
 
-@pytest.mark.parametrize("backend, quick", [("numba", True), pytest.param("numba", False, marks=pytest.mark.extended),
-                                            pytest.param("aot", False, marks=pytest.mark.extended)])
+@pytest.mark.parametrize("backend, quick", RUNS)
 def test_numpy_names_against_numpy(backend, quick):
-    table = [c for c in cases if c[0] in QUICK or not quick]
-    got = fg.compile(_batched(table), backend=backend)(*[a for _, _, args in table for a in args])
-    for (name, fn, args), g in zip(table, got):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")   # (NumPy warns of all-NaN slices and overflow)
-            want = fn(np, *args)
-        assert np.shape(g) == np.shape(want) and np.asarray(g).dtype == np.asarray(want).dtype, name
-        np.testing.assert_allclose(g, want, rtol=2e-6, atol=1e-6, equal_nan=True, err_msg=name)
+    check_table(cases, QUICK, backend, quick, 'numpy_names', np, rtol=2e-6, atol=1e-6)
 
 
 def test_numpy_names_refuse_what_has_no_meaning_in_an_op():
