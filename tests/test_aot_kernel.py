@@ -823,6 +823,7 @@ def test_evicted_signature_is_reprepared_and_dropped_only_when_idle(src, monkeyp
 
 
 # --- a fusegen-emitted library describes itself: NameOpInfo ------------------------------------
+@pytest.mark.extended   # (g++ builds of its own: the default run keeps its 5 minutes)
 @needs_gxx
 def test_emitted_library_op_info_settles_counts_and_checks_attributes(tmp_path):
     """The output count picks InferShape's C++ signature: a multi-output kernel loaded without

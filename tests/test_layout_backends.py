@@ -448,6 +448,7 @@ def test_aot_layout_errors():
 
 
 
+@pytest.mark.extended   # (g++ builds of its own: the default run keeps its 5 minutes)
 def test_emitted_layout_errors_say_which_rule_and_why(tmp_path):
     """FG_ERR_LAYOUT covers several rules; the emitted NameErrorString says which failed and why,
     as the Python rules do (it was one text for all: "a permutation, axis, concat shape, ...")."""
