@@ -373,3 +373,22 @@ def test_gathers_from_broadcasts_and_gathers(backend):
             np.take(np.meshgrid(np.arange(4), np.arange(3))[0], i) + x[0], np.take(np.take(x, i % 4, axis=1), i))
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
+
+
+def test_a_list_of_ints_indexes_as_numpy_does():
+    """``x[:, [0, 2]]`` is NumPy's integer-array indexing with that array (it was refused: "cannot
+    index with list"): negative entries wrap, an empty list selects nothing, out-of-range is a
+    BoundsError, and a list of bools or of lists is refused by name."""
+    x = np.arange(24.0).reshape(2, 3, 4)
+    cases = [lambda t: t[:, [0, 2]], lambda t: t[..., [3, -1, 0]], lambda t: t[[1, 0]], lambda t: t[:, []],
+             lambda t: t[:, [2, 0], 1:3] * 2]
+    op = fg.op(lambda t: tuple(c(t) for c in cases), name="listed")
+    for got, c in zip(fg.compile(op)(x), cases):
+        np.testing.assert_array_equal(got, c(x))
+        assert got.shape == c(x).shape
+    with pytest.raises(fg.BoundsError, match=r"index 5 is out of bounds for axis 1 with size 3"):
+        fg.compile(fg.op(lambda t: t[:, [0, 5]], name="listed_oob"))(x)
+    with pytest.raises(fg.TraceError, match=r"boolean indexing has a data-dependent shape"):
+        fg.op(lambda t: t[:, [True, False, True]], name="listed_mask")
+    with pytest.raises(fg.TraceError, match=r"cannot index with list \[\[0\], \[1\]\]: a list index holds Python ints"):
+        fg.op(lambda t: t[:, [[0], [1]]], name="listed_nested")

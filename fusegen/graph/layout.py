@@ -170,7 +170,7 @@ def index(x, key) -> Tensor:
     """Basic indexing ``x[key]``: ints, slices (negative and symbolic bounds, negative steps),
     ``None`` and ``...``; the result is a view."""
     x = as_tensor(x, "indexing")
-    items = key if isinstance(key, tuple) else (key,)
+    items = tuple(_list_index(it) if isinstance(it, list) else it for it in (key if isinstance(key, tuple) else (key,)))
     nodes: list[Node] = []
     arg: list[Item] = []
     if sum(1 for it in items if it is Ellipsis) > 1:
@@ -202,6 +202,21 @@ def index(x, key) -> Tensor:
     if all(a.kind == "slice" and a.given == (False, False, False) for a in arg) or not arg:
         return x
     return Tensor(make(Op.INDEX, (x.node, *nodes), tuple(arg)))
+
+
+def _list_index(items: list) -> Tensor:
+    """A list of Python ints in an index (``x[:, [0, 2, 3]]``): NumPy's integer-array indexing with
+    that array, built from the constants (a small index expression, nothing stored); bools and
+    nested lists are refused by name (a mask's shape is data; a 2-D index array wants a tensor)."""
+    if any(isinstance(i, (bool, np.bool_)) for i in items):
+        raise TraceError(f"{op_prefix()}boolean indexing has a data-dependent shape and cannot be fused; "
+                         f"use fg.where{_where()}")
+    if not all(is_int(i) for i in items):
+        raise TraceError(f"{op_prefix()}cannot index with list {items!r}: a list index holds Python ints (pass an "
+                         f"integer tensor for anything else){_where()}")
+    if not items:
+        return iota(0)
+    return stack([Tensor(operand(int(i))) for i in items])
 
 
 # --- gathers (issue #17; take and take_along_axis are fusegen.graph.gathers) ------------------------
