@@ -39,6 +39,7 @@ import operator
 
 import ctypes
 import hashlib
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -155,6 +156,8 @@ class JaxFunction:
 
         def traced(*arrays, **attrs):
             values = {n: v.value for n, v in attrs.items()}
+            if any(getattr(a, "dtype", None) == jax.numpy.bfloat16 for a in arrays):
+                return self._through_float32(traced, arrays, attrs, values)
             # a child for a new combination or rank, if it must be; a partitioned call keeps the
             # gradient's sum_to/unreduce for its rules (they tie the dims that ``plan.noops``
             # drops: x's and y's of a sum's gradient), and each shard's call drops them
@@ -266,6 +269,19 @@ class JaxFunction:
                                 "is not available: fusegen's JAX functions define reverse mode (a custom_vjp "
                                 "running fg.grad's fused op); use jax.grad, jax.vjp or jax.jacrev, and for "
                                 "second derivatives jax.jacrev(jax.jacrev(f))") from e
+        if isinstance(e, TypeError) and "as an abstract array" in text:   # a str, an object: JAX's words
+            where = re.search(r"path arrays\[(\d+)\]", text)
+            k = int(where.group(1)) if where else None
+            name = repr(self.op.inputs[k]) if k is not None and k < len(self.op.inputs) else "an input"
+            kind = re.search(r"of type <class '([^']+)'>", text)
+            raise fg.ArgumentError(f"op {self.op.name}: input {name} is a {kind.group(1) if kind else 'non-array'}; "
+                                   "JAX functions take arrays (jnp.asarray it first), as jax.numpy's do") from e
+        if isinstance(e, ValueError) and "dimension of all xs should be replicated" in text:
+            raise fg.ArgumentError(
+                f"op {self.op.name}: jax.vmap over a sharded batch dim: this op's inputs differ in rank, so "
+                "its batch rule runs one element at a time (vmap_method='sequential', a scan), which JAX "
+                "refuses over a sharded axis (an Explicit mesh); vmap inputs of equal rank, or shard_map the "
+                "batch instead") from e
         if "fusegen FG_ERR_GATHER: " in text:   # a bad gathered index (issue #17): the Numba backends' text
             raise fg.BoundsError(text[text.index("FG_ERR_GATHER: ") + len("FG_ERR_GATHER: "):]) from e
         if "fusegen op " not in text:
@@ -304,6 +320,26 @@ class JaxFunction:
         except (TypeError, ValueError, OverflowError):  # a list value: not cacheable by value, rebuilt per call
             pass
         return fn
+
+    def _through_float32(self, traced, arrays, attrs: dict, values: dict):
+        """A call with bfloat16 inputs, as the PyTorch bridge runs one: fusegen has no bfloat16, so
+        they are widened to float32 (exact), the op runs in float32, and the outputs that float16
+        inputs would give as float16 are rounded to bfloat16 once; bfloat16 beside float16 is
+        refused."""
+        op, jnp = self.op, jax.numpy
+        if any(getattr(a, "dtype", None) == jnp.float16 for a in arrays):
+            raise fg.DTypeError(f"op {op.name}: bfloat16 and float16 inputs cannot be mixed (fusegen computes "
+                                "bfloat16 in float32 and has no rule for the pair)")
+        bf = [a.dtype == jnp.bfloat16 for a in arrays]
+        names = self._dtype_names([a.astype(jnp.float32) if b else a for a, b in zip(arrays, bf)])
+        shapes, bound = [tuple(a.shape) for a in arrays], op.bind_attrs(values)
+        proxy = fg.infer(op.specialize(names, shapes, bound), ["float16" if b else n for b, n in zip(bf, names)],
+                         shapes, bound)
+        outs = traced(*(a.astype(jnp.float32) if b else a for a, b in zip(arrays, bf)), **attrs)
+        many = isinstance(outs, (tuple, list))
+        outs = [o.astype(jnp.bfloat16) if p.name == "float16" and o.dtype == jnp.float32 else o
+                for o, p in zip(outs if many else [outs], proxy.out_dtypes)]
+        return tuple(outs) if many else outs[0]
 
     def _with_vjp(self, primal, attrs: dict):
         """``primal`` made differentiable by ``jax.grad``/``jax.vjp``: its backward pass is the

@@ -203,8 +203,10 @@ class TorchFunction:
         return self.custom_op._opoverload
 
     def __call__(self, *tensors, inplace: bool = False, **attrs):
-        if attrs and not torch.compiler.is_compiling():   # (compiling, ints may be symbolic: the kernel checks them)
-            attrs = self._bound(attrs)
+        if not torch.compiler.is_compiling():   # (compiling, ints may be symbolic: the kernel checks them)
+            if attrs:   # (first: a tensor given by keyword is named as such, not as a missing input)
+                attrs = self._bound(attrs)
+            self._check_inputs(tensors)
         if inplace:
             return self._call_inplace(tensors, attrs)
         if not torch.compiler.is_compiling() and any(type(t).__name__ == "DTensor" for t in tensors):
@@ -215,6 +217,18 @@ class TorchFunction:
             if not wants_grad and torch_sharding.needs_rounds(self, tensors, attrs):
                 return torch_sharding.run_rounds(self, tensors, attrs)
         return self.custom_op(*tensors, **attrs)
+
+    def _check_inputs(self, tensors) -> None:
+        """The op's input count and tensors, named as fusegen names them (torch's schema error names
+        the registered operator, ``fusegen::<op>_<backend>_<hash>``)."""
+        names = self.op.inputs
+        if len(tensors) != len(names):
+            raise fg.ArgumentError(f"op {self.op.name} takes {len(names)} inputs ({', '.join(names)}), "
+                                   f"got {len(tensors)}")
+        for n, t in zip(names, tensors):
+            if not isinstance(t, torch.Tensor):
+                raise fg.ArgumentError(f"op {self.op.name}: input {n!r} is a {type(t).__name__}, not a torch.Tensor "
+                                       "(torch.as_tensor it first)")
 
     def _bound(self, attrs: dict) -> dict:
         """The attributes given, checked and converted as a call on arrays does (torch's schema
@@ -309,6 +323,13 @@ class TorchFunction:
         if not torch.compiler.is_compiling() and any(t.is_conj() or t.is_neg() for t in tensors):
             raise fg.ArgumentError(f"op {self.op.name}: in place on a view with torch's lazy conjugate or negative "
                                    "bit (x.conj()): its memory does not hold its values; resolve_conj() it first")
+        # No autograd through an in-place call: where grad mode would record it, refuse (as torch's
+        # own in-place ops refuse a leaf that requires grad) rather than cut the graph silently
+        # (the result had no grad_fn and the inputs' gradients vanished)
+        if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors):
+            names = [n for n, t in zip(self.op.inputs, tensors) if isinstance(t, torch.Tensor) and t.requires_grad]
+            raise fg.ArgumentError(f"op {self.op.name}: inplace=True has no autograd, and input {names[0]!r} requires "
+                                   "grad; call it under torch.no_grad() (an optimizer step), or without inplace=True")
         rest = self.inplace_op(*tensors, **attrs)
         rest = list(rest) if isinstance(rest, (tuple, list)) else ([] if rest is None else [rest])
         outs = [tensors[self.op.inplace[k]] if k in self.op.inplace else rest.pop(0)

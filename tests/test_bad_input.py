@@ -382,6 +382,9 @@ def test_jax_attribute_errors():
     bad(AttrError, r"unknown attribute 'beta'", f, x, alpha=1.0, beta=2.0)
     bad(ArgumentError, r"op scaled takes 1 inputs \(x\), got 2", f, x, x, alpha=1.0)
     bad(ArgumentError, r"op scaled: input 'x' is a list; JAX functions take arrays", f, [[1.0, 2.0]], alpha=1.0)
+    bad(ArgumentError, r"op scaled: input 'x' is a str; JAX functions take arrays", f, "abc", alpha=1.0)
+    bad(ArgumentError, r"op scaled: 'x' is a tensor input, given by keyword; pass the inputs positionally", f,
+        x=x, alpha=1.0)
     import jax
     bad(AttrError, r"op scaled: attribute 'alpha' is a traced JAX value; attributes are static",
         jax.jit(lambda a, s: f(a, alpha=s)), x, 2.0)

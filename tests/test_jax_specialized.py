@@ -145,3 +145,25 @@ def test_the_legacy_api_specializes_too():
     np.testing.assert_allclose(np.asarray(f(x)), fg.compile(center_rows)(x), rtol=1e-6, atol=1e-6)
     assert [c.api for c in f.specializations] == ["legacy"]
     assert all("_legacy_" in t for c in f.specializations for t in c.targets.values())
+
+
+def test_bfloat16_inputs_run_through_float32_as_in_the_torch_bridge():
+    """fusegen has no bfloat16: the JAX bridge widens such inputs to float32 (exact), and rounds to
+    bfloat16 the outputs float16 inputs would give as float16, as the PyTorch bridge does (it was
+    a DTypeError); gradients come back in bfloat16, and bfloat16 beside float16 is refused."""
+    import jax
+    import jax.numpy as jnp
+    x = jnp.asarray(np.random.default_rng(0).standard_normal((4, 8)), jnp.bfloat16)
+    f = fg.jax.function(ex.softmax)
+    y = f(x, axis=-1)
+    want = jax.nn.softmax(x.astype(jnp.float32), -1)
+    assert y.dtype == jnp.bfloat16 and jax.jit(lambda t: f(t, axis=-1))(x).dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.asarray(y.astype(jnp.float32)), np.asarray(want), rtol=2 ** -8)   # (one rounding)
+    g = jax.grad(lambda t: (f(t, axis=-1) ** 2).sum())(x)
+    gw = jax.grad(lambda t: (jax.nn.softmax(t, -1) ** 2).sum())(x.astype(jnp.float32))
+    assert g.dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.asarray(g.astype(jnp.float32)), np.asarray(gw), atol=4e-3)
+    h = fg.jax.function(ex.add_mul_div)
+    assert [o.dtype for o in h(x, x.astype(jnp.float32))] == [jnp.float32] * 3
+    with pytest.raises(fg.DTypeError, match=r"op add_mul_div: bfloat16 and float16 inputs cannot be mixed"):
+        h(x, x.astype(jnp.float16))

@@ -311,6 +311,19 @@ def test_the_inplace_variant_writes_over_its_input():
                                      test_utils=("test_schema", "test_faketensor")).values()) == {"SUCCESS"}
     with pytest.raises(fg.ArgumentError, match="declares no output that may share"):
         fgt.function(ex.add_reduce_sum)(x, y, inplace=True)
+    # no autograd through it: refused where grad mode would record the call (it cut the graph
+    # silently: no grad_fn, the inputs' gradients gone), allowed under no_grad (an optimizer step)
+    for leaf in (x, y):
+        leaf.requires_grad_(True)
+        with pytest.raises(fg.ArgumentError, match=r"op scale_shift: inplace=True has no autograd, and input "
+                                                   rf"'{'x' if leaf is x else 'y'}' requires grad"):
+            f(x, y, s=3.0, inplace=True)
+        leaf.requires_grad_(False)
+    x.requires_grad_(True)
+    with torch.no_grad():
+        before = x.detach().clone()
+        f(x, y, s=2.0, inplace=True)
+    torch.testing.assert_close(x.detach(), before * 2 + y)
 
 
 @pytest.mark.extended   # (torch.compile and a kernel build each: the default run keeps its 5 minutes)
@@ -357,6 +370,20 @@ def test_autograd_through_a_gather_and_a_reduction():
 def test_a_bool_for_an_int_attribute_is_refused_as_elsewhere():
     with pytest.raises(fg.AttrError, match="expected int, got bool"):
         fgt.function(ex.softmax)(t32(3, 4), axis=True)
+
+
+def test_inputs_are_checked_and_named_as_elsewhere():
+    """A missing input, a NumPy array or a scalar for a tensor, a tensor by keyword: fusegen's
+    errors naming the op and the input (torch's schema error named the registered operator)."""
+    f = fgt.function(ex.add_reduce_sum)
+    with pytest.raises(fg.ArgumentError, match=r"op add_reduce_sum takes 2 inputs \(x, y\), got 1"):
+        f(t32(3, 4))
+    with pytest.raises(fg.ArgumentError, match=r"op add_reduce_sum: input 'y' is a ndarray, not a torch.Tensor"):
+        f(t32(3, 4), np.ones((3, 4), np.float32))
+    with pytest.raises(fg.ArgumentError, match=r"op add_reduce_sum: input 'y' is a int, not a torch.Tensor"):
+        f(t32(3, 4), 2)
+    with pytest.raises(fg.ArgumentError, match=r"op add_reduce_sum: 'y' is a tensor input, given by keyword"):
+        f(t32(3, 4), y=t32(3, 4))
 
 
 def test_cuda_tensors_go_to_the_cuda_kernel_on_the_current_stream(monkeypatch):

@@ -317,6 +317,9 @@ class OpDef:
         ``traced``: a traced value (inlining into another op's trace) is taken as it is."""
         out = {}
         for n in given:
+            if n in self.inputs:   # (a tensor given by keyword: inputs are positional)
+                raise ArgumentError(f"op {self.name}: {n!r} is a tensor input, given by keyword; pass the inputs "
+                                    f"positionally, in order ({', '.join(self.inputs)})")
             if n not in self.attrs:
                 known = ", ".join(self.attrs) or "none"
                 raise AttrError(f"op {self.name}: unknown attribute {n!r} (attributes: {known})")

@@ -154,6 +154,19 @@ def test_vmap_inside_shard_map():
     close(jax.jit(body)(xs), _np_layer_norm(x))
 
 
+@pytest.mark.extended
+def test_vmap_over_a_sharded_batch_of_inputs_of_different_ranks_says_why_it_cannot():
+    """rms_norm's (N, D) x and (D,) weight: the batch rule runs one element at a time, which JAX
+    refuses over a sharded batch dim (an Explicit mesh); the error names the op and the way out
+    (it was JAX's "0th dimension of all xs should be replicated")."""
+    f = function(ex.rms_norm)
+    mesh = jax.make_mesh((2, 4), ("a", "b"))
+    x = put(mesh, np.ones((8, 4, 6), np.float32), P(("a", "b")))
+    with jax.set_mesh(mesh), pytest.raises(fg.ArgumentError, match=r"op rms_norm: jax.vmap over a sharded batch "
+                                                                  r"dim: this op's inputs differ in rank"):
+        jax.jit(jax.vmap(lambda u, w: f(u, w, eps=1e-6), in_axes=(0, None)))(x, np.ones(6, np.float32))
+
+
 def test_shard_map_types_results_as_varying_and_takes_gradients_inside():
     # the FFI call types its results as its inputs vary (JAX's check_vma, on by default): a
     # per-device gradient (data parallel) passes the check, and out_specs claiming a varying
