@@ -192,10 +192,13 @@ def _element_of(ann):
 def attr_type_from_annotation(ann) -> AttrType | None:
     """Map a keyword-only parameter's annotation to an AttrType (None if unsupported)."""
     if isinstance(ann, str):
-        s = ann.replace(" ", "").replace("List[", "list[").replace("Tuple[", "tuple[")
-        s = re.sub(r"(?:tuple|Sequence)\[(\w+|list\[\w+\])(?:,\.\.\.)?\]",
-                   lambda m: f"list[{m.group(1)}]", s.replace("typing.", "").replace("collections.abc.", ""))
-        s = re.sub(r"(?:tuple|Sequence)\[(list\[\w+\])(?:,\.\.\.)?\]", r"list[\1]", s)
+        s = ann.replace(" ", "").replace("typing.", "").replace("collections.abc.", "")
+        s = s.replace("List[", "list[").replace("Tuple[", "tuple[")
+        while True:   # tuple[X, ...] and Sequence[X] as list[X], innermost first
+            spelled = re.sub(r"(?:tuple|Sequence)\[(\w+|list\[\w+\])(?:,\.\.\.)?\]", r"list[\1]", s)
+            if spelled == s:
+                break
+            s = spelled
         for t in AttrType:
             if t.value == s:
                 return t

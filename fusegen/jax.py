@@ -331,11 +331,12 @@ class JaxFunction:
             raise fg.DTypeError(f"op {op.name}: bfloat16 and float16 inputs cannot be mixed (fusegen computes "
                                 "bfloat16 in float32 and has no rule for the pair)")
         bf = [a.dtype == jnp.bfloat16 for a in arrays]
-        names = self._dtype_names([a.astype(jnp.float32) if b else a for a, b in zip(arrays, bf)])
+        wide = [a.astype(jnp.float32) if b else a for a, b in zip(arrays, bf)]
+        names = self._dtype_names(wide)
         shapes, bound = [tuple(a.shape) for a in arrays], op.bind_attrs(values)
         proxy = fg.infer(op.specialize(names, shapes, bound), ["float16" if b else n for b, n in zip(bf, names)],
                          shapes, bound)
-        outs = traced(*(a.astype(jnp.float32) if b else a for a, b in zip(arrays, bf)), **attrs)
+        outs = traced(*wide, **attrs)
         many = isinstance(outs, (tuple, list))
         outs = [o.astype(jnp.bfloat16) if p.name == "float16" and o.dtype == jnp.float32 else o
                 for o, p in zip(outs if many else [outs], proxy.out_dtypes)]

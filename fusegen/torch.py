@@ -326,9 +326,9 @@ class TorchFunction:
         # No autograd through an in-place call: where grad mode would record it, refuse (as torch's
         # own in-place ops refuse a leaf that requires grad) rather than cut the graph silently
         # (the result had no grad_fn and the inputs' gradients vanished)
-        if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors):
-            names = [n for n, t in zip(self.op.inputs, tensors) if isinstance(t, torch.Tensor) and t.requires_grad]
-            raise fg.ArgumentError(f"op {self.op.name}: inplace=True has no autograd, and input {names[0]!r} requires "
+        wants = [n for n, t in zip(self.op.inputs, tensors) if isinstance(t, torch.Tensor) and t.requires_grad]
+        if wants and torch.is_grad_enabled():
+            raise fg.ArgumentError(f"op {self.op.name}: inplace=True has no autograd, and input {wants[0]!r} requires "
                                    "grad; call it under torch.no_grad() (an optimizer step), or without inplace=True")
         rest = self.inplace_op(*tensors, **attrs)
         rest = list(rest) if isinstance(rest, (tuple, list)) else ([] if rest is None else [rest])

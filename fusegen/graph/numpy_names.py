@@ -19,9 +19,10 @@ from ..errors import TraceError
 from .compose import asarray, eye, linspace
 from .datatypes import isdtype
 from .elementwise import remainder, trunc
-from .layout import as_tensor, concat, dim, expand_dims, flip, iota, ndim_of, permute_dims, reshape
+from . import methods  # noqa: F401  (x.cumsum and x.cumprod, which cumsum and cumprod are)
+from .layout import as_tensor, concat, dim, flip, moveaxis, ndim_of, reshape, transpose as layout_transpose
+from .linalg_ext import diagonal, outer as linalg_outer
 from .linalg import tensordot, vecdot
-from .scans import cumulative_prod, cumulative_sum
 from .stats import all as fgall, sum as fgsum
 from .trace import Attr, Tensor, TracedDType, cast, op_prefix, user_loc, where
 from .vocab import (abs as fgabs, divide, isfinite, isnan, max as fgmax, maximum, mean, min as fgmin, minimum,
@@ -68,7 +69,7 @@ def _in_ufunc_dtype(name: str, *xs):
 def transpose(a, axes=None) -> Tensor:
     """NumPy's ``transpose``: the axes reversed, or permuted as ``axes`` says."""
     a = as_tensor(a, "transpose")
-    return permute_dims(a, tuple(range(ndim_of(a) - 1, -1, -1)) if axes is None else tuple(axes))
+    return layout_transpose(a) if axes is None else layout_transpose(a, tuple(axes))
 
 
 def ravel(a, order="C") -> Tensor:
@@ -143,18 +144,13 @@ def logspace(start, stop, num=50, endpoint=True, base=10.0, dtype=None, axis=0) 
 
 # --- scans and reductions ---------------------------------------------------------------------
 def cumsum(a, axis=None, dtype=None, out=None) -> Tensor:
-    """NumPy's ``cumsum``: ``axis=None`` over the flattened array."""
-    _unsupported("cumsum", out=out)
-    a = as_tensor(a, "cumsum")
-    return cumulative_sum(ravel(a), axis=0, dtype=dtype) if axis is None else cumulative_sum(a, axis=axis, dtype=dtype)
+    """NumPy's ``cumsum``: ``axis=None`` over the flattened array (``x.cumsum``'s rule)."""
+    return as_tensor(a, "cumsum").cumsum(axis=axis, dtype=dtype, out=out)
 
 
 def cumprod(a, axis=None, dtype=None, out=None) -> Tensor:
-    """NumPy's ``cumprod``: ``axis=None`` over the flattened array."""
-    _unsupported("cumprod", out=out)
-    a = as_tensor(a, "cumprod")
-    return cumulative_prod(ravel(a), axis=0, dtype=dtype) if axis is None else cumulative_prod(a, axis=axis,
-                                                                                              dtype=dtype)
+    """NumPy's ``cumprod``: ``axis=None`` over the flattened array (``x.cumprod``'s rule)."""
+    return as_tensor(a, "cumprod").cumprod(axis=axis, dtype=dtype, out=out)
 
 
 def amax(a, axis=None, out=None, keepdims=False, initial=None, where=None) -> Tensor:
@@ -222,13 +218,11 @@ def nanmean(a, axis=None, dtype=None, out=None, keepdims=False) -> Tensor:
 
 
 def trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None) -> Tensor:
-    """NumPy's ``trace``: the sum along a diagonal (``offset`` above it when positive)."""
+    """NumPy's ``trace``: the sum along a diagonal (``offset`` above it when positive) of the
+    axes ``axis1`` and ``axis2``, read as the strided view ``linalg.diagonal`` is."""
     _unsupported("trace", out=out)
-    a = as_tensor(a, "trace")
-    r = ndim_of(a)
-    i = expand_dims(iota(dim(a, axis1)), axis=tuple(k for k in range(r) if k != axis1 % r))
-    j = expand_dims(iota(dim(a, axis2)), axis=tuple(k for k in range(r) if k != axis2 % r))
-    return fgsum(where(i + offset == j, a, 0), axis=(axis1, axis2), dtype=dtype)
+    a = moveaxis(as_tensor(a, "trace"), (axis1, axis2), (-2, -1))
+    return fgsum(diagonal(a, offset=offset), axis=-1, dtype=dtype)
 
 
 # --- products -----------------------------------------------------------------------------------
@@ -260,7 +254,7 @@ def vdot(a, b) -> Tensor:
 def outer(a, b, out=None) -> Tensor:
     """NumPy's ``outer``: every element of flattened ``a`` times every one of flattened ``b``."""
     _unsupported("outer", out=out)
-    return expand_dims(ravel(as_tensor(a, "outer")), axis=1) * expand_dims(ravel(as_tensor(b, "outer")), axis=0)
+    return linalg_outer(ravel(as_tensor(a, "outer")), ravel(as_tensor(b, "outer")))
 
 
 # --- elementwise ----------------------------------------------------------------------------------

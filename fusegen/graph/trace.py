@@ -45,7 +45,7 @@ def named(exc: Exception, op_name: str) -> Exception | None:
     ``dtypes.as_dtype``), the same error naming the op and the user's line; None where the text
     names an op already or the error is not a plain fusegen one."""
     text = str(exc)
-    if type(exc) not in _PLAIN or text.startswith("op ") or " op " in text.split(":", 1)[0]:
+    if type(exc) not in _PLAIN or text.startswith("op "):
         return None
     loc, tb = "", exc.__traceback__
     while tb is not None:   # the innermost frame outside fusegen: the op's body
